@@ -1,0 +1,73 @@
+/**
+ * @file mpickpt/common.h
+ * @brief Status codes, error reporting and version of the mpickpt library.
+ */
+#ifndef MPICKPT_COMMON_H
+#define MPICKPT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_VERSION_MAJOR 0
+#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_PATCH 0
+/** Version string of the headers, e.g. "0.1.0". */
+#define CKPT_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__)
+#define CKPT_EXTERN __attribute__((visibility("default")))
+#define CKPT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CKPT_EXTERN
+#define CKPT_PRINTF(f, a)
+#endif
+
+/**
+ * Status codes. Every function that can fail returns one of these (CKPT_OK is 0, errors are
+ * negative); the detail is in ckpt_error_last().
+ */
+typedef enum ckpt_status {
+    CKPT_OK = 0,
+    CKPT_ERROR = -1,     /**< generic failure (see the message) */
+    CKPT_EINVAL = -2,    /**< invalid argument or usage */
+    CKPT_ENOTFOUND = -3, /**< checkpoint, file or tensor does not exist */
+    CKPT_ECORRUPT = -4,  /**< data on disk is malformed, truncated or fails its checksum */
+    CKPT_ENOSPC = -5,    /**< no space left on the device */
+    CKPT_EMISMATCH = -6, /**< dtype, shape, slice or registration disagrees */
+    CKPT_EIO = -7,       /**< an I/O call failed */
+    CKPT_EPEER = -8,     /**< another rank failed; the message names it */
+    CKPT_ENOMEM = -9,    /**< out of memory */
+    CKPT_EVERSION = -10, /**< written by an unknown (future) format version */
+    CKPT_EMPI = -11,     /**< an MPI call failed or MPI is not usable as required */
+    CKPT_EEXISTS = -12   /**< the target already exists */
+} ckpt_status;
+
+/** Detail of the last error raised on the calling thread. */
+typedef struct ckpt_error {
+    int code;            /**< a ckpt_status value */
+    const char *message; /**< human-readable; names the rank, path and cause where known */
+} ckpt_error;
+
+/** Short constant description of a status code ("corrupt data", ...). Never NULL. */
+CKPT_EXTERN const char *ckpt_strerror(int code);
+
+/**
+ * The last error raised on this thread, or NULL if none since ckpt_error_clear().
+ * The pointer stays valid until the next mpickpt call on this thread.
+ */
+CKPT_EXTERN const ckpt_error *ckpt_error_last(void);
+
+/** Forget the last error of this thread. */
+CKPT_EXTERN void ckpt_error_clear(void);
+
+/** Version of the library the program runs against ("0.1.0"). */
+CKPT_EXTERN const char *ckpt_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

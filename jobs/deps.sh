@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mpickpt needs, only those that are missing.
+#
+#   jobs/deps.sh [build|test|all]    (default: build)
+#     build  what building and running the library, CLI and demo needs
+#     test   build + what the test suite needs (h5py to read files with a foreign HDF5 reader,
+#            clang's libFuzzer, fio for benchmarks baselines)
+#
+# Does nothing when everything is present. On a machine without apt-get it prints the packages
+# to install and exits 1. Runs apt non-interactively; needs root (or sudo) only when installing.
+set -euo pipefail
+
+BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler
+            libprotobuf-c-dev cmake pkg-config gcc make)
+TEST_PKGS=(python3 python3-h5py python3-numpy clang libclang-rt-14-dev fio)
+
+what=${1:-build}
+case "$what" in
+  build) pkgs=("${BUILD_PKGS[@]}") ;;
+  test|all) pkgs=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+  echo "mpickpt: this machine has no apt-get/dpkg; install these (Debian 12 package names) yourself:" >&2
+  echo "  ${pkgs[*]}" >&2
+  echo "  (elsewhere: Open MPI 4.x, parallel HDF5 1.10+ built with MPI, protobuf-c 1.4 + protoc-c, CMake >= 3.18)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "mpickpt: missing packages and not root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "mpickpt: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "mpickpt: installed ${#missing[@]} package(s)"

@@ -1,0 +1,37 @@
+/* Internal helpers shared by lib/ and mpi/. Not installed. */
+#ifndef MPICKPT_INTERNAL_H
+#define MPICKPT_INTERNAL_H
+
+#include "mpickpt/common.h"
+
+#include <stdarg.h>
+
+/* Internal functions are exported from the shared library (the ckpt__ prefix marks them private)
+ * so that libmpickpt, the programs and the unit tests can use them. */
+#pragma GCC visibility push(default)
+
+/*
+ * Records an error for ckpt_error_last() on the calling thread and returns `code`, so that error
+ * paths read `return ckpt__error(CKPT_EIO, "open %s: %s", path, strerror(errno));`.
+ */
+int ckpt__error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+int ckpt__verror(int code, const char *fmt, va_list ap) CKPT_PRINTF(2, 0);
+
+/* Prefixes the current error message with `fmt` (context such as a rank or path); returns code. */
+int ckpt__error_wrap(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+
+/* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
+static inline int ckpt__mul_size(size_t *out, size_t a, size_t b)
+{
+    return __builtin_mul_overflow(a, b, out) ? -1 : 0;
+}
+static inline int ckpt__add_size(size_t *out, size_t a, size_t b)
+{
+    return __builtin_add_overflow(a, b, out) ? -1 : 0;
+}
+
+#define CKPT__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,96 @@
+# Test registration helpers.
+#
+#   ckpt_add_unit_test(NAME <name> SOURCES <src...> [LIBS <lib...>] [ARGS ...] [TIMEOUT s] [LABELS ...])
+#     One executable run once, LABELS unit.
+#
+#   ckpt_add_mpi_test(NAME <name> TARGET <exe> NP <n...> [OVERSUB <n...>] [ARGS ...] [TIMEOUT s]
+#                     [LABELS ...] [DEPENDS_ON <name>])
+#     Registers <name>.np<N> for every rank count: mpirun -np N <exe> <args>, LABELS mpi. Each test
+#     gets a private output directory, cleared by a setup fixture before it runs; the literal
+#     argument @OUTDIR@ in ARGS is replaced by that directory (also exported as MPICKPT_TEST_DIR).
+#     OVERSUB rank counts run with more ranks than cores (labelled mpi and oversubscribed).
+
+set(MPICKPT_TEST_OUT ${CMAKE_BINARY_DIR}/testout)
+set(MPICKPT_TEST_ENV
+  OMPI_ALLOW_RUN_AS_ROOT=1
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_rmaps_base_oversubscribe=1
+  # Ranks outnumber cores: yield instead of spinning, or oversubscribed jobs crawl.
+  OMPI_MCA_mpi_yield_when_idle=1
+  # A killed rank brings the job down at once instead of after the default grace period.
+  OMPI_MCA_odls_base_sigkill_timeout=0
+  # Sanitizer builds: keep MPI plugins loaded and unwind fully at malloc so that leaks inside the
+  # MPI runtime are attributed to its libraries and matched by tests/lsan.supp; ours still report.
+  OMPI_MCA_mca_base_component_disable_dlclose=1
+  LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/lsan.supp:print_suppressions=0
+  ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  MPICKPT_SOURCE_DIR=${PROJECT_SOURCE_DIR}
+  MPICKPT_BINARY_DIR=${CMAKE_BINARY_DIR})
+
+function(ckpt_add_unit_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;ARGS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 60)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_compile_options(${T_NAME} PRIVATE ${MPICKPT_WARNINGS})
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set(_dir ${MPICKPT_TEST_OUT}/${T_NAME})
+  string(REPLACE "@OUTDIR@" "${_dir}" _args "${T_ARGS}")
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${_args})
+  add_test(NAME ${T_NAME}.clean COMMAND ${CMAKE_COMMAND} -E rm -rf ${_dir})
+  set_tests_properties(${T_NAME}.clean PROPERTIES FIXTURES_SETUP ${T_NAME}.fx LABELS "unit;fixture")
+  set_tests_properties(${T_NAME} PROPERTIES
+    LABELS "unit;${T_LABELS}" TIMEOUT ${T_TIMEOUT} FIXTURES_REQUIRED ${T_NAME}.fx
+    ENVIRONMENT "${MPICKPT_TEST_ENV};MPICKPT_TEST_DIR=${_dir}")
+endfunction()
+
+function(ckpt_add_mpi_test)
+  cmake_parse_arguments(T "" "NAME;TARGET;TIMEOUT;DEPENDS_ON" "NP;OVERSUB;ARGS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  foreach(np IN LISTS T_NP T_OVERSUB)
+    set(_name ${T_NAME}.np${np})
+    set(_dir ${MPICKPT_TEST_OUT}/${_name})
+    string(REPLACE "@OUTDIR@" "${_dir}" _args "${T_ARGS}")
+    string(REPLACE "@NP@" "${np}" _args "${_args}")
+    add_test(NAME ${_name}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
+              $<TARGET_FILE:${T_TARGET}> ${MPIEXEC_POSTFLAGS} ${_args})
+    set(_labels mpi ${T_LABELS})
+    if(np IN_LIST T_OVERSUB)
+      list(APPEND _labels oversubscribed)
+    endif()
+    set(_procs ${np})
+    if(_procs GREATER 2)
+      set(_procs 2)
+    endif()
+    if(T_DEPENDS_ON)
+      # A restart test reads what its writer left: share the writer's directory, no cleaning.
+      set(_dir ${MPICKPT_TEST_OUT}/${T_DEPENDS_ON}.np${np})
+      string(REPLACE "@OUTDIR@" "${_dir}" _args "${T_ARGS}")
+      set_tests_properties(${_name} PROPERTIES DEPENDS ${T_DEPENDS_ON}.np${np}
+        FIXTURES_REQUIRED ${T_DEPENDS_ON}.np${np}.fx)
+    else()
+      add_test(NAME ${_name}.clean COMMAND ${CMAKE_COMMAND} -E rm -rf ${_dir})
+      set_tests_properties(${_name}.clean PROPERTIES FIXTURES_SETUP ${_name}.fx LABELS fixture)
+      set_tests_properties(${_name} PROPERTIES FIXTURES_REQUIRED ${_name}.fx)
+    endif()
+    set_tests_properties(${_name} PROPERTIES
+      LABELS "${_labels}" TIMEOUT ${T_TIMEOUT} PROCESSORS ${_procs}
+      ENVIRONMENT "${MPICKPT_TEST_ENV};MPICKPT_TEST_DIR=${_dir}")
+  endforeach()
+endfunction()
+
+# Builds an MPI test program (linked with libmpickpt) under build/tests.
+function(ckpt_add_mpi_program NAME)
+  add_executable(${NAME} ${ARGN})
+  target_compile_options(${NAME} PRIVATE ${MPICKPT_WARNINGS})
+  target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${NAME} PRIVATE mpickpt HDF5::HDF5)
+  set_target_properties(${NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+endfunction()

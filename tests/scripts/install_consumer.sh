@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary prefix, then builds and runs a consumer program against it
+# twice: once with find_package(mpickpt) and once with pkg-config.
+set -euo pipefail
+work=${1:?usage: install_consumer.sh WORKDIR}
+build=${MPICKPT_BINARY_DIR:?}
+src=${MPICKPT_SOURCE_DIR:?}
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log"
+for f in include/mpickpt.h include/mpickpt/common.h lib/cmake/mpickpt/mpickptConfig.cmake \
+         lib/pkgconfig/mpickpt.pc; do
+  found=$(ls -d "$prefix"/$f "$prefix"/lib/*/${f#lib/} 2>/dev/null | head -1 || true)
+  [ -n "$found" ] || { echo "install is missing $f"; ls -R "$prefix"; exit 1; }
+done
+
+# A sanitizer build's libraries need the consumer built with the same runtime.
+san=${MPICKPT_SAN_FLAGS:-}
+
+# 1. CMake package
+cmake -S "$src/tests/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$san" >"$work/configure.log"
+cmake --build "$work/cmake-build" >"$work/build.log"
+mpirun -np 2 "$work/cmake-build/consumer"
+
+# 2. pkg-config
+pcdir=$(dirname "$(find "$prefix" -name mpickpt.pc | head -1)")
+export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+cc -std=c11 $san -o "$work/consumer-pc" "$src/tests/consumer/consumer.c" \
+   $(pkg-config --cflags --libs mpickpt) -Wl,-rpath,"$(pkg-config --variable=libdir mpickpt)"
+mpirun -np 2 "$work/consumer-pc"
+echo "install_consumer: ok"

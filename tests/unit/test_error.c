@@ -1,0 +1,51 @@
+/* Unit test of the status codes and thread-local error messages. */
+#include "check.h"
+#include "internal.h"
+#include "mpickpt.h"
+
+#include <pthread.h>
+#include <string.h>
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    /* A fresh thread starts with no error and its own message slot. */
+    int ok = ckpt_error_last() == NULL;
+    ckpt__error(CKPT_EIO, "thread error");
+    return ok ? (void *)1 : NULL;
+}
+
+int main(void)
+{
+    CHECK(strcmp(ckpt_version(), CKPT_VERSION_STRING) == 0);
+    CHECK(strcmp(ckpt_strerror(CKPT_OK), "success") == 0);
+    CHECK(strcmp(ckpt_strerror(CKPT_ECORRUPT), "corrupt data") == 0);
+    CHECK(strcmp(ckpt_strerror(12345), "unknown error") == 0);
+    for (int c = CKPT_OK; c >= CKPT_EEXISTS; c--)
+        CHECK_MSG(strcmp(ckpt_strerror(c), "unknown error") != 0, "code %d has no text", c);
+
+    ckpt_error_clear();
+    CHECK(ckpt_error_last() == NULL);
+    CHECK_EQ_INT(ckpt__error(CKPT_ECORRUPT, "bad %s at %d", "file.h5", 7), CKPT_ECORRUPT);
+    const ckpt_error *e = ckpt_error_last();
+    CHECK(e != NULL && e->code == CKPT_ECORRUPT);
+    CHECK(e != NULL && strcmp(e->message, "bad file.h5 at 7") == 0);
+
+    CHECK_EQ_INT(ckpt__error_wrap(CKPT_ECORRUPT, "tensor %s", "w"), CKPT_ECORRUPT);
+    e = ckpt_error_last();
+    CHECK(e != NULL && strcmp(e->message, "tensor w: bad file.h5 at 7") == 0);
+
+    pthread_t t;
+    void *res = NULL;
+    CHECK(pthread_create(&t, NULL, other_thread, NULL) == 0);
+    CHECK(pthread_join(t, &res) == 0);
+    CHECK(res == (void *)1);
+    e = ckpt_error_last();
+    CHECK(e != NULL && e->code == CKPT_ECORRUPT); /* untouched by the other thread */
+
+    size_t s;
+    CHECK(ckpt__mul_size(&s, SIZE_MAX / 2, 3) == -1);
+    CHECK(ckpt__mul_size(&s, 1000, 1000) == 0 && s == 1000000);
+    CHECK(ckpt__add_size(&s, SIZE_MAX, 1) == -1);
+    return CHECK_DONE();
+}

@@ -8,6 +8,10 @@
 #define MPICKPT_H
 
 #include "mpickpt/common.h"
+#include "mpickpt/checkpoint.h"
 #include "mpickpt/collective.h"
+#include "mpickpt/crc32c.h"
+#include "mpickpt/dtype.h"
+#include "mpickpt/slice.h"
 
 #endif

@@ -6,11 +6,13 @@
 #   ckpt_add_mpi_test(NAME <name> TARGET <exe> NP <n...> [OVERSUB <n...>] [ARGS ...] [TIMEOUT s]
 #                     [LABELS ...] [DEPENDS_ON <name>])
 #     Registers <name>.np<N> for every rank count: mpirun -np N <exe> <args>, LABELS mpi. Each test
-#     gets a private output directory, cleared by a setup fixture before it runs; the literal
+#     gets a private output directory, emptied by a setup fixture before it runs; the literal
 #     argument @OUTDIR@ in ARGS is replaced by that directory (also exported as MPICKPT_TEST_DIR).
 #     OVERSUB rank counts run with more ranks than cores (labelled mpi and oversubscribed).
 
 set(MPICKPT_TEST_OUT ${CMAKE_BINARY_DIR}/testout)
+# Fixture script: a test's output directory is removed and created empty before the test runs.
+set(MPICKPT_FRESH_DIR ${CMAKE_CURRENT_LIST_DIR}/fresh_dir.cmake)
 set(MPICKPT_TEST_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -29,19 +31,20 @@ set(MPICKPT_TEST_ENV
   MPICKPT_BINARY_DIR=${CMAKE_BINARY_DIR})
 
 function(ckpt_add_unit_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;ARGS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;ARGS;LABELS;INCLUDES" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 60)
   endif()
   add_executable(${T_NAME} ${T_SOURCES})
   target_compile_options(${T_NAME} PRIVATE ${MPICKPT_WARNINGS})
-  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests)
+  target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests
+                             ${T_INCLUDES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   set(_dir ${MPICKPT_TEST_OUT}/${T_NAME})
   string(REPLACE "@OUTDIR@" "${_dir}" _args "${T_ARGS}")
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${_args})
-  add_test(NAME ${T_NAME}.clean COMMAND ${CMAKE_COMMAND} -E rm -rf ${_dir})
+  add_test(NAME ${T_NAME}.clean COMMAND ${CMAKE_COMMAND} -DDIR=${_dir} -P ${MPICKPT_FRESH_DIR})
   set_tests_properties(${T_NAME}.clean PROPERTIES FIXTURES_SETUP ${T_NAME}.fx LABELS "unit;fixture")
   set_tests_properties(${T_NAME} PROPERTIES
     LABELS "unit;${T_LABELS}" TIMEOUT ${T_TIMEOUT} FIXTURES_REQUIRED ${T_NAME}.fx
@@ -76,7 +79,7 @@ function(ckpt_add_mpi_test)
       set_tests_properties(${_name} PROPERTIES DEPENDS ${T_DEPENDS_ON}.np${np}
         FIXTURES_REQUIRED ${T_DEPENDS_ON}.np${np}.fx)
     else()
-      add_test(NAME ${_name}.clean COMMAND ${CMAKE_COMMAND} -E rm -rf ${_dir})
+      add_test(NAME ${_name}.clean COMMAND ${CMAKE_COMMAND} -DDIR=${_dir} -P ${MPICKPT_FRESH_DIR})
       set_tests_properties(${_name}.clean PROPERTIES FIXTURES_SETUP ${_name}.fx LABELS fixture)
       set_tests_properties(${_name} PROPERTIES FIXTURES_REQUIRED ${_name}.fx)
     endif()

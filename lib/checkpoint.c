@@ -1,0 +1,492 @@
+/* Single-process writer and reader of complete checkpoints. The MPI saver writes the same format
+ * with several ranks; the reader here reads what either wrote. */
+#include "mpickpt/checkpoint.h"
+
+#include "fsutil.h"
+#include "h5io.h"
+#include "index.h"
+#include "mpickpt/crc32c.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ==== writer ================================================================================= */
+
+struct ckpt_writer {
+    char prefix[4096];
+    char index_path[4200];
+    char temp_dir[4200];
+    char temp_data[4400];
+    char final_data[4400];
+    char data_name[300]; /* final data file name, relative to the checkpoint's directory */
+    ckpt_writer_options opts;
+    hid_t file;
+    Mpickpt__Fragment frag;
+    size_t cap;
+    int committed;
+};
+
+int ckpt_writer_open(ckpt_writer **out, const char *prefix, const ckpt_writer_options *opts)
+{
+    *out = NULL;
+    if (!prefix || !*prefix)
+        return ckpt__error(CKPT_EINVAL, "checkpoint prefix is empty");
+    if (opts && opts->version != CKPT_WRITER_OPTIONS_VERSION)
+        return ckpt__error(CKPT_EINVAL, "ckpt_writer_options version %u, expected %d",
+                           opts->version, CKPT_WRITER_OPTIONS_VERSION);
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    ckpt_writer_options defaults = CKPT_WRITER_OPTIONS_INIT;
+    w->opts = opts ? *opts : defaults;
+    w->file = H5I_INVALID_HID;
+    mpickpt__fragment__init(&w->frag);
+    char dir[4096], base[4096];
+    int rc;
+    if ((rc = ckpt__path(w->prefix, sizeof w->prefix, "%s", prefix)) ||
+        (rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix)) ||
+        (rc = ckpt__path(w->index_path, sizeof w->index_path, "%s.index", prefix)) ||
+        (rc = ckpt__path(w->temp_dir, sizeof w->temp_dir, "%s_temp", prefix)) ||
+        (rc = ckpt__path(w->temp_data, sizeof w->temp_data, "%s/part-00000-of-00001", w->temp_dir)) ||
+        (rc = ckpt__path(w->data_name, sizeof w->data_name, "%s.data-00000-of-00001", base)) ||
+        (rc = ckpt__path(w->final_data, sizeof w->final_data, "%s/%s", dir, w->data_name)))
+        goto fail;
+    if (!ckpt__safe_filename(base)) {
+        rc = ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' has no file name part", prefix);
+        goto fail;
+    }
+    if (!w->opts.overwrite && access(w->index_path, F_OK) == 0) {
+        rc = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", w->index_path);
+        goto fail;
+    }
+    /* A temp dir left by a crashed writer of the same prefix is garbage. */
+    if ((rc = ckpt__rmtree(w->temp_dir)) || (rc = ckpt__mkdir_p(w->temp_dir, 0755)))
+        goto fail;
+    ckpt__h5_init();
+    w->file = H5Fcreate(w->temp_data, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (w->file < 0) {
+        rc = ckpt__h5_error(CKPT_EIO, "create data file %s", w->temp_data);
+        goto fail;
+    }
+    *out = w;
+    return CKPT_OK;
+fail:
+    ckpt_writer_free(w);
+    return rc;
+}
+
+int ckpt_writer_add(ckpt_writer *w, const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                    const ckpt_slice *slice, const void *data)
+{
+    if (!w || w->file < 0 || w->committed)
+        return ckpt__error(CKPT_EINVAL, "writer is closed");
+    if (!ckpt_dtype_valid(dtype))
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name ? name : "",
+                           (int)dtype);
+    ckpt_slice full, zero;
+    int64_t n, total;
+    int rc;
+    if ((rc = ckpt_shape_num_elements(&total, shape)) != CKPT_OK)
+        return ckpt__error_wrap(rc, "tensor '%s'", name ? name : "");
+    ckpt_slice_full(&full, shape);
+    if (!slice)
+        slice = &full;
+    if ((rc = ckpt_slice_validate(slice, shape)) != CKPT_OK)
+        return ckpt__error_wrap(rc, "tensor '%s'", name ? name : "");
+    ckpt_slice_num_elements(&n, slice);
+    size_t bytes;
+    if (ckpt__mul_size(&bytes, (size_t)n, ckpt_dtype_size(dtype)) != 0)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s' is too large", name);
+    if (n > 0 && !data)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': data is NULL", name);
+
+    int is_full = ckpt_slice_is_full(slice, shape);
+    char path[16384];
+    if ((rc = ckpt__h5_dataset_path(path, sizeof path, name, is_full ? NULL : slice)) != CKPT_OK)
+        return rc;
+    if (H5Lexists(w->file, path, H5P_DEFAULT) > 0) {
+        char spec[256] = "(whole)";
+        if (!is_full)
+            ckpt_slice_spec_format(spec, sizeof spec, shape, slice);
+        return ckpt__error(CKPT_EINVAL, "tensor '%s' slice %s added twice", name, spec);
+    }
+    hid_t dset;
+    if ((rc = ckpt__h5_create_dataset(&dset, w->file, path, name, dtype, shape, slice)) != CKPT_OK)
+        return rc;
+    zero = *slice;
+    for (int d = 0; d < zero.ndims; d++)
+        zero.start[d] = 0;
+    errno = 0;
+    rc = ckpt__h5_write(dset, dtype, &zero, data, H5P_DEFAULT);
+    H5Dclose(dset);
+    if (rc != CKPT_OK)
+        return ckpt__error_wrap(rc, "tensor '%s' in %s", name, w->temp_data);
+    uint32_t crc = ckpt_crc32c(data, bytes);
+    return ckpt__fragment_add(&w->frag, &w->cap, name, dtype, shape,
+                              is_full ? CKPT_KIND_FULL : CKPT_KIND_PARTITIONED, slice, w->data_name,
+                              path, &zero, (uint64_t)bytes, crc);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int ckpt_writer_commit(ckpt_writer *w)
+{
+    if (!w || w->file < 0 || w->committed)
+        return ckpt__error(CKPT_EINVAL, "writer is closed");
+    int rc = CKPT_OK, renamed = 0;
+    Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
+    Mpickpt__Index idx = MPICKPT__INDEX__INIT;
+    char producer[64];
+
+    errno = 0;
+    herr_t hr = H5Fclose(w->file);
+    w->file = H5I_INVALID_HID;
+    if (hr < 0) {
+        rc = ckpt__h5_error(CKPT_EIO, "close data file %s", w->temp_data);
+        goto fail;
+    }
+    uint64_t size;
+    if ((rc = ckpt__fsync_path(w->temp_data)) || (rc = ckpt__file_size(&size, w->temp_data)) ||
+        (rc = ckpt__fragment_add_file(&w->frag, w->data_name, size)))
+        goto fail;
+
+    snprintf(producer, sizeof producer, "mpickpt %s", ckpt_version());
+    hdr.format_version = CKPT_FORMAT_VERSION;
+    hdr.endianness = MPICKPT__ENDIANNESS__LITTLE;
+    hdr.world_size = 1;
+    hdr.layout = MPICKPT__LAYOUT__LAYOUT_PER_RANK;
+    hdr.save_counter = w->opts.save_counter;
+    hdr.epoch = w->opts.epoch;
+    hdr.step = w->opts.step;
+    hdr.timestamp = now_seconds();
+    hdr.producer = producer;
+    idx.header = &hdr;
+    Mpickpt__Fragment *frags[1] = { &w->frag };
+    if ((rc = ckpt__index_merge(&idx, frags, 1)) != CKPT_OK)
+        goto fail;
+
+    /* Replacing a checkpoint: un-commit the old one first (its index goes), so no reader ever sees
+     * the old index with the new data. */
+    if (w->opts.overwrite && access(w->index_path, F_OK) == 0) {
+        if (unlink(w->index_path) != 0) {
+            rc = ckpt__errno(errno, "unlink", w->index_path);
+            goto fail;
+        }
+        if ((rc = ckpt__fsync_parent(w->index_path)))
+            goto fail;
+    }
+    if (rename(w->temp_data, w->final_data) != 0) {
+        rc = ckpt__errno(errno, "rename to", w->final_data);
+        goto fail;
+    }
+    renamed = 1;
+    if ((rc = ckpt__fsync_parent(w->final_data)))
+        goto fail;
+    if ((rc = ckpt__index_store(&idx, w->index_path)) != CKPT_OK) /* the commit point */
+        goto fail;
+    w->committed = 1;
+    ckpt__index_merged_free(&idx);
+    ckpt__rmtree(w->temp_dir);
+    return CKPT_OK;
+fail:
+    ckpt__index_merged_free(&idx);
+    if (renamed)
+        unlink(w->final_data);
+    ckpt__rmtree(w->temp_dir);
+    return rc;
+}
+
+void ckpt_writer_free(ckpt_writer *w)
+{
+    if (!w)
+        return;
+    if (w->file >= 0)
+        H5Fclose(w->file);
+    if (!w->committed && w->temp_dir[0])
+        ckpt__rmtree(w->temp_dir);
+    ckpt__fragment_free_built(&w->frag);
+    free(w);
+}
+
+/* ==== reader ================================================================================= */
+
+struct ckpt_reader {
+    char dir[4096];
+    char index_path[4200];
+    Mpickpt__Index *idx;
+    ckpt_header hdr;
+    hid_t *files; /* opened lazily, parallel to idx->files */
+};
+
+int ckpt_reader_open(ckpt_reader **out, const char *prefix)
+{
+    *out = NULL;
+    ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    char base[4096];
+    int rc;
+    if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
+        (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix)))
+        goto fail;
+    if ((rc = ckpt__index_load(&r->idx, r->index_path)) != CKPT_OK) {
+        if (rc == CKPT_ENOTFOUND)
+            ckpt__error(rc, "no checkpoint at %s (%s does not exist)", prefix, r->index_path);
+        goto fail;
+    }
+    r->files = malloc((r->idx->n_files ? r->idx->n_files : 1) * sizeof *r->files);
+    if (!r->files) {
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < r->idx->n_files; i++) {
+        r->files[i] = H5I_INVALID_HID;
+        char path[8400];
+        uint64_t size = 0;
+        const Mpickpt__DataFile *f = r->idx->files[i];
+        if ((rc = ckpt__path(path, sizeof path, "%s/%s", r->dir, f->name)))
+            goto fail;
+        if ((rc = ckpt__file_size(&size, path)) != CKPT_OK) {
+            rc = ckpt__error_wrap(CKPT_ECORRUPT, "checkpoint %s: data file missing", prefix);
+            goto fail;
+        }
+        if (size != f->bytes) {
+            rc = ckpt__error(CKPT_ECORRUPT, "checkpoint %s: data file %s has %llu bytes, the index "
+                                            "recorded %llu (truncated or replaced)",
+                             prefix, path, (unsigned long long)size, (unsigned long long)f->bytes);
+            goto fail;
+        }
+    }
+    const Mpickpt__Header *h = r->idx->header;
+    r->hdr.format_version = h->format_version;
+    r->hdr.world_size = h->world_size;
+    r->hdr.layout = (ckpt_layout)h->layout;
+    r->hdr.save_counter = h->save_counter;
+    r->hdr.epoch = h->epoch;
+    r->hdr.step = h->step;
+    r->hdr.timestamp = h->timestamp;
+    r->hdr.producer = h->producer ? h->producer : "";
+    r->hdr.little_endian = h->endianness == MPICKPT__ENDIANNESS__LITTLE;
+    *out = r;
+    return CKPT_OK;
+fail:
+    ckpt_reader_free(r);
+    return rc;
+}
+
+const ckpt_header *ckpt_reader_header(const ckpt_reader *r)
+{
+    return &r->hdr;
+}
+
+size_t ckpt_reader_num_tensors(const ckpt_reader *r)
+{
+    return r->idx->n_tensors;
+}
+
+int ckpt_reader_tensor(ckpt_tensor_info *out, const ckpt_reader *r, size_t i)
+{
+    if (i >= r->idx->n_tensors)
+        return ckpt__error(CKPT_EINVAL, "tensor index %zu out of range (%zu tensors)", i,
+                           r->idx->n_tensors);
+    const Mpickpt__Tensor *t = r->idx->tensors[i];
+    out->name = t->name;
+    out->dtype = (ckpt_dtype)t->dtype;
+    out->kind = (ckpt_kind)t->kind;
+    out->num_pieces = t->n_pieces;
+    return ckpt_shape_init(&out->shape, (int)t->n_shape, t->shape); /* validated at open */
+}
+
+static int cmp_name_tensor(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, (*(const Mpickpt__Tensor *const *)elem)->name);
+}
+
+int ckpt_reader_find(size_t *index, const ckpt_reader *r, const char *name)
+{
+    Mpickpt__Tensor **hit = bsearch(name, r->idx->tensors, r->idx->n_tensors,
+                                    sizeof *r->idx->tensors, cmp_name_tensor);
+    if (!hit)
+        return ckpt__error(CKPT_ENOTFOUND, "no tensor '%s' in %s", name, r->index_path);
+    *index = (size_t)(hit - r->idx->tensors);
+    return CKPT_OK;
+}
+
+static size_t file_slot(const ckpt_reader *r, const char *name)
+{
+    for (size_t i = 0; i < r->idx->n_files; i++)
+        if (strcmp(r->idx->files[i]->name, name) == 0)
+            return i;
+    return (size_t)-1; /* cannot happen: validated at open */
+}
+
+int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size_t j)
+{
+    if (i >= r->idx->n_tensors || j >= r->idx->tensors[i]->n_pieces)
+        return ckpt__error(CKPT_EINVAL, "piece %zu of tensor %zu out of range", j, i);
+    const Mpickpt__Tensor *t = r->idx->tensors[i];
+    const Mpickpt__Piece *p = t->pieces[j];
+    ckpt__piece_slice(&out->slice, p, (int)t->n_shape);
+    ckpt__piece_dataset_slice(&out->dataset_slice, p, (int)t->n_shape);
+    out->rank = p->rank;
+    out->file = p->file;
+    out->dataset = p->dataset;
+    out->bytes = p->bytes;
+    out->crc32c = p->crc32c;
+    return CKPT_OK;
+}
+
+/* Reads piece `p` of tensor `t` whole into `buf` (p->bytes long) and checks its CRC-32C. */
+static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p, void *buf)
+{
+    size_t slot = file_slot(r, p->file);
+    char path[8400], spec[256] = "(whole)";
+    ckpt_slice ds, s;
+    ckpt_shape shape;
+    int rc = ckpt__path(path, sizeof path, "%s/%s", r->dir, p->file);
+    if (rc != CKPT_OK)
+        return rc;
+    ckpt_shape_init(&shape, (int)t->n_shape, t->shape);
+    ckpt__piece_slice(&s, p, shape.ndims);
+    ckpt__piece_dataset_slice(&ds, p, shape.ndims);
+    if (!ckpt_slice_is_full(&s, &shape))
+        ckpt_slice_spec_format(spec, sizeof spec, &shape, &s);
+    if (r->files[slot] < 0) {
+        ckpt__h5_init();
+        r->files[slot] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (r->files[slot] < 0)
+            return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s': cannot open data file %s", t->name,
+                                  path);
+    }
+    hid_t dset = H5Dopen2(r->files[slot], p->dataset, H5P_DEFAULT);
+    if (dset < 0)
+        return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s' piece %s: no dataset %s in %s", t->name,
+                              spec, p->dataset, path);
+    rc = ckpt__h5_read(dset, (ckpt_dtype)t->dtype, &ds, buf, H5P_DEFAULT);
+    H5Dclose(dset);
+    if (rc != CKPT_OK)
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, spec, path);
+    uint32_t crc = ckpt_crc32c(buf, (size_t)p->bytes);
+    if (crc != p->crc32c)
+        return ckpt__error(CKPT_ECORRUPT,
+                           "tensor '%s' piece %s (rank %d) in %s: checksum mismatch (stored %08x, "
+                           "computed %08x)",
+                           t->name, spec, p->rank, path, p->crc32c, crc);
+    return CKPT_OK;
+}
+
+int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const ckpt_slice *slice,
+                     void *out, size_t out_size)
+{
+    size_t i;
+    int rc = ckpt_reader_find(&i, r, name);
+    if (rc != CKPT_OK)
+        return rc;
+    const Mpickpt__Tensor *t = r->idx->tensors[i];
+    if ((ckpt_dtype)t->dtype != dtype)
+        return ckpt__error(CKPT_EMISMATCH, "tensor '%s' is %s in %s, the caller asked for %s", name,
+                           ckpt_dtype_name((ckpt_dtype)t->dtype), r->index_path,
+                           ckpt_dtype_name(dtype));
+    ckpt_shape shape;
+    ckpt_slice want;
+    ckpt_shape_init(&shape, (int)t->n_shape, t->shape);
+    if (slice) {
+        if ((rc = ckpt_slice_validate(slice, &shape)) != CKPT_OK)
+            return ckpt__error_wrap(CKPT_EINVAL, "tensor '%s'", name);
+        want = *slice;
+    } else {
+        ckpt_slice_full(&want, &shape);
+    }
+    int64_t n;
+    ckpt_slice_num_elements(&n, &want);
+    size_t esize = ckpt_dtype_size(dtype);
+    if ((uint64_t)n * esize != out_size)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice holds %lld bytes, buffer has %zu",
+                           name, (long long)((uint64_t)n * esize), out_size);
+
+    void *tmp = NULL;
+    size_t tmp_size = 0;
+    for (size_t j = 0; j < t->n_pieces && rc == CKPT_OK; j++) {
+        const Mpickpt__Piece *p = t->pieces[j];
+        ckpt_slice ps, region;
+        ckpt__piece_slice(&ps, p, shape.ndims);
+        if (ckpt_slice_intersect(&region, &ps, &want) != 1)
+            continue;
+        if (ckpt_slice_equal(&ps, &want)) { /* the piece is exactly what was asked: no copy */
+            rc = read_piece(r, t, p, out);
+            continue;
+        }
+        if (p->bytes > tmp_size) {
+            void *nt = realloc(tmp, (size_t)p->bytes);
+            if (!nt) {
+                rc = ckpt__error(CKPT_ENOMEM, "tensor '%s': cannot allocate %llu bytes", name,
+                                 (unsigned long long)p->bytes);
+                break;
+            }
+            tmp = nt;
+            tmp_size = (size_t)p->bytes;
+        }
+        if ((rc = read_piece(r, t, p, tmp)) == CKPT_OK)
+            rc = ckpt_slice_copy(out, &want, tmp, &ps, &region, esize);
+    }
+    free(tmp);
+    return rc;
+}
+
+int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    int bad = 0;
+    void *buf = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < r->idx->n_tensors; i++) {
+        const Mpickpt__Tensor *t = r->idx->tensors[i];
+        for (size_t j = 0; j < t->n_pieces; j++) {
+            const Mpickpt__Piece *p = t->pieces[j];
+            int rc = CKPT_OK;
+            if (p->bytes > cap) {
+                void *nb = realloc(buf, (size_t)p->bytes);
+                if (!nb) {
+                    free(buf);
+                    return ckpt__error(CKPT_ENOMEM, "cannot allocate %llu bytes",
+                                       (unsigned long long)p->bytes);
+                }
+                buf = nb;
+                cap = (size_t)p->bytes;
+            }
+            rc = read_piece(r, t, p, buf);
+            if (rc != CKPT_OK) {
+                bad++;
+                const ckpt_error *e = ckpt_error_last();
+                if (cb && cb(t->name, j, p->file, rc, e ? e->message : "", payload) != 0)
+                    goto out;
+            }
+        }
+    }
+out:
+    free(buf);
+    if (bad)
+        return ckpt__error(CKPT_ECORRUPT, "%s: %d bad piece(s)", r->index_path, bad);
+    return CKPT_OK;
+}
+
+void ckpt_reader_free(ckpt_reader *r)
+{
+    if (!r)
+        return;
+    if (r->files && r->idx)
+        for (size_t i = 0; i < r->idx->n_files; i++)
+            if (r->files[i] >= 0)
+                H5Fclose(r->files[i]);
+    free(r->files);
+    if (r->idx)
+        mpickpt__index__free_unpacked(r->idx, NULL);
+    free(r);
+}

@@ -1,0 +1,234 @@
+/* CRC-32C (Castagnoli): portable slicing-by-8 and an x86-64 SSE4.2 path chosen at run time. */
+#include "mpickpt/crc32c.h"
+
+#include "crc32c_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
+#define CRC32C_MASK_DELTA 0xa282ead8u
+
+/* crc_table[0] is the byte-at-a-time table; crc_table[k][b] advances b by k more zero bytes. */
+static uint32_t crc_table[8][256];
+
+#if CKPT__CRC32C_HAVE_HW
+/* Block sizes of the three-stream loop. LONG streams keep the combine cost negligible for big
+ * buffers, SHORT ones still pay off for mid-sized ones (>= 768 bytes). */
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+/* shift_x[k][b]: the raw CRC register (b << 8k) advanced over CRC_x zero bytes, i.e. multiplied
+ * by x^(8 * CRC_x) mod P, split per byte so that a 32-bit shift is 4 lookups. */
+static uint32_t shift_long[4][256];
+static uint32_t shift_short[4][256];
+#endif
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+#if CKPT__CRC32C_HAVE_HW
+/* Fills `table` with the operator "advance the raw CRC register over n zero bytes". The operator
+ * is linear over GF(2), so it is built from its images of the 32 basis vectors. */
+static void init_shift_table(uint32_t table[4][256], size_t n)
+{
+    uint32_t basis[32];
+    for (int i = 0; i < 32; i++) {
+        uint32_t c = (uint32_t)1 << i;
+        for (size_t j = 0; j < n; j++)
+            c = crc_table[0][c & 0xff] ^ (c >> 8);
+        basis[i] = c;
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int b = 0; b < 256; b++) {
+            uint32_t v = 0;
+            for (int i = 0; i < 8; i++)
+                if (b & (1 << i))
+                    v ^= basis[8 * k + i];
+            table[k][b] = v;
+        }
+    }
+}
+#endif
+
+static void init_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int j = 0; j < 8; j++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int i = 0; i < 256; i++)
+        for (int k = 1; k < 8; k++)
+            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xff];
+#if CKPT__CRC32C_HAVE_HW
+    init_shift_table(shift_long, CRC_LONG);
+    init_shift_table(shift_short, CRC_SHORT);
+#endif
+}
+
+/* Little-endian 32-bit load from any address; one mov on x86, correct on big-endian hosts. */
+static inline uint32_t load_le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint32_t ckpt__crc32c_portable(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&tables_once, init_tables);
+    const unsigned char *p = data;
+    uint32_t c = ~crc;
+    while (len > 0 && ((uintptr_t)p & 7) != 0) {
+        c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        len--;
+    }
+    while (len >= 8) {
+        uint32_t lo = c ^ load_le32(p), hi = load_le32(p + 4);
+        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
+            crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^
+            crc_table[2][(hi >> 8) & 0xff] ^ crc_table[1][(hi >> 16) & 0xff] ^
+            crc_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len > 0) {
+        c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+        len--;
+    }
+    return ~c;
+}
+
+#if CKPT__CRC32C_HAVE_HW
+
+/* Raw CRC register advanced over the zero bytes that `table` stands for. */
+static inline uint32_t crc_shift(const uint32_t table[4][256], uint32_t c)
+{
+    return table[0][c & 0xff] ^ table[1][(c >> 8) & 0xff] ^ table[2][(c >> 16) & 0xff] ^
+           table[3][c >> 24];
+}
+
+static inline uint64_t load64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v); /* x86 is little-endian and allows unaligned loads */
+    return v;
+}
+
+__attribute__((target("sse4.2"))) uint32_t ckpt__crc32c_hw_single(uint32_t crc, const void *data,
+                                                                  size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t c = ~crc;
+    for (; len >= 8; p += 8, len -= 8)
+        c = __builtin_ia32_crc32di(c, load64(p));
+    uint32_t c32 = (uint32_t)c;
+    for (; len > 0; len--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+
+/*
+ * The crc32 instruction has a latency of 3 cycles and a throughput of 1 per cycle, so one
+ * dependent chain runs at a third of the possible speed. A block of 3*B bytes is therefore split
+ * into three streams computed in parallel, the 2nd and 3rd from a zero register; since the raw
+ * CRC is linear, crc(A|B) = shift_B(crc(A)) ^ crc0(B), which folds them back together.
+ */
+__attribute__((target("sse4.2"))) uint32_t ckpt__crc32c_hw_extend(uint32_t crc, const void *data,
+                                                                  size_t len)
+{
+    pthread_once(&tables_once, init_tables);
+    const unsigned char *p = data;
+    uint32_t c32 = ~crc;
+    /* Align to 8 so that the 8-byte loads do not straddle cache lines needlessly. */
+    while (len > 0 && ((uintptr_t)p & 7) != 0) {
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+        len--;
+    }
+    uint64_t c0 = c32;
+    while (len >= 3 * (size_t)CRC_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *end = p + CRC_LONG;
+        do {
+            c0 = __builtin_ia32_crc32di(c0, load64(p));
+            c1 = __builtin_ia32_crc32di(c1, load64(p + CRC_LONG));
+            c2 = __builtin_ia32_crc32di(c2, load64(p + 2 * CRC_LONG));
+            p += 8;
+        } while (p < end);
+        c0 = crc_shift(shift_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(shift_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_LONG;
+        len -= 3 * (size_t)CRC_LONG;
+    }
+    while (len >= 3 * (size_t)CRC_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *end = p + CRC_SHORT;
+        do {
+            c0 = __builtin_ia32_crc32di(c0, load64(p));
+            c1 = __builtin_ia32_crc32di(c1, load64(p + CRC_SHORT));
+            c2 = __builtin_ia32_crc32di(c2, load64(p + 2 * CRC_SHORT));
+            p += 8;
+        } while (p < end);
+        c0 = crc_shift(shift_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(shift_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_SHORT;
+        len -= 3 * (size_t)CRC_SHORT;
+    }
+    for (; len >= 8; p += 8, len -= 8)
+        c0 = __builtin_ia32_crc32di(c0, load64(p));
+    c32 = (uint32_t)c0;
+    for (; len > 0; len--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+
+/* 0 = not probed yet, 1 = SSE4.2, 2 = portable. Racing probes store the same value. */
+static atomic_int crc_impl;
+
+int ckpt_crc32c_hw(void)
+{
+    int impl = atomic_load_explicit(&crc_impl, memory_order_relaxed);
+    if (impl == 0) {
+        __builtin_cpu_init();
+        impl = __builtin_cpu_supports("sse4.2") ? 1 : 2;
+        atomic_store_explicit(&crc_impl, impl, memory_order_relaxed);
+    }
+    return impl == 1;
+}
+
+uint32_t ckpt_crc32c_extend(uint32_t crc, const void *data, size_t len)
+{
+    if (ckpt_crc32c_hw())
+        return ckpt__crc32c_hw_extend(crc, data, len);
+    return ckpt__crc32c_portable(crc, data, len);
+}
+
+#else /* !CKPT__CRC32C_HAVE_HW */
+
+int ckpt_crc32c_hw(void)
+{
+    return 0;
+}
+
+uint32_t ckpt_crc32c_extend(uint32_t crc, const void *data, size_t len)
+{
+    return ckpt__crc32c_portable(crc, data, len);
+}
+
+#endif
+
+uint32_t ckpt_crc32c(const void *data, size_t len)
+{
+    return ckpt_crc32c_extend(0, data, len);
+}
+
+uint32_t ckpt_crc32c_mask(uint32_t crc)
+{
+    /* Rotate right by 15 bits and add a constant (TensorFlow's crc32c::Mask). */
+    return ((crc >> 15) | (crc << 17)) + CRC32C_MASK_DELTA;
+}
+
+uint32_t ckpt_crc32c_unmask(uint32_t masked)
+{
+    uint32_t rot = masked - CRC32C_MASK_DELTA;
+    return (rot >> 17) | (rot << 15);
+}

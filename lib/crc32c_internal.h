@@ -1,0 +1,26 @@
+/* Internal CRC-32C entry points, exposed so that the unit tests can compare the implementations.
+ * Not installed. */
+#ifndef MPICKPT_CRC32C_INTERNAL_H
+#define MPICKPT_CRC32C_INTERNAL_H
+
+#include "mpickpt/common.h"
+
+#pragma GCC visibility push(default)
+
+/* Same contract as ckpt_crc32c_extend(), always with the portable slicing-by-8 tables. */
+uint32_t ckpt__crc32c_portable(uint32_t crc, const void *data, size_t len);
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CKPT__CRC32C_HAVE_HW 1
+/* Same contract as ckpt_crc32c_extend(), with the SSE4.2 crc32 instruction (three interleaved
+ * streams over large blocks). Only call it when ckpt_crc32c_hw() returns 1. */
+uint32_t ckpt__crc32c_hw_extend(uint32_t crc, const void *data, size_t len);
+/* The plain one-instruction-at-a-time SSE4.2 loop, kept as a reference for the tests. */
+uint32_t ckpt__crc32c_hw_single(uint32_t crc, const void *data, size_t len);
+#else
+#define CKPT__CRC32C_HAVE_HW 0
+#endif
+
+#pragma GCC visibility pop
+
+#endif

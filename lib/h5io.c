@@ -1,0 +1,325 @@
+#include "h5io.h"
+
+#include "mpickpt/slice.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
+static hid_t h5_f16 = H5I_INVALID_HID, h5_bf16 = H5I_INVALID_HID, h5_bool = H5I_INVALID_HID;
+
+/* Builds the library-owned types that HDF5 has no predefined constant for. h5py recognises the
+ * IEEE half layout as numpy float16 and an int8 enum {FALSE, TRUE} as numpy bool. */
+static void h5_init_once(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+
+    h5_f16 = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(h5_f16, 15, 10, 5, 0, 10);
+    H5Tset_size(h5_f16, 2);
+    H5Tset_ebias(h5_f16, 15);
+    H5Tlock(h5_f16);
+
+    h5_bf16 = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(h5_bf16, 15, 7, 8, 0, 7);
+    H5Tset_size(h5_bf16, 2);
+    H5Tset_ebias(h5_bf16, 127);
+    H5Tlock(h5_bf16);
+
+    h5_bool = H5Tenum_create(H5T_NATIVE_INT8);
+    int8_t f = 0, t = 1;
+    H5Tenum_insert(h5_bool, "FALSE", &f);
+    H5Tenum_insert(h5_bool, "TRUE", &t);
+    H5Tlock(h5_bool);
+}
+
+void ckpt__h5_init(void)
+{
+    pthread_once(&h5_once, h5_init_once);
+    /* Threads other than the first get HDF5's default per-thread stack settings only in thread-safe
+     * builds; this build is not thread-safe, so one global switch-off suffices. */
+}
+
+struct h5_walk {
+    char text[512];
+    int found;
+};
+
+static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    struct h5_walk *w = data;
+    (void)n;
+    if (!w->found && err && err->desc) {
+        snprintf(w->text, sizeof w->text, "%s (in %s)", err->desc,
+                 err->func_name ? err->func_name : "?");
+        w->found = 1;
+    }
+    return 0;
+}
+
+int ckpt__h5_error(int code, const char *fmt, ...)
+{
+    char ctx[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    struct h5_walk w = { "", 0 };
+    /* Upward from the innermost frame: the first description is where the failure happened. */
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, &w);
+    H5Eclear2(H5E_DEFAULT);
+    if (w.found)
+        return ckpt__error(code, "%s: HDF5: %s", ctx, w.text);
+    return ckpt__error(code, "%s", ctx);
+}
+
+static int is_plain(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.';
+}
+
+int ckpt__h5_dataset_path(char *out, size_t size, const char *name, const ckpt_slice *part)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t len = name ? strnlen(name, 4097) : 0;
+    if (len == 0)
+        return ckpt__error(CKPT_EINVAL, "tensor name is empty");
+    if (len > 4096)
+        return ckpt__error(CKPT_EINVAL, "tensor name is longer than 4096 bytes");
+    size_t pos = (size_t)snprintf(out, size, "%s/", CKPT__H5_GROUP);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (pos + 4 > size)
+            goto too_long;
+        if (is_plain(c) && !(i == 0 && c == '.')) {
+            out[pos++] = (char)c;
+        } else {
+            out[pos++] = '%';
+            out[pos++] = hex[c >> 4];
+            out[pos++] = hex[c & 15];
+        }
+    }
+    out[pos] = '\0';
+    for (int d = 0; part && d < part->ndims; d++) {
+        int n = snprintf(out + pos, size - pos, "%c%lld", d == 0 ? '#' : '_',
+                         (long long)part->start[d]);
+        if (n < 0 || (size_t)n >= size - pos)
+            goto too_long;
+        pos += (size_t)n;
+    }
+    return CKPT_OK;
+too_long:
+    return ckpt__error(CKPT_EINVAL, "dataset path for tensor '%.200s' does not fit %zu bytes", name,
+                       size);
+}
+
+hid_t ckpt__h5_file_type(ckpt_dtype dtype)
+{
+    ckpt__h5_init();
+    switch (dtype) {
+    case CKPT_FLOAT16: return h5_f16;
+    case CKPT_BFLOAT16: return h5_bf16;
+    case CKPT_FLOAT32: return H5T_IEEE_F32LE;
+    case CKPT_FLOAT64: return H5T_IEEE_F64LE;
+    case CKPT_INT8: return H5T_STD_I8LE;
+    case CKPT_INT16: return H5T_STD_I16LE;
+    case CKPT_INT32: return H5T_STD_I32LE;
+    case CKPT_INT64: return H5T_STD_I64LE;
+    case CKPT_UINT8: return H5T_STD_U8LE;
+    case CKPT_UINT16: return H5T_STD_U16LE;
+    case CKPT_UINT32: return H5T_STD_U32LE;
+    case CKPT_UINT64: return H5T_STD_U64LE;
+    case CKPT_BOOL: return h5_bool;
+    default: return H5I_INVALID_HID;
+    }
+}
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mpickpt stores little-endian data and currently supports little-endian hosts only"
+#endif
+
+hid_t ckpt__h5_mem_type(ckpt_dtype dtype)
+{
+    /* Little-endian hosts only (checked above): memory and file types coincide, so HDF5 copies
+     * bytes without converting them and the CRC-32C of the buffer is the CRC of the stored bytes. */
+    return ckpt__h5_file_type(dtype);
+}
+
+/* A dataspace of `n` dims (scalar when n == 0). */
+static hid_t make_space(int n, const int64_t *dims)
+{
+    if (n == 0)
+        return H5Screate(H5S_SCALAR);
+    hsize_t d[CKPT_MAX_DIMS];
+    for (int i = 0; i < n; i++)
+        d[i] = (hsize_t)dims[i];
+    return H5Screate_simple(n, d, NULL);
+}
+
+static int write_str_attr(hid_t obj, const char *key, const char *value)
+{
+    int rc = CKPT_OK;
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+    if (type < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 || H5Tset_cset(type, H5T_CSET_UTF8) < 0) {
+        rc = ckpt__h5_error(CKPT_EIO, "string type for attribute %s", key);
+        goto cleanup;
+    }
+    space = H5Screate(H5S_SCALAR);
+    attr = H5Acreate2(obj, key, type, space, H5P_DEFAULT, H5P_DEFAULT);
+    if (attr < 0 || H5Awrite(attr, type, &value) < 0)
+        rc = ckpt__h5_error(CKPT_EIO, "write attribute %s", key);
+cleanup:
+    if (attr >= 0)
+        H5Aclose(attr);
+    if (space >= 0)
+        H5Sclose(space);
+    if (type >= 0)
+        H5Tclose(type);
+    return rc;
+}
+
+int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
+                            ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held)
+{
+    int rc = CKPT_OK;
+    hid_t space = H5I_INVALID_HID, dset = H5I_INVALID_HID, lcpl = H5I_INVALID_HID;
+    char spec[1024];
+    *out = H5I_INVALID_HID;
+    ckpt__h5_init();
+
+    hid_t ftype = ckpt__h5_file_type(dtype);
+    if (ftype < 0)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name, (int)dtype);
+    if ((rc = ckpt_slice_spec_format(spec, sizeof spec, global, held)) != CKPT_OK) {
+        if (global->ndims != 0)
+            return rc;
+        spec[0] = '\0'; /* scalars have no TensorFlow slice spec */
+    }
+
+    space = make_space(held->ndims, held->count);
+    lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (space < 0 || lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) {
+        rc = ckpt__h5_error(CKPT_EIO, "dataspace for tensor '%s'", name);
+        goto cleanup;
+    }
+    /* Contiguous storage: one extent per dataset is what makes large writes stream at disk speed. */
+    dset = H5Dcreate2(file, path, ftype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    if (dset < 0) {
+        rc = ckpt__h5_error(CKPT_EIO, "create dataset %s for tensor '%s'", path, name);
+        goto cleanup;
+    }
+    if ((rc = write_str_attr(dset, "mpickpt.name", name)) != CKPT_OK ||
+        (rc = write_str_attr(dset, "mpickpt.dtype", ckpt_dtype_name(dtype))) != CKPT_OK ||
+        (rc = write_str_attr(dset, "mpickpt.slice", spec)) != CKPT_OK)
+        goto cleanup;
+    *out = dset;
+    dset = H5I_INVALID_HID;
+cleanup:
+    if (dset >= 0)
+        H5Dclose(dset);
+    if (lcpl >= 0)
+        H5Pclose(lcpl);
+    if (space >= 0)
+        H5Sclose(space);
+    return rc;
+}
+
+/* Selects `sel` in the dataset's file space and builds the matching memory space. An empty
+ * selection selects none in both (a valid participant in a collective transfer). */
+static int select_box(hid_t *fspace, hid_t *mspace, hid_t dset, const ckpt_slice *sel)
+{
+    int64_t n = 0;
+    *fspace = H5Dget_space(dset);
+    *mspace = H5I_INVALID_HID;
+    if (*fspace < 0)
+        return ckpt__h5_error(CKPT_EIO, "dataspace of dataset");
+    if (ckpt_slice_num_elements(&n, sel) != CKPT_OK)
+        return CKPT_EINVAL;
+    if (n == 0) {
+        hsize_t one = 1;
+        *mspace = H5Screate_simple(1, &one, NULL);
+        if (*mspace < 0 || H5Sselect_none(*mspace) < 0 || H5Sselect_none(*fspace) < 0)
+            return ckpt__h5_error(CKPT_EIO, "empty selection");
+        return CKPT_OK;
+    }
+    if (sel->ndims == 0) {
+        *mspace = H5Screate(H5S_SCALAR);
+        return *mspace < 0 ? ckpt__h5_error(CKPT_EIO, "scalar dataspace") : CKPT_OK;
+    }
+    hsize_t start[CKPT_MAX_DIMS], count[CKPT_MAX_DIMS];
+    for (int i = 0; i < sel->ndims; i++) {
+        start[i] = (hsize_t)sel->start[i];
+        count[i] = (hsize_t)sel->count[i];
+    }
+    if (H5Sselect_hyperslab(*fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+        return ckpt__h5_error(CKPT_EIO, "hyperslab selection");
+    *mspace = H5Screate_simple(sel->ndims, count, NULL);
+    return *mspace < 0 ? ckpt__h5_error(CKPT_EIO, "memory dataspace") : CKPT_OK;
+}
+
+int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const void *buf, hid_t dxpl)
+{
+    hid_t fspace, mspace;
+    int rc = select_box(&fspace, &mspace, dset, sel);
+    if (rc == CKPT_OK && H5Dwrite(dset, ckpt__h5_mem_type(dtype), mspace, fspace, dxpl, buf) < 0)
+        rc = ckpt__h5_error(CKPT_EIO, "H5Dwrite");
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (fspace >= 0)
+        H5Sclose(fspace);
+    return rc;
+}
+
+/* Checks that a dataset is what the index says it is before reading the box `sel` from it. */
+static int check_dataset(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel)
+{
+    int rc = CKPT_OK;
+    hid_t space = H5Dget_space(dset), type = H5Dget_type(dset);
+    if (space < 0 || type < 0) {
+        rc = ckpt__h5_error(CKPT_ECORRUPT, "cannot query dataset");
+        goto cleanup;
+    }
+    int nd = H5Sget_simple_extent_ndims(space);
+    hsize_t d[CKPT_MAX_DIMS];
+    if (nd != sel->ndims || nd < 0 || nd > CKPT_MAX_DIMS ||
+        H5Sget_simple_extent_dims(space, d, NULL) != nd) {
+        rc = ckpt__error(CKPT_ECORRUPT, "dataset has rank %d, index says %d", nd, sel->ndims);
+        goto cleanup;
+    }
+    for (int i = 0; i < nd; i++)
+        if ((hsize_t)sel->start[i] > d[i] || (hsize_t)sel->count[i] > d[i] - (hsize_t)sel->start[i]) {
+            rc = ckpt__error(CKPT_ECORRUPT,
+                             "dataset dim %d has extent %llu; the index puts the piece at %lld+%lld",
+                             i, (unsigned long long)d[i], (long long)sel->start[i],
+                             (long long)sel->count[i]);
+            goto cleanup;
+        }
+    if (H5Tequal(type, ckpt__h5_file_type(dtype)) <= 0)
+        rc = ckpt__error(CKPT_ECORRUPT, "dataset's HDF5 type is not the %s the index says",
+                         ckpt_dtype_name(dtype));
+cleanup:
+    if (type >= 0)
+        H5Tclose(type);
+    if (space >= 0)
+        H5Sclose(space);
+    H5Eclear2(H5E_DEFAULT);
+    return rc;
+}
+
+int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf, hid_t dxpl)
+{
+    int rc = check_dataset(dset, dtype, sel);
+    if (rc != CKPT_OK)
+        return rc;
+    hid_t fspace, mspace;
+    rc = select_box(&fspace, &mspace, dset, sel);
+    if (rc == CKPT_OK && H5Dread(dset, ckpt__h5_mem_type(dtype), mspace, fspace, dxpl, buf) < 0)
+        rc = ckpt__h5_error(CKPT_ECORRUPT, "H5Dread");
+    if (mspace >= 0)
+        H5Sclose(mspace);
+    if (fspace >= 0)
+        H5Sclose(fspace);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* Internal HDF5 helpers shared by the single-process writer/reader and the MPI saver.
+ * Every HDF5 call of the library goes through these or follows the same rules: HDF5's automatic
+ * error printing is off, failures are turned into CKPT_ status codes with HDF5's innermost message
+ * appended, and every hid_t is closed on one cleanup path. */
+#ifndef MPICKPT_H5IO_H
+#define MPICKPT_H5IO_H
+
+#include "internal.h"
+#include "mpickpt/checkpoint.h"
+
+#include <hdf5.h>
+
+#pragma GCC visibility push(default)
+
+/* Group under which every dataset lives. */
+#define CKPT__H5_GROUP "/tensors"
+
+/* Turns off HDF5's error printing for this process (idempotent, thread-safe enough: HDF5 calls are
+ * serialized by the caller). Called by every entry point before its first HDF5 call. */
+void ckpt__h5_init(void);
+
+/* Records `code` with the formatted context plus HDF5's innermost error message; returns code. */
+int ckpt__h5_error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+
+/*
+ * Maps a tensor name (any non-empty UTF-8 string) to a dataset path "/tensors/<escaped>[#<start>]":
+ * bytes outside [A-Za-z0-9_.-] are written %XX (so '/' cannot create groups or escape the group),
+ * and a leading '.' is escaped. A non-NULL `part` appends "#s0_s1_..." (its start coordinates), so
+ * several pieces of one tensor can share a file. CKPT_EINVAL when the name is empty, longer than
+ * 4096 bytes, or the path does not fit.
+ */
+int ckpt__h5_dataset_path(char *out, size_t size, const char *name, const ckpt_slice *part);
+
+/* File and memory HDF5 types of a dtype (little-endian file types; the caller closes neither:
+ * they are library-owned, created once). Returns H5I_INVALID_HID for an invalid dtype. */
+hid_t ckpt__h5_file_type(ckpt_dtype dtype);
+hid_t ckpt__h5_mem_type(ckpt_dtype dtype);
+
+/* Creates a contiguous dataset of `dims` (a scalar when ndims == 0) at `path` in `file`, with string
+ * attributes mpickpt.name, mpickpt.dtype and mpickpt.slice (the TF slice spec of what the dataset
+ * holds in the global tensor). Collective when `file` was opened with the MPI-IO driver. */
+int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
+                            ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held);
+
+/* Writes `buf` (dense, row-major) into the box `sel` of dataset `dset` (whose extent is `dims`).
+ * `sel` may hold zero elements (an empty selection, for ranks that join a collective with nothing
+ * to write); `dxpl` may be H5P_DEFAULT. */
+int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const void *buf, hid_t dxpl);
+
+/* Reads the box `sel` of `dset` into `buf`. Checks first that the dataset's rank and HDF5 type are
+ * what the index says and that the box lies inside its extent (CKPT_ECORRUPT otherwise). */
+int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf, hid_t dxpl);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,589 @@
+#include "index.h"
+
+#include "fsutil.h"
+#include "mpickpt/checkpoint.h"
+#include "mpickpt/crc32c.h"
+#include "mpickpt/dtype.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *ckpt_kind_name(ckpt_kind kind)
+{
+    switch (kind) {
+    case CKPT_KIND_FULL: return "full";
+    case CKPT_KIND_PARTITIONED: return "partitioned";
+    case CKPT_KIND_REPLICATED: return "replicated";
+    case CKPT_KIND_COMPONENT: return "component";
+    case CKPT_KIND_BLOB: return "blob";
+    default: return "unknown";
+    }
+}
+
+const char *ckpt_layout_name(ckpt_layout layout)
+{
+    switch (layout) {
+    case CKPT_LAYOUT_SHARED: return "shared";
+    case CKPT_LAYOUT_PER_RANK: return "per-rank";
+    default: return "unknown";
+    }
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+int ckpt__container_pack(uint8_t **out, size_t *len, const char magic[8],
+                         const ProtobufCMessage *msg)
+{
+    size_t plen = protobuf_c_message_get_packed_size(msg);
+    size_t total = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
+    uint8_t *buf = malloc(total);
+    if (!buf)
+        return ckpt__error(CKPT_ENOMEM, "cannot allocate %zu bytes for an index", total);
+    memcpy(buf, magic, 8);
+    put32(buf + 8, CKPT_FORMAT_VERSION);
+    put32(buf + 12, 0);
+    put64(buf + 16, plen);
+    protobuf_c_message_pack(msg, buf + CKPT__CONTAINER_HEAD);
+    put32(buf + CKPT__CONTAINER_HEAD + plen, ckpt_crc32c(buf, CKPT__CONTAINER_HEAD + plen));
+    *out = buf;
+    *len = total;
+    return CKPT_OK;
+}
+
+int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *buf, size_t len,
+                         const char magic[8], const char *path)
+{
+    if (len < CKPT__CONTAINER_HEAD + CKPT__CONTAINER_TAIL || memcmp(buf, magic, 8) != 0)
+        return ckpt__error(CKPT_ECORRUPT, "%s: not an mpickpt %s file (bad magic or %zu bytes)",
+                           path, magic[5] == 'X' ? "index" : "state", len);
+    uint32_t version = get32(buf + 8);
+    if (version > CKPT_FORMAT_VERSION)
+        return ckpt__error(CKPT_EVERSION,
+                           "%s: written by format version %u; this mpickpt (%s) reads up to %d",
+                           path, version, ckpt_version(), CKPT_FORMAT_VERSION);
+    if (version == 0)
+        return ckpt__error(CKPT_ECORRUPT, "%s: format version 0 is invalid", path);
+    uint64_t n = get64(buf + 16);
+    if (n != len - CKPT__CONTAINER_HEAD - CKPT__CONTAINER_TAIL)
+        return ckpt__error(CKPT_ECORRUPT,
+                           "%s: truncated or padded: header says %llu payload bytes, file has %zu",
+                           path, (unsigned long long)n,
+                           len - CKPT__CONTAINER_HEAD - CKPT__CONTAINER_TAIL);
+    uint32_t want = get32(buf + len - CKPT__CONTAINER_TAIL);
+    uint32_t got = ckpt_crc32c(buf, len - CKPT__CONTAINER_TAIL);
+    if (want != got)
+        return ckpt__error(CKPT_ECORRUPT, "%s: checksum mismatch (stored %08x, computed %08x)", path,
+                           want, got);
+    *payload = buf + CKPT__CONTAINER_HEAD;
+    *plen = (size_t)n;
+    return CKPT_OK;
+}
+
+int ckpt__safe_filename(const char *name)
+{
+    size_t n = name ? strnlen(name, 256) : 0;
+    return n > 0 && n <= 255 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+}
+
+static int fill_slice(ckpt_slice *out, size_t n1, const int64_t *a, size_t n2, const int64_t *b,
+                      int nd)
+{
+    if ((int)n1 != nd || (int)n2 != nd || nd > CKPT_MAX_DIMS)
+        return ckpt__error(CKPT_ECORRUPT, "piece has %zu/%zu coordinates for a rank-%d tensor", n1,
+                           n2, nd);
+    out->ndims = nd;
+    for (int i = 0; i < nd; i++) {
+        out->start[i] = a[i];
+        out->count[i] = b[i];
+    }
+    return CKPT_OK;
+}
+
+int ckpt__piece_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd)
+{
+    return fill_slice(out, p->n_start, p->start, p->n_count, p->count, nd);
+}
+
+int ckpt__piece_dataset_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd)
+{
+    return fill_slice(out, p->n_dataset_start, p->dataset_start, p->n_count, p->count, nd);
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+struct vpiece {
+    const Mpickpt__Piece *p;
+    ckpt_slice s;
+};
+
+static int cmp_vpiece(const void *a, const void *b)
+{
+    const struct vpiece *x = a, *y = b;
+    for (int i = 0; i < x->s.ndims; i++) {
+        if (x->s.start[i] != y->s.start[i])
+            return x->s.start[i] < y->s.start[i] ? -1 : 1;
+    }
+    for (int i = 0; i < x->s.ndims; i++) {
+        if (x->s.count[i] != y->s.count[i])
+            return x->s.count[i] < y->s.count[i] ? -1 : 1;
+    }
+    return (x->p->rank > y->p->rank) - (x->p->rank < y->p->rank);
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void fmt_slice(char *buf, size_t n, const ckpt_shape *sh, const ckpt_slice *s)
+{
+    if (sh->ndims == 0 || ckpt_slice_spec_format(buf, n, sh, s) != CKPT_OK)
+        snprintf(buf, n, "%s", sh->ndims == 0 ? "(scalar)" : "(slice)");
+}
+
+/* Validates one tensor; `pieces` is scratch space for at least t->n_pieces entries. */
+static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, const char *const *files,
+                           size_t nfiles, struct vpiece *pieces, int bad, const char *what)
+{
+    const char *name = t->name ? t->name : "";
+    size_t nlen = strnlen(name, 4097);
+    if (nlen == 0 || nlen > 4096)
+        return ckpt__error(bad, "%s: tensor with an empty or over-long name", what);
+    if (!ckpt_dtype_valid(t->dtype))
+        return ckpt__error(bad, "%s: tensor '%s' has invalid dtype %d", what, name, (int)t->dtype);
+    if ((int)t->kind < (int)CKPT_KIND_FULL || (int)t->kind > (int)CKPT_KIND_BLOB)
+        return ckpt__error(bad, "%s: tensor '%s' has invalid kind %d", what, name, (int)t->kind);
+    ckpt_shape shape;
+    int64_t total;
+    if (t->n_shape > CKPT_MAX_DIMS || ckpt_shape_init(&shape, (int)t->n_shape, t->shape) != CKPT_OK ||
+        ckpt_shape_num_elements(&total, &shape) != CKPT_OK)
+        return ckpt__error(bad, "%s: tensor '%s' has an invalid shape (%zu dims)", what, name,
+                           t->n_shape);
+    size_t esize = ckpt_dtype_size((ckpt_dtype)t->dtype);
+    if (t->n_pieces == 0)
+        return ckpt__error(bad, "%s: tensor '%s' has no stored piece", what, name);
+
+    int64_t covered = 0;
+    for (size_t j = 0; j < t->n_pieces; j++) {
+        const Mpickpt__Piece *p = t->pieces[j];
+        struct vpiece *v = &pieces[j];
+        ckpt_slice ds;
+        int64_t n;
+        char sl[256];
+        v->p = p;
+        if (ckpt__piece_slice(&v->s, p, shape.ndims) != CKPT_OK ||
+            ckpt__piece_dataset_slice(&ds, p, shape.ndims) != CKPT_OK)
+            return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu", what, name, j);
+        if (ckpt_slice_validate(&v->s, &shape) != CKPT_OK)
+            return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu (rank %d) lies outside the shape",
+                                    what, name, j, p->rank);
+        for (int d = 0; d < ds.ndims; d++)
+            if (ds.start[d] < 0 || ds.start[d] > INT64_MAX - ds.count[d])
+                return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset offset", what, name,
+                                   j);
+        if (p->rank < 0 || p->rank >= world)
+            return ckpt__error(bad, "%s: tensor '%s' piece %zu: rank %d outside world size %d",
+                               what, name, j, p->rank, world);
+        if (!p->file || !bsearch(&p->file, files, nfiles, sizeof *files, cmp_str_ptr))
+            return ckpt__error(bad, "%s: tensor '%s' piece %zu names data file '%s' not listed in "
+                                    "the index",
+                               what, name, j, p->file ? p->file : "");
+        if (!p->dataset || strncmp(p->dataset, "/tensors/", 9) != 0 || strstr(p->dataset, "/.."))
+            return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset path", what, name, j);
+        ckpt_slice_num_elements(&n, &v->s);
+        if (p->bytes != (uint64_t)n * esize) {
+            fmt_slice(sl, sizeof sl, &shape, &v->s);
+            return ckpt__error(bad, "%s: tensor '%s' piece %s: %llu bytes recorded, %llu expected",
+                               what, name, sl, (unsigned long long)p->bytes,
+                               (unsigned long long)((uint64_t)n * esize));
+        }
+        if (__builtin_add_overflow(covered, n, &covered))
+            return ckpt__error(bad, "%s: tensor '%s': element count overflows", what, name);
+    }
+
+    /* Sorted by start, duplicates are neighbours; an overlap can only involve pieces whose ranges
+     * along dim 0 intersect, so the inner scan stops at the first piece starting past our end. */
+    qsort(pieces, t->n_pieces, sizeof *pieces, cmp_vpiece);
+    for (size_t a = 0; a < t->n_pieces; a++) {
+        int64_t end0 = shape.ndims ? pieces[a].s.start[0] + pieces[a].s.count[0] : 1;
+        for (size_t b = a + 1; b < t->n_pieces; b++) {
+            ckpt_slice x;
+            int same = ckpt_slice_equal(&pieces[a].s, &pieces[b].s); /* neighbours when equal */
+            if (!same && shape.ndims && pieces[b].s.start[0] >= end0)
+                break;
+            if (same || ckpt_slice_intersect(&x, &pieces[a].s, &pieces[b].s) == 1) {
+                char sa[256], sb[256];
+                fmt_slice(sa, sizeof sa, &shape, &pieces[a].s);
+                fmt_slice(sb, sizeof sb, &shape, &pieces[b].s);
+                if (same)
+                    return ckpt__error(bad, "%s: tensor '%s': duplicate slice %s saved by rank %d "
+                                            "and rank %d",
+                                       what, name, sa, pieces[a].p->rank, pieces[b].p->rank);
+                return ckpt__error(bad, "%s: tensor '%s': slice %s (rank %d) overlaps slice %s "
+                                        "(rank %d)",
+                                   what, name, sa, pieces[a].p->rank, sb, pieces[b].p->rank);
+            }
+        }
+    }
+    if (covered != total)
+        return ckpt__error(bad, "%s: tensor '%s': stored pieces cover %lld of %lld elements (gap)",
+                           what, name, (long long)covered, (long long)total);
+    return CKPT_OK;
+}
+
+int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
+{
+    const Mpickpt__Header *h = idx->header;
+    if (!h)
+        return ckpt__error(bad, "%s: index has no header", what);
+    if (h->format_version > CKPT_FORMAT_VERSION)
+        return ckpt__error(CKPT_EVERSION, "%s: index of format version %u; this mpickpt reads up to %d",
+                           what, h->format_version, CKPT_FORMAT_VERSION);
+    if (h->format_version == 0)
+        return ckpt__error(bad, "%s: index has format version 0", what);
+    if (h->endianness != MPICKPT__ENDIANNESS__LITTLE)
+        return ckpt__error(bad, "%s: big-endian checkpoints are not supported", what);
+    if (h->world_size < 1)
+        return ckpt__error(bad, "%s: world size %d", what, h->world_size);
+    if (h->layout != MPICKPT__LAYOUT__LAYOUT_SHARED && h->layout != MPICKPT__LAYOUT__LAYOUT_PER_RANK)
+        return ckpt__error(bad, "%s: unknown layout %d", what, (int)h->layout);
+
+    int rc = CKPT_OK;
+    const char **files = malloc((idx->n_files + 1) * sizeof *files);
+    size_t maxp = 1;
+    for (size_t i = 0; i < idx->n_tensors; i++)
+        if (idx->tensors[i]->n_pieces > maxp)
+            maxp = idx->tensors[i]->n_pieces;
+    struct vpiece *scratch = malloc(maxp * sizeof *scratch);
+    if (!files || !scratch) {
+        rc = ckpt__error(CKPT_ENOMEM, "%s: out of memory validating the index", what);
+        goto done;
+    }
+    for (size_t i = 0; i < idx->n_files; i++) {
+        files[i] = idx->files[i]->name;
+        if (!ckpt__safe_filename(files[i])) {
+            rc = ckpt__error(bad, "%s: unsafe data file name '%.300s'", what,
+                             files[i] ? files[i] : "");
+            goto done;
+        }
+    }
+    qsort(files, idx->n_files, sizeof *files, cmp_str_ptr);
+    for (size_t i = 1; i < idx->n_files; i++)
+        if (strcmp(files[i - 1], files[i]) == 0) {
+            rc = ckpt__error(bad, "%s: data file '%s' listed twice", what, files[i]);
+            goto done;
+        }
+    for (size_t i = 0; i < idx->n_tensors; i++) {
+        const Mpickpt__Tensor *t = idx->tensors[i];
+        if (i > 0 && strcmp(idx->tensors[i - 1]->name, t->name) >= 0) {
+            rc = ckpt__error(bad, "%s: tensors not sorted or '%s' listed twice", what, t->name);
+            goto done;
+        }
+        rc = validate_tensor(t, h->world_size, files, idx->n_files, scratch, bad, what);
+        if (rc != CKPT_OK)
+            goto done;
+    }
+done:
+    free(files);
+    free(scratch);
+    return rc;
+}
+
+/* ---- load / store ---------------------------------------------------------------------------- */
+
+int ckpt__index_load(Mpickpt__Index **out, const char *path)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    const uint8_t *payload;
+    size_t plen;
+    *out = NULL;
+    int rc = ckpt__read_file(&buf, &len, path, CKPT__MAX_INDEX_BYTES);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX, path);
+    if (rc == CKPT_OK) {
+        Mpickpt__Index *idx = mpickpt__index__unpack(NULL, plen, payload);
+        if (!idx)
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: the index does not parse", path);
+        else if ((rc = ckpt__index_validate(idx, CKPT_ECORRUPT, path)) != CKPT_OK)
+            mpickpt__index__free_unpacked(idx, NULL);
+        else
+            *out = idx;
+    }
+    free(buf);
+    return rc;
+}
+
+int ckpt__index_store(const Mpickpt__Index *idx, const char *path)
+{
+    int rc = ckpt__index_validate(idx, CKPT_EMISMATCH, path);
+    if (rc != CKPT_OK)
+        return rc;
+    uint8_t *buf;
+    size_t len;
+    if ((rc = ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &idx->base)) != CKPT_OK)
+        return rc;
+    rc = ckpt__write_file_atomic(path, buf, len);
+    free(buf);
+    return rc;
+}
+
+/* ---- merge ------------------------------------------------------------------------------------ */
+
+struct mentry {
+    const Mpickpt__Tensor *t;
+    int32_t rank;
+    size_t order; /* position, for a stable sort */
+};
+
+static int cmp_mentry(const void *a, const void *b)
+{
+    const struct mentry *x = a, *y = b;
+    int c = strcmp(x->t->name, y->t->name);
+    if (c)
+        return c;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
+void ckpt__index_merged_free(Mpickpt__Index *idx)
+{
+    if (!idx)
+        return;
+    for (size_t i = 0; i < idx->n_tensors; i++) {
+        if (idx->tensors[i]) {
+            free(idx->tensors[i]->pieces);
+            free(idx->tensors[i]);
+        }
+    }
+    free(idx->tensors);
+    free(idx->files);
+    idx->tensors = NULL;
+    idx->files = NULL;
+    idx->n_tensors = idx->n_files = 0;
+}
+
+int ckpt__index_merge(Mpickpt__Index *out, Mpickpt__Fragment *const *frags, size_t n)
+{
+    size_t nt = 0, nf = 0;
+    int rc = CKPT_OK;
+    for (size_t f = 0; f < n; f++) {
+        nt += frags[f]->n_tensors;
+        nf += frags[f]->n_files;
+    }
+    struct mentry *all = malloc((nt ? nt : 1) * sizeof *all);
+    out->files = malloc((nf ? nf : 1) * sizeof *out->files);
+    out->tensors = calloc(nt ? nt : 1, sizeof *out->tensors);
+    out->n_tensors = out->n_files = 0;
+    if (!all || !out->files || !out->tensors) {
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory merging %zu tensors", nt);
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t f = 0; f < n; f++) {
+        for (size_t i = 0; i < frags[f]->n_tensors; i++) {
+            const Mpickpt__Tensor *t = frags[f]->tensors[i];
+            if (!t->name || !t->name[0]) {
+                rc = ckpt__error(CKPT_EINVAL, "rank %d registered a tensor with an empty name",
+                                 frags[f]->rank);
+                goto done;
+            }
+            all[k].t = t;
+            all[k].rank = frags[f]->rank;
+            all[k].order = k;
+            k++;
+        }
+        for (size_t i = 0; i < frags[f]->n_files; i++)
+            out->files[out->n_files++] = frags[f]->files[i];
+    }
+    qsort(all, nt, sizeof *all, cmp_mentry);
+
+    for (size_t a = 0; a < nt;) {
+        size_t b = a, np = 0;
+        const Mpickpt__Tensor *t0 = all[a].t;
+        for (; b < nt && strcmp(all[b].t->name, t0->name) == 0; b++) {
+            const Mpickpt__Tensor *t = all[b].t;
+            int same_shape = t->n_shape == t0->n_shape &&
+                             (t->n_shape == 0 ||
+                              memcmp(t->shape, t0->shape, t->n_shape * sizeof *t->shape) == 0);
+            if (t->dtype != t0->dtype || !same_shape || t->kind != t0->kind) {
+                rc = ckpt__error(CKPT_EMISMATCH,
+                                 "tensor '%s': rank %d registered %s/%zu-d/%s but rank %d "
+                                 "registered %s/%zu-d/%s",
+                                 t0->name, all[a].rank, ckpt_dtype_name((ckpt_dtype)t0->dtype),
+                                 t0->n_shape, ckpt_kind_name((ckpt_kind)t0->kind), all[b].rank,
+                                 ckpt_dtype_name((ckpt_dtype)t->dtype), t->n_shape,
+                                 ckpt_kind_name((ckpt_kind)t->kind));
+                goto done;
+            }
+            np += t->n_pieces;
+        }
+        Mpickpt__Tensor *m = malloc(sizeof *m);
+        Mpickpt__Piece **pieces = malloc((np ? np : 1) * sizeof *pieces);
+        if (!m || !pieces) {
+            free(m);
+            free(pieces);
+            rc = ckpt__error(CKPT_ENOMEM, "out of memory merging tensor '%s'", t0->name);
+            goto done;
+        }
+        *m = *t0; /* borrows name and shape */
+        m->pieces = pieces;
+        m->n_pieces = 0;
+        for (size_t c = a; c < b; c++)
+            for (size_t j = 0; j < all[c].t->n_pieces; j++)
+                m->pieces[m->n_pieces++] = all[c].t->pieces[j];
+        out->tensors[out->n_tensors++] = m;
+        a = b;
+    }
+    rc = ckpt__index_validate(out, CKPT_EMISMATCH, "merge");
+done:
+    free(all);
+    return rc;
+}
+
+/* ---- fragments built by a writer ------------------------------------------------------------- */
+
+static char *dupstr(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+static int64_t *dup64(const int64_t *v, int n)
+{
+    int64_t *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    if (d && n)
+        memcpy(d, v, (size_t)n * sizeof *d);
+    return d;
+}
+
+static void free_built_piece(Mpickpt__Piece *p)
+{
+    if (!p)
+        return;
+    free(p->start);
+    free(p->count);
+    free(p->dataset_start);
+    free(p->file);
+    free(p->dataset);
+    free(p);
+}
+
+static void free_built_tensor(Mpickpt__Tensor *t)
+{
+    if (!t)
+        return;
+    for (size_t j = 0; j < t->n_pieces; j++)
+        free_built_piece(t->pieces[j]);
+    free(t->pieces);
+    free(t->name);
+    free(t->shape);
+    free(t);
+}
+
+int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dtype,
+                       const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
+                       const char *file, const char *dataset, const ckpt_slice *dataset_slice,
+                       uint64_t bytes, uint32_t crc)
+{
+    if (f->n_tensors == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        Mpickpt__Tensor **nt = realloc(f->tensors, ncap * sizeof *nt);
+        if (!nt)
+            return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+        f->tensors = nt;
+        *cap = ncap;
+    }
+    Mpickpt__Tensor *t = calloc(1, sizeof *t);
+    Mpickpt__Piece *p = calloc(1, sizeof *p);
+    Mpickpt__Piece **pp = malloc(sizeof *pp);
+    if (!t || !p || !pp)
+        goto nomem;
+    mpickpt__tensor__init(t);
+    mpickpt__piece__init(p);
+    t->pieces = pp;
+    t->pieces[0] = p;
+    t->n_pieces = 1;
+    t->name = dupstr(name);
+    t->dtype = (Mpickpt__DType)dtype;
+    t->kind = (Mpickpt__Kind)kind;
+    t->n_shape = (size_t)shape->ndims;
+    t->shape = dup64(shape->dims, shape->ndims);
+    p->n_start = p->n_count = p->n_dataset_start = (size_t)slice->ndims;
+    p->start = dup64(slice->start, slice->ndims);
+    p->count = dup64(slice->count, slice->ndims);
+    p->dataset_start = dup64(dataset_slice->start, slice->ndims);
+    p->file = dupstr(file);
+    p->dataset = dupstr(dataset);
+    p->bytes = bytes;
+    p->crc32c = crc;
+    p->rank = f->rank;
+    if (!t->name || !t->shape || !p->start || !p->count || !p->dataset_start || !p->file ||
+        !p->dataset) {
+        free_built_tensor(t);
+        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+    }
+    f->tensors[f->n_tensors++] = t;
+    return CKPT_OK;
+nomem:
+    free(t);
+    free(p);
+    free(pp);
+    return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+}
+
+int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes)
+{
+    Mpickpt__DataFile **nf = realloc(f->files, (f->n_files + 1) * sizeof *nf);
+    if (!nf)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    f->files = nf;
+    Mpickpt__DataFile *d = malloc(sizeof *d);
+    char *n = dupstr(name);
+    if (!d || !n) {
+        free(d);
+        free(n);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    mpickpt__data_file__init(d);
+    d->name = n;
+    d->bytes = bytes;
+    f->files[f->n_files++] = d;
+    return CKPT_OK;
+}
+
+void ckpt__fragment_free_built(Mpickpt__Fragment *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        free_built_tensor(f->tensors[i]);
+    for (size_t i = 0; i < f->n_files; i++) {
+        free(f->files[i]->name);
+        free(f->files[i]);
+    }
+    free(f->tensors);
+    free(f->files);
+    mpickpt__fragment__init(f);
+}

@@ -1,0 +1,77 @@
+/* Internal: the on-disk container, and building, merging and validating the index. */
+#ifndef MPICKPT_INDEX_H
+#define MPICKPT_INDEX_H
+
+#include "internal.h"
+#include "mpickpt.pb-c.h"
+#include "mpickpt/checkpoint.h"
+#include "mpickpt/slice.h"
+
+#include <stdint.h>
+
+#pragma GCC visibility push(default)
+
+/* Container: magic[8] | u32 LE format version | u32 LE flags (0) | u64 LE payload length |
+ * payload (protobuf) | u32 LE CRC-32C of everything before it. See docs/format.md. */
+#define CKPT__MAGIC_INDEX "MPCKIDX\x01"
+#define CKPT__MAGIC_STATE "MPCKSTA\x01"
+#define CKPT__CONTAINER_HEAD 24u
+#define CKPT__CONTAINER_TAIL 4u
+/* Upper bound on an index or state file we agree to load (a sanity limit, not a format one). */
+#define CKPT__MAX_INDEX_BYTES ((size_t)1 << 32)
+
+/* Packs `msg` into a malloc'd container. */
+int ckpt__container_pack(uint8_t **out, size_t *len, const char magic[8],
+                         const ProtobufCMessage *msg);
+
+/* Checks a container (magic, version, length, CRC) and points *payload into `buf`.
+ * CKPT_EVERSION for a newer format version; CKPT_ECORRUPT otherwise; messages name `path`. */
+int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *buf, size_t len,
+                         const char magic[8], const char *path);
+
+/* Reads, checks, unpacks and validates an index file. Free with mpickpt__index__free_unpacked. */
+int ckpt__index_load(Mpickpt__Index **out, const char *path);
+
+/* Validates and writes an index durably (temp name, fsync, rename, fsync dir). */
+int ckpt__index_store(const Mpickpt__Index *idx, const char *path);
+
+/*
+ * Validates an index: header (version, world size, layout), files (safe names, unique), tensors
+ * (sorted and unique names, dtype, shape, kind) and pieces (slice inside the shape, owning rank,
+ * file listed, dataset path, byte count; no duplicate or overlapping slices; pieces cover the whole
+ * tensor). Problems are reported with `bad` (CKPT_ECORRUPT for a file read from disk,
+ * CKPT_EMISMATCH for a merge of what ranks registered), naming the tensor and the ranks involved.
+ */
+int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
+
+/*
+ * Merges per-rank fragments into `out` (whose header the caller sets): tensors of the same name are
+ * combined (dtype, shape and kind must agree: CKPT_EMISMATCH naming both ranks), sorted by name,
+ * and files concatenated; then the result is validated with CKPT_EMISMATCH. `out` borrows the
+ * fragments' names, pieces and files: free it with ckpt__index_merged_free() before the fragments.
+ */
+int ckpt__index_merge(Mpickpt__Index *out, Mpickpt__Fragment *const *frags, size_t n);
+void ckpt__index_merged_free(Mpickpt__Index *idx);
+
+/* 1 when `name` is a plain file name (no '/', not "." or "..", 1..255 bytes). */
+int ckpt__safe_filename(const char *name);
+
+/* Fills a slice from a piece's (start, count) arrays; CKPT_ECORRUPT when lengths differ from nd. */
+int ckpt__piece_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
+int ckpt__piece_dataset_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
+
+/*
+ * Fragments built in memory by a writer (one rank's view): ckpt__fragment_add() appends a tensor
+ * entry holding one piece (copies every string and array); `cap` is the caller's capacity counter
+ * (start at 0). Free with ckpt__fragment_free_built(), never with protobuf-c's free_unpacked.
+ */
+int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dtype,
+                       const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
+                       const char *file, const char *dataset, const ckpt_slice *dataset_slice,
+                       uint64_t bytes, uint32_t crc);
+int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
+void ckpt__fragment_free_built(Mpickpt__Fragment *f);
+
+#pragma GCC visibility pop
+
+#endif

@@ -226,7 +226,8 @@ struct ckpt_reader {
     hid_t *files; /* opened lazily, parallel to idx->files */
 };
 
-int ckpt_reader_open(ckpt_reader **out, const char *prefix)
+/* Opens the index; with check_files, also checks that every data file exists with its size. */
+static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
 {
     *out = NULL;
     ckpt_reader *r = calloc(1, sizeof *r);
@@ -247,8 +248,9 @@ int ckpt_reader_open(ckpt_reader **out, const char *prefix)
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < r->idx->n_files; i++) {
+    for (size_t i = 0; i < r->idx->n_files; i++)
         r->files[i] = H5I_INVALID_HID;
+    for (size_t i = 0; check_files && i < r->idx->n_files; i++) {
         char path[8400];
         uint64_t size = 0;
         const Mpickpt__DataFile *f = r->idx->files[i];
@@ -280,6 +282,16 @@ int ckpt_reader_open(ckpt_reader **out, const char *prefix)
 fail:
     ckpt_reader_free(r);
     return rc;
+}
+
+int ckpt_reader_open(ckpt_reader **out, const char *prefix)
+{
+    return reader_open(out, prefix, 1);
+}
+
+int ckpt_reader_open_index(ckpt_reader **out, const char *prefix)
+{
+    return reader_open(out, prefix, 0);
 }
 
 const ckpt_header *ckpt_reader_header(const ckpt_reader *r)

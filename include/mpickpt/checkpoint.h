@@ -136,6 +136,12 @@ typedef struct ckpt_reader ckpt_reader;
  */
 CKPT_EXTERN int ckpt_reader_open(ckpt_reader **out, const char *prefix);
 
+/**
+ * Like ckpt_reader_open() but checks only the index (container, parse, validation), not the data
+ * files: for looking at a damaged checkpoint (`mpickpt inspect`). Reads still check every piece.
+ */
+CKPT_EXTERN int ckpt_reader_open_index(ckpt_reader **out, const char *prefix);
+
 /** The index header. Valid while the reader lives. */
 CKPT_EXTERN const ckpt_header *ckpt_reader_header(const ckpt_reader *r);
 
@@ -148,7 +154,8 @@ CKPT_EXTERN int ckpt_reader_tensor(ckpt_tensor_info *out, const ckpt_reader *r, 
 /** Looks up a tensor by name; CKPT_ENOTFOUND when absent. */
 CKPT_EXTERN int ckpt_reader_find(size_t *index, const ckpt_reader *r, const char *name);
 
-/** Piece @p j of tensor @p i. CKPT_EINVAL when out of range. */
+/** Piece @p j of tensor @p i, in the order the writer(s) added them (not sorted by start); the
+ * dataset_slice has the same counts as the slice. CKPT_EINVAL when out of range. */
 CKPT_EXTERN int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size_t j);
 
 /**

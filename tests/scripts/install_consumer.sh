@@ -11,7 +11,7 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in include/mpickpt.h include/mpickpt/common.h lib/cmake/mpickpt/mpickptConfig.cmake \
-         lib/pkgconfig/mpickpt.pc; do
+         lib/pkgconfig/mpickpt.pc bin/mpickpt; do
   found=$(ls -d "$prefix"/$f "$prefix"/lib/*/${f#lib/} 2>/dev/null | head -1 || true)
   [ -n "$found" ] || { echo "install is missing $f"; ls -R "$prefix"; exit 1; }
 done
@@ -31,4 +31,6 @@ export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cc -std=c11 $san -o "$work/consumer-pc" "$src/tests/consumer/consumer.c" \
    $(pkg-config --cflags --libs mpickpt) -Wl,-rpath,"$(pkg-config --variable=libdir mpickpt)"
 mpirun -np 2 "$work/consumer-pc"
+# The installed CLI runs from the prefix (finds its library through its RPATH).
+"$prefix/bin/mpickpt" --version
 echo "install_consumer: ok"

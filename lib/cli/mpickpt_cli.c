@@ -1,0 +1,954 @@
+/* mpickpt: read-only command-line tool for mpickpt checkpoints (inspect, verify, dump).
+ *
+ * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
+ * reader. Exit codes: 0 success, 1 bad or missing data (any library error), 2 usage.
+ *
+ * Adding a command: write `static int cmd_NAME(const cli_command *cmd, int argc, char **argv)`,
+ * declare it next to the others and add one row to `commands[]`. Parse options with cli_parse(),
+ * report library errors with cli_lib_error() and usage errors with cli_usage_error(). */
+#include "json.h"
+
+#include "mpickpt/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
+
+typedef struct cli_command cli_command;
+
+struct cli_command {
+    const char *name;
+    const char *synopsis; /* arguments after the command name, for usage lines */
+    const char *summary;  /* one line for `mpickpt help` */
+    const char *details;  /* further lines for `mpickpt help NAME`, or NULL */
+    /* argv[0] is the command name; returns the exit code. */
+    int (*run)(const cli_command *cmd, int argc, char **argv);
+};
+
+/* One option of a command: a flag (value == NULL) or an option taking an argument. */
+typedef struct cli_option {
+    const char *name; /* "--json" */
+    int *flag;        /* set to 1 when the flag is given */
+    const char **value;
+} cli_option;
+
+static int cmd_inspect(const cli_command *cmd, int argc, char **argv);
+static int cmd_verify(const cli_command *cmd, int argc, char **argv);
+static int cmd_dump(const cli_command *cmd, int argc, char **argv);
+static int cmd_help(const cli_command *cmd, int argc, char **argv);
+static int cmd_version(const cli_command *cmd, int argc, char **argv);
+
+static const cli_command commands[] = {
+    {"inspect", "[--json] PREFIX", "show a checkpoint's header, tensors and pieces",
+     "  --json   print one JSON document: the header, then every tensor with its pieces\n"
+     "           (slice, writing rank, data file, HDF5 dataset, bytes, CRC-32C)\n",
+     cmd_inspect},
+    {"verify", "PREFIX|DIR...", "re-read every piece and check sizes and CRC-32C checksums",
+     "  A DIR verifies every checkpoint (*.index) directly in it and in DIR/chief/.\n"
+     "  Bad pieces are listed on stderr; one ok/BAD line per checkpoint goes to stdout.\n"
+     "  Exits 0 only when every checkpoint is good (an empty DIR is an error).\n",
+     cmd_verify},
+    {"dump", "[--json] [--slice SPEC] PREFIX NAME", "print the values of one tensor",
+     "  --slice SPEC  only a sub-block: extents \"0,2:-\" (start,length or - per dimension)\n"
+     "                or a full TensorFlow slice spec \"4 10 0,2:-\" (shape must match)\n"
+     "  --json        {\"name\",\"dtype\",\"shape\",\"values\"} with values flattened row-major;\n"
+     "                NaN and infinities as the strings \"NaN\", \"Infinity\", \"-Infinity\"\n",
+     cmd_dump},
+    {"help", "[COMMAND]", "show this help, or a command's", NULL, cmd_help},
+    {"version", "", "print the library version (also: --version)", NULL, cmd_version},
+};
+
+#define NUM_COMMANDS (sizeof commands / sizeof commands[0])
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared helpers                                                                             */
+
+static void print_usage_line(FILE *out, const cli_command *cmd)
+{
+    fprintf(out, "usage: mpickpt %s%s%s\n", cmd->name, cmd->synopsis[0] ? " " : "",
+            cmd->synopsis);
+}
+
+/* Prints "mpickpt: CMD: MESSAGE" and the command's usage on stderr; returns EXIT_USAGE. */
+static int cli_usage_error(const cli_command *cmd, const char *fmt, ...) CKPT_PRINTF(2, 3);
+static int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "mpickpt: %s: ", cmd->name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    print_usage_line(stderr, cmd);
+    return EXIT_USAGE;
+}
+
+/* Prints the library's last error as "mpickpt: CMD: MESSAGE" (the message names the path and
+ * cause); falls back to the status description when the library recorded none. Returns
+ * EXIT_BAD. */
+static int cli_lib_error(const cli_command *cmd, int rc)
+{
+    const ckpt_error *e = ckpt_error_last();
+    fprintf(stderr, "mpickpt: %s: %s\n", cmd->name,
+            e && e->message && e->message[0] ? e->message : ckpt_strerror(rc));
+    return EXIT_BAD;
+}
+
+/*
+ * Parses the options of a command (argv[1..argc)). Options may appear anywhere before "--";
+ * "--name=value" and "--name value" are both accepted. The operands are moved to the front of
+ * argv and counted in *nops. Returns 0, EXIT_USAGE after printing why, or -1 when -h/--help was
+ * given (the usage is then printed on stdout and the command should exit 0).
+ */
+static int cli_parse(const cli_command *cmd, int argc, char **argv, const cli_option *opts,
+                     size_t nopts, int *nops)
+{
+    int n = 0;
+    int only_operands = 0;
+    for (int i = 1; i < argc; i++) {
+        char *arg = argv[i];
+        if (only_operands || arg[0] != '-' || arg[1] == '\0') {
+            argv[n++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            only_operands = 1;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_usage_line(stdout, cmd);
+            if (cmd->details)
+                fputs(cmd->details, stdout);
+            return -1;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const cli_option *opt = NULL;
+        for (size_t k = 0; k < nopts; k++)
+            if (strlen(opts[k].name) == len && strncmp(opts[k].name, arg, len) == 0)
+                opt = &opts[k];
+        if (!opt)
+            return cli_usage_error(cmd, "unknown option '%s'", arg);
+        if (!opt->value) {
+            if (eq)
+                return cli_usage_error(cmd, "option '%s' takes no value", arg);
+            *opt->flag = 1;
+        } else if (eq) {
+            *opt->value = eq + 1;
+        } else if (i + 1 < argc) {
+            *opt->value = argv[++i];
+        } else {
+            return cli_usage_error(cmd, "option '%s' needs a value", arg);
+        }
+    }
+    *nops = n;
+    return 0;
+}
+
+/* Returns a malloc'd copy of a PREFIX argument without a trailing ".index" (users often pass
+ * the index file itself, e.g. from shell completion), or NULL when out of memory. */
+static char *cli_prefix(const char *arg)
+{
+    static const char suffix[] = ".index";
+    size_t len = strlen(arg);
+    size_t slen = sizeof suffix - 1;
+    if (len > slen && strcmp(arg + len - slen, suffix) == 0)
+        len -= slen;
+    char *p = malloc(len + 1);
+    if (p) {
+        memcpy(p, arg, len);
+        p[len] = '\0';
+    }
+    return p;
+}
+
+/* "dir/name", without doubling a trailing slash of dir. malloc'd; NULL when out of memory. */
+static char *path_join(const char *dir, const char *name)
+{
+    size_t dl = strlen(dir), nl = strlen(name);
+    int slash = dl > 0 && dir[dl - 1] != '/';
+    char *p = malloc(dl + (size_t)slash + nl + 1);
+    if (p) {
+        memcpy(p, dir, dl);
+        if (slash)
+            p[dl] = '/';
+        memcpy(p + dl + (size_t)slash, name, nl + 1);
+    }
+    return p;
+}
+
+/* Opens the reader of a PREFIX argument (only its index when index_only); reports failures.
+ * Returns 0 or EXIT_BAD. */
+static int cli_open(const cli_command *cmd, const char *arg, ckpt_reader **r, int index_only)
+{
+    char *prefix = cli_prefix(arg);
+    if (!prefix) {
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return EXIT_BAD;
+    }
+    int rc = index_only ? ckpt_reader_open_index(r, prefix) : ckpt_reader_open(r, prefix);
+    free(prefix);
+    return rc == CKPT_OK ? 0 : cli_lib_error(cmd, rc);
+}
+
+/* Text output of a name: control characters (which would break the one-line-per-item layout
+ * or drive the terminal) are shown as \xNN; everything else, UTF-8 included, as is. */
+static void text_name(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+}
+
+/* Terminal columns text_name() uses for s: UTF-8 continuation bytes take none. */
+static int text_width(const char *s)
+{
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            w += 4;
+        else if ((*p & 0xc0) != 0x80)
+            w++;
+    }
+    return w;
+}
+
+/* "[6, 4]" ("[]" for a scalar) into buf; cut short (never overflowing) if buf is too small. */
+static void format_dims(char *buf, size_t size, int ndims, const int64_t *dims)
+{
+    size_t used = 0;
+    int n = snprintf(buf, size, "[");
+    for (int d = 0; d < ndims && n >= 0; d++) {
+        used += (size_t)n;
+        if (used >= size)
+            return;
+        n = snprintf(buf + used, size - used, "%s%" PRId64, d ? ", " : "", dims[d]);
+    }
+    if (n >= 0 && (used += (size_t)n) < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+static void json_dims(json_writer *w, int ndims, const int64_t *dims)
+{
+    json_array_begin(w);
+    for (int d = 0; d < ndims; d++)
+        json_int(w, dims[d]);
+    json_array_end(w);
+}
+
+/* Sums the pieces of tensor i (count and bytes). Returns a ckpt_status. */
+static int tensor_totals(const ckpt_reader *r, size_t i, size_t *pieces, uint64_t *bytes)
+{
+    ckpt_tensor_info t;
+    int rc = ckpt_reader_tensor(&t, r, i);
+    if (rc != CKPT_OK)
+        return rc;
+    *pieces = t.num_pieces;
+    *bytes = 0;
+    for (size_t j = 0; j < t.num_pieces; j++) {
+        ckpt_piece_info p;
+        if ((rc = ckpt_reader_piece(&p, r, i, j)) != CKPT_OK)
+            return rc;
+        *bytes += p.bytes;
+    }
+    return CKPT_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* inspect                                                                                    */
+
+/* The whole index as one JSON document (format in the tool's documentation). */
+static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
+{
+    const ckpt_header *h = ckpt_reader_header(r);
+    json_writer w;
+    json_init(&w, stdout);
+    json_object_begin(&w);
+    json_key(&w, "format_version");
+    json_uint(&w, h->format_version);
+    json_key(&w, "world_size");
+    json_int(&w, h->world_size);
+    json_key(&w, "layout");
+    json_string(&w, ckpt_layout_name(h->layout));
+    json_key(&w, "save_counter");
+    json_int(&w, h->save_counter);
+    json_key(&w, "epoch");
+    json_int(&w, h->epoch);
+    json_key(&w, "step");
+    json_int(&w, h->step);
+    json_key(&w, "timestamp");
+    json_real(&w, h->timestamp);
+    json_key(&w, "producer");
+    json_string(&w, h->producer ? h->producer : "");
+    json_key(&w, "tensors");
+    json_array_begin(&w);
+    size_t n = ckpt_reader_num_tensors(r);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        int rc = ckpt_reader_tensor(&t, r, i);
+        if (rc != CKPT_OK)
+            return cli_lib_error(cmd, rc);
+        json_object_begin(&w);
+        json_key(&w, "name");
+        json_string(&w, t.name);
+        json_key(&w, "dtype");
+        json_string(&w, ckpt_dtype_name(t.dtype));
+        json_key(&w, "shape");
+        json_dims(&w, t.shape.ndims, t.shape.dims);
+        json_key(&w, "kind");
+        json_string(&w, ckpt_kind_name(t.kind));
+        json_key(&w, "pieces");
+        json_array_begin(&w);
+        for (size_t j = 0; j < t.num_pieces; j++) {
+            ckpt_piece_info p;
+            if ((rc = ckpt_reader_piece(&p, r, i, j)) != CKPT_OK)
+                return cli_lib_error(cmd, rc);
+            json_object_begin(&w);
+            json_key(&w, "start");
+            json_dims(&w, p.slice.ndims, p.slice.start);
+            json_key(&w, "count");
+            json_dims(&w, p.slice.ndims, p.slice.count);
+            json_key(&w, "rank");
+            json_int(&w, p.rank);
+            json_key(&w, "file");
+            json_string(&w, p.file);
+            json_key(&w, "dataset");
+            json_string(&w, p.dataset);
+            json_key(&w, "dataset_start");
+            json_dims(&w, p.dataset_slice.ndims, p.dataset_slice.start);
+            json_key(&w, "bytes");
+            json_uint(&w, p.bytes);
+            json_key(&w, "crc32c");
+            json_uint(&w, p.crc32c);
+            json_object_end(&w);
+        }
+        json_array_end(&w);
+        json_object_end(&w);
+    }
+    json_array_end(&w);
+    json_object_end(&w);
+    fputc('\n', stdout);
+    return EXIT_OK;
+}
+
+/* Header lines, then one table row per tensor. Names wider than the cap overflow their row
+ * rather than widening the whole table. */
+static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char *prefix)
+{
+    enum { NAME_CAP = 60 };
+    const ckpt_header *h = ckpt_reader_header(r);
+    size_t n = ckpt_reader_num_tensors(r);
+    size_t all_pieces = 0;
+    uint64_t all_bytes = 0;
+    int name_w = 4;
+    int shape_w = 5;
+    char shape[CKPT_MAX_DIMS * 24 + 8];
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        size_t pieces;
+        uint64_t bytes;
+        int rc = ckpt_reader_tensor(&t, r, i);
+        if (rc == CKPT_OK)
+            rc = tensor_totals(r, i, &pieces, &bytes);
+        if (rc != CKPT_OK)
+            return cli_lib_error(cmd, rc);
+        all_pieces += pieces;
+        all_bytes += bytes;
+        int tw = text_width(t.name);
+        name_w = tw > name_w ? (tw < NAME_CAP ? tw : NAME_CAP) : name_w;
+        format_dims(shape, sizeof shape, t.shape.ndims, t.shape.dims);
+        shape_w = (int)strlen(shape) > shape_w ? (int)strlen(shape) : shape_w;
+    }
+
+    printf("checkpoint    ");
+    text_name(stdout, prefix);
+    printf("\nformat        %" PRIu32 " (%s)\n", h->format_version, h->producer ? h->producer : "");
+    printf("written at    ");
+    struct tm tm;
+    char when[64];
+    /* Range check first: converting a NaN or huge double to time_t is undefined. */
+    time_t secs = isfinite(h->timestamp) && fabs(h->timestamp) < 1e15 ? (time_t)h->timestamp : 0;
+    if (secs && gmtime_r(&secs, &tm) &&
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm) > 0)
+        printf("%s (%.6f)\n", when, h->timestamp);
+    else
+        printf("%.17g\n", h->timestamp);
+    printf("world size    %" PRId32 " (%s files, %s-endian data)\n", h->world_size,
+           ckpt_layout_name(h->layout), h->little_endian ? "little" : "big");
+    printf("save counter  %" PRId64 "\n", h->save_counter);
+    printf("epoch         %" PRId64 "\n", h->epoch);
+    printf("step          %" PRId64 "\n", h->step);
+    printf("tensors       %zu (%zu pieces, %" PRIu64 " bytes)\n", n, all_pieces, all_bytes);
+    if (n == 0)
+        return EXIT_OK;
+
+    printf("\n%-*s  %-8s  %-*s  %-11s  %6s  %s\n", name_w, "NAME", "DTYPE", shape_w, "SHAPE",
+           "KIND", "PIECES", "BYTES");
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        size_t pieces;
+        uint64_t bytes;
+        int rc = ckpt_reader_tensor(&t, r, i);
+        if (rc == CKPT_OK)
+            rc = tensor_totals(r, i, &pieces, &bytes);
+        if (rc != CKPT_OK)
+            return cli_lib_error(cmd, rc);
+        text_name(stdout, t.name);
+        int pad = name_w - text_width(t.name);
+        format_dims(shape, sizeof shape, t.shape.ndims, t.shape.dims);
+        printf("%*s  %-8s  %-*s  %-11s  %6zu  %" PRIu64 "\n", pad > 0 ? pad : 0, "",
+               ckpt_dtype_name(t.dtype), shape_w, shape, ckpt_kind_name(t.kind), pieces, bytes);
+    }
+    return EXIT_OK;
+}
+
+static int cmd_inspect(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const cli_option opts[] = {{"--json", &json, NULL}};
+    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 1)
+        return cli_usage_error(cmd, "%s", nops ? "expected one PREFIX" : "missing PREFIX");
+
+    /* Show the index even when a data file is damaged (that is when one wants to look), then
+     * report the damage and exit 1. */
+    ckpt_reader *r = NULL;
+    if ((rc = cli_open(cmd, argv[0], &r, 1)) != 0)
+        return rc;
+    rc = json ? inspect_json(cmd, r) : inspect_text(cmd, r, argv[0]);
+    ckpt_reader_free(r);
+    r = NULL;
+    if (rc == EXIT_OK && (rc = cli_open(cmd, argv[0], &r, 0)) == 0)
+        ckpt_reader_free(r);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* verify                                                                                     */
+
+typedef struct verify_state {
+    const char *prefix;
+    size_t bad; /* pieces reported bad */
+} verify_state;
+
+/* ckpt_verify_cb: one stderr line per bad piece; keeps going to list them all. */
+static int verify_report(const char *tensor, size_t piece, const char *file, int code,
+                         const char *message, void *payload)
+{
+    verify_state *st = payload;
+    st->bad++;
+    fprintf(stderr, "mpickpt: verify: %s: tensor \"", st->prefix);
+    text_name(stderr, tensor);
+    fprintf(stderr, "\" piece %zu (%s): %s\n", piece, file ? file : "?",
+            message && message[0] ? message : ckpt_strerror(code));
+    return 0;
+}
+
+/* Verifies one checkpoint and prints its ok/BAD line. Returns 1 when it is good, else 0. */
+static int verify_prefix(const cli_command *cmd, const char *arg)
+{
+    char *prefix = cli_prefix(arg);
+    if (!prefix) {
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return 0;
+    }
+    ckpt_reader *r = NULL;
+    int good = 0;
+    int rc = ckpt_reader_open(&r, prefix);
+    if (rc != CKPT_OK) {
+        cli_lib_error(cmd, rc);
+        printf("%s: BAD (%s)\n", prefix, ckpt_strerror(rc));
+        goto out;
+    }
+
+    size_t n = ckpt_reader_num_tensors(r), all_pieces = 0;
+    uint64_t all_bytes = 0;
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        size_t pieces;
+        uint64_t bytes;
+        rc = tensor_totals(r, i, &pieces, &bytes);
+        all_pieces += pieces;
+        all_bytes += bytes;
+    }
+    verify_state st = {prefix, 0};
+    if (rc == CKPT_OK)
+        rc = ckpt_reader_verify(r, verify_report, &st);
+    if (rc == CKPT_OK) {
+        printf("%s: ok (%zu tensors, %zu pieces, %" PRIu64 " bytes)\n", prefix, n, all_pieces,
+               all_bytes);
+        good = 1;
+    } else {
+        /* A failure that no piece report explains (I/O error, out of memory, ...) still needs
+         * its cause shown. */
+        if (st.bad == 0 || rc != CKPT_ECORRUPT)
+            cli_lib_error(cmd, rc);
+        if (st.bad)
+            printf("%s: BAD (%zu of %zu pieces failed)\n", prefix, st.bad, all_pieces);
+        else
+            printf("%s: BAD (%s)\n", prefix, ckpt_strerror(rc));
+    }
+out:
+    ckpt_reader_free(r);
+    free(prefix);
+    return good;
+}
+
+/* Appends dir/name minus ".index" to *list when it is a regular file. Returns 0, or -1 after
+ * printing why. */
+static int add_checkpoint(const cli_command *cmd, const char *dir, const char *name,
+                          char ***list, size_t *count)
+{
+    struct stat sb;
+    char *path = path_join(dir, name);
+    if (path && (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        free(path); /* vanished, or a directory named *.index: not a checkpoint */
+        return 0;
+    }
+    char **grown = path ? realloc(*list, (*count + 1) * sizeof **list) : NULL;
+    if (!grown) {
+        free(path);
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return -1;
+    }
+    path[strlen(path) - strlen(".index")] = '\0';
+    *list = grown;
+    (*list)[(*count)++] = path;
+    return 0;
+}
+
+/* Appends the committed checkpoints (regular files "*.index") directly in dir to *list as
+ * malloc'd prefixes, in version order (ckpt-2 before ckpt-10). A missing dir adds nothing when
+ * `optional`. Returns 0, or -1 after printing why. */
+static int find_checkpoints(const cli_command *cmd, const char *dir, int optional, char ***list,
+                            size_t *count)
+{
+    static const char suffix[] = ".index";
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, versionsort);
+    if (n < 0) {
+        if (optional && (errno == ENOENT || errno == ENOTDIR))
+            return 0;
+        fprintf(stderr, "mpickpt: %s: cannot read directory %s: %s\n", cmd->name, dir,
+                strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        size_t len = strlen(name);
+        if (rc == 0 && len > sizeof suffix - 1 &&
+            strcmp(name + len - (sizeof suffix - 1), suffix) == 0)
+            rc = add_checkpoint(cmd, dir, name, list, count);
+        free(ents[i]);
+    }
+    free(ents);
+    return rc;
+}
+
+/* Verifies every checkpoint of a directory (and of its chief/ subdirectory, where the manager
+ * puts them). Returns 1 when there is at least one and all are good, else 0. */
+static int verify_dir(const cli_command *cmd, const char *dir)
+{
+    char **list = NULL;
+    size_t count = 0;
+    int good = 0;
+    char *chief = path_join(dir, "chief");
+    if (!chief) {
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return 0;
+    }
+    if (find_checkpoints(cmd, dir, 0, &list, &count) == 0 &&
+        find_checkpoints(cmd, chief, 1, &list, &count) == 0) {
+        good = 1;
+        if (count == 0) {
+            /* Almost always a wrong path or a job that never saved; not a success. */
+            fprintf(stderr, "mpickpt: %s: %s: no checkpoints (*.index) found\n", cmd->name, dir);
+            good = 0;
+        }
+        for (size_t i = 0; i < count; i++)
+            good &= verify_prefix(cmd, list[i]);
+    }
+    for (size_t i = 0; i < count; i++)
+        free(list[i]);
+    free(list);
+    free(chief);
+    return good;
+}
+
+/* A directory argument is a DIR unless "<arg>.index" exists (a prefix that is also a directory
+ * name stays a prefix). */
+static int is_checkpoint_dir(const char *arg)
+{
+    struct stat sb;
+    if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return 0;
+    size_t len = strlen(arg);
+    char *index = malloc(len + 7);
+    if (!index)
+        return 1;
+    memcpy(index, arg, len);
+    memcpy(index + len, ".index", 7);
+    int prefix_exists = stat(index, &sb) == 0;
+    free(index);
+    return !prefix_exists;
+}
+
+static int cmd_verify(const cli_command *cmd, int argc, char **argv)
+{
+    int nops = 0;
+    int rc = cli_parse(cmd, argc, argv, NULL, 0, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops < 1)
+        return cli_usage_error(cmd, "missing PREFIX or DIR");
+
+    int good = 1;
+    for (int i = 0; i < nops; i++)
+        good &= is_checkpoint_dir(argv[i]) ? verify_dir(cmd, argv[i]) : verify_prefix(cmd, argv[i]);
+    return good ? EXIT_OK : EXIT_BAD;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* dump                                                                                       */
+
+/* IEEE 754 binary16 -> binary32, exact for every input: subnormals are renormalized, infinities
+ * and NaNs keep their sign (and NaN payload bits). */
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {
+        /* 0.mant * 2^-14: shift the leading one up to the implicit bit, one exponent each. */
+        uint32_t e = 127 - 14;
+        while (!(mant & 0x400u)) {
+            mant <<= 1;
+            e--;
+        }
+        bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* bfloat16 is the upper half of a binary32, so widening is exact for all inputs. */
+static float bfloat16_to_float(uint16_t b)
+{
+    uint32_t bits = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* One element, widened to a type printf can show exactly. */
+typedef struct value {
+    enum { VAL_INT, VAL_UINT, VAL_FLOAT, VAL_BOOL } kind;
+    int digits; /* significant digits of a float: enough to round-trip its source type */
+    int64_t i;
+    uint64_t u;
+    double d;
+} value;
+
+/* Loads element p of a dense buffer (memcpy: the buffer has no alignment guarantee per type). */
+static value load_value(ckpt_dtype dtype, const unsigned char *p)
+{
+    value v = {VAL_INT, 9, 0, 0, 0.0};
+    switch (dtype) {
+    case CKPT_FLOAT16:
+    case CKPT_BFLOAT16: {
+        uint16_t x;
+        memcpy(&x, p, 2);
+        v.kind = VAL_FLOAT;
+        v.d = dtype == CKPT_FLOAT16 ? half_to_float(x) : bfloat16_to_float(x);
+        break;
+    }
+    case CKPT_FLOAT32: {
+        float x;
+        memcpy(&x, p, 4);
+        v.kind = VAL_FLOAT;
+        v.d = x;
+        break;
+    }
+    case CKPT_FLOAT64:
+        memcpy(&v.d, p, 8);
+        v.kind = VAL_FLOAT;
+        v.digits = 17;
+        break;
+    case CKPT_INT8: { int8_t x; memcpy(&x, p, 1); v.i = x; break; }
+    case CKPT_INT16: { int16_t x; memcpy(&x, p, 2); v.i = x; break; }
+    case CKPT_INT32: { int32_t x; memcpy(&x, p, 4); v.i = x; break; }
+    case CKPT_INT64: memcpy(&v.i, p, 8); break;
+    case CKPT_UINT8: v.kind = VAL_UINT; v.u = p[0]; break;
+    case CKPT_UINT16: { uint16_t x; memcpy(&x, p, 2); v.kind = VAL_UINT; v.u = x; break; }
+    case CKPT_UINT32: { uint32_t x; memcpy(&x, p, 4); v.kind = VAL_UINT; v.u = x; break; }
+    case CKPT_UINT64: memcpy(&v.u, p, 8); v.kind = VAL_UINT; break;
+    case CKPT_BOOL: v.kind = VAL_BOOL; v.i = p[0] != 0; break;
+    default: break;
+    }
+    return v;
+}
+
+static void json_value(json_writer *w, value v)
+{
+    switch (v.kind) {
+    case VAL_INT: json_int(w, v.i); break;
+    case VAL_UINT: json_uint(w, v.u); break;
+    case VAL_BOOL: json_bool(w, (int)v.i); break;
+    case VAL_FLOAT: json_double(w, v.d, v.digits); break;
+    }
+}
+
+static void text_value(FILE *out, value v)
+{
+    switch (v.kind) {
+    case VAL_INT: fprintf(out, "%" PRId64, v.i); break;
+    case VAL_UINT: fprintf(out, "%" PRIu64, v.u); break;
+    case VAL_BOOL: fputs(v.i ? "true" : "false", out); break;
+    case VAL_FLOAT:
+        if (isnan(v.d))
+            fputs("nan", out);
+        else if (isinf(v.d))
+            fputs(v.d > 0 ? "inf" : "-inf", out);
+        else
+            fprintf(out, "%.*g", v.digits, v.d);
+        break;
+    }
+}
+
+/* Parses --slice against the tensor's shape: a full TensorFlow spec (it has a space between the
+ * shape and the extents; the shape must be the tensor's) or only the extents. Returns 0 or
+ * EXIT_USAGE after printing why. */
+static int dump_parse_slice(const cli_command *cmd, const char *spec, const ckpt_shape *shape,
+                            ckpt_slice *slice)
+{
+    int rc;
+    if (strchr(spec, ' ')) {
+        ckpt_shape spec_shape;
+        rc = ckpt_slice_spec_parse(&spec_shape, slice, spec);
+        if (rc == CKPT_OK && !ckpt_shape_equal(&spec_shape, shape)) {
+            char want[CKPT_MAX_DIMS * 24 + 8], got[CKPT_MAX_DIMS * 24 + 8];
+            format_dims(want, sizeof want, shape->ndims, shape->dims);
+            format_dims(got, sizeof got, spec_shape.ndims, spec_shape.dims);
+            fprintf(stderr, "mpickpt: %s: --slice '%s' is for shape %s, the tensor's is %s\n",
+                    cmd->name, spec, got, want);
+            return EXIT_USAGE;
+        }
+    } else {
+        rc = ckpt_slice_parse_extent(slice, shape, spec);
+    }
+    if (rc != CKPT_OK) {
+        const ckpt_error *e = ckpt_error_last();
+        fprintf(stderr, "mpickpt: %s: bad --slice '%s': %s\n", cmd->name, spec,
+                e && e->message ? e->message : ckpt_strerror(rc));
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Prints the dumped values: JSON, or a header line then one line per innermost row. */
+static void dump_print(int json, const char *name, ckpt_dtype dtype, const ckpt_slice *slice,
+                       const char *spec_text, const unsigned char *buf, int64_t count)
+{
+    size_t esize = ckpt_dtype_size(dtype);
+    if (json) {
+        json_writer w;
+        json_init(&w, stdout);
+        json_object_begin(&w);
+        json_key(&w, "name");
+        json_string(&w, name);
+        json_key(&w, "dtype");
+        json_string(&w, ckpt_dtype_name(dtype));
+        json_key(&w, "shape");
+        json_dims(&w, slice->ndims, slice->count);
+        json_key(&w, "values");
+        json_array_begin(&w);
+        for (int64_t k = 0; k < count; k++)
+            json_value(&w, load_value(dtype, buf + (size_t)k * esize));
+        json_array_end(&w);
+        json_object_end(&w);
+        fputc('\n', stdout);
+        return;
+    }
+    char shape[CKPT_MAX_DIMS * 24 + 8];
+    format_dims(shape, sizeof shape, slice->ndims, slice->count);
+    text_name(stdout, name);
+    printf(": %s %s", ckpt_dtype_name(dtype), shape);
+    if (spec_text)
+        printf(" (slice \"%s\")", spec_text);
+    fputc('\n', stdout);
+    int64_t row = slice->ndims ? slice->count[slice->ndims - 1] : 1;
+    for (int64_t k = 0; k < count; k++) {
+        text_value(stdout, load_value(dtype, buf + (size_t)k * esize));
+        fputc((k + 1) % row == 0 ? '\n' : ' ', stdout);
+    }
+}
+
+/* Reads tensor `name` (or the block `spec` selects) and prints it. Returns the exit code. */
+static int dump_tensor(const cli_command *cmd, ckpt_reader *r, const char *name, const char *spec,
+                       int json)
+{
+    size_t index;
+    ckpt_tensor_info t;
+    ckpt_slice slice;
+    int64_t count;
+    char spec_text[1024]; /* 16 dims of "N " plus "start,length:" fit */
+    int rc;
+    if ((rc = ckpt_reader_find(&index, r, name)) != CKPT_OK ||
+        (rc = ckpt_reader_tensor(&t, r, index)) != CKPT_OK)
+        return cli_lib_error(cmd, rc);
+    if (spec) {
+        if ((rc = dump_parse_slice(cmd, spec, &t.shape, &slice)) != 0)
+            return rc;
+        if (ckpt_slice_spec_format(spec_text, sizeof spec_text, &t.shape, &slice) != CKPT_OK)
+            snprintf(spec_text, sizeof spec_text, "%s", spec);
+    } else {
+        ckpt_slice_full(&slice, &t.shape);
+    }
+    if ((rc = ckpt_slice_num_elements(&count, &slice)) != CKPT_OK)
+        return cli_lib_error(cmd, rc);
+    size_t esize = ckpt_dtype_size(t.dtype);
+    if (esize == 0 || (uint64_t)count > SIZE_MAX / esize) {
+        fprintf(stderr, "mpickpt: %s: tensor \"%s\" (%s) cannot be held in memory\n", cmd->name,
+                name, ckpt_dtype_name(t.dtype));
+        return EXIT_BAD;
+    }
+    size_t bytes = (size_t)count * esize;
+    unsigned char *buf = malloc(bytes ? bytes : 1);
+    if (!buf) {
+        fprintf(stderr, "mpickpt: %s: out of memory for %zu bytes\n", cmd->name, bytes);
+        return EXIT_BAD;
+    }
+    rc = ckpt_reader_read(r, name, t.dtype, spec ? &slice : NULL, buf, bytes);
+    if (rc == CKPT_OK)
+        dump_print(json, name, t.dtype, &slice, spec ? spec_text : NULL, buf, count);
+    else
+        cli_lib_error(cmd, rc);
+    free(buf);
+    return rc == CKPT_OK ? EXIT_OK : EXIT_BAD;
+}
+
+static int cmd_dump(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const char *spec = NULL;
+    const cli_option opts[] = {{"--json", &json, NULL}, {"--slice", NULL, &spec}};
+    int rc = cli_parse(cmd, argc, argv, opts, 2, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 2)
+        return cli_usage_error(cmd, "%s", nops < 2 ? "expected PREFIX and NAME" :
+                                                     "too many arguments");
+    ckpt_reader *r = NULL;
+    if ((rc = cli_open(cmd, argv[0], &r, 0)) != 0)
+        return rc;
+    rc = dump_tensor(cmd, r, argv[1], spec, json);
+    ckpt_reader_free(r);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* help, version, main                                                                        */
+
+static const cli_command *find_command(const char *name)
+{
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+static void print_help(FILE *out)
+{
+    fputs("usage: mpickpt COMMAND [ARGS]\n"
+          "Read-only tool for mpickpt checkpoints. PREFIX is a checkpoint's path without\n"
+          "suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too.\n\ncommands:\n",
+          out);
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fputs("\nexit status: 0 ok, 1 bad or missing data, 2 usage error\n"
+          "'mpickpt help COMMAND' shows a command's arguments.\n",
+          out);
+}
+
+static int cmd_help(const cli_command *cmd, int argc, char **argv)
+{
+    int nops = 0;
+    int rc = cli_parse(cmd, argc, argv, NULL, 0, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops == 0) {
+        print_help(stdout);
+        return EXIT_OK;
+    }
+    if (nops > 1)
+        return cli_usage_error(cmd, "expected at most one COMMAND");
+    const cli_command *c = find_command(argv[0]);
+    if (!c)
+        return cli_usage_error(cmd, "unknown command '%s'", argv[0]);
+    print_usage_line(stdout, c);
+    printf("%s\n", c->summary);
+    if (c->details)
+        fputs(c->details, stdout);
+    return EXIT_OK;
+}
+
+static int cmd_version(const cli_command *cmd, int argc, char **argv)
+{
+    int nops = 0;
+    int rc = cli_parse(cmd, argc, argv, NULL, 0, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 0)
+        return cli_usage_error(cmd, "unexpected argument '%s'", argv[0]);
+    printf("mpickpt %s\n", ckpt_version());
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_help(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
+        name = "help";
+    else if (strcmp(name, "--version") == 0)
+        name = "version";
+    const cli_command *cmd = find_command(name);
+    if (!cmd) {
+        fprintf(stderr, "mpickpt: unknown command '%s' (see 'mpickpt help')\n", name);
+        return EXIT_USAGE;
+    }
+    int rc = cmd->run(cmd, argc - 1, argv + 1);
+    /* Output that never reached its file (full disk, closed pipe) must not look like success. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "mpickpt: %s: cannot write standard output: %s\n", cmd->name,
+                strerror(errno));
+        if (rc == EXIT_OK)
+            rc = EXIT_BAD;
+    }
+    return rc;
+}

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Reads a checkpoint's data file with readers that are not ours: h5py (Debian's /usr/bin/python3)
+# finds every tensor through the paths `mpickpt inspect --json` reports and must see the same
+# dtype, shape and values as `mpickpt dump --json`; h5dump -H must parse the file and list every
+# dataset.
+#
+#   MPICKPT_CLI=.../mpickpt MPICKPT_MAKE_CKPT=.../make_ckpt test_h5_foreign.sh OUTDIR
+set -euo pipefail
+out=${1:?usage: test_h5_foreign.sh OUTDIR}
+: "${MPICKPT_CLI:?}" "${MPICKPT_MAKE_CKPT:?}"
+rm -rf "$out"
+mkdir -p "$out"
+"$MPICKPT_MAKE_CKPT" "$out/ckpt-1" --counter 1
+
+exec /usr/bin/python3 - "$out/ckpt-1" <<'PYEOF'
+import json
+import os
+import re
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+CLI = os.environ["MPICKPT_CLI"]
+PREFIX = sys.argv[1]
+DIR = os.path.dirname(PREFIX)
+failures = checks = 0
+
+
+def check(cond, msg):
+    global failures, checks
+    checks += 1
+    if not cond:
+        failures += 1
+        print("FAIL:", msg, file=sys.stderr)
+    return cond
+
+
+def cli_json(*args):
+    p = subprocess.run([CLI, *args], capture_output=True)
+    if p.returncode != 0 or "Sanitizer" in p.stderr.decode():
+        sys.exit(f"mpickpt {args!r} failed ({p.returncode}): {p.stderr.decode()}")
+    return json.loads(p.stdout)
+
+
+# bfloat16 has no numpy type: h5py widens it to float32, which holds every bfloat16 exactly.
+NUMPY = {"bfloat16": np.float32}
+SPECIAL = {"NaN": np.nan, "Infinity": np.inf, "-Infinity": -np.inf}
+
+
+def dumped_array(d):
+    """`mpickpt dump --json` output as a numpy array of the tensor's type (floats exact)."""
+    dt = np.dtype(NUMPY.get(d["dtype"], d["dtype"]))
+    vals = [SPECIAL.get(v, v) if isinstance(v, str) else v for v in d["values"]]
+    if dt.kind == "f":
+        a = np.array(vals, dtype=np.float64).astype(dt)
+    else:
+        a = np.array(vals, dtype=dt)  # Python ints and bools convert exactly
+    return a.reshape(d["shape"])
+
+
+def identical(a, b):
+    """Same shape and dtype, bit-identical values except that any NaN matches any NaN."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind != "f":
+        return bool(np.array_equal(a, b))
+    nan = np.isnan(a)
+    if not np.array_equal(nan, np.isnan(b)):
+        return False
+    ub = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a[~nan].view(ub), b[~nan].view(ub)))
+
+
+def check_type(name, dtype, ds):
+    t = ds.id.get_type()
+    if dtype == "bfloat16":
+        # An IEEE-style 16-bit float with bfloat16's fields: sign bit 15, 8 exponent bits at 7,
+        # 7 mantissa bits at 0.
+        ok = (isinstance(t, h5py.h5t.TypeFloatID) and t.get_size() == 2 and
+              t.get_fields() == (15, 7, 8, 0, 7) and t.get_ebias() == 127)
+        check(ok, f"{name}: bfloat16 stored as {t} fields "
+                  f"{t.get_fields() if isinstance(t, h5py.h5t.TypeFloatID) else None}")
+    else:
+        check(ds.dtype.name == dtype, f"{name}: h5py sees {ds.dtype}, index says {dtype}")
+    if isinstance(t, h5py.h5t.TypeEnumID):  # h5py's bool is an enum over an integer type
+        t = t.get_super()
+    check(t.get_size() == 1 or t.get_order() == h5py.h5t.ORDER_LE, f"{name}: stored big-endian")
+
+
+doc = cli_json("inspect", "--json", PREFIX)
+used = set()  # (file, dataset) referenced by the index
+files = {}
+try:
+    for t in doc["tensors"]:
+        name, dtype, shape = t["name"], t["dtype"], tuple(t["shape"])
+        dumped = dumped_array(cli_json("dump", "--json", PREFIX, name))
+        whole = np.zeros(shape, dtype=dumped.dtype)
+        covered = np.zeros(shape, dtype=np.int64)
+        for p in t["pieces"]:
+            path = os.path.join(DIR, p["file"])
+            if path not in files:
+                files[path] = h5py.File(path, "r")
+            used.add((path, p["dataset"]))
+            ds = files[path][p["dataset"]]
+            check_type(name, dtype, ds)
+            if "mpickpt.name" in ds.attrs:
+                attr = ds.attrs["mpickpt.name"]
+                attr = attr.decode() if isinstance(attr, bytes) else attr
+                check(attr == name, f"{name}: mpickpt.name attribute {attr!r}")
+            ds_start, start, count = p["dataset_start"], p["start"], p["count"]
+            fits = len(ds.shape) == len(shape) and all(
+                s + c <= n for s, c, n in zip(ds_start, count, ds.shape))
+            if not check(fits, f"{name}: piece {p} outside dataset of shape {ds.shape}"):
+                continue
+            src = tuple(slice(s, s + c) for s, c in zip(ds_start, count))
+            dst = tuple(slice(s, s + c) for s, c in zip(start, count))
+            block = ds[src] if shape else ds[()]
+            whole[dst] = block
+            covered[dst] += 1
+        check(bool(np.all(covered == 1)), f"{name}: pieces do not tile the shape exactly")
+        check(identical(whole, dumped),
+              f"{name}: h5py and mpickpt dump disagree\nh5py: {whole.ravel()[:20]}\n"
+              f"dump: {dumped.ravel()[:20]}")
+finally:
+    for f in files.values():
+        f.close()
+
+# h5dump: the reference tool parses every file and lists every dataset the index names, and
+# the index names every dataset under /tensors (no orphans).
+for path in sorted({f for f, _ in used}):
+    p = subprocess.run(["/usr/bin/h5dump", "-H", path], capture_output=True, text=True)
+    check(p.returncode == 0, f"h5dump -H {path}: exit {p.returncode}: {p.stderr[:2000]}")
+    seen, stack = set(), []
+    for line in p.stdout.splitlines():
+        m = re.fullmatch(r'\s*(GROUP|DATASET) "(.*)" \{\s*', line)
+        if m:
+            stack.append(m.group(2))
+            if m.group(1) == "DATASET":
+                # The root group is GROUP "/"; other '{' (HDF5 "file", attributes) push None.
+                seen.add("/" + "/".join(x for x in stack if x not in (None, "/")))
+            continue
+        for ch in line:
+            if ch == "{":
+                stack.append(None)
+            elif ch == "}" and stack:
+                stack.pop()
+    want = {d for f, d in used if f == path}
+    check(want <= seen, f"h5dump -H {path} lacks {sorted(want - seen)}")
+    orphans = {d for d in seen if d.startswith("/tensors/")} - want
+    check(not orphans, f"{path}: datasets no tensor refers to: {sorted(orphans)}")
+
+print(f"test_h5_foreign: {len(doc['tensors'])} tensors, {checks} checks, {failures} failed")
+sys.exit(1 if failures else 0)
+PYEOF

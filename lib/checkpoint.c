@@ -226,6 +226,20 @@ struct ckpt_reader {
     hid_t *files; /* opened lazily, parallel to idx->files */
 };
 
+static void fill_header(ckpt_reader *r)
+{
+    const Mpickpt__Header *h = r->idx->header;
+    r->hdr.format_version = h->format_version;
+    r->hdr.world_size = h->world_size;
+    r->hdr.layout = (ckpt_layout)h->layout;
+    r->hdr.save_counter = h->save_counter;
+    r->hdr.epoch = h->epoch;
+    r->hdr.step = h->step;
+    r->hdr.timestamp = h->timestamp;
+    r->hdr.producer = h->producer ? h->producer : "";
+    r->hdr.little_endian = h->endianness == MPICKPT__ENDIANNESS__LITTLE;
+}
+
 /* Opens the index; with check_files, also checks that every data file exists with its size. */
 static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
 {
@@ -267,16 +281,7 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
             goto fail;
         }
     }
-    const Mpickpt__Header *h = r->idx->header;
-    r->hdr.format_version = h->format_version;
-    r->hdr.world_size = h->world_size;
-    r->hdr.layout = (ckpt_layout)h->layout;
-    r->hdr.save_counter = h->save_counter;
-    r->hdr.epoch = h->epoch;
-    r->hdr.step = h->step;
-    r->hdr.timestamp = h->timestamp;
-    r->hdr.producer = h->producer ? h->producer : "";
-    r->hdr.little_endian = h->endianness == MPICKPT__ENDIANNESS__LITTLE;
+    fill_header(r);
     *out = r;
     return CKPT_OK;
 fail:
@@ -287,6 +292,39 @@ fail:
 int ckpt_reader_open(ckpt_reader **out, const char *prefix)
 {
     return reader_open(out, prefix, 1);
+}
+
+int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *idx)
+{
+    *out = NULL;
+    ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r) {
+        mpickpt__index__free_unpacked(idx, NULL);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    r->idx = idx;
+    char base[4096];
+    int rc;
+    if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
+        (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix))) {
+        ckpt_reader_free(r);
+        return rc;
+    }
+    r->files = malloc((idx->n_files ? idx->n_files : 1) * sizeof *r->files);
+    if (!r->files) {
+        ckpt_reader_free(r);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < idx->n_files; i++)
+        r->files[i] = H5I_INVALID_HID;
+    fill_header(r);
+    *out = r;
+    return CKPT_OK;
+}
+
+const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r)
+{
+    return r->idx;
 }
 
 int ckpt_reader_open_index(ckpt_reader **out, const char *prefix)
@@ -420,7 +458,8 @@ int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const c
     int64_t n;
     ckpt_slice_num_elements(&n, &want);
     size_t esize = ckpt_dtype_size(dtype);
-    if ((uint64_t)n * esize != out_size)
+    uint64_t want_bytes;
+    if (__builtin_mul_overflow((uint64_t)n, (uint64_t)esize, &want_bytes) || want_bytes != out_size)
         return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice holds %lld bytes, buffer has %zu",
                            name, (long long)((uint64_t)n * esize), out_size);
 

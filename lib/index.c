@@ -178,6 +178,13 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, const char *
         return ckpt__error(bad, "%s: tensor '%s' has an invalid shape (%zu dims)", what, name,
                            t->n_shape);
     size_t esize = ckpt_dtype_size((ckpt_dtype)t->dtype);
+    /* Every piece's byte count is at most the tensor's: checking this one product for overflow
+     * keeps every per-piece product below exact (a wrapped count would size buffers wrongly). */
+    uint64_t total_bytes;
+    if (__builtin_mul_overflow((uint64_t)total, (uint64_t)esize, &total_bytes) ||
+        total_bytes > (uint64_t)INT64_MAX)
+        return ckpt__error(bad, "%s: tensor '%s' is too large (%lld elements of %zu bytes)", what,
+                           name, (long long)total, esize);
     if (t->n_pieces == 0)
         return ckpt__error(bad, "%s: tensor '%s' has no stored piece", what, name);
 

@@ -72,6 +72,11 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
 void ckpt__fragment_free_built(Mpickpt__Fragment *f);
 
+/* For the MPI restore: a reader over an index that was loaded (and whose data files were checked)
+ * elsewhere. Takes ownership of `idx` (an unpacked message) in every case. */
+int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *idx);
+const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);
+
 #pragma GCC visibility pop
 
 #endif

@@ -11,7 +11,11 @@
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/collective.h"
 #include "mpickpt/crc32c.h"
+#include "mpickpt/saver.h"
 #include "mpickpt/dtype.h"
+#include "mpickpt/log.h"
+#include "mpickpt/manager.h"
 #include "mpickpt/slice.h"
+#include "mpickpt/state.h"
 
 #endif

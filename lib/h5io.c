@@ -263,6 +263,13 @@ int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const vo
 {
     hid_t fspace, mspace;
     int rc = select_box(&fspace, &mspace, dset, sel);
+    /* A dataset with no elements has no storage: there is nothing to write, and a collective
+     * write to it fails inside HDF5. Every rank sees the same extent, so all of them skip. */
+    if (rc == CKPT_OK && H5Sget_simple_extent_npoints(fspace) == 0) {
+        H5Sclose(mspace);
+        H5Sclose(fspace);
+        return CKPT_OK;
+    }
     if (rc == CKPT_OK && H5Dwrite(dset, ckpt__h5_mem_type(dtype), mspace, fspace, dxpl, buf) < 0)
         rc = ckpt__h5_error(CKPT_EIO, "H5Dwrite");
     if (mspace >= 0)

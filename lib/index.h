@@ -72,6 +72,12 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
 void ckpt__fragment_free_built(Mpickpt__Fragment *f);
 
+/* The state file's payload, with (container = 1) or without the on-disk container; the MPI layer
+ * broadcasts the bare payload. */
+struct ckpt_state;
+int ckpt__state_pack(uint8_t **out, size_t *len, const struct ckpt_state *st, int container);
+int ckpt__state_unpack(struct ckpt_state **out, const uint8_t *buf, size_t len, const char *what);
+
 /* For the MPI restore: a reader over an index that was loaded (and whose data files were checked)
  * elsewhere. Takes ownership of `idx` (an unpacked message) in every case. */
 int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *idx);

@@ -1,0 +1,139 @@
+/**
+ * @file mpickpt/manager.h
+ * @brief Checkpoint manager (numbered checkpoints, state file, retention, restore-or-initialize)
+ * and the worker training state (chief/ + workertemp_<rank>, epoch broadcast). MPI layer.
+ */
+#ifndef MPICKPT_MANAGER_H
+#define MPICKPT_MANAGER_H
+
+#include "saver.h"
+#include "state.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ckpt_manager ckpt_manager;
+
+/** Options of ckpt_manager_create(). Initialize with CKPT_MANAGER_OPTIONS_INIT. */
+typedef struct ckpt_manager_options {
+    unsigned int version;       /**< CKPT_MANAGER_OPTIONS_VERSION */
+    int max_to_keep;            /**< newest checkpoints kept (default 5); <= 0 keeps all */
+    double keep_every_n_hours;  /**< also keep one checkpoint per this many hours (0: off) */
+    int64_t min_step_interval;  /**< skip a save less than this many steps after the last (0: off) */
+    const char *name;           /**< checkpoint name stem (default "ckpt": ckpt-1, ckpt-2, ...) */
+    /** Restores: 1 leaves per-rank data (components, blobs) of ranks the writer did not have
+     *  untouched (resuming on more ranks); 0 makes that an error. See ckpt_restore_options. */
+    int skip_missing_per_rank;
+} ckpt_manager_options;
+
+#define CKPT_MANAGER_OPTIONS_VERSION 1
+#define CKPT_MANAGER_OPTIONS_INIT { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0 }
+
+/** What a save records and how it is retained. */
+typedef struct ckpt_manager_save_info {
+    int64_t epoch;
+    int64_t step;
+    int end_of_epoch; /**< 1: taken after `epoch` finished; 0: mid-epoch at `step` */
+    int force;        /**< 1: ignore min_step_interval */
+} ckpt_manager_save_info;
+
+/**
+ * A manager of numbered checkpoints in @p dir (created if missing) using @p saver (borrowed; its
+ * registrations are what gets saved). The chief reads the state file (or, when it is missing or
+ * damaged, scans the directory) and broadcasts it, so every rank has the same view.
+ * Collective over the saver's communicator.
+ */
+CKPT_EXTERN int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
+                                    const ckpt_manager_options *opts);
+
+/** Frees the manager (not the saver). NULL is a no-op. Local. */
+CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
+
+/**
+ * Saves `<dir>/<name>-<N>` (N = highest counter ever committed + 1), then the chief updates the
+ * state file atomically and applies retention (deleting a checkpoint's index before its data,
+ * never the latest). Garbage from earlier crashed saves is removed first by the chief.
+ * When skipped by min_step_interval, returns CKPT_OK and @p out (if not NULL) is "".
+ * Collective.
+ */
+CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
+                                  size_t out_size);
+
+/** Full path of the latest checkpoint into @p out ("" when none). Local (synchronized view). */
+CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
+
+/** The kept checkpoints, oldest first. Valid until the next manager call. Local. */
+CKPT_EXTERN const ckpt_state *ckpt_manager_state(const ckpt_manager *m);
+
+/** Result of ckpt_manager_restore_or_initialize(). */
+typedef struct ckpt_manager_restored {
+    int restored;        /**< 1: restored from `prefix`; 0: nothing valid, caller initializes */
+    char prefix[4096];
+    int64_t save_counter;
+    int64_t epoch;
+    int64_t step;
+    int end_of_epoch;
+    int skipped;         /**< damaged or incomplete checkpoints skipped (each logged as a warning) */
+} ckpt_manager_restored;
+
+/**
+ * Restores the newest valid checkpoint: candidates are the state file's entries newest first
+ * (or the scanned directory). A candidate that is damaged or incomplete (missing index or data,
+ * a failed checksum) is skipped with a warning naming it and the cause, and the next older one is
+ * tried — never silently, never a torn one. A mismatch between the registrations and a valid
+ * checkpoint is an error, not a reason to fall back. When nothing valid exists, returns CKPT_OK with
+ * restored = 0. Epoch and step come from what the chief read, identical on every rank. Collective.
+ */
+CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Worker training state (TensorFlow's BackupAndRestore)                                       */
+
+typedef struct ckpt_training ckpt_training;
+
+/**
+ * Training state under @p dir: committed checkpoints in `<dir>/chief/` (one kept, like the seed's
+ * max_to_keep=1, unless @p opts says otherwise), non-chief ranks' in-flight parts in
+ * `<dir>/workertemp_<rank>/`, emptied after each backup. Collective.
+ */
+CKPT_EXTERN int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir,
+                                     const ckpt_manager_options *opts);
+
+/** Frees it. NULL is a no-op. Local. */
+CKPT_EXTERN void ckpt_training_free(ckpt_training *t);
+
+/** Backs up the state at @p epoch / @p step (end_of_epoch: the epoch finished). Collective. */
+CKPT_EXTERN int ckpt_training_back_up(ckpt_training *t, int64_t epoch, int64_t step,
+                                      int end_of_epoch);
+
+/**
+ * Restores the latest backup (falling back past damaged ones) and broadcasts epoch and step from
+ * the chief so every rank resumes at the same point whatever its own view of the file system.
+ * @p restored is 0 when there was nothing to restore. Collective.
+ */
+CKPT_EXTERN int ckpt_training_restore(ckpt_training *t, int *restored);
+
+/**
+ * The epoch to start from: saved epoch + 1 after an end-of-epoch backup, the saved epoch after a
+ * mid-epoch one (then ckpt_training_initial_step() is the saved step + 1), else @p initial.
+ * Local; valid after ckpt_training_restore().
+ */
+CKPT_EXTERN int64_t ckpt_training_initial_epoch(const ckpt_training *t, int64_t initial);
+
+/** The global step to start from: the saved step + 1 after any backup; else @p initial. Local. */
+CKPT_EXTERN int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial);
+
+/** The manager behind the training state (for latest/state/list). */
+CKPT_EXTERN ckpt_manager *ckpt_training_manager(ckpt_training *t);
+
+/**
+ * Removes the whole backup directory once training finished: all ranks first agree that none is
+ * still using it, then the chief removes it. Collective.
+ */
+CKPT_EXTERN int ckpt_training_delete_backup(ckpt_training *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

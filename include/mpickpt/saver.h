@@ -1,0 +1,163 @@
+/**
+ * @file mpickpt/saver.h
+ * @brief Collective save and restore over MPI (libmpickpt).
+ *
+ * Every rank registers what it owns (pointers to its buffers; nothing is copied at registration),
+ * then all ranks call ckpt_saver_save() / ckpt_saver_restore() together. The saver duplicates the
+ * caller's communicator; every collective returns the same status on every rank, and
+ * ckpt_error_last() names the failing rank, path and cause. Library code never aborts.
+ *
+ * On disk (see docs/format.md): a checkpoint PREFIX = <dir>/<name> is `<dir>/<name>.index` plus
+ * data files `<dir>/<name>.data-%05d-of-%05d`. While a save runs, the chief (rank 0) writes under
+ * `<dir>/<name>_temp/` and rank r > 0 under `<work>/workertemp_<r>/`, where <work> is the parent of
+ * <dir> when <dir> is named "chief" (the training-state layout) and <dir> itself otherwise.
+ */
+#ifndef MPICKPT_SAVER_H
+#define MPICKPT_SAVER_H
+
+#include "checkpoint.h"
+#include "common.h"
+#include "dtype.h"
+#include "slice.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ckpt_saver ckpt_saver;
+
+/** Options of ckpt_saver_create(). Initialize with CKPT_SAVER_OPTIONS_INIT. */
+typedef struct ckpt_saver_options {
+    unsigned int version;    /**< CKPT_SAVER_OPTIONS_VERSION */
+    ckpt_layout layout;      /**< CKPT_LAYOUT_UNKNOWN = default (per-rank; MPICKPT_LAYOUT overrides) */
+    int collective_io;       /**< shared layout: 1 = collective MPI-IO transfers, 0 = independent */
+    MPI_Info info;           /**< MPI-IO hints for the shared layout (MPI_INFO_NULL: none) */
+    int64_t max_shard_bytes; /**< >0: split every stored piece into pieces of at most this size */
+} ckpt_saver_options;
+
+#define CKPT_SAVER_OPTIONS_VERSION 1
+#define CKPT_SAVER_OPTIONS_INIT { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0 }
+
+/** How a replicated tensor is stored. */
+typedef enum ckpt_replica_mode {
+    /** One copy, written by one rank; every rank must register it; any rank count restores it. */
+    CKPT_REPLICA_PRIMARY = 0,
+    /** Every rank's component: rank 0's under the plain name, rank i's as
+     *  `<name>/parallel_component_<i>` (kind component). Rank i restores component i. */
+    CKPT_REPLICA_PER_COMPONENT = 1
+} ckpt_replica_mode;
+
+/**
+ * A registered saver: callbacks that produce and consume opaque bytes per rank (RNG state,
+ * data-loader position). save runs on every save before any tensor is written; the bytes it
+ * returns must stay valid until the save returns. They are stored as `<name>/rank_<r>` (kind blob,
+ * uint8 vector). restore runs after the tensors are restored.
+ */
+typedef struct ckpt_blob_callbacks {
+    int (*save)(const void **data, size_t *len, void *payload);
+    int (*restore)(const void *data, size_t len, void *payload);
+} ckpt_blob_callbacks;
+
+/**
+ * Creates a saver over a duplicate of @p comm (errors on it return instead of aborting).
+ * Collective over @p comm. Requires MPI to be initialized.
+ */
+CKPT_EXTERN int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts);
+
+/** Frees the saver and its communicator. Collective over the saver's communicator. NULL is a no-op. */
+CKPT_EXTERN void ckpt_saver_free(ckpt_saver *s);
+
+/**
+ * Registers a tensor this rank owns whole (kind full). @p data is read at every save and written
+ * at restore; it must stay valid while registered. Local (not collective).
+ */
+CKPT_EXTERN int ckpt_saver_add_full(ckpt_saver *s, const char *name, ckpt_dtype dtype,
+                                    const ckpt_shape *shape, void *data);
+
+/**
+ * Registers this rank's slice of a partitioned tensor of global shape @p shape; @p data holds the
+ * slice dense and row-major. The slices of all ranks must tile the tensor (checked at the first
+ * save: duplicates, overlaps and gaps are errors on every rank). A rank may register several slices
+ * of one tensor. Local.
+ */
+CKPT_EXTERN int ckpt_saver_add_slice(ckpt_saver *s, const char *name, ckpt_dtype dtype,
+                                     const ckpt_shape *shape, const ckpt_slice *slice, void *data);
+
+/** Registers a replicated tensor (same value on every rank). Local. */
+CKPT_EXTERN int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
+                                          const ckpt_shape *shape, void *data,
+                                          ckpt_replica_mode mode);
+
+/** Registers a registered saver under @p name (per-rank opaque bytes). Local. */
+CKPT_EXTERN int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,
+                                    void *payload);
+
+/** Removes every registration. Local. */
+CKPT_EXTERN void ckpt_saver_clear(ckpt_saver *s);
+
+/** Metadata recorded with a save. */
+typedef struct ckpt_save_info {
+    int64_t epoch;
+    int64_t step;
+} ckpt_save_info;
+
+/**
+ * Writes a checkpoint at exactly @p prefix (no counter), like TensorFlow's write().
+ * Protocol: plan (allgather + validation, cached while registrations do not change), write,
+ * agree (one allreduce), merge at the chief (gather of index fragments), commit (data renamed into
+ * place, index written last). On any failure on any rank: the same error on every rank, nothing
+ * committed, temp files removed, the previous checkpoint untouched.
+ * Collective over the saver's communicator. @p info may be NULL (epoch = step = 0).
+ */
+CKPT_EXTERN int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *info);
+
+/**
+ * Writes `<prefix>-<N>` with N = counter + 1 and, when it commits, sets the counter to N; a failed
+ * save leaves the counter unchanged (the next save reuses N: nothing was committed under it).
+ * The name is copied to @p out (may be NULL). The counter starts at 0 (the first save writes
+ * `-1`); restore sets it to the restored checkpoint's. A committed checkpoint is never overwritten:
+ * if `<prefix>-N` exists (say, after restoring an older one) the save fails with CKPT_EEXISTS on
+ * every rank; the manager (manager.h) numbers past every checkpoint it knows. Collective.
+ */
+CKPT_EXTERN int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                                char *out, size_t out_size);
+
+/** Current save counter. Local. */
+CKPT_EXTERN int64_t ckpt_saver_counter(const ckpt_saver *s);
+
+/** Options of ckpt_saver_restore(). Initialize with CKPT_RESTORE_OPTIONS_INIT. */
+typedef struct ckpt_restore_options {
+    unsigned int version; /**< CKPT_RESTORE_OPTIONS_VERSION */
+    /** 1: a per-rank component or blob that the checkpoint lacks for this rank (it was written by
+     *  fewer ranks) is skipped (left untouched, restore callback not called); 0: CKPT_ENOTFOUND. */
+    int skip_missing_per_rank;
+} ckpt_restore_options;
+
+#define CKPT_RESTORE_OPTIONS_VERSION 1
+#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0 }
+
+/** What a restore found. */
+typedef struct ckpt_restore_info {
+    int64_t save_counter;
+    int64_t epoch;
+    int64_t step;
+    int32_t world_size; /**< ranks that wrote the checkpoint */
+    ckpt_layout layout;
+} ckpt_restore_info;
+
+/**
+ * Restores every registration from the checkpoint at @p prefix, on any number of ranks: the chief
+ * reads and validates the index (and the data files' sizes) and broadcasts it; each rank reads
+ * exactly the stored pieces that overlap what it owns now, each checked against its CRC-32C.
+ * A registered name missing from the checkpoint is CKPT_ENOTFOUND, a dtype or global shape that
+ * differs is CKPT_EMISMATCH. Collective. @p opts and @p info may be NULL.
+ */
+CKPT_EXTERN int ckpt_saver_restore(ckpt_saver *s, const char *prefix,
+                                   const ckpt_restore_options *opts, ckpt_restore_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+/**
+ * @file mpickpt/state.h
+ * @brief The checkpoint state file (`<dir>/checkpoint`), listing and garbage collection of a
+ * checkpoint directory. No MPI: the CLI uses these, the manager builds on them.
+ */
+#ifndef MPICKPT_STATE_H
+#define MPICKPT_STATE_H
+
+#include "common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One committed checkpoint the state file keeps. */
+typedef struct ckpt_state_entry {
+    char prefix[256];     /**< name relative to the directory, e.g. "ckpt-7" */
+    int64_t save_counter;
+    int64_t epoch;
+    int64_t step;
+    double timestamp;     /**< commit time, seconds since the Unix epoch */
+    uint64_t bytes;       /**< index + data files */
+    int end_of_epoch;     /**< 1: saved at the end of `epoch`; 0: in the middle (at `step`) */
+    int preserved;        /**< 1: kept by keep_checkpoint_every_n_hours, outside max_to_keep */
+} ckpt_state_entry;
+
+/** The state file: the latest checkpoint and the kept ones, oldest first. */
+typedef struct ckpt_state {
+    char latest[256];                 /**< "" when empty */
+    ckpt_state_entry *entries;        /**< oldest to newest */
+    size_t num_entries;
+    double last_preserved_timestamp;  /**< keep_checkpoint_every_n_hours bookkeeping */
+    int64_t save_counter;             /**< highest counter ever committed */
+} ckpt_state;
+
+/**
+ * Reads `<dir>/checkpoint`. CKPT_ENOTFOUND when there is none (*out is then an empty state, to be
+ * freed too); CKPT_ECORRUPT when it is damaged (same container checks as the index).
+ */
+CKPT_EXTERN int ckpt_state_read(ckpt_state **out, const char *dir);
+
+/** Writes `<dir>/checkpoint` atomically (temp name, fsync, rename, fsync dir). */
+CKPT_EXTERN int ckpt_state_write(const ckpt_state *state, const char *dir);
+
+/** Appends an entry (copied) and makes it the latest. */
+CKPT_EXTERN int ckpt_state_append(ckpt_state *state, const ckpt_state_entry *entry);
+
+/** Removes entry @p i (keeps the order). */
+CKPT_EXTERN void ckpt_state_remove(ckpt_state *state, size_t i);
+
+/** An empty state. */
+CKPT_EXTERN int ckpt_state_new(ckpt_state **out);
+
+/** Frees a state. NULL is a no-op. */
+CKPT_EXTERN void ckpt_state_free(ckpt_state *state);
+
+/**
+ * Scans @p dir for committed checkpoints (`*.index` files whose index loads), oldest first by save
+ * counter then name, and fills entries from their headers (bytes = index + data files). Damaged
+ * ones are skipped. For recovery when the state file is missing or damaged, and for `mpickpt list`.
+ */
+CKPT_EXTERN int ckpt_state_scan(ckpt_state **out, const char *dir);
+
+/** Size in bytes of checkpoint @p prefix (index + its data files as listed in the index). */
+CKPT_EXTERN int ckpt_checkpoint_bytes(uint64_t *out, const char *prefix);
+
+/**
+ * Deletes checkpoint @p prefix: the index first (so it is never seen half-deleted), a directory
+ * fsync, then its data files.
+ */
+CKPT_EXTERN int ckpt_checkpoint_delete(const char *prefix);
+
+/** Called by ckpt_gc() for each path it removes (or would remove, with dry_run). */
+typedef void (*ckpt_gc_cb)(const char *path, const char *why, void *payload);
+
+/**
+ * Removes the garbage a crashed or failed save leaves in @p dir: `*_temp` directories,
+ * `<name>.data-*` files whose `<name>.index` does not exist, index/state temp files
+ * (`*.tmp-<pid>`), and the contents of `workertemp_*` directories next to @p dir (when @p dir is
+ * named "chief") or inside it. Committed checkpoints are never touched. Must not run while a save
+ * is writing into @p dir. @p removed (may be NULL) receives the number of paths removed.
+ */
+CKPT_EXTERN int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload,
+                        size_t *removed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,437 @@
+/*
+ * Checkpoint manager and worker training state. The chief owns the state file: it reads it,
+ * updates it after each commit and applies retention; every other rank receives the chief's view
+ * by broadcast, so all ranks always agree on what exists and what the latest checkpoint is.
+ */
+#include "mpickpt/manager.h"
+
+#include "fsutil.h"
+#include "index.h"
+#include "mpi_internal.h"
+#include "mpickpt/collective.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct ckpt_manager {
+    ckpt_saver *saver;
+    MPI_Comm comm;
+    int rank;
+    char dir[4096]; /* the chief's path, adopted by every rank */
+    char name[200];
+    ckpt_manager_options opts;
+    ckpt_state *state; /* the chief's view, identical on every rank */
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Broadcasts a byte buffer from the chief (size first). Collective; *buf is malloc'd on others. */
+static int bcast_bytes(ckpt_manager *m, uint8_t **buf, size_t *len, int local)
+{
+    int rc = ckpt_mpi_agree(m->comm, local);
+    if (rc != CKPT_OK)
+        return rc;
+    uint64_t n = *len;
+    if (MPI_Bcast(&n, 1, MPI_UINT64_T, 0, m->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
+    if (n > INT32_MAX)
+        local = ckpt__error(CKPT_EINVAL, "state of %llu bytes is too large", (unsigned long long)n);
+    if (m->rank != 0 && local == CKPT_OK) {
+        *buf = malloc(n ? n : 1);
+        if (!*buf)
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+        *len = (size_t)n;
+    }
+    if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
+        return rc;
+    if (MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, m->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
+    return ckpt_mpi_agree(m->comm, local);
+}
+
+/* Every rank adopts the chief's state (`local` is the chief's status in producing it). */
+static int share_state(ckpt_manager *m, int local)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (m->rank == 0 && local == CKPT_OK)
+        local = ckpt__state_pack(&buf, &len, m->state, 0);
+    int rc = bcast_bytes(m, &buf, &len, local);
+    if (rc == CKPT_OK && m->rank != 0) {
+        ckpt_state *st = NULL;
+        local = ckpt__state_unpack(&st, buf, len, "broadcast state");
+        if (local == CKPT_OK) {
+            ckpt_state_free(m->state);
+            m->state = st;
+        }
+        rc = ckpt_mpi_agree(m->comm, local);
+    } else if (rc == CKPT_OK) {
+        rc = ckpt_mpi_agree(m->comm, CKPT_OK);
+    }
+    free(buf);
+    return rc;
+}
+
+int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
+                        const ckpt_manager_options *opts)
+{
+    *out = NULL;
+    if (!saver)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    if (opts && opts->version != CKPT_MANAGER_OPTIONS_VERSION)
+        return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected %d",
+                           opts->version, CKPT_MANAGER_OPTIONS_VERSION);
+    ckpt_manager *m = calloc(1, sizeof *m);
+    MPI_Comm comm = ckpt__saver_comm(saver);
+    int local = m ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    int rc = ckpt_mpi_agree(comm, local);
+    if (rc != CKPT_OK) {
+        free(m);
+        return rc;
+    }
+    m->saver = saver;
+    m->comm = comm;
+    m->rank = ckpt__saver_rank(saver);
+    ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
+    m->opts = opts ? *opts : defaults;
+    local = ckpt__path(m->name, sizeof m->name, "%s", m->opts.name ? m->opts.name : "ckpt");
+    if (local == CKPT_OK && (!ckpt__safe_filename(m->name) || strchr(m->name, '.')))
+        local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' must be a plain name without '.'",
+                            m->name);
+    m->opts.name = NULL;
+    if (m->rank == 0 && local == CKPT_OK) {
+        local = ckpt__path(m->dir, sizeof m->dir, "%s", dir ? dir : "");
+        if (local == CKPT_OK)
+            local = ckpt__mkdir_p(m->dir, 0755);
+        if (local == CKPT_OK) {
+            int r = ckpt_state_read(&m->state, m->dir);
+            if (r != CKPT_OK) {
+                /* No state file (a first run, or it was lost) or a damaged one: rebuild the view
+                 * from the committed checkpoints themselves. */
+                if (r != CKPT_ENOTFOUND)
+                    ckpt__log(CKPT_LOG_WARN, "%s", ckpt_error_last()->message);
+                ckpt_state_free(m->state);
+                m->state = NULL;
+                local = ckpt_state_scan(&m->state, m->dir);
+                if (local == CKPT_OK && r != CKPT_ENOTFOUND)
+                    ckpt__log(CKPT_LOG_WARN, "rebuilt the checkpoint list of %s from %zu committed "
+                                             "checkpoint(s)",
+                              m->dir, m->state->num_entries);
+                if (local == CKPT_OK && m->state->num_entries == 0)
+                    m->state->last_preserved_timestamp = now_seconds();
+            }
+        }
+    } else if (local == CKPT_OK) {
+        local = ckpt_state_new(&m->state);
+    }
+    /* the chief's directory, then its state */
+    uint8_t *dbuf = (uint8_t *)m->dir;
+    size_t dlen = sizeof m->dir;
+    if (m->rank != 0)
+        dbuf = NULL;
+    rc = bcast_bytes(m, &dbuf, &dlen, local);
+    if (rc == CKPT_OK && m->rank != 0) {
+        memcpy(m->dir, dbuf, sizeof m->dir);
+        m->dir[sizeof m->dir - 1] = '\0';
+    }
+    if (m->rank != 0)
+        free(dbuf);
+    if (rc == CKPT_OK)
+        rc = share_state(m, CKPT_OK);
+    if (rc != CKPT_OK) {
+        ckpt_manager_free(m);
+        return rc;
+    }
+    *out = m;
+    return CKPT_OK;
+}
+
+void ckpt_manager_free(ckpt_manager *m)
+{
+    if (!m)
+        return;
+    ckpt_state_free(m->state);
+    free(m);
+}
+
+int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
+{
+    if (!m->state->latest[0])
+        return ckpt__path(out, out_size, "%s", "");
+    return ckpt__path(out, out_size, "%s/%s", m->dir, m->state->latest);
+}
+
+const ckpt_state *ckpt_manager_state(const ckpt_manager *m)
+{
+    return m->state;
+}
+
+/*
+ * Retention on the chief (TensorFlow's CheckpointManager semantics): the newest max_to_keep are
+ * kept; an older one is kept anyway ("preserved") when keep_every_n_hours passed since the last
+ * preserved one; the rest are deleted. The state is written first, then the checkpoints are
+ * deleted index first, so a crash in between leaves valid but unlisted checkpoints, never a
+ * listed checkpoint without data. The latest is never deleted.
+ */
+static int apply_retention(ckpt_manager *m)
+{
+    ckpt_state *st = m->state;
+    if (m->opts.max_to_keep <= 0)
+        return ckpt_state_write(st, m->dir);
+    size_t keep = (size_t)m->opts.max_to_keep, unpreserved = 0;
+    for (size_t i = 0; i < st->num_entries; i++)
+        unpreserved += !st->entries[i].preserved;
+    char (*doomed)[256] = calloc(st->num_entries ? st->num_entries : 1, sizeof *doomed);
+    size_t ndoomed = 0;
+    if (!doomed)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i + 1 < st->num_entries && unpreserved > keep;) {
+        ckpt_state_entry *e = &st->entries[i];
+        if (e->preserved) {
+            i++;
+            continue;
+        }
+        unpreserved--;
+        if (m->opts.keep_every_n_hours > 0 &&
+            e->timestamp - st->last_preserved_timestamp >= m->opts.keep_every_n_hours * 3600.0) {
+            e->preserved = 1;
+            st->last_preserved_timestamp = e->timestamp;
+            i++;
+            continue;
+        }
+        snprintf(doomed[ndoomed++], 256, "%s", e->prefix);
+        ckpt_state_remove(st, i);
+    }
+    int rc = ckpt_state_write(st, m->dir);
+    for (size_t i = 0; rc == CKPT_OK && i < ndoomed; i++) {
+        char prefix[4400];
+        if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, doomed[i])) == CKPT_OK) {
+            rc = ckpt_checkpoint_delete(prefix);
+            if (rc == CKPT_OK)
+                ckpt__log(CKPT_LOG_INFO, "retention deleted %s", prefix);
+        }
+    }
+    free(doomed);
+    return rc;
+}
+
+int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
+                      size_t out_size)
+{
+    if (out && out_size)
+        out[0] = '\0';
+    ckpt_manager_save_info zero = { 0, 0, 0, 0 };
+    if (!info)
+        info = &zero;
+    /* Skipping is decided from the shared state, so every rank decides the same. */
+    const ckpt_state *st = m->state;
+    if (!info->force && m->opts.min_step_interval > 0 && st->num_entries > 0 &&
+        info->step - st->entries[st->num_entries - 1].step < m->opts.min_step_interval)
+        return CKPT_OK;
+
+    /* The chief sweeps what crashed or failed saves left before writing anew. */
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        size_t removed = 0;
+        local = ckpt_gc(m->dir, 0, NULL, NULL, &removed);
+        if (local == CKPT_OK && removed)
+            ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
+                      m->dir);
+    }
+    int rc = ckpt_mpi_agree(m->comm, local);
+    if (rc != CKPT_OK)
+        return rc;
+
+    /* Number past every checkpoint ever committed here, whatever was restored. */
+    int64_t next = st->save_counter;
+    for (size_t i = 0; i < st->num_entries; i++)
+        if (st->entries[i].save_counter > next)
+            next = st->entries[i].save_counter;
+    if (ckpt_saver_counter(m->saver) > next)
+        next = ckpt_saver_counter(m->saver);
+    ckpt__saver_set_counter(m->saver, next);
+
+    char base[4400], written[4400];
+    if ((rc = ckpt__path(base, sizeof base, "%s/%s", m->dir, m->name)) != CKPT_OK)
+        return ckpt_mpi_agree(m->comm, rc);
+    ckpt_save_info si = { info->epoch, info->step };
+    if ((rc = ckpt_saver_save(m->saver, base, &si, written, sizeof written)) != CKPT_OK)
+        return rc;
+
+    /* Committed. The chief records it and applies retention; everybody gets the new state. */
+    if (m->rank == 0) {
+        ckpt_state_entry e;
+        memset(&e, 0, sizeof e);
+        const char *slash = strrchr(written, '/');
+        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : written);
+        e.save_counter = ckpt_saver_counter(m->saver);
+        e.epoch = info->epoch;
+        e.step = info->step;
+        e.timestamp = now_seconds();
+        e.end_of_epoch = info->end_of_epoch != 0;
+        local = ckpt_checkpoint_bytes(&e.bytes, written);
+        if (local == CKPT_OK)
+            local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK)
+            local = apply_retention(m);
+    }
+    rc = share_state(m, local);
+    if (rc == CKPT_OK && out && out_size)
+        snprintf(out, out_size, "%s", written);
+    return rc;
+}
+
+int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
+{
+    memset(out, 0, sizeof *out);
+    ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
+    ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
+    const ckpt_state *st = m->state;
+    for (size_t k = st->num_entries; k-- > 0;) {
+        const ckpt_state_entry *e = &st->entries[k];
+        char prefix[4400];
+        int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
+        /* The chief checks the candidate is complete (index, sizes of its data files) first, so
+         * that a damaged checkpoint is told apart from a registration that does not match. */
+        if (m->rank == 0 && local == CKPT_OK) {
+            ckpt_reader *r = NULL;
+            local = ckpt_reader_open(&r, prefix);
+            ckpt_reader_free(r);
+        }
+        int rc = ckpt_mpi_agree(m->comm, local);
+        if (rc == CKPT_OK) {
+            ckpt_restore_info info;
+            rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
+            if (rc == CKPT_OK) {
+                out->restored = 1;
+                snprintf(out->prefix, sizeof out->prefix, "%s", prefix);
+                out->save_counter = info.save_counter;
+                out->epoch = info.epoch;
+                out->step = info.step;
+                out->end_of_epoch = e->end_of_epoch;
+                return CKPT_OK;
+            }
+            if (rc != CKPT_ECORRUPT)
+                return rc; /* the checkpoint is fine: what was registered does not match it */
+        } else if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EVERSION) {
+            return rc;
+        }
+        out->skipped++;
+        if (m->rank == 0)
+            ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
+                      ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
+    }
+    if (m->rank == 0 && out->skipped)
+        ckpt__log(CKPT_LOG_WARN, "no valid checkpoint in %s (%d damaged); starting fresh", m->dir,
+                  out->skipped);
+    ckpt_error_clear();
+    return CKPT_OK;
+}
+
+/* ---- training state -------------------------------------------------------------------------- */
+
+struct ckpt_training {
+    ckpt_manager *m;
+    char dir[4096];
+    ckpt_manager_restored restored;
+};
+
+int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir,
+                         const ckpt_manager_options *opts)
+{
+    *out = NULL;
+    ckpt_training *t = calloc(1, sizeof *t);
+    char chief[4200];
+    int local = t ? ckpt__path(t->dir, sizeof t->dir, "%s", dir ? dir : "")
+                  : ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (local == CKPT_OK)
+        local = ckpt__path(chief, sizeof chief, "%s/chief", t->dir);
+    int rc = ckpt_mpi_agree(ckpt__saver_comm(saver), local);
+    if (rc != CKPT_OK) {
+        free(t);
+        return rc;
+    }
+    ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+    if (opts)
+        o = *opts;
+    else
+        o.max_to_keep = 1; /* the seed's BackupAndRestore keeps one */
+    rc = ckpt_manager_create(&t->m, saver, chief, &o);
+    if (rc != CKPT_OK) {
+        free(t);
+        return rc;
+    }
+    /* The chief's directory is authoritative: it is the manager's, minus "/chief". */
+    const char *md = t->m->dir;
+    size_t n = strlen(md);
+    if (n >= 6 && strcmp(md + n - 6, "/chief") == 0)
+        snprintf(t->dir, sizeof t->dir, "%.*s", (int)(n - 6), md);
+    *out = t;
+    return CKPT_OK;
+}
+
+void ckpt_training_free(ckpt_training *t)
+{
+    if (!t)
+        return;
+    ckpt_manager_free(t->m);
+    free(t);
+}
+
+ckpt_manager *ckpt_training_manager(ckpt_training *t)
+{
+    return t->m;
+}
+
+int ckpt_training_back_up(ckpt_training *t, int64_t epoch, int64_t step, int end_of_epoch)
+{
+    ckpt_manager_save_info info = { epoch, step, end_of_epoch, 1 };
+    return ckpt_manager_save(t->m, &info, NULL, 0);
+}
+
+int ckpt_training_restore(ckpt_training *t, int *restored)
+{
+    /* Epoch and step come from the index the chief read and broadcast, identical everywhere. */
+    int rc = ckpt_manager_restore_or_initialize(t->m, &t->restored);
+    if (restored)
+        *restored = rc == CKPT_OK && t->restored.restored;
+    return rc;
+}
+
+int64_t ckpt_training_initial_epoch(const ckpt_training *t, int64_t initial)
+{
+    if (!t->restored.restored)
+        return initial;
+    return t->restored.end_of_epoch ? t->restored.epoch + 1 : t->restored.epoch;
+}
+
+int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial)
+{
+    return t->restored.restored ? t->restored.step + 1 : initial;
+}
+
+int ckpt_training_delete_backup(ckpt_training *t)
+{
+    /* Everybody is done with the directory before the chief removes it. */
+    int rc = ckpt_mpi_agree(t->m->comm, CKPT_OK);
+    if (rc != CKPT_OK)
+        return rc;
+    int local = t->m->rank == 0 ? ckpt__rmtree(t->dir) : CKPT_OK;
+    if (local == CKPT_OK && t->m->rank == 0)
+        local = ckpt__fsync_parent(t->dir);
+    rc = ckpt_mpi_agree(t->m->comm, local);
+    if (rc == CKPT_OK) {
+        ckpt_state_free(t->m->state);
+        t->m->state = NULL;
+        rc = ckpt_state_new(&t->m->state);
+        memset(&t->restored, 0, sizeof t->restored);
+    }
+    return rc;
+}

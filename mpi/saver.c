@@ -1,0 +1,1491 @@
+/*
+ * Collective save and restore (DESIGN §4).
+ *
+ * Save: plan (allgather of what every rank registered, merged and validated identically on every
+ * rank; cached while no rank changes its registrations) -> write (per-rank files, or one shared
+ * file through MPI-IO) -> agree (one allreduce) -> merge (gather of index fragments at the chief)
+ * -> commit (the chief renames data into place and writes the index last) -> the result is agreed
+ * by every rank. Every exit path after the first collective goes through ckpt_mpi_agree(), so all
+ * ranks return the same status and nobody is left waiting in a collective.
+ */
+#include "mpickpt/saver.h"
+
+#include "fsutil.h"
+#include "h5io.h"
+#include "index.h"
+#include "mpi_internal.h"
+#include "mpickpt/collective.h"
+#include "mpickpt/crc32c.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct reg {
+    char *name;   /* as registered */
+    char *stored; /* name in the checkpoint (components and blobs get a per-rank suffix) */
+    ckpt_dtype dtype;
+    ckpt_shape shape;
+    ckpt_slice slice; /* what this rank holds (whole shape except for partitioned) */
+    ckpt_kind kind;
+    void *data;
+    ckpt_blob_callbacks cb;
+    void *payload;
+} reg;
+
+/* One piece this rank stores at a save: a box of one registration. */
+typedef struct piece {
+    size_t reg;
+    ckpt_slice slice;
+} piece;
+
+struct ckpt_saver {
+    MPI_Comm comm;
+    int rank, size;
+    ckpt_saver_options opts;
+    ckpt_layout layout;
+    reg *regs;
+    size_t nregs, cap;
+    int dirty; /* registrations changed since the plan was made */
+    /* The plan: every rank's registrations (without blobs), merged and validated. */
+    int have_plan;
+    Mpickpt__Fragment **plan_frags;
+    size_t plan_nfrags;
+    Mpickpt__Index plan;
+    /* Pieces this rank stores, derived from its registrations and the sharding policy. */
+    piece *pieces;
+    size_t npieces;
+    void *scratch;
+    size_t scratch_size;
+    int64_t counter;
+};
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* Deterministic choice of the rank that stores a replicated primary: spreads the writes. */
+static int primary_rank(const char *name, int size)
+{
+    uint32_t h = ckpt_crc32c(name, strlen(name));
+    return (int)(h % (uint32_t)size);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- create / free / registration ------------------------------------------------------------ */
+
+int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts)
+{
+    *out = NULL;
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init)
+        return ckpt__error(CKPT_EMPI, "ckpt_saver_create: MPI is not initialized");
+    if (opts && opts->version != CKPT_SAVER_OPTIONS_VERSION)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options version %u, expected %d", opts->version,
+                           CKPT_SAVER_OPTIONS_VERSION);
+    ckpt_saver *s = calloc(1, sizeof *s);
+    int local = s ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    MPI_Comm dup = MPI_COMM_NULL;
+    /* MPI_Comm_dup is collective: every rank calls it even when its allocation failed. */
+    int mrc = MPI_Comm_dup(comm, &dup);
+    if (mrc != MPI_SUCCESS && local == CKPT_OK)
+        local = ckpt__mpi_error(mrc, "MPI_Comm_dup");
+    if (dup != MPI_COMM_NULL)
+        MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    int rc = ckpt_mpi_agree(dup != MPI_COMM_NULL ? dup : comm, local);
+    if (rc != CKPT_OK) {
+        if (dup != MPI_COMM_NULL)
+            MPI_Comm_free(&dup);
+        free(s);
+        return rc;
+    }
+    s->comm = dup;
+    MPI_Comm_rank(dup, &s->rank);
+    ckpt_log_set_rank(s->rank);
+    MPI_Comm_size(dup, &s->size);
+    ckpt_saver_options defaults = CKPT_SAVER_OPTIONS_INIT;
+    s->opts = opts ? *opts : defaults;
+    s->layout = s->opts.layout;
+    const char *env = getenv("MPICKPT_LAYOUT");
+    if (s->layout == CKPT_LAYOUT_UNKNOWN && env && strcmp(env, "shared") == 0)
+        s->layout = CKPT_LAYOUT_SHARED;
+    if (s->layout == CKPT_LAYOUT_UNKNOWN)
+        s->layout = CKPT_LAYOUT_PER_RANK;
+    s->dirty = 1;
+    mpickpt__index__init(&s->plan);
+    *out = s;
+    return CKPT_OK;
+}
+
+static void free_plan(ckpt_saver *s)
+{
+    ckpt__index_merged_free(&s->plan);
+    for (size_t i = 0; i < s->plan_nfrags; i++)
+        mpickpt__fragment__free_unpacked(s->plan_frags[i], NULL);
+    free(s->plan_frags);
+    s->plan_frags = NULL;
+    s->plan_nfrags = 0;
+    s->have_plan = 0;
+    free(s->pieces);
+    s->pieces = NULL;
+    s->npieces = 0;
+}
+
+void ckpt_saver_clear(ckpt_saver *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->nregs; i++) {
+        free(s->regs[i].name);
+        free(s->regs[i].stored);
+    }
+    s->nregs = 0;
+    s->dirty = 1;
+}
+
+void ckpt_saver_free(ckpt_saver *s)
+{
+    if (!s)
+        return;
+    ckpt_saver_clear(s);
+    free(s->regs);
+    free_plan(s);
+    free(s->scratch);
+    if (s->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->comm);
+    free(s);
+}
+
+int64_t ckpt_saver_counter(const ckpt_saver *s)
+{
+    return s->counter;
+}
+
+MPI_Comm ckpt__saver_comm(const ckpt_saver *s)
+{
+    return s->comm;
+}
+
+int ckpt__saver_rank(const ckpt_saver *s)
+{
+    return s->rank;
+}
+
+void ckpt__saver_set_counter(ckpt_saver *s, int64_t counter)
+{
+    s->counter = counter;
+}
+
+/* Appends a registration after checking what can be checked locally. */
+static int add_reg(ckpt_saver *s, const char *name, const char *stored, ckpt_dtype dtype,
+                   const ckpt_shape *shape, const ckpt_slice *slice, ckpt_kind kind, void *data)
+{
+    if (!s || !name || !*name || strlen(stored) > 4096)
+        return ckpt__error(CKPT_EINVAL, "tensor name is empty or longer than 4096 bytes");
+    if (!ckpt_dtype_valid(dtype))
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name, (int)dtype);
+    int64_t n;
+    int rc;
+    if ((rc = ckpt_shape_num_elements(&n, shape)) != CKPT_OK ||
+        (rc = ckpt_slice_validate(slice, shape)) != CKPT_OK)
+        return ckpt__error_wrap(rc, "tensor '%s'", name);
+    ckpt_slice_num_elements(&n, slice);
+    if (n > 0 && !data && kind != CKPT_KIND_BLOB)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': data is NULL", name);
+    if (kind != CKPT_KIND_PARTITIONED)
+        for (size_t i = 0; i < s->nregs; i++)
+            if (strcmp(s->regs[i].stored, stored) == 0)
+                return ckpt__error(CKPT_EINVAL, "tensor '%s' is already registered on rank %d",
+                                   name, s->rank);
+    if (s->nregs == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 16;
+        reg *nr = realloc(s->regs, ncap * sizeof *nr);
+        if (!nr)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        s->regs = nr;
+        s->cap = ncap;
+    }
+    reg *r = &s->regs[s->nregs];
+    memset(r, 0, sizeof *r);
+    r->name = xstrdup(name);
+    r->stored = xstrdup(stored);
+    if (!r->name || !r->stored) {
+        free(r->name);
+        free(r->stored);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    r->dtype = dtype;
+    r->shape = *shape;
+    r->slice = *slice;
+    r->kind = kind;
+    r->data = data;
+    s->nregs++;
+    s->dirty = 1;
+    return CKPT_OK;
+}
+
+int ckpt_saver_add_full(ckpt_saver *s, const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                        void *data)
+{
+    ckpt_slice full;
+    ckpt_slice_full(&full, shape);
+    return add_reg(s, name, name ? name : "", dtype, shape, &full, CKPT_KIND_FULL, data);
+}
+
+int ckpt_saver_add_slice(ckpt_saver *s, const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                         const ckpt_slice *slice, void *data)
+{
+    if (!slice)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': slice is NULL", name ? name : "");
+    return add_reg(s, name, name ? name : "", dtype, shape, slice, CKPT_KIND_PARTITIONED, data);
+}
+
+int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
+                              const ckpt_shape *shape, void *data, ckpt_replica_mode mode)
+{
+    ckpt_slice full;
+    ckpt_slice_full(&full, shape);
+    if (mode == CKPT_REPLICA_PRIMARY)
+        return add_reg(s, name, name ? name : "", dtype, shape, &full, CKPT_KIND_REPLICATED, data);
+    if (mode != CKPT_REPLICA_PER_COMPONENT)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': unknown replica mode %d", name ? name : "",
+                           (int)mode);
+    char stored[4200];
+    int rc = s->rank == 0 ? ckpt__path(stored, sizeof stored, "%s", name ? name : "")
+                          : ckpt__path(stored, sizeof stored, "%s/parallel_component_%d",
+                                       name ? name : "", s->rank);
+    if (rc != CKPT_OK)
+        return rc;
+    return add_reg(s, name, stored, dtype, shape, &full, CKPT_KIND_COMPONENT, data);
+}
+
+int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,
+                        void *payload)
+{
+    if (!cb || !cb->save || !cb->restore)
+        return ckpt__error(CKPT_EINVAL, "blob '%s': both callbacks are required", name ? name : "");
+    char stored[4200];
+    int rc = ckpt__path(stored, sizeof stored, "%s/rank_%d", name ? name : "", s->rank);
+    if (rc != CKPT_OK)
+        return rc;
+    ckpt_shape sh;
+    int64_t zero = 0;
+    ckpt_shape_init(&sh, 1, &zero);
+    ckpt_slice full;
+    ckpt_slice_full(&full, &sh);
+    if ((rc = add_reg(s, name, stored, CKPT_UINT8, &sh, &full, CKPT_KIND_BLOB, NULL)) != CKPT_OK)
+        return rc;
+    s->regs[s->nregs - 1].cb = *cb;
+    s->regs[s->nregs - 1].payload = payload;
+    return CKPT_OK;
+}
+
+/* ---- sharding policy -------------------------------------------------------------------------- */
+
+/*
+ * Splits `box` into pieces of at most `max` bytes (max <= 0: no split) and appends them.
+ * Splits along the outermost axis whose one-index-thick slab fits, iterating the axes outside it
+ * one index at a time; when even one innermost row is larger than the limit it moves inwards, down
+ * to single elements, so it always terminates (and never produces an empty piece).
+ */
+static int shard_box(ckpt_saver *s, size_t r, const ckpt_slice *box, size_t esize, int64_t max)
+{
+    int64_t n;
+    ckpt_slice_num_elements(&n, box);
+    int nd = box->ndims;
+    if (max <= 0 || n == 0 || (uint64_t)n * esize <= (uint64_t)max || nd == 0) {
+        piece *np = realloc(s->pieces, (s->npieces + 1) * sizeof *np);
+        if (!np)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        s->pieces = np;
+        s->pieces[s->npieces].reg = r;
+        s->pieces[s->npieces].slice = *box;
+        s->npieces++;
+        return CKPT_OK;
+    }
+    /* slab[d] = bytes of a slab one index thick along d (all of the inner axes). */
+    uint64_t slab = esize;
+    int axis = nd - 1;
+    uint64_t inner[CKPT_MAX_DIMS] = { 0 };
+    for (int d = nd - 1; d >= 0; d--) {
+        inner[d] = slab;
+        slab *= (uint64_t)box->count[d];
+    }
+    for (int d = 0; d < nd; d++)
+        if (inner[d] <= (uint64_t)max) {
+            axis = d;
+            break;
+        }
+    int64_t k = (int64_t)((uint64_t)max / inner[axis]);
+    if (k < 1)
+        k = 1; /* one element is larger than the limit: one element per piece */
+    /* Iterate the outer axes index by index, the split axis in chunks of k. */
+    int64_t idx[CKPT_MAX_DIMS] = { 0 };
+    for (;;) {
+        ckpt_slice p = *box;
+        for (int d = 0; d < axis; d++) {
+            p.start[d] = box->start[d] + idx[d];
+            p.count[d] = 1;
+        }
+        for (int64_t off = 0; off < box->count[axis]; off += k) {
+            p.start[axis] = box->start[axis] + off;
+            p.count[axis] = box->count[axis] - off < k ? box->count[axis] - off : k;
+            int rc = shard_box(s, r, &p, esize, 0);
+            if (rc != CKPT_OK)
+                return rc;
+        }
+        int d = axis - 1;
+        while (d >= 0 && ++idx[d] == box->count[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    return CKPT_OK;
+}
+
+/* Pieces this rank stores for its (non-blob) registrations. */
+static int build_pieces(ckpt_saver *s)
+{
+    free(s->pieces);
+    s->pieces = NULL;
+    s->npieces = 0;
+    for (size_t i = 0; i < s->nregs; i++) {
+        const reg *g = &s->regs[i];
+        if (g->kind == CKPT_KIND_BLOB)
+            continue;
+        if (g->kind == CKPT_KIND_REPLICATED && primary_rank(g->stored, s->size) != s->rank)
+            continue;
+        int rc = shard_box(s, i, &g->slice, ckpt_dtype_size(g->dtype), s->opts.max_shard_bytes);
+        if (rc != CKPT_OK)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+/* ---- plan -------------------------------------------------------------------------------------- */
+
+static int cmp_tensor_name(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, (*(Mpickpt__Tensor *const *)elem)->name);
+}
+
+/* This rank's registrations as a fragment (pieces without data), for the plan. */
+static int plan_fragment(ckpt_saver *s, Mpickpt__Fragment *f, size_t *cap)
+{
+    char file[32];
+    snprintf(file, sizeof file, "plan-%d", s->rank);
+    int rc = ckpt__fragment_add_file(f, file, 0);
+    for (size_t i = 0; i < s->nregs && rc == CKPT_OK; i++) {
+        const reg *g = &s->regs[i];
+        if (g->kind == CKPT_KIND_BLOB)
+            continue;
+        /* One entry per registration, with the pieces this rank stores for it (none for a
+         * replicated tensor whose primary is another rank: the entry still proves registration). */
+        size_t before = f->n_tensors;
+        ckpt_slice zero = g->slice;
+        rc = ckpt__fragment_add(f, cap, g->stored, g->dtype, &g->shape, g->kind, &g->slice, file,
+                                "/tensors/plan", &zero, 0, 0);
+        if (rc != CKPT_OK)
+            break;
+        Mpickpt__Tensor *t = f->tensors[before];
+        /* Replace the single piece with this rank's stored pieces of the registration. */
+        Mpickpt__Piece *proto = t->pieces[0];
+        size_t n = 0;
+        for (size_t j = 0; j < s->npieces; j++)
+            n += s->pieces[j].reg == i;
+        Mpickpt__Piece **pp = malloc((n ? n : 1) * sizeof *pp);
+        if (!pp)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        size_t k = 0;
+        for (size_t j = 0; j < s->npieces && rc == CKPT_OK; j++) {
+            if (s->pieces[j].reg != i)
+                continue;
+            Mpickpt__Piece *p = malloc(sizeof *p);
+            int64_t *a = malloc(sizeof(int64_t) * (size_t)(g->shape.ndims ? g->shape.ndims : 1));
+            int64_t *b = malloc(sizeof(int64_t) * (size_t)(g->shape.ndims ? g->shape.ndims : 1));
+            int64_t *c = calloc((size_t)(g->shape.ndims ? g->shape.ndims : 1), sizeof(int64_t));
+            char *fn = xstrdup(file), *ds = xstrdup("/tensors/plan");
+            if (!p || !a || !b || !c || !fn || !ds) {
+                free(p), free(a), free(b), free(c), free(fn), free(ds);
+                rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+                break;
+            }
+            *p = *proto;
+            memcpy(a, s->pieces[j].slice.start, sizeof(int64_t) * (size_t)g->shape.ndims);
+            memcpy(b, s->pieces[j].slice.count, sizeof(int64_t) * (size_t)g->shape.ndims);
+            p->start = a;
+            p->count = b;
+            p->dataset_start = c;
+            p->file = fn;
+            p->dataset = ds;
+            int64_t ne;
+            ckpt_slice_num_elements(&ne, &s->pieces[j].slice);
+            p->bytes = (uint64_t)ne * ckpt_dtype_size(g->dtype);
+            pp[k++] = p;
+        }
+        /* free the prototype piece (built by ckpt__fragment_add) */
+        free(proto->start), free(proto->count), free(proto->dataset_start);
+        free(proto->file), free(proto->dataset), free(proto);
+        free(t->pieces);
+        t->pieces = pp;
+        t->n_pieces = k;
+    }
+    return rc;
+}
+
+/* Packs `f`, allgathers every rank's bytes, unpacks them into `*out` (n = size). Collective.
+ * `local` is this rank's status so far: a failed rank still joins with an empty contribution. */
+static int allgather_fragments(ckpt_saver *s, const Mpickpt__Fragment *f, int local,
+                               Mpickpt__Fragment ***out)
+{
+    *out = NULL;
+    size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (local == CKPT_OK)
+        mpickpt__fragment__pack(f, buf);
+    else
+        len = 0;
+    if (len > INT32_MAX && local == CKPT_OK)
+        local = ckpt__error(CKPT_EINVAL, "rank %d: plan of %zu bytes is too large", s->rank, len);
+    int mylen = (int)len;
+    int *lens = calloc((size_t)s->size, sizeof *lens), *displs = calloc((size_t)s->size, sizeof *displs);
+    uint8_t *all = NULL;
+    if ((!lens || !displs) && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    int local2 = CKPT_OK;
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK)
+        goto done;
+    /* Both collectives run on every rank: the agreement above made the branch uniform. */
+    if (MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, s->comm) != MPI_SUCCESS)
+        local2 = ckpt__error(CKPT_EMPI, "MPI_Allgather of plan sizes failed");
+    int64_t total = 0;
+    for (int i = 0; lens && i < s->size; i++) {
+        displs[i] = (int)total;
+        total += lens[i];
+    }
+    if (total > INT32_MAX)
+        local2 = ckpt__error(CKPT_EINVAL, "the plan (%lld bytes) is too large", (long long)total);
+    all = malloc((size_t)(total ? total : 1));
+    if (!all)
+        local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if ((rc = ckpt_mpi_agree(s->comm, local2)) != CKPT_OK)
+        goto done;
+    if (MPI_Allgatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, s->comm) != MPI_SUCCESS)
+        local2 = ckpt__error(CKPT_EMPI, "MPI_Allgatherv of plans failed");
+    Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
+    if (!frags && local2 == CKPT_OK)
+        local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (int i = 0; frags && local2 == CKPT_OK && i < s->size; i++) {
+        frags[i] = mpickpt__fragment__unpack(NULL, (size_t)lens[i], all + displs[i]);
+        if (!frags[i])
+            local2 = ckpt__error(CKPT_ECORRUPT, "rank %d's plan does not parse", i);
+        else
+            frags[i]->rank = i; /* trust the position, not the bytes */
+    }
+    if (local2 != CKPT_OK && frags) {
+        for (int i = 0; i < s->size; i++)
+            if (frags[i])
+                mpickpt__fragment__free_unpacked(frags[i], NULL);
+        free(frags);
+        frags = NULL;
+    }
+    *out = frags;
+    rc = local2; /* identical inputs on every rank: the outcome is identical too */
+done:
+    free(buf);
+    free(lens);
+    free(displs);
+    free(all);
+    return rc;
+}
+
+/* Validates that every rank registered each replicated primary (same dtype/shape is checked by
+ * the merge). Same inputs on every rank, so the same verdict everywhere. */
+static int check_replicated(ckpt_saver *s)
+{
+    size_t n = s->plan.n_tensors;
+    int *count = calloc(n ? n : 1, sizeof *count);
+    if (!count)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t f = 0; f < s->plan_nfrags; f++)
+        for (size_t i = 0; i < s->plan_frags[f]->n_tensors; i++) {
+            const Mpickpt__Tensor *t = s->plan_frags[f]->tensors[i];
+            if (t->kind != MPICKPT__KIND__KIND_REPLICATED)
+                continue;
+            Mpickpt__Tensor **hit = bsearch(t->name, s->plan.tensors, n, sizeof *s->plan.tensors,
+                                            cmp_tensor_name);
+            if (hit)
+                count[hit - s->plan.tensors]++;
+        }
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < n; i++)
+        if (s->plan.tensors[i]->kind == MPICKPT__KIND__KIND_REPLICATED && count[i] != s->size) {
+            rc = ckpt__error(CKPT_EMISMATCH,
+                             "replicated tensor '%s' is registered on %d of %d ranks (every rank "
+                             "must register a replicated tensor)",
+                             s->plan.tensors[i]->name, count[i], s->size);
+            break;
+        }
+    free(count);
+    return rc;
+}
+
+/*
+ * Makes the plan when any rank changed its registrations (one allreduce tells). Collective.
+ * Every rank validates the same merged plan, so duplicates, overlaps, gaps and disagreements are
+ * the same error everywhere, before anything is written.
+ */
+static int make_plan(ckpt_saver *s)
+{
+    int dirty = s->dirty || !s->have_plan, any = 0;
+    if (MPI_Allreduce(&dirty, &any, 1, MPI_INT, MPI_MAX, s->comm) != MPI_SUCCESS)
+        return ckpt__error(CKPT_EMPI, "MPI_Allreduce of the plan flag failed");
+    int local = ckpt__fault(s->rank, "plan");
+    if (!any)
+        return ckpt_mpi_agree(s->comm, local);
+    free_plan(s);
+    Mpickpt__Fragment mine = MPICKPT__FRAGMENT__INIT;
+    size_t cap = 0;
+    mine.rank = s->rank;
+    if (local == CKPT_OK)
+        local = build_pieces(s);
+    if (local == CKPT_OK)
+        local = plan_fragment(s, &mine, &cap);
+    Mpickpt__Fragment **frags = NULL;
+    int rc = allgather_fragments(s, &mine, local, &frags);
+    ckpt__fragment_free_built(&mine);
+    if (rc != CKPT_OK)
+        return rc;
+    s->plan_frags = frags;
+    s->plan_nfrags = (size_t)s->size;
+    Mpickpt__Header *h = malloc(sizeof *h);
+    if (!h) {
+        free_plan(s);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    mpickpt__header__init(h);
+    h->format_version = CKPT_FORMAT_VERSION;
+    h->world_size = s->size;
+    h->layout = (Mpickpt__Layout)s->layout;
+    s->plan.header = h;
+    rc = ckpt__index_merge(&s->plan, s->plan_frags, s->plan_nfrags);
+    if (rc == CKPT_OK)
+        rc = check_replicated(s);
+    s->plan.header = NULL;
+    free(h);
+    if (rc != CKPT_OK) {
+        free_plan(s);
+        return ckpt__error_wrap(rc, "plan");
+    }
+    s->have_plan = 1;
+    s->dirty = 0;
+    return CKPT_OK;
+}
+
+/* ---- write ------------------------------------------------------------------------------------- */
+
+typedef struct save_ctx {
+    char prefix[4096];
+    char dir[4096];
+    char base[256];
+    char chief_temp[4200];  /* <prefix>_temp */
+    char my_temp[4400];     /* this rank's in-flight directory */
+    char my_file[4700];     /* this rank's data file (per-rank) or the shared file, in temp */
+    char data_name[320];    /* final name of this rank's data file (per-rank) or the shared file */
+    Mpickpt__Fragment frag; /* this rank's index fragment */
+    size_t cap;
+    /* blobs produced by the registered savers for this save */
+    const void **blob_data;
+    size_t *blob_len;
+} save_ctx;
+
+/* <work>/workertemp_<r>: <work> is the parent of <dir> when <dir> is named "chief". */
+static int worker_temp(char *out, size_t size, const char *dir, int rank)
+{
+    const char *slash = strrchr(dir, '/');
+    const char *last = slash ? slash + 1 : dir;
+    if (strcmp(last, "chief") == 0) {
+        if (!slash)
+            return ckpt__path(out, size, "workertemp_%d", rank);
+        return ckpt__path(out, size, "%.*s/workertemp_%d", (int)(slash - dir), dir, rank);
+    }
+    return ckpt__path(out, size, "%s/workertemp_%d", dir, rank);
+}
+
+static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
+{
+    memset(c, 0, sizeof *c);
+    mpickpt__fragment__init(&c->frag);
+    c->frag.rank = s->rank;
+    char base[4096];
+    int rc;
+    if ((rc = ckpt__path(c->prefix, sizeof c->prefix, "%s", prefix)) ||
+        (rc = ckpt__split_path(c->dir, sizeof c->dir, base, sizeof base, prefix)))
+        return rc;
+    if (!ckpt__safe_filename(base) || strlen(base) > 200)
+        return ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' needs a file name part of 1..200 "
+                                        "bytes",
+                           prefix);
+    snprintf(c->base, sizeof c->base, "%s", base);
+    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)))
+        return rc;
+    if (s->rank == 0)
+        rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s", c->chief_temp);
+    else
+        rc = worker_temp(c->my_temp, sizeof c->my_temp, c->dir, s->rank);
+    if (rc)
+        return rc;
+    if (s->layout == CKPT_LAYOUT_SHARED) {
+        if ((rc = ckpt__path(c->data_name, sizeof c->data_name, "%s.data-00000-of-00001", base)) ||
+            (rc = ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->chief_temp, c->data_name)))
+            return rc;
+    } else {
+        if ((rc = ckpt__path(c->data_name, sizeof c->data_name, "%s.data-%05d-of-%05d", base,
+                             s->rank, s->size)) ||
+            (rc = ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->my_temp, c->data_name)))
+            return rc;
+    }
+    c->blob_data = calloc(s->nregs ? s->nregs : 1, sizeof *c->blob_data);
+    c->blob_len = calloc(s->nregs ? s->nregs : 1, sizeof *c->blob_len);
+    if (!c->blob_data || !c->blob_len)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    return CKPT_OK;
+}
+
+static void free_ctx(save_ctx *c)
+{
+    ckpt__fragment_free_built(&c->frag);
+    free(c->blob_data);
+    free(c->blob_len);
+}
+
+/* Pointer to the bytes of `box` inside registration g's buffer when they are contiguous there,
+ * else NULL (the caller copies them out). */
+static const void *contiguous_in(const reg *g, const ckpt_slice *box)
+{
+    int nd = g->slice.ndims, d = 0;
+    while (d < nd && box->count[d] == 1 && g->slice.count[d] != 1)
+        d++;
+    /* axes after the first partial one must be whole */
+    for (int e = d + 1; e < nd; e++)
+        if (box->count[e] != g->slice.count[e])
+            return NULL;
+    size_t esize = ckpt_dtype_size(g->dtype);
+    uint64_t off = 0;
+    for (int e = 0; e < nd; e++)
+        off = off * (uint64_t)g->slice.count[e] + (uint64_t)(box->start[e] - g->slice.start[e]);
+    return (const uint8_t *)g->data + off * esize;
+}
+
+/* Bytes of piece p, contiguous: a pointer into the registration's buffer or into scratch. */
+static int piece_bytes(ckpt_saver *s, const piece *p, const void **out, size_t *len)
+{
+    const reg *g = &s->regs[p->reg];
+    int64_t n;
+    ckpt_slice_num_elements(&n, &p->slice);
+    size_t esize = ckpt_dtype_size(g->dtype);
+    *len = (size_t)n * esize;
+    if (n == 0) {
+        *out = g->data ? g->data : (const void *)"";
+        return CKPT_OK;
+    }
+    if (ckpt_slice_equal(&p->slice, &g->slice)) {
+        *out = g->data;
+        return CKPT_OK;
+    }
+    const void *direct = contiguous_in(g, &p->slice);
+    if (direct) {
+        *out = direct;
+        return CKPT_OK;
+    }
+    if (*len > s->scratch_size) {
+        void *ns = realloc(s->scratch, *len);
+        if (!ns)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        s->scratch = ns;
+        s->scratch_size = *len;
+    }
+    int rc = ckpt_slice_copy(s->scratch, &p->slice, g->data, &g->slice, &p->slice, esize);
+    *out = s->scratch;
+    return rc;
+}
+
+/* Per-rank layout: this rank writes its own file with no collective HDF5 call. */
+static int write_per_rank(ckpt_saver *s, save_ctx *c)
+{
+    int rc = CKPT_OK;
+    if ((rc = ckpt__rmtree(c->my_file)) || (rc = ckpt__mkdir_p(c->my_temp, 0755)))
+        return rc;
+    ckpt__h5_init();
+    errno = 0;
+    hid_t file = H5Fcreate(c->my_file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0)
+        return ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: create %s",
+                              s->rank, c->my_file);
+    char path[16384];
+    for (size_t j = 0; j < s->npieces && rc == CKPT_OK; j++) {
+        const piece *p = &s->pieces[j];
+        const reg *g = &s->regs[p->reg];
+        int whole = ckpt_slice_is_full(&p->slice, &g->shape);
+        const void *bytes;
+        size_t len;
+        hid_t dset;
+        ckpt_slice zero = p->slice;
+        for (int d = 0; d < zero.ndims; d++)
+            zero.start[d] = 0;
+        if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, whole ? NULL : &p->slice)) ||
+            (rc = piece_bytes(s, p, &bytes, &len)) ||
+            (rc = ckpt__h5_create_dataset(&dset, file, path, g->stored, g->dtype, &g->shape,
+                                          &p->slice)))
+            break;
+        errno = 0;
+        rc = ckpt__h5_write(dset, g->dtype, &zero, bytes, H5P_DEFAULT);
+        H5Dclose(dset);
+        if (rc != CKPT_OK)
+            break;
+        rc = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
+                                &p->slice, c->data_name, path, &zero, (uint64_t)len,
+                                ckpt_crc32c(bytes, len));
+    }
+    /* registered savers' bytes */
+    for (size_t i = 0; i < s->nregs && rc == CKPT_OK; i++) {
+        const reg *g = &s->regs[i];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        ckpt_shape sh;
+        int64_t n = (int64_t)c->blob_len[i];
+        ckpt_shape_init(&sh, 1, &n);
+        ckpt_slice full;
+        ckpt_slice_full(&full, &sh);
+        hid_t dset;
+        if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||
+            (rc = ckpt__h5_create_dataset(&dset, file, path, g->stored, CKPT_UINT8, &sh, &full)))
+            break;
+        rc = ckpt__h5_write(dset, CKPT_UINT8, &full, c->blob_data[i], H5P_DEFAULT);
+        H5Dclose(dset);
+        if (rc == CKPT_OK)
+            rc = ckpt__fragment_add(&c->frag, &c->cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB,
+                                    &full, c->data_name, path, &full, c->blob_len[i],
+                                    ckpt_crc32c(c->blob_data[i], c->blob_len[i]));
+    }
+    if (rc == CKPT_OK)
+        rc = ckpt__fault(s->rank, "write");
+    errno = 0;
+    if (H5Fclose(file) < 0 && rc == CKPT_OK)
+        rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s", s->rank,
+                            c->my_file);
+    uint64_t size = 0;
+    if (rc == CKPT_OK && !(rc = ckpt__fsync_path(c->my_file)) &&
+        !(rc = ckpt__file_size(&size, c->my_file)))
+        rc = ckpt__fragment_add_file(&c->frag, c->data_name, size);
+    if (rc != CKPT_OK)
+        return ckpt__error_wrap(rc, "rank %d: write %s", s->rank, c->my_file);
+    return CKPT_OK;
+}
+
+/* A dataset of the shared file: name, dtype, global shape, and (for a blob) its owner. */
+typedef struct shared_ds {
+    const char *name;
+    ckpt_dtype dtype;
+    ckpt_shape shape;
+    int blob_owner; /* -1 unless a blob */
+    hid_t id;
+} shared_ds;
+
+static int cmp_shared_ds(const void *a, const void *b)
+{
+    return strcmp(((const shared_ds *)a)->name, ((const shared_ds *)b)->name);
+}
+
+/* Every rank's blob names and sizes for this save (the shared file's datasets must be created by
+ * all ranks alike). Collective. Returns a fragment per rank with one tensor per blob. */
+static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out)
+{
+    Mpickpt__Fragment f = MPICKPT__FRAGMENT__INIT;
+    size_t cap = 0;
+    f.rank = s->rank;
+    char file[32];
+    snprintf(file, sizeof file, "blobs-%d", s->rank);
+    for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++) {
+        const reg *g = &s->regs[i];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        ckpt_shape sh;
+        int64_t n = (int64_t)c->blob_len[i];
+        ckpt_shape_init(&sh, 1, &n);
+        ckpt_slice full;
+        ckpt_slice_full(&full, &sh);
+        local = ckpt__fragment_add(&f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
+                                   file, "/tensors/blob", &full, (uint64_t)n, 0);
+    }
+    int rc = allgather_fragments(s, &f, local, out);
+    ckpt__fragment_free_built(&f);
+    return rc;
+}
+
+/*
+ * Shared layout: all ranks create one file with the MPI-IO driver and every dataset collectively
+ * (same order on every rank: the plan is sorted by name), then write their hyperslabs. A rank that
+ * fails keeps joining the collective calls (skipping its own writes), so nobody hangs; its status
+ * is agreed afterwards.
+ */
+static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
+{
+    int rc = CKPT_OK;
+    size_t nblobs = 0;
+    for (int r = 0; r < s->size; r++)
+        nblobs += blobs[r]->n_tensors;
+    size_t nds = s->plan.n_tensors + nblobs;
+    shared_ds *ds = calloc(nds ? nds : 1, sizeof *ds);
+    if (!ds)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; ds && i < s->plan.n_tensors; i++, k++) {
+        const Mpickpt__Tensor *t = s->plan.tensors[i];
+        ds[k].name = t->name;
+        ds[k].dtype = (ckpt_dtype)t->dtype;
+        ckpt_shape_init(&ds[k].shape, (int)t->n_shape, t->shape);
+        ds[k].blob_owner = -1;
+        ds[k].id = H5I_INVALID_HID;
+    }
+    for (int r = 0; ds && r < s->size; r++)
+        for (size_t i = 0; i < blobs[r]->n_tensors; i++, k++) {
+            const Mpickpt__Tensor *t = blobs[r]->tensors[i];
+            ds[k].name = t->name;
+            ds[k].dtype = CKPT_UINT8;
+            ckpt_shape_init(&ds[k].shape, (int)t->n_shape, t->shape);
+            ds[k].blob_owner = r;
+            ds[k].id = H5I_INVALID_HID;
+        }
+    if (ds)
+        qsort(ds, nds, sizeof *ds, cmp_shared_ds);
+    /* The identical sorted list on every rank; an allocation failure is agreed before HDF5. */
+    if ((rc = ckpt_mpi_agree(s->comm, rc)) != CKPT_OK) {
+        free(ds);
+        return rc;
+    }
+
+    ckpt__h5_init();
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_mpio(fapl, s->comm, s->opts.info);
+    H5Pset_all_coll_metadata_ops(fapl, 1);
+    H5Pset_coll_metadata_write(fapl, 1);
+    errno = 0;
+    hid_t file = H5Fcreate(c->my_file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    int local = file < 0 ? ckpt__h5_error(CKPT_EIO, "rank %d: create shared file %s", s->rank,
+                                          c->my_file)
+                         : CKPT_OK;
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+        if (file >= 0)
+            H5Fclose(file);
+        free(ds);
+        return rc;
+    }
+    char path[16384];
+    for (size_t i = 0; i < nds; i++) {
+        ckpt_slice full;
+        ckpt_slice_full(&full, &ds[i].shape);
+        int r = ckpt__h5_dataset_path(path, sizeof path, ds[i].name, NULL);
+        if (r == CKPT_OK)
+            r = ckpt__h5_create_dataset(&ds[i].id, file, path, ds[i].name, ds[i].dtype,
+                                        &ds[i].shape, &full);
+        if (r != CKPT_OK && local == CKPT_OK)
+            local = r;
+    }
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, s->opts.collective_io ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+    if (s->opts.collective_io) {
+        /* Every rank calls H5Dwrite the same number of times per dataset: the most pieces any
+         * rank stores in it (from the plan), with empty selections for the calls it does not need. */
+        for (size_t i = 0; i < nds; i++) {
+            size_t calls = 0, mine = 0;
+            if (ds[i].blob_owner >= 0) {
+                calls = 1;
+            } else {
+                Mpickpt__Tensor **hit = bsearch(ds[i].name, s->plan.tensors, s->plan.n_tensors,
+                                                sizeof *s->plan.tensors, cmp_tensor_name);
+                size_t *per = calloc((size_t)s->size, sizeof *per);
+                for (size_t j = 0; hit && per && j < (*hit)->n_pieces; j++)
+                    per[(*hit)->pieces[j]->rank]++;
+                for (int r = 0; per && r < s->size; r++)
+                    calls = per[r] > calls ? per[r] : calls;
+                free(per);
+            }
+            for (size_t call = 0; call < calls; call++) {
+                const void *bytes = "";
+                ckpt_slice sel;
+                ckpt_slice_full(&sel, &ds[i].shape);
+                for (int d = 0; d < sel.ndims; d++)
+                    sel.count[d] = 0;
+                int have = 0;
+                if (ds[i].blob_owner == s->rank) {
+                    for (size_t g = 0; g < s->nregs; g++)
+                        if (s->regs[g].kind == CKPT_KIND_BLOB &&
+                            strcmp(s->regs[g].stored, ds[i].name) == 0) {
+                            ckpt_slice_full(&sel, &ds[i].shape);
+                            bytes = c->blob_data[g];
+                            have = 1;
+                        }
+                } else if (ds[i].blob_owner < 0) {
+                    for (size_t j = 0; j < s->npieces; j++) {
+                        const reg *g = &s->regs[s->pieces[j].reg];
+                        if (strcmp(g->stored, ds[i].name) != 0 || mine++ != call)
+                            continue;
+                        size_t len;
+                        if (local == CKPT_OK)
+                            local = piece_bytes(s, &s->pieces[j], &bytes, &len);
+                        sel = s->pieces[j].slice;
+                        have = 1;
+                        break;
+                    }
+                    mine = 0;
+                }
+                if (!have || local != CKPT_OK) {
+                    for (int d = 0; d < sel.ndims; d++)
+                        sel.count[d] = 0;
+                    if (sel.ndims == 0) { /* a scalar: select none through a 1-d empty box */
+                        hid_t fs = H5Dget_space(ds[i].id), ms;
+                        hsize_t one = 1;
+                        ms = H5Screate_simple(1, &one, NULL);
+                        H5Sselect_none(fs);
+                        H5Sselect_none(ms);
+                        if (H5Dwrite(ds[i].id, ckpt__h5_mem_type(ds[i].dtype), ms, fs, dxpl, "") <
+                                0 &&
+                            local == CKPT_OK)
+                            local = ckpt__h5_error(CKPT_EIO, "rank %d: empty write", s->rank);
+                        H5Sclose(ms);
+                        H5Sclose(fs);
+                        continue;
+                    }
+                }
+                int r = ckpt__h5_write(ds[i].id, ds[i].dtype, &sel, bytes, dxpl);
+                if (r != CKPT_OK && local == CKPT_OK)
+                    local = r;
+            }
+        }
+    } else {
+        for (size_t j = 0; j < s->npieces && local == CKPT_OK; j++) {
+            const reg *g = &s->regs[s->pieces[j].reg];
+            shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
+            shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
+            const void *bytes;
+            size_t len;
+            if (!hit)
+                local = ckpt__error(CKPT_ERROR, "tensor '%s' missing from the plan", g->stored);
+            else if ((local = piece_bytes(s, &s->pieces[j], &bytes, &len)) == CKPT_OK)
+                local = ckpt__h5_write(hit->id, g->dtype, &s->pieces[j].slice, bytes, dxpl);
+        }
+        for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++) {
+            const reg *g = &s->regs[i];
+            if (g->kind != CKPT_KIND_BLOB)
+                continue;
+            shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
+            shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
+            ckpt_slice full;
+            ckpt_slice_full(&full, &hit->shape);
+            local = ckpt__h5_write(hit->id, CKPT_UINT8, &full, c->blob_data[i], dxpl);
+        }
+    }
+    H5Pclose(dxpl);
+
+    /* This rank's fragment: its pieces sit in the one global dataset at their own coordinates. */
+    for (size_t j = 0; j < s->npieces && local == CKPT_OK; j++) {
+        const piece *p = &s->pieces[j];
+        const reg *g = &s->regs[p->reg];
+        const void *bytes;
+        size_t len;
+        if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||
+            (local = piece_bytes(s, p, &bytes, &len)))
+            break;
+        local = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
+                                   &p->slice, c->data_name, path, &p->slice, (uint64_t)len,
+                                   ckpt_crc32c(bytes, len));
+    }
+    for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++) {
+        const reg *g = &s->regs[i];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        ckpt_shape sh;
+        int64_t n = (int64_t)c->blob_len[i];
+        ckpt_shape_init(&sh, 1, &n);
+        ckpt_slice full;
+        ckpt_slice_full(&full, &sh);
+        if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) == CKPT_OK)
+            local = ckpt__fragment_add(&c->frag, &c->cap, g->stored, CKPT_UINT8, &sh,
+                                       CKPT_KIND_BLOB, &full, c->data_name, path, &full,
+                                       c->blob_len[i], ckpt_crc32c(c->blob_data[i], c->blob_len[i]));
+    }
+    if (local == CKPT_OK)
+        local = ckpt__fault(s->rank, "write");
+    for (size_t i = 0; i < nds; i++)
+        if (ds[i].id >= 0)
+            H5Dclose(ds[i].id);
+    free(ds);
+    /* H5Fflush on an MPI-IO file is MPI_File_sync on every rank: the data is durable after it. */
+    errno = 0;
+    if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0 && local == CKPT_OK)
+        local = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: flush %s",
+                               s->rank, c->my_file);
+    if (H5Fclose(file) < 0 && local == CKPT_OK)
+        local = ckpt__h5_error(CKPT_EIO, "rank %d: close %s", s->rank, c->my_file);
+    if (s->rank == 0 && local == CKPT_OK) {
+        uint64_t size = 0;
+        if (!(local = ckpt__file_size(&size, c->my_file)))
+            local = ckpt__fragment_add_file(&c->frag, c->data_name, size);
+    }
+    return local;
+}
+
+/* ---- merge and commit --------------------------------------------------------------------------- */
+
+/* Gathers every rank's packed fragment at the chief. On the chief, *out receives them unpacked.
+ * Collective; a rank with local != OK sends nothing. Returns the gather's own status. */
+static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out)
+{
+    *out = NULL;
+    size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(&c->frag) : 0;
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        len = 0, local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (len > INT32_MAX)
+        len = 0, local = ckpt__error(CKPT_EINVAL, "rank %d: index fragment too large", s->rank);
+    if (len)
+        mpickpt__fragment__pack(&c->frag, buf);
+    int mylen = (int)len;
+    int *lens = NULL, *displs = NULL;
+    uint8_t *all = NULL;
+    int grc = CKPT_OK;
+    if (s->rank == 0) {
+        lens = calloc((size_t)s->size, sizeof *lens);
+        displs = calloc((size_t)s->size, sizeof *displs);
+    }
+    /* The chief needs the sizes before it can receive; an allocation failure on the chief is
+     * caught right after, with everybody still in step. */
+    if (MPI_Gather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, s->comm) != MPI_SUCCESS)
+        grc = ckpt__error(CKPT_EMPI, "MPI_Gather of fragment sizes failed");
+    int64_t total = 0;
+    if (s->rank == 0 && lens && displs) {
+        for (int i = 0; i < s->size; i++) {
+            displs[i] = (int)total;
+            total += lens[i];
+        }
+        if (total > INT32_MAX)
+            grc = ckpt__error(CKPT_EINVAL, "the merged index (%lld bytes) is too large",
+                              (long long)total);
+        else if (!(all = malloc((size_t)(total ? total : 1))))
+            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    } else if (s->rank == 0) {
+        grc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    int ok = grc == CKPT_OK;
+    MPI_Bcast(&ok, 1, MPI_INT, 0, s->comm);
+    if (ok) {
+        if (MPI_Gatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, s->comm) !=
+            MPI_SUCCESS)
+            grc = ckpt__error(CKPT_EMPI, "MPI_Gatherv of index fragments failed");
+    }
+    if (s->rank == 0 && ok && grc == CKPT_OK) {
+        Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
+        for (int i = 0; frags && i < s->size && grc == CKPT_OK; i++) {
+            frags[i] = mpickpt__fragment__unpack(NULL, (size_t)lens[i], all + displs[i]);
+            if (!frags[i])
+                grc = ckpt__error(CKPT_ECORRUPT, "rank %d's index fragment does not parse", i);
+            else
+                frags[i]->rank = i;
+        }
+        if (!frags)
+            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        if (grc != CKPT_OK && frags) {
+            for (int i = 0; i < s->size; i++)
+                if (frags[i])
+                    mpickpt__fragment__free_unpacked(frags[i], NULL);
+            free(frags);
+            frags = NULL;
+        }
+        *out = frags;
+    }
+    free(buf);
+    free(lens);
+    free(displs);
+    free(all);
+    return local != CKPT_OK ? local : grc;
+}
+
+static void free_frags(Mpickpt__Fragment **f, int n)
+{
+    for (int i = 0; f && i < n; i++)
+        if (f[i])
+            mpickpt__fragment__free_unpacked(f[i], NULL);
+    free(f);
+}
+
+/*
+ * The chief's commit: renames every data file into the checkpoint's directory, fsyncs it, then
+ * writes the index (temp, fsync, rename, fsync dir) — the commit point. On failure it removes what
+ * it renamed, so no data file without an index is left behind.
+ */
+static int chief_commit(ckpt_saver *s, save_ctx *c, Mpickpt__Index *idx)
+{
+    int rc = CKPT_OK;
+    size_t done = 0;
+    char from[8400], to[8400];
+    for (size_t i = 0; i < idx->n_files && rc == CKPT_OK; i++) {
+        const char *name = idx->files[i]->name;
+        char tmpdir[4400];
+        if (s->layout == CKPT_LAYOUT_SHARED) {
+            rc = ckpt__path(tmpdir, sizeof tmpdir, "%s", c->chief_temp);
+        } else {
+            /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir */
+            int r = 0;
+            const char *p = name + strlen(c->base);
+            if (sscanf(p, ".data-%d-of-", &r) != 1 || r < 0 || r >= s->size)
+                rc = ckpt__error(CKPT_ECORRUPT, "unexpected data file name '%s'", name);
+            else if (r == 0)
+                rc = ckpt__path(tmpdir, sizeof tmpdir, "%s", c->chief_temp);
+            else
+                rc = worker_temp(tmpdir, sizeof tmpdir, c->dir, r);
+        }
+        if (rc == CKPT_OK && !(rc = ckpt__path(from, sizeof from, "%s/%s", tmpdir, name)) &&
+            !(rc = ckpt__path(to, sizeof to, "%s/%s", c->dir, name))) {
+            if (rename(from, to) != 0)
+                rc = ckpt__errno(errno, "rename into place", from);
+            else
+                done++;
+        }
+    }
+    if (rc == CKPT_OK)
+        rc = ckpt__fsync_path(c->dir);
+    if (rc == CKPT_OK)
+        rc = ckpt__fault(s->rank, "commit");
+    if (rc == CKPT_OK) {
+        char ipath[4200];
+        if (!(rc = ckpt__path(ipath, sizeof ipath, "%s.index", c->prefix)))
+            rc = ckpt__index_store(idx, ipath);
+    }
+    if (rc != CKPT_OK)
+        for (size_t i = 0; i < done; i++)
+            if (ckpt__path(to, sizeof to, "%s/%s", c->dir, idx->files[i]->name) == CKPT_OK)
+                unlink(to);
+    return rc;
+}
+
+/* Removes this rank's in-flight files of the save. */
+static void cleanup_temp(ckpt_saver *s, save_ctx *c)
+{
+    if (s->rank == 0) {
+        ckpt__rmtree(c->chief_temp);
+    } else if (s->layout == CKPT_LAYOUT_PER_RANK) {
+        unlink(c->my_file);
+        rmdir(c->my_temp); /* only if empty: never touch what is not ours */
+    }
+}
+
+/* Every rank adopts the chief's prefix: ranks whose own view of the path differs (a stale mount,
+ * a relative path from another working directory) still write and read the same checkpoint. */
+static int bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size)
+{
+    int local = CKPT_OK;
+    if (s->rank == 0)
+        local = ckpt__path(out, size, "%s", prefix ? prefix : "");
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK)
+        return rc;
+    if (MPI_Bcast(out, (int)size, MPI_CHAR, 0, s->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the prefix failed");
+    out[size - 1] = '\0';
+    return ckpt_mpi_agree(s->comm, local);
+}
+
+/* The whole save protocol at an exact prefix. Collective. */
+static int save_at(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
+                   int64_t counter)
+{
+    save_ctx c;
+    char prefix[4096];
+    int rc0 = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
+    if (rc0 != CKPT_OK)
+        return rc0;
+    int local = init_ctx(s, &c, prefix);
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK) {
+        free_ctx(&c);
+        return rc;
+    }
+    if ((rc = make_plan(s)) != CKPT_OK) {
+        free_ctx(&c);
+        return rc;
+    }
+    /* Registered savers run first (TensorFlow's contract), then the chief prepares its temp dir:
+     * leftovers of a crashed save with the same prefix are garbage. */
+    for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++)
+        if (s->regs[i].kind == CKPT_KIND_BLOB) {
+            int r = s->regs[i].cb.save(&c.blob_data[i], &c.blob_len[i], s->regs[i].payload);
+            if (r != CKPT_OK)
+                local = ckpt__error(r, "rank %d: registered saver '%s' failed (%d)", s->rank,
+                                    s->regs[i].name, r);
+            else if (!c.blob_data[i] && c.blob_len[i])
+                local = ckpt__error(CKPT_EINVAL, "rank %d: registered saver '%s' returned NULL",
+                                    s->rank, s->regs[i].name);
+        }
+    if (local == CKPT_OK && s->rank == 0) {
+        char ipath[4200];
+        if (!(local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) &&
+            access(ipath, F_OK) == 0)
+            local = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", ipath);
+        if (local == CKPT_OK && !(local = ckpt__rmtree(c.chief_temp)))
+            local = ckpt__mkdir_p(c.chief_temp, 0755);
+    }
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        goto out;
+
+    /* write */
+    if (s->layout == CKPT_LAYOUT_SHARED) {
+        Mpickpt__Fragment **blobs = NULL;
+        if ((rc = gather_blobs(s, &c, CKPT_OK, &blobs)) != CKPT_OK)
+            goto out;
+        local = write_shared(s, &c, blobs);
+        free_frags(blobs, s->size);
+    } else {
+        local = write_per_rank(s, &c);
+    }
+    /* agree */
+    if (local == CKPT_OK)
+        local = ckpt__fault(s->rank, "agree");
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        goto out;
+
+    /* merge */
+    local = s->rank == 0 ? CKPT_OK : ckpt__fault(s->rank, "merge");
+    Mpickpt__Fragment **frags = NULL;
+    local = gather_fragments(s, &c, local, &frags);
+    Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
+    Mpickpt__Index idx = MPICKPT__INDEX__INIT;
+    char producer[64];
+    if (s->rank == 0 && local == CKPT_OK) {
+        snprintf(producer, sizeof producer, "mpickpt %s", ckpt_version());
+        hdr.format_version = CKPT_FORMAT_VERSION;
+        hdr.endianness = MPICKPT__ENDIANNESS__LITTLE;
+        hdr.world_size = s->size;
+        hdr.layout = (Mpickpt__Layout)s->layout;
+        hdr.save_counter = counter;
+        hdr.epoch = info ? info->epoch : 0;
+        hdr.step = info ? info->step : 0;
+        hdr.producer = producer;
+        idx.header = &hdr;
+        local = ckpt__fault(0, "merge");
+        if (local == CKPT_OK)
+            local = ckpt__index_merge(&idx, frags, (size_t)s->size);
+    }
+    /* the pre-commit vote: the chief's merge and everybody's readiness */
+    if (s->rank != 0 && local == CKPT_OK)
+        local = ckpt__fault(s->rank, "commit");
+    rc = ckpt_mpi_agree(s->comm, local);
+    if (rc == CKPT_OK) {
+        if (s->rank == 0) {
+            hdr.timestamp = now_seconds();
+            local = chief_commit(s, &c, &idx);
+        }
+        rc = ckpt_mpi_agree(s->comm, local);
+    }
+    ckpt__index_merged_free(&idx);
+    free_frags(frags, s->size);
+out:
+    cleanup_temp(s, &c);
+    free_ctx(&c);
+    return rc;
+}
+
+int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *info)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    return save_at(s, prefix ? prefix : "", info, 0);
+}
+
+int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info, char *out,
+                    size_t out_size)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    char name[4096];
+    int64_t n = s->counter + 1;
+    int local = ckpt__path(name, sizeof name, "%s-%lld", prefix ? prefix : "", (long long)n);
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc == CKPT_OK)
+        rc = save_at(s, name, info, n);
+    if (rc == CKPT_OK) {
+        s->counter = n;
+        if (out && out_size)
+            snprintf(out, out_size, "%s", name);
+    }
+    return rc;
+}
+
+/* ---- restore ------------------------------------------------------------------------------------ */
+
+/*
+ * The chief opens the checkpoint (index checks plus data-file sizes) and broadcasts the index;
+ * every rank then reads the pieces overlapping what it owns. Collective.
+ */
+int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
+                       ckpt_restore_info *info)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    char prefix[4096];
+    int rc0 = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
+    if (rc0 != CKPT_OK)
+        return rc0;
+    ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
+    if (!opts)
+        opts = &defaults;
+    int local = CKPT_OK;
+    uint8_t *bytes = NULL;
+    uint64_t len = 0;
+    if (s->rank == 0) {
+        ckpt_reader *r = NULL;
+        local = ckpt_reader_open(&r, prefix);
+        if (local == CKPT_OK) {
+            const Mpickpt__Index *idx = ckpt__reader_index(r);
+            len = mpickpt__index__get_packed_size(idx);
+            bytes = malloc(len ? len : 1);
+            if (!bytes)
+                local = ckpt__error(CKPT_ENOMEM, "out of memory");
+            else
+                mpickpt__index__pack(idx, bytes);
+        }
+        ckpt_reader_free(r);
+    }
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK) {
+        free(bytes);
+        return rc;
+    }
+    if (MPI_Bcast(&len, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index size failed");
+    if (s->rank != 0 && local == CKPT_OK && !(bytes = malloc(len ? len : 1)))
+        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the index", s->rank);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+        free(bytes);
+        return rc;
+    }
+    /* An index larger than INT_MAX bytes is broadcast in chunks. */
+    for (uint64_t off = 0; off < len && local == CKPT_OK; off += (1u << 30)) {
+        int n = (int)(len - off < (1u << 30) ? len - off : (1u << 30));
+        if (MPI_Bcast(bytes + off, n, MPI_BYTE, 0, s->comm) != MPI_SUCCESS)
+            local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index failed");
+    }
+    ckpt_reader *r = NULL;
+    if (local == CKPT_OK) {
+        Mpickpt__Index *idx = mpickpt__index__unpack(NULL, (size_t)len, bytes);
+        if (!idx)
+            local = ckpt__error(CKPT_ECORRUPT, "rank %d: broadcast index does not parse", s->rank);
+        else
+            local = ckpt__reader_adopt(&r, prefix, idx);
+    }
+    free(bytes);
+
+    /* Two passes: tensors first, then registered savers, whose restore callbacks may rely on the
+     * restored tensors (TensorFlow runs registered restores after the default ones). */
+    for (size_t k = 0; k < 2 * s->nregs && local == CKPT_OK; k++) {
+        const reg *g = &s->regs[k % s->nregs];
+        if ((g->kind == CKPT_KIND_BLOB) != (k >= s->nregs))
+            continue;
+        size_t ti;
+        int found = ckpt_reader_find(&ti, r, g->stored);
+        if (found != CKPT_OK) {
+            if ((g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB) &&
+                opts->skip_missing_per_rank) {
+                ckpt_error_clear();
+                continue;
+            }
+            local = ckpt__error(CKPT_ENOTFOUND,
+                                "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
+                                s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
+                                (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB)
+                                    ? "; per-rank data of a rank the writer did not have (set "
+                                      "skip_missing_per_rank to leave it untouched)"
+                                    : "");
+            break;
+        }
+        ckpt_tensor_info t;
+        ckpt_reader_tensor(&t, r, ti);
+        if (g->kind == CKPT_KIND_BLOB) {
+            if (t.dtype != CKPT_UINT8 || t.shape.ndims != 1) {
+                local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
+                                    g->stored);
+                break;
+            }
+            size_t n = (size_t)t.shape.dims[0];
+            uint8_t *blob = malloc(n ? n : 1);
+            if (!blob) {
+                local = ckpt__error(CKPT_ENOMEM, "out of memory");
+                break;
+            }
+            local = ckpt_reader_read(r, g->stored, CKPT_UINT8, NULL, blob, n);
+            if (local == CKPT_OK) {
+                int cb = g->cb.restore(blob, n, g->payload);
+                if (cb != CKPT_OK)
+                    local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
+                                        s->rank, g->name, cb);
+            }
+            free(blob);
+            continue;
+        }
+        if (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape)) {
+            char a[64] = "", b[64] = "";
+            for (int d = 0; d < t.shape.ndims; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                         (long long)t.shape.dims[d]);
+            for (int d = 0; d < g->shape.ndims; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                         (long long)g->shape.dims[d]);
+            local = ckpt__error(CKPT_EMISMATCH,
+                                "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]",
+                                s->rank, g->stored, ckpt_dtype_name(t.dtype), a, prefix,
+                                ckpt_dtype_name(g->dtype), b);
+            break;
+        }
+        int64_t n;
+        ckpt_slice_num_elements(&n, &g->slice);
+        local = ckpt_reader_read(r, g->stored, g->dtype, &g->slice, g->data,
+                                 (size_t)n * ckpt_dtype_size(g->dtype));
+        if (local != CKPT_OK)
+            local = ckpt__error_wrap(local, "rank %d", s->rank);
+    }
+    rc = ckpt_mpi_agree(s->comm, local);
+    if (rc == CKPT_OK) {
+        const ckpt_header *h = ckpt_reader_header(r);
+        s->counter = h->save_counter;
+        if (info) {
+            info->save_counter = h->save_counter;
+            info->epoch = h->epoch;
+            info->step = h->step;
+            info->world_size = h->world_size;
+            info->layout = h->layout;
+        }
+    }
+    ckpt_reader_free(r);
+    return rc;
+}

@@ -13,6 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+static void writer_free_impl(ckpt_writer *w);
+static void reader_free_impl(ckpt_reader *r);
+
 /* ==== writer ================================================================================= */
 
 struct ckpt_writer {
@@ -29,7 +32,7 @@ struct ckpt_writer {
     int committed;
 };
 
-int ckpt_writer_open(ckpt_writer **out, const char *prefix, const ckpt_writer_options *opts)
+static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_writer_options *opts)
 {
     *out = NULL;
     if (!prefix || !*prefix)
@@ -50,7 +53,8 @@ int ckpt_writer_open(ckpt_writer **out, const char *prefix, const ckpt_writer_op
         (rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix)) ||
         (rc = ckpt__path(w->index_path, sizeof w->index_path, "%s.index", prefix)) ||
         (rc = ckpt__path(w->temp_dir, sizeof w->temp_dir, "%s_temp", prefix)) ||
-        (rc = ckpt__path(w->temp_data, sizeof w->temp_data, "%s/part-00000-of-00001", w->temp_dir)) ||
+        (rc = ckpt__path(w->temp_data, sizeof w->temp_data, "%s/part-00000-of-00001",
+                         w->temp_dir)) ||
         (rc = ckpt__path(w->data_name, sizeof w->data_name, "%s.data-00000-of-00001", base)) ||
         (rc = ckpt__path(w->final_data, sizeof w->final_data, "%s/%s", dir, w->data_name)))
         goto fail;
@@ -74,12 +78,12 @@ int ckpt_writer_open(ckpt_writer **out, const char *prefix, const ckpt_writer_op
     *out = w;
     return CKPT_OK;
 fail:
-    ckpt_writer_free(w);
+    writer_free_impl(w);
     return rc;
 }
 
-int ckpt_writer_add(ckpt_writer *w, const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
-                    const ckpt_slice *slice, const void *data)
+static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
+                           const ckpt_shape *shape, const ckpt_slice *slice, const void *data)
 {
     if (!w || w->file < 0 || w->committed)
         return ckpt__error(CKPT_EINVAL, "writer is closed");
@@ -137,7 +141,7 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int ckpt_writer_commit(ckpt_writer *w)
+static int writer_commit_impl(ckpt_writer *w)
 {
     if (!w || w->file < 0 || w->committed)
         return ckpt__error(CKPT_EINVAL, "writer is closed");
@@ -169,7 +173,7 @@ int ckpt_writer_commit(ckpt_writer *w)
     hdr.timestamp = now_seconds();
     hdr.producer = producer;
     idx.header = &hdr;
-    Mpickpt__Fragment *frags[1] = { &w->frag };
+    Mpickpt__Fragment *frags[1] = {&w->frag};
     if ((rc = ckpt__index_merge(&idx, frags, 1)) != CKPT_OK)
         goto fail;
 
@@ -204,7 +208,7 @@ fail:
     return rc;
 }
 
-void ckpt_writer_free(ckpt_writer *w)
+static void writer_free_impl(ckpt_writer *w)
 {
     if (!w)
         return;
@@ -235,6 +239,7 @@ static void fill_header(ckpt_reader *r)
     r->hdr.save_counter = h->save_counter;
     r->hdr.epoch = h->epoch;
     r->hdr.step = h->step;
+    r->hdr.end_of_epoch = h->end_of_epoch;
     r->hdr.timestamp = h->timestamp;
     r->hdr.producer = h->producer ? h->producer : "";
     r->hdr.little_endian = h->endianness == MPICKPT__ENDIANNESS__LITTLE;
@@ -275,8 +280,9 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
             goto fail;
         }
         if (size != f->bytes) {
-            rc = ckpt__error(CKPT_ECORRUPT, "checkpoint %s: data file %s has %llu bytes, the index "
-                                            "recorded %llu (truncated or replaced)",
+            rc = ckpt__error(CKPT_ECORRUPT,
+                             "checkpoint %s: data file %s has %llu bytes, the index "
+                             "recorded %llu (truncated or replaced)",
                              prefix, path, (unsigned long long)size, (unsigned long long)f->bytes);
             goto fail;
         }
@@ -285,7 +291,7 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
     *out = r;
     return CKPT_OK;
 fail:
-    ckpt_reader_free(r);
+    reader_free_impl(r);
     return rc;
 }
 
@@ -362,8 +368,8 @@ static int cmp_name_tensor(const void *key, const void *elem)
 
 int ckpt_reader_find(size_t *index, const ckpt_reader *r, const char *name)
 {
-    Mpickpt__Tensor **hit = bsearch(name, r->idx->tensors, r->idx->n_tensors,
-                                    sizeof *r->idx->tensors, cmp_name_tensor);
+    Mpickpt__Tensor **hit =
+        bsearch(name, r->idx->tensors, r->idx->n_tensors, sizeof *r->idx->tensors, cmp_name_tensor);
     if (!hit)
         return ckpt__error(CKPT_ENOTFOUND, "no tensor '%s' in %s", name, r->index_path);
     *index = (size_t)(hit - r->idx->tensors);
@@ -433,8 +439,8 @@ static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__P
     return CKPT_OK;
 }
 
-int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const ckpt_slice *slice,
-                     void *out, size_t out_size)
+static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
+                            const ckpt_slice *slice, void *out, size_t out_size)
 {
     size_t i;
     int rc = ckpt_reader_find(&i, r, name);
@@ -492,7 +498,7 @@ int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const c
     return rc;
 }
 
-int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
 {
     int bad = 0;
     void *buf = NULL;
@@ -528,7 +534,7 @@ out:
     return CKPT_OK;
 }
 
-void ckpt_reader_free(ckpt_reader *r)
+static void reader_free_impl(ckpt_reader *r)
 {
     if (!r)
         return;
@@ -540,4 +546,62 @@ void ckpt_reader_free(ckpt_reader *r)
     if (r->idx)
         mpickpt__index__free_unpacked(r->idx, NULL);
     free(r);
+}
+
+/* ==== public entry points: every HDF5 call of the library runs under one lock (h5io.h) ===== */
+
+int ckpt_writer_open(ckpt_writer **out, const char *prefix, const ckpt_writer_options *opts)
+{
+    ckpt__h5_lock();
+    int rc = writer_open_impl(out, prefix, opts);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt_writer_add(ckpt_writer *w, const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                    const ckpt_slice *slice, const void *data)
+{
+    ckpt__h5_lock();
+    int rc = writer_add_impl(w, name, dtype, shape, slice, data);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt_writer_commit(ckpt_writer *w)
+{
+    ckpt__h5_lock();
+    int rc = writer_commit_impl(w);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+void ckpt_writer_free(ckpt_writer *w)
+{
+    ckpt__h5_lock();
+    writer_free_impl(w);
+    ckpt__h5_unlock();
+}
+
+int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const ckpt_slice *slice,
+                     void *out, size_t out_size)
+{
+    ckpt__h5_lock();
+    int rc = reader_read_impl(r, name, dtype, slice, out, out_size);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    ckpt__h5_lock();
+    int rc = reader_verify_impl(r, cb, payload);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+void ckpt_reader_free(ckpt_reader *r)
+{
+    ckpt__h5_lock();
+    reader_free_impl(r);
+    ckpt__h5_unlock();
 }

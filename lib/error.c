@@ -26,6 +26,7 @@ const char *ckpt_strerror(int code)
     case CKPT_EVERSION: return "unsupported format version";
     case CKPT_EMPI: return "MPI error";
     case CKPT_EEXISTS: return "already exists";
+    case CKPT_ETIMEDOUT: return "timed out";
     default: return "unknown error";
     }
 }

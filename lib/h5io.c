@@ -7,6 +7,28 @@
 #include <string.h>
 
 static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
+static pthread_once_t h5_lock_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t h5_mutex;
+
+static void h5_lock_init(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&h5_mutex, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void ckpt__h5_lock(void)
+{
+    pthread_once(&h5_lock_once, h5_lock_init);
+    pthread_mutex_lock(&h5_mutex);
+}
+
+void ckpt__h5_unlock(void)
+{
+    pthread_mutex_unlock(&h5_mutex);
+}
 static hid_t h5_f16 = H5I_INVALID_HID, h5_bf16 = H5I_INVALID_HID, h5_bool = H5I_INVALID_HID;
 
 /* Builds the library-owned types that HDF5 has no predefined constant for. h5py recognises the

@@ -15,6 +15,11 @@
 /* Group under which every dataset lives. */
 #define CKPT__H5_GROUP "/tensors"
 
+/* This HDF5 build is not thread-safe: every sequence of HDF5 calls runs under this one recursive
+ * lock, so an async writer thread and the application's thread never call HDF5 at once. */
+void ckpt__h5_lock(void);
+void ckpt__h5_unlock(void);
+
 /* Turns off HDF5's error printing for this process (idempotent, thread-safe enough: HDF5 calls are
  * serialized by the caller). Called by every entry point before its first HDF5 call. */
 void ckpt__h5_init(void);

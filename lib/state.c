@@ -205,15 +205,43 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Checkpoint name of a data file ("ckpt-3" for "ckpt-3.data-00001-of-00004"), or 0. */
+/* Checkpoint name of a data file ("ckpt-3" for "ckpt-3.data-00001-of-00004": exactly the
+ * `<name>.data-%05d-of-%05d` pattern mpickpt writes), or 0 for anything else. */
 static int data_file_base(char *out, size_t size, const char *name)
 {
     const char *p = strstr(name, ".data-");
+    while (p && strstr(p + 1, ".data-"))
+        p = strstr(p + 1, ".data-"); /* the last one: names may contain ".data-" themselves */
     if (!p || p == name || (size_t)(p - name) >= size)
+        return 0;
+    const char *q = p + 6;
+    for (int i = 0; i < 5; i++)
+        if (q[i] < '0' || q[i] > '9')
+            return 0;
+    if (strncmp(q + 5, "-of-", 4) != 0)
+        return 0;
+    for (int i = 9; i < 14; i++)
+        if (q[i] < '0' || q[i] > '9')
+            return 0;
+    if (q[14] != '\0')
         return 0;
     memcpy(out, name, (size_t)(p - name));
     out[p - name] = '\0';
     return 1;
+}
+
+/* 1 for the temp files of ckpt__write_file_atomic: "<file>.tmp-<pid>" of an index or state file. */
+static int is_atomic_temp(const char *name)
+{
+    const char *p = strstr(name, ".tmp-");
+    if (!p || !p[5])
+        return 0;
+    for (const char *q = p + 5; *q; q++)
+        if (*q < '0' || *q > '9')
+            return 0;
+    size_t stem = (size_t)(p - name);
+    return (stem > 6 && strncmp(p - 6, ".index", 6) == 0) ||
+           (stem == 10 && strncmp(name, "checkpoint", 10) == 0);
 }
 
 int ckpt_checkpoint_delete(const char *prefix)
@@ -274,12 +302,15 @@ int ckpt_state_scan(ckpt_state **out, const char *dir)
             ckpt__path(ipath, sizeof ipath, "%s.index", prefix))
             continue;
         Mpickpt__Index *idx = NULL;
-        if (ckpt__index_load(&idx, ipath) != CKPT_OK)
+        if (ckpt__index_load(&idx, ipath) != CKPT_OK) {
+            ckpt_error_clear();
             continue; /* damaged: not a committed checkpoint */
+        }
         ent.save_counter = idx->header->save_counter;
         ent.epoch = idx->header->epoch;
         ent.step = idx->header->step;
         ent.timestamp = idx->header->timestamp;
+        ent.end_of_epoch = idx->header->end_of_epoch;
         mpickpt__index__free_unpacked(idx, NULL);
         if (ckpt_checkpoint_bytes(&ent.bytes, prefix) != CKPT_OK)
             ent.bytes = 0;
@@ -292,7 +323,6 @@ int ckpt_state_scan(ckpt_state **out, const char *dir)
         st->entries[st->num_entries++] = ent;
     }
     closedir(d);
-    ckpt_error_clear();
     if (st->num_entries)
         qsort(st->entries, st->num_entries, sizeof *st->entries, cmp_entry);
     for (size_t i = 0; i < st->num_entries; i++)
@@ -308,10 +338,13 @@ int ckpt_state_scan(ckpt_state **out, const char *dir)
 static int gc_remove(const char *path, const char *why, int dry_run, ckpt_gc_cb cb, void *payload,
                      size_t *count)
 {
-    if (cb)
-        cb(path, why, payload);
-    (*count)++;
-    return dry_run ? CKPT_OK : ckpt__rmtree(path);
+    int rc = dry_run ? CKPT_OK : ckpt__rmtree(path);
+    if (rc == CKPT_OK) { /* report only what is really gone (or would be) */
+        if (cb)
+            cb(path, why, payload);
+        (*count)++;
+    }
+    return rc;
 }
 
 /* Removes the workertemp_* directories found in `dir`. */
@@ -337,9 +370,15 @@ static int gc_workertemp(const char *dir, int dry_run, ckpt_gc_cb cb, void *payl
     return rc;
 }
 
-int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
+int ckpt_gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
 {
     size_t count = 0;
+    char dir[4096];
+    int prc = ckpt__path(dir, sizeof dir, "%s", dir_arg);
+    if (prc != CKPT_OK)
+        return prc;
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = '\0'; /* "run/chief/" is "run/chief" */
     DIR *d = opendir(dir);
     if (!d)
         return ckpt__errno(errno, "opendir", dir);
@@ -358,7 +397,7 @@ int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *
             continue;
         if (S_ISDIR(st.st_mode) && ends_with(n, "_temp"))
             why = "in-flight parts of an unfinished save";
-        else if (S_ISREG(st.st_mode) && strstr(n, ".tmp-"))
+        else if (S_ISREG(st.st_mode) && is_atomic_temp(n))
             why = "temp file of an unfinished index or state write";
         else if (S_ISREG(st.st_mode) && data_file_base(base, sizeof base, n) &&
                  ckpt__path(ipath, sizeof ipath, "%s/%s.index", dir, base) == CKPT_OK &&

@@ -23,6 +23,10 @@ struct ckpt_manager {
     char name[200];
     ckpt_manager_options opts;
     ckpt_state *state; /* the chief's view, identical on every rank */
+    /* The step of the last save this job made or restored from: min_step_interval counts from it
+     * (after falling back past a damaged latest, from the checkpoint actually restored). */
+    int have_last;
+    int64_t last_step;
 };
 
 static double now_seconds(void)
@@ -232,8 +236,12 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         info = &zero;
     /* Skipping is decided from the shared state, so every rank decides the same. */
     const ckpt_state *st = m->state;
-    if (!info->force && m->opts.min_step_interval > 0 && st->num_entries > 0 &&
-        info->step - st->entries[st->num_entries - 1].step < m->opts.min_step_interval)
+    if (!m->have_last && st->num_entries > 0) {
+        m->have_last = 1;
+        m->last_step = st->entries[st->num_entries - 1].step;
+    }
+    if (!info->force && m->opts.min_step_interval > 0 && m->have_last &&
+        info->step - m->last_step < m->opts.min_step_interval)
         return CKPT_OK;
 
     /* The chief sweeps what crashed or failed saves left before writing anew. */
@@ -261,7 +269,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     char base[4400], written[4400];
     if ((rc = ckpt__path(base, sizeof base, "%s/%s", m->dir, m->name)) != CKPT_OK)
         return ckpt_mpi_agree(m->comm, rc);
-    ckpt_save_info si = { info->epoch, info->step };
+    ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     if ((rc = ckpt_saver_save(m->saver, base, &si, written, sizeof written)) != CKPT_OK)
         return rc;
 
@@ -283,6 +291,8 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             local = apply_retention(m);
     }
     rc = share_state(m, local);
+    m->have_last = 1;
+    m->last_step = info->step;
     if (rc == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s", written);
     return rc;
@@ -315,7 +325,10 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
                 out->save_counter = info.save_counter;
                 out->epoch = info.epoch;
                 out->step = info.step;
-                out->end_of_epoch = e->end_of_epoch;
+                out->end_of_epoch = info.end_of_epoch;
+                out->world_size = info.world_size;
+                m->have_last = 1;
+                m->last_step = info.step;
                 return CKPT_OK;
             }
             if (rc != CKPT_ECORRUPT)
@@ -383,6 +396,11 @@ void ckpt_training_free(ckpt_training *t)
         return;
     ckpt_manager_free(t->m);
     free(t);
+}
+
+const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t)
+{
+    return &t->restored;
 }
 
 ckpt_manager *ckpt_training_manager(ckpt_training *t)

@@ -24,6 +24,16 @@ MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);
 
+/* Runs after a save committed, on every rank, on the communicator of the thread that ran the save
+ * (the saver's, or its writer thread's in async mode). Collective over `comm`. */
+typedef int (*ckpt__commit_hook)(MPI_Comm comm, const char *prefix, int64_t counter, void *payload);
+
+/* A save at exactly `prefix` recording `counter`, with a hook run after the commit. Collective. */
+struct ckpt_save_info;
+int ckpt__saver_save_hook(struct ckpt_saver *s, const char *prefix,
+                          const struct ckpt_save_info *info, int64_t counter,
+                          ckpt__commit_hook hook, void *payload);
+
 #pragma GCC visibility pop
 
 #endif

@@ -18,6 +18,8 @@
 #include "mpickpt/crc32c.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +44,27 @@ typedef struct piece {
     ckpt_slice slice;
 } piece;
 
+typedef struct save_job save_job;
+struct ckpt_saver;
+static int take_pending(struct ckpt_saver *s);
+
 struct ckpt_saver {
     MPI_Comm comm;
+    /* async mode: a writer thread with its own communicator runs one save at a time */
+    int async;
+    MPI_Comm async_comm;
+    save_job *job; /* the save in flight, or NULL */
+    int job_done;  /* guarded by lock */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_int abandon; /* set by a close that timed out: the save in flight must not commit */
+    int pending_rc;     /* a background failure seen by restore, reported by the next call */
+    char pending_msg[2048];
+    void **snap; /* snapshot buffers, one per registration, reused */
+    size_t *snap_cap;
+    size_t snap_n;
+    double last_save_start;
     int rank, size;
     ckpt_saver_options opts;
     ckpt_layout layout;
@@ -122,6 +143,39 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     MPI_Comm_size(dup, &s->size);
     ckpt_saver_options defaults = CKPT_SAVER_OPTIONS_INIT;
     s->opts = opts ? *opts : defaults;
+    s->async_comm = MPI_COMM_NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    atomic_init(&s->abandon, 0);
+    s->async = s->opts.async != 0;
+    if (s->async) {
+        /* The writer thread makes MPI calls while the application makes its own. */
+        int level = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&level);
+        local = level == MPI_THREAD_MULTIPLE
+                    ? CKPT_OK
+                    : ckpt__error(CKPT_EMPI,
+                                  "async mode needs MPI_THREAD_MULTIPLE, but MPI granted thread "
+                                  "level %d; initialize MPI with MPI_Init_thread(&argc, &argv, "
+                                  "MPI_THREAD_MULTIPLE, &provided)",
+                                  level);
+        mrc = MPI_Comm_dup(dup, &s->async_comm);
+        if (mrc != MPI_SUCCESS && local == CKPT_OK)
+            local = ckpt__mpi_error(mrc, "MPI_Comm_dup for the writer thread");
+        if (s->async_comm != MPI_COMM_NULL)
+            MPI_Comm_set_errhandler(s->async_comm, MPI_ERRORS_RETURN);
+        s->comm = dup;
+        if ((rc = ckpt_mpi_agree(dup, local)) != CKPT_OK) {
+            s->comm = MPI_COMM_NULL;
+            if (s->async_comm != MPI_COMM_NULL)
+                MPI_Comm_free(&s->async_comm);
+            MPI_Comm_free(&dup);
+            pthread_mutex_destroy(&s->lock);
+            pthread_cond_destroy(&s->cond);
+            free(s);
+            return rc;
+        }
+    }
     s->layout = s->opts.layout;
     const char *env = getenv("MPICKPT_LAYOUT");
     if (s->layout == CKPT_LAYOUT_UNKNOWN && env && strcmp(env, "shared") == 0)
@@ -160,18 +214,7 @@ void ckpt_saver_clear(ckpt_saver *s)
     s->dirty = 1;
 }
 
-void ckpt_saver_free(ckpt_saver *s)
-{
-    if (!s)
-        return;
-    ckpt_saver_clear(s);
-    free(s->regs);
-    free_plan(s);
-    free(s->scratch);
-    if (s->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&s->comm);
-    free(s);
-}
+static void free_plan(ckpt_saver *s);
 
 int64_t ckpt_saver_counter(const ckpt_saver *s)
 {
@@ -452,8 +495,8 @@ static int plan_fragment(ckpt_saver *s, Mpickpt__Fragment *f, size_t *cap)
 
 /* Packs `f`, allgathers every rank's bytes, unpacks them into `*out` (n = size). Collective.
  * `local` is this rank's status so far: a failed rank still joins with an empty contribution. */
-static int allgather_fragments(ckpt_saver *s, const Mpickpt__Fragment *f, int local,
-                               Mpickpt__Fragment ***out)
+static int allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f,
+                               int local, Mpickpt__Fragment ***out)
 {
     *out = NULL;
     size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
@@ -472,11 +515,11 @@ static int allgather_fragments(ckpt_saver *s, const Mpickpt__Fragment *f, int lo
     if ((!lens || !displs) && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     int local2 = CKPT_OK;
-    int rc = ckpt_mpi_agree(s->comm, local);
+    int rc = ckpt_mpi_agree(comm, local);
     if (rc != CKPT_OK)
         goto done;
     /* Both collectives run on every rank: the agreement above made the branch uniform. */
-    if (MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, s->comm) != MPI_SUCCESS)
+    if (MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, comm) != MPI_SUCCESS)
         local2 = ckpt__error(CKPT_EMPI, "MPI_Allgather of plan sizes failed");
     int64_t total = 0;
     for (int i = 0; lens && i < s->size; i++) {
@@ -488,9 +531,9 @@ static int allgather_fragments(ckpt_saver *s, const Mpickpt__Fragment *f, int lo
     all = malloc((size_t)(total ? total : 1));
     if (!all)
         local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
-    if ((rc = ckpt_mpi_agree(s->comm, local2)) != CKPT_OK)
+    if ((rc = ckpt_mpi_agree(comm, local2)) != CKPT_OK)
         goto done;
-    if (MPI_Allgatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, s->comm) != MPI_SUCCESS)
+    if (MPI_Allgatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, comm) != MPI_SUCCESS)
         local2 = ckpt__error(CKPT_EMPI, "MPI_Allgatherv of plans failed");
     Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
     if (!frags && local2 == CKPT_OK)
@@ -572,7 +615,7 @@ static int make_plan(ckpt_saver *s)
     if (local == CKPT_OK)
         local = plan_fragment(s, &mine, &cap);
     Mpickpt__Fragment **frags = NULL;
-    int rc = allgather_fragments(s, &mine, local, &frags);
+    int rc = allgather_fragments(s, s->comm, &mine, local, &frags);
     ckpt__fragment_free_built(&mine);
     if (rc != CKPT_OK)
         return rc;
@@ -614,6 +657,8 @@ typedef struct save_ctx {
     char data_name[320];    /* final name of this rank's data file (per-rank) or the shared file */
     Mpickpt__Fragment frag; /* this rank's index fragment */
     size_t cap;
+    MPI_Comm comm;          /* the saver's (sync) or its writer thread's (async) communicator */
+    const void **src;       /* per registration: where its bytes are read from */
     /* blobs produced by the registered savers for this save */
     const void **blob_data;
     size_t *blob_len;
@@ -665,23 +710,31 @@ static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
             (rc = ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->my_temp, c->data_name)))
             return rc;
     }
+    c->comm = s->comm;
+    c->src = calloc(s->nregs ? s->nregs : 1, sizeof *c->src);
     c->blob_data = calloc(s->nregs ? s->nregs : 1, sizeof *c->blob_data);
     c->blob_len = calloc(s->nregs ? s->nregs : 1, sizeof *c->blob_len);
-    if (!c->blob_data || !c->blob_len)
+    if (!c->src || !c->blob_data || !c->blob_len)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < s->nregs; i++)
+        c->src[i] = s->regs[i].data;
     return CKPT_OK;
 }
 
 static void free_ctx(save_ctx *c)
 {
     ckpt__fragment_free_built(&c->frag);
+    free(c->src);
     free(c->blob_data);
     free(c->blob_len);
+    c->src = NULL;
+    c->blob_data = NULL;
+    c->blob_len = NULL;
 }
 
 /* Pointer to the bytes of `box` inside registration g's buffer when they are contiguous there,
  * else NULL (the caller copies them out). */
-static const void *contiguous_in(const reg *g, const ckpt_slice *box)
+static const void *contiguous_in(const reg *g, const void *base, const ckpt_slice *box)
 {
     int nd = g->slice.ndims, d = 0;
     while (d < nd && box->count[d] == 1 && g->slice.count[d] != 1)
@@ -694,26 +747,28 @@ static const void *contiguous_in(const reg *g, const ckpt_slice *box)
     uint64_t off = 0;
     for (int e = 0; e < nd; e++)
         off = off * (uint64_t)g->slice.count[e] + (uint64_t)(box->start[e] - g->slice.start[e]);
-    return (const uint8_t *)g->data + off * esize;
+    return (const uint8_t *)base + off * esize;
 }
 
 /* Bytes of piece p, contiguous: a pointer into the registration's buffer or into scratch. */
-static int piece_bytes(ckpt_saver *s, const piece *p, const void **out, size_t *len)
+static int piece_bytes(ckpt_saver *s, const save_ctx *c, const piece *p, const void **out,
+                       size_t *len)
 {
     const reg *g = &s->regs[p->reg];
+    const void *data = c->src[p->reg];
     int64_t n;
     ckpt_slice_num_elements(&n, &p->slice);
     size_t esize = ckpt_dtype_size(g->dtype);
     *len = (size_t)n * esize;
     if (n == 0) {
-        *out = g->data ? g->data : (const void *)"";
+        *out = data ? data : (const void *)"";
         return CKPT_OK;
     }
     if (ckpt_slice_equal(&p->slice, &g->slice)) {
-        *out = g->data;
+        *out = data;
         return CKPT_OK;
     }
-    const void *direct = contiguous_in(g, &p->slice);
+    const void *direct = contiguous_in(g, data, &p->slice);
     if (direct) {
         *out = direct;
         return CKPT_OK;
@@ -725,7 +780,7 @@ static int piece_bytes(ckpt_saver *s, const piece *p, const void **out, size_t *
         s->scratch = ns;
         s->scratch_size = *len;
     }
-    int rc = ckpt_slice_copy(s->scratch, &p->slice, g->data, &g->slice, &p->slice, esize);
+    int rc = ckpt_slice_copy(s->scratch, &p->slice, data, &g->slice, &p->slice, esize);
     *out = s->scratch;
     return rc;
 }
@@ -754,7 +809,7 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         for (int d = 0; d < zero.ndims; d++)
             zero.start[d] = 0;
         if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, whole ? NULL : &p->slice)) ||
-            (rc = piece_bytes(s, p, &bytes, &len)) ||
+            (rc = piece_bytes(s, c, p, &bytes, &len)) ||
             (rc = ckpt__h5_create_dataset(&dset, file, path, g->stored, g->dtype, &g->shape,
                                           &p->slice)))
             break;
@@ -838,7 +893,7 @@ static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment
         local = ckpt__fragment_add(&f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
                                    file, "/tensors/blob", &full, (uint64_t)n, 0);
     }
-    int rc = allgather_fragments(s, &f, local, out);
+    int rc = allgather_fragments(s, c->comm, &f, local, out);
     ckpt__fragment_free_built(&f);
     return rc;
 }
@@ -880,14 +935,14 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     if (ds)
         qsort(ds, nds, sizeof *ds, cmp_shared_ds);
     /* The identical sorted list on every rank; an allocation failure is agreed before HDF5. */
-    if ((rc = ckpt_mpi_agree(s->comm, rc)) != CKPT_OK) {
+    if ((rc = ckpt_mpi_agree(c->comm, rc)) != CKPT_OK) {
         free(ds);
         return rc;
     }
 
     ckpt__h5_init();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_fapl_mpio(fapl, s->comm, s->opts.info);
+    H5Pset_fapl_mpio(fapl, c->comm, s->opts.info);
     H5Pset_all_coll_metadata_ops(fapl, 1);
     H5Pset_coll_metadata_write(fapl, 1);
     errno = 0;
@@ -896,7 +951,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     int local = file < 0 ? ckpt__h5_error(CKPT_EIO, "rank %d: create shared file %s", s->rank,
                                           c->my_file)
                          : CKPT_OK;
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+    if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
         if (file >= 0)
             H5Fclose(file);
         free(ds);
@@ -954,7 +1009,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
                             continue;
                         size_t len;
                         if (local == CKPT_OK)
-                            local = piece_bytes(s, &s->pieces[j], &bytes, &len);
+                            local = piece_bytes(s, c, &s->pieces[j], &bytes, &len);
                         sel = s->pieces[j].slice;
                         have = 1;
                         break;
@@ -993,7 +1048,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
             size_t len;
             if (!hit)
                 local = ckpt__error(CKPT_ERROR, "tensor '%s' missing from the plan", g->stored);
-            else if ((local = piece_bytes(s, &s->pieces[j], &bytes, &len)) == CKPT_OK)
+            else if ((local = piece_bytes(s, c, &s->pieces[j], &bytes, &len)) == CKPT_OK)
                 local = ckpt__h5_write(hit->id, g->dtype, &s->pieces[j].slice, bytes, dxpl);
         }
         for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++) {
@@ -1016,7 +1071,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         const void *bytes;
         size_t len;
         if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||
-            (local = piece_bytes(s, p, &bytes, &len)))
+            (local = piece_bytes(s, c, p, &bytes, &len)))
             break;
         local = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
                                    &p->slice, c->data_name, path, &p->slice, (uint64_t)len,
@@ -1082,7 +1137,7 @@ static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Frag
     }
     /* The chief needs the sizes before it can receive; an allocation failure on the chief is
      * caught right after, with everybody still in step. */
-    if (MPI_Gather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, s->comm) != MPI_SUCCESS)
+    if (MPI_Gather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, c->comm) != MPI_SUCCESS)
         grc = ckpt__error(CKPT_EMPI, "MPI_Gather of fragment sizes failed");
     int64_t total = 0;
     if (s->rank == 0 && lens && displs) {
@@ -1099,9 +1154,9 @@ static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Frag
         grc = ckpt__error(CKPT_ENOMEM, "out of memory");
     }
     int ok = grc == CKPT_OK;
-    MPI_Bcast(&ok, 1, MPI_INT, 0, s->comm);
+    MPI_Bcast(&ok, 1, MPI_INT, 0, c->comm);
     if (ok) {
-        if (MPI_Gatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, s->comm) !=
+        if (MPI_Gatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, c->comm) !=
             MPI_SUCCESS)
             grc = ckpt__error(CKPT_EMPI, "MPI_Gatherv of index fragments failed");
     }
@@ -1217,68 +1272,140 @@ static int bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t siz
     return ckpt_mpi_agree(s->comm, local);
 }
 
-/* The whole save protocol at an exact prefix. Collective. */
-static int save_at(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
-                   int64_t counter)
-{
+/* ---- save jobs: prepared on the caller's thread, written inline or by the writer thread ------ */
+
+struct save_job {
+    ckpt_saver *s;
     save_ctx c;
-    char prefix[4096];
-    int rc0 = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
-    if (rc0 != CKPT_OK)
-        return rc0;
-    int local = init_ctx(s, &c, prefix);
-    int rc = ckpt_mpi_agree(s->comm, local);
-    if (rc != CKPT_OK) {
-        free_ctx(&c);
-        return rc;
+    ckpt_save_info info;
+    int64_t counter;
+    ckpt__commit_hook hook;
+    void *hook_payload;
+    double t_start, t_block;           /* caller's clock: start of save, time it blocked */
+    double t_write, t_agree, t_merge, t_commit;
+    uint64_t bytes;                     /* this rank's stored bytes */
+    int result;
+    char message[2048];                 /* the writer thread's error message */
+};
+
+static void free_job(save_job *j)
+{
+    if (!j)
+        return;
+    free_ctx(&j->c);
+    free(j);
+}
+
+/* Snapshot buffers for async saves: one per registration (and per blob), allocated once and reused
+ * while the plan holds; a registration's buffer is what its save reads. */
+static int snapshot(ckpt_saver *s, save_job *j)
+{
+    if (s->snap_n != s->nregs) {
+        for (size_t i = 0; i < s->snap_n; i++)
+            free(s->snap[i]);
+        free(s->snap);
+        free(s->snap_cap);
+        s->snap = calloc(s->nregs ? s->nregs : 1, sizeof *s->snap);
+        s->snap_cap = calloc(s->nregs ? s->nregs : 1, sizeof *s->snap_cap);
+        s->snap_n = s->snap && s->snap_cap ? s->nregs : 0;
+        if (!s->snap || !s->snap_cap)
+            return ckpt__error(CKPT_ENOMEM, "out of memory for snapshot buffers");
     }
-    if ((rc = make_plan(s)) != CKPT_OK) {
-        free_ctx(&c);
-        return rc;
-    }
-    /* Registered savers run first (TensorFlow's contract), then the chief prepares its temp dir:
-     * leftovers of a crashed save with the same prefix are garbage. */
-    for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++)
-        if (s->regs[i].kind == CKPT_KIND_BLOB) {
-            int r = s->regs[i].cb.save(&c.blob_data[i], &c.blob_len[i], s->regs[i].payload);
-            if (r != CKPT_OK)
-                local = ckpt__error(r, "rank %d: registered saver '%s' failed (%d)", s->rank,
-                                    s->regs[i].name, r);
-            else if (!c.blob_data[i] && c.blob_len[i])
-                local = ckpt__error(CKPT_EINVAL, "rank %d: registered saver '%s' returned NULL",
-                                    s->rank, s->regs[i].name);
+    for (size_t i = 0; i < s->nregs; i++) {
+        const reg *g = &s->regs[i];
+        size_t need;
+        if (g->kind == CKPT_KIND_BLOB) {
+            need = j->c.blob_len[i];
+        } else {
+            int64_t n;
+            ckpt_slice_num_elements(&n, &g->slice);
+            need = (size_t)n * ckpt_dtype_size(g->dtype);
         }
-    if (local == CKPT_OK && s->rank == 0) {
-        char ipath[4200];
-        if (!(local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) &&
-            access(ipath, F_OK) == 0)
-            local = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", ipath);
-        if (local == CKPT_OK && !(local = ckpt__rmtree(c.chief_temp)))
-            local = ckpt__mkdir_p(c.chief_temp, 0755);
+        if (need > s->snap_cap[i]) {
+            /* Grow (first save, or a blob got bigger); touch the pages now, not mid-copy. */
+            void *nb = realloc(s->snap[i], need);
+            if (!nb)
+                return ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu snapshot bytes",
+                                   s->rank, need);
+            memset(nb, 0, need);
+            s->snap[i] = nb;
+            s->snap_cap[i] = need;
+        }
+        if (g->kind == CKPT_KIND_BLOB) {
+            if (need)
+                memcpy(s->snap[i], j->c.blob_data[i], need);
+            j->c.blob_data[i] = s->snap[i];
+        } else {
+            if (need)
+                memcpy(s->snap[i], g->data, need);
+            j->c.src[i] = s->snap[i];
+        }
     }
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
-        goto out;
+    return CKPT_OK;
+}
+
+/* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort). */
+static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
+{
+    char path[4200];
+    if (ckpt__path(path, sizeof path, "%s/metrics.jsonl", j->c.dir) != CKPT_OK)
+        return;
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    double busy = mx[1] + mx[2] + mx[3] + mx[4];
+    double since = j->s->last_save_start > 0 ? j->t_start - j->s->last_save_start : 0.0;
+    fprintf(f,
+            "{\"prefix\":\"%s\",\"mode\":\"%s\",\"bytes\":%llu,\"ranks\":%d,\"blocking_s\":%.6f,"
+            "\"write_s\":%.6f,\"agree_s\":%.6f,\"merge_s\":%.6f,\"commit_s\":%.6f,"
+            "\"gbps\":%.4f,\"since_prev_s\":%.6f,\"training_time_saved_s\":%.6f,"
+            "\"timestamp\":%.3f}\n",
+            j->c.base, j->s->async ? "async" : "sync", (unsigned long long)bytes, j->s->size, mx[0],
+            mx[1], mx[2], mx[3], mx[4], busy > 0 ? (double)bytes / busy / 1e9 : 0.0, since,
+            j->s->async && busy > mx[0] ? busy - mx[0] : 0.0, now_seconds());
+    fclose(f);
+}
+
+/*
+ * Steps 2-5 of the protocol (write, agree, merge, commit) and the commit hook, on j->c.comm.
+ * Collective over that communicator. Runs on the caller's thread (sync) or the writer thread.
+ */
+static int run_job(save_job *j)
+{
+    ckpt_saver *s = j->s;
+    save_ctx *c = &j->c;
+    int rc, local;
+    double t0 = now_seconds();
 
     /* write */
     if (s->layout == CKPT_LAYOUT_SHARED) {
         Mpickpt__Fragment **blobs = NULL;
-        if ((rc = gather_blobs(s, &c, CKPT_OK, &blobs)) != CKPT_OK)
+        if ((rc = gather_blobs(s, c, CKPT_OK, &blobs)) != CKPT_OK)
             goto out;
-        local = write_shared(s, &c, blobs);
+        ckpt__h5_lock();
+        local = write_shared(s, c, blobs);
+        ckpt__h5_unlock();
         free_frags(blobs, s->size);
     } else {
-        local = write_per_rank(s, &c);
+        ckpt__h5_lock();
+        local = write_per_rank(s, c);
+        ckpt__h5_unlock();
     }
+    double t1 = now_seconds();
     /* agree */
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "agree");
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+    if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK)
         goto out;
+    double t2 = now_seconds();
 
     /* merge */
     local = s->rank == 0 ? CKPT_OK : ckpt__fault(s->rank, "merge");
+    for (size_t i = 0; i < c->frag.n_tensors; i++)
+        for (size_t k = 0; k < c->frag.tensors[i]->n_pieces; k++)
+            j->bytes += c->frag.tensors[i]->pieces[k]->bytes;
     Mpickpt__Fragment **frags = NULL;
-    local = gather_fragments(s, &c, local, &frags);
+    local = gather_fragments(s, c, local, &frags);
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
     Mpickpt__Index idx = MPICKPT__INDEX__INIT;
     char producer[64];
@@ -1288,39 +1415,219 @@ static int save_at(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *
         hdr.endianness = MPICKPT__ENDIANNESS__LITTLE;
         hdr.world_size = s->size;
         hdr.layout = (Mpickpt__Layout)s->layout;
-        hdr.save_counter = counter;
-        hdr.epoch = info ? info->epoch : 0;
-        hdr.step = info ? info->step : 0;
+        hdr.save_counter = j->counter;
+        hdr.epoch = j->info.epoch;
+        hdr.step = j->info.step;
+        hdr.end_of_epoch = j->info.end_of_epoch != 0;
         hdr.producer = producer;
         idx.header = &hdr;
         local = ckpt__fault(0, "merge");
         if (local == CKPT_OK)
             local = ckpt__index_merge(&idx, frags, (size_t)s->size);
     }
-    /* the pre-commit vote: the chief's merge and everybody's readiness */
+    /* the pre-commit vote: the chief's merge, everybody's readiness, and no abandoned close */
     if (s->rank != 0 && local == CKPT_OK)
         local = ckpt__fault(s->rank, "commit");
-    rc = ckpt_mpi_agree(s->comm, local);
+    if (local == CKPT_OK && atomic_load(&s->abandon))
+        local = ckpt__error(CKPT_EIO, "rank %d: the saver was closed before this save finished; "
+                                      "it was not committed",
+                            s->rank);
+    double t3 = now_seconds();
+    rc = ckpt_mpi_agree(c->comm, local);
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
             hdr.timestamp = now_seconds();
-            local = chief_commit(s, &c, &idx);
+            local = chief_commit(s, c, &idx);
         }
-        rc = ckpt_mpi_agree(s->comm, local);
+        rc = ckpt_mpi_agree(c->comm, local);
     }
     ckpt__index_merged_free(&idx);
     free_frags(frags, s->size);
+    double t4 = now_seconds();
+    j->t_write = t1 - t0;
+    j->t_agree = t2 - t1;
+    j->t_merge = t3 - t2;
+    j->t_commit = t4 - t3;
+    if (rc == CKPT_OK && j->hook)
+        rc = j->hook(c->comm, c->prefix, j->counter, j->hook_payload);
+    if (rc == CKPT_OK) {
+        /* metrics: the maximum over ranks of each phase, the sum of the bytes */
+        double mine[5] = { j->t_block, j->t_write, j->t_agree, j->t_merge, j->t_commit }, mx[5];
+        uint64_t total = 0;
+        if (MPI_Allreduce(mine, mx, 5, MPI_DOUBLE, MPI_MAX, c->comm) == MPI_SUCCESS &&
+            MPI_Allreduce(&j->bytes, &total, 1, MPI_UINT64_T, MPI_SUM, c->comm) == MPI_SUCCESS &&
+            s->rank == 0)
+            write_metrics(j, mx, total);
+    }
 out:
-    cleanup_temp(s, &c);
-    free_ctx(&c);
+    cleanup_temp(s, c);
     return rc;
+}
+
+/*
+ * The foreground part of a save, collective over the saver's communicator: the chief's prefix,
+ * the plan, the registered savers, the chief's temp dir; then, in async mode, the snapshot.
+ * On success *out is a job ready to run.
+ */
+static int prepare_job(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
+                       int64_t counter, save_job **out)
+{
+    *out = NULL;
+    char prefix[4096];
+    int rc = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
+    if (rc != CKPT_OK)
+        return rc;
+    save_job *j = calloc(1, sizeof *j);
+    int local = j ? init_ctx(s, &j->c, prefix) : ckpt__error(CKPT_ENOMEM, "out of memory");
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK || (rc = make_plan(s)) != CKPT_OK) {
+        free_job(j);
+        return rc;
+    }
+    j->s = s;
+    j->counter = counter;
+    if (info)
+        j->info = *info;
+    /* Registered savers run first (TensorFlow's contract), then the chief prepares its temp dir:
+     * leftovers of a crashed save with the same prefix are garbage. */
+    for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++)
+        if (s->regs[i].kind == CKPT_KIND_BLOB) {
+            int r = s->regs[i].cb.save(&j->c.blob_data[i], &j->c.blob_len[i], s->regs[i].payload);
+            if (r != CKPT_OK)
+                local = ckpt__error(r, "rank %d: registered saver '%s' failed (%d)", s->rank,
+                                    s->regs[i].name, r);
+            else if (!j->c.blob_data[i] && j->c.blob_len[i])
+                local = ckpt__error(CKPT_EINVAL, "rank %d: registered saver '%s' returned NULL",
+                                    s->rank, s->regs[i].name);
+        }
+    if (local == CKPT_OK && s->rank == 0) {
+        char ipath[4200];
+        if (!(local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) &&
+            access(ipath, F_OK) == 0)
+            local = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", ipath);
+        if (local == CKPT_OK && !(local = ckpt__rmtree(j->c.chief_temp)))
+            local = ckpt__mkdir_p(j->c.chief_temp, 0755);
+    }
+    if (local == CKPT_OK && s->async)
+        local = snapshot(s, j);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+        cleanup_temp(s, &j->c);
+        free_job(j);
+        return rc;
+    }
+    *out = j;
+    return CKPT_OK;
+}
+
+static void *writer_main(void *arg)
+{
+    save_job *j = arg;
+    j->result = run_job(j);
+    if (j->result != CKPT_OK) {
+        const ckpt_error *e = ckpt_error_last();
+        snprintf(j->message, sizeof j->message, "%s", e ? e->message : ckpt_strerror(j->result));
+    }
+    pthread_mutex_lock(&j->s->lock);
+    j->s->job_done = 1;
+    pthread_cond_broadcast(&j->s->cond);
+    pthread_mutex_unlock(&j->s->lock);
+    return NULL;
+}
+
+/*
+ * Waits for the save in flight, up to `timeout` seconds (< 0: forever). Returns CKPT_OK when there
+ * was none or it committed, its error (the same on every rank: the job's result was agreed) when it
+ * failed, and CKPT_ETIMEDOUT when it is still running. Local, but every rank gets the same result.
+ */
+static int wait_job(ckpt_saver *s, double timeout)
+{
+    if (!s->job)
+        return CKPT_OK;
+    pthread_mutex_lock(&s->lock);
+    if (timeout < 0) {
+        while (!s->job_done)
+            pthread_cond_wait(&s->cond, &s->lock);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)timeout;
+        until.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!s->job_done)
+            if (pthread_cond_timedwait(&s->cond, &s->lock, &until) != 0)
+                break;
+    }
+    int done = s->job_done;
+    pthread_mutex_unlock(&s->lock);
+    if (!done)
+        return ckpt__error(CKPT_ETIMEDOUT, "the background save of %s is still running",
+                           s->job->c.prefix);
+    pthread_join(s->thread, NULL);
+    save_job *j = s->job;
+    s->job = NULL;
+    int rc = j->result;
+    if (rc == CKPT_OK) {
+        s->counter = j->counter > s->counter ? j->counter : s->counter;
+    } else {
+        ckpt__error(rc, "background save of %s failed: %s", j->c.prefix, j->message);
+    }
+    free_job(j);
+    return rc;
+}
+
+/* Runs a prepared job inline (sync) or hands it to the writer thread (async). */
+static int start_job(ckpt_saver *s, save_job *j)
+{
+    j->t_block = now_seconds() - j->t_start;
+    if (!s->async) {
+        int rc = run_job(j);
+        if (rc == CKPT_OK && j->counter > s->counter)
+            s->counter = j->counter;
+        j->t_block = now_seconds() - j->t_start;
+        s->last_save_start = j->t_start;
+        free_job(j);
+        return rc;
+    }
+    j->c.comm = s->async_comm;
+    s->job = j;
+    s->job_done = 0;
+    s->last_save_start = j->t_start;
+    if (pthread_create(&s->thread, NULL, writer_main, j) != 0) {
+        /* Cannot happen on a healthy system; run it here rather than lose the save. */
+        s->job_done = 1;
+        j->result = run_job(j);
+        return wait_job(s, -1);
+    }
+    return CKPT_OK;
+}
+
+/* A whole save at an exact prefix with an optional commit hook. Collective. */
+int ckpt__saver_save_hook(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                          int64_t counter, ckpt__commit_hook hook, void *payload)
+{
+    double t_start = now_seconds();
+    /* At most one save in flight: wait for the previous one; its failure is this call's error. */
+    int rc = wait_job(s, -1);
+    if (rc == CKPT_OK)
+        rc = take_pending(s);
+    if (rc != CKPT_OK)
+        return rc;
+    save_job *j;
+    if ((rc = prepare_job(s, prefix, info, counter, &j)) != CKPT_OK)
+        return rc;
+    j->t_start = t_start;
+    j->hook = hook;
+    j->hook_payload = payload;
+    return start_job(s, j);
 }
 
 int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *info)
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
-    return save_at(s, prefix ? prefix : "", info, 0);
+    return ckpt__saver_save_hook(s, prefix ? prefix : "", info, 0, NULL, NULL);
 }
 
 int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info, char *out,
@@ -1328,18 +1635,83 @@ int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *inf
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    /* The number depends on the previous save's outcome: wait for it first. */
+    int rc = wait_job(s, -1);
+    if (rc == CKPT_OK)
+        rc = take_pending(s);
+    if (rc != CKPT_OK)
+        return rc;
     char name[4096];
     int64_t n = s->counter + 1;
     int local = ckpt__path(name, sizeof name, "%s-%lld", prefix ? prefix : "", (long long)n);
-    int rc = ckpt_mpi_agree(s->comm, local);
-    if (rc == CKPT_OK)
-        rc = save_at(s, name, info, n);
-    if (rc == CKPT_OK) {
-        s->counter = n;
-        if (out && out_size)
-            snprintf(out, out_size, "%s", name);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        return rc;
+    if ((rc = ckpt__saver_save_hook(s, name, info, n, NULL, NULL)) == CKPT_OK && out && out_size)
+        snprintf(out, out_size, "%s", name);
+    return rc;
+}
+
+int ckpt_saver_sync(ckpt_saver *s)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    int rc = wait_job(s, -1);
+    return rc != CKPT_OK ? rc : take_pending(s);
+}
+
+/* A background failure that restore waited for is reported by the next save, sync or close. */
+static int take_pending(ckpt_saver *s)
+{
+    int rc = s->pending_rc;
+    if (rc != CKPT_OK) {
+        s->pending_rc = CKPT_OK;
+        ckpt__error(rc, "%s", s->pending_msg);
     }
     return rc;
+}
+
+int ckpt_saver_close(ckpt_saver *s)
+{
+    if (!s)
+        return CKPT_OK;
+    double timeout = s->opts.close_timeout_s > 0 ? s->opts.close_timeout_s : 600.0;
+    int rc = wait_job(s, timeout);
+    if (rc == CKPT_ETIMEDOUT) {
+        /* Still writing: it must not commit now (the previous checkpoint stays the latest), and
+         * the thread still uses the saver, so both are left to the process's exit. */
+        atomic_store(&s->abandon, 1);
+        ckpt__log(CKPT_LOG_WARN,
+                  "closing with a background save still running after %.0f s: the last checkpoint "
+                  "(%s) may be incomplete and will not be committed",
+                  timeout, s->job ? s->job->c.prefix : "?");
+        pthread_detach(s->thread);
+        return ckpt__error(CKPT_ETIMEDOUT,
+                           "background save still running at close after %.0f s; not committed",
+                           timeout);
+    }
+    if (rc == CKPT_OK)
+        rc = take_pending(s);
+    ckpt_saver_clear(s);
+    free(s->regs);
+    free_plan(s);
+    free(s->scratch);
+    for (size_t i = 0; i < s->snap_n; i++)
+        free(s->snap[i]);
+    free(s->snap);
+    free(s->snap_cap);
+    if (s->async_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->async_comm);
+    if (s->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->comm);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+    return rc;
+}
+
+void ckpt_saver_free(ckpt_saver *s)
+{
+    (void)ckpt_saver_close(s);
 }
 
 /* ---- restore ------------------------------------------------------------------------------------ */
@@ -1353,6 +1725,13 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
+     * or close to report (restoring an older checkpoint is fine). */
+    int wrc = wait_job(s, -1);
+    if (wrc != CKPT_OK && s->pending_rc == CKPT_OK) {
+        s->pending_rc = wrc;
+        snprintf(s->pending_msg, sizeof s->pending_msg, "%s", ckpt_error_last()->message);
+    }
     char prefix[4096];
     int rc0 = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
     if (rc0 != CKPT_OK)
@@ -1407,72 +1786,77 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
     free(bytes);
 
     /* Two passes: tensors first, then registered savers, whose restore callbacks may rely on the
-     * restored tensors (TensorFlow runs registered restores after the default ones). */
-    for (size_t k = 0; k < 2 * s->nregs && local == CKPT_OK; k++) {
-        const reg *g = &s->regs[k % s->nregs];
-        if ((g->kind == CKPT_KIND_BLOB) != (k >= s->nregs))
-            continue;
-        size_t ti;
-        int found = ckpt_reader_find(&ti, r, g->stored);
-        if (found != CKPT_OK) {
-            if ((g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB) &&
-                opts->skip_missing_per_rank) {
-                ckpt_error_clear();
+     * restored tensors (TensorFlow runs registered restores after the default ones); every rank's
+     * tensors are agreed in before any callback runs. */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            local = ckpt_mpi_agree(s->comm, local); /* every rank, whatever happened */
+        for (size_t k = 0; k < s->nregs && local == CKPT_OK; k++) {
+            const reg *g = &s->regs[k];
+            if ((g->kind == CKPT_KIND_BLOB) != (pass == 1))
+                continue;
+            size_t ti;
+            int found = ckpt_reader_find(&ti, r, g->stored);
+            if (found != CKPT_OK) {
+                if ((g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB) &&
+                    opts->skip_missing_per_rank) {
+                    ckpt_error_clear();
+                    continue;
+                }
+                local = ckpt__error(CKPT_ENOTFOUND,
+                                    "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
+                                    s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
+                                    (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB)
+                                        ? "; per-rank data of a rank the writer did not have (set "
+                                          "skip_missing_per_rank to leave it untouched)"
+                                        : "");
+                break;
+            }
+            ckpt_tensor_info t;
+            ckpt_reader_tensor(&t, r, ti);
+            if (g->kind == CKPT_KIND_BLOB) {
+                if (t.dtype != CKPT_UINT8 || t.shape.ndims != 1) {
+                    local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
+                                        g->stored);
+                    break;
+                }
+                size_t n = (size_t)t.shape.dims[0];
+                uint8_t *blob = malloc(n ? n : 1);
+                if (!blob) {
+                    local = ckpt__error(CKPT_ENOMEM, "out of memory");
+                    break;
+                }
+                local = ckpt_reader_read(r, g->stored, CKPT_UINT8, NULL, blob, n);
+                if (local == CKPT_OK) {
+                    int cb = g->cb.restore(blob, n, g->payload);
+                    if (cb != CKPT_OK)
+                        local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
+                                            s->rank, g->name, cb);
+                }
+                free(blob);
                 continue;
             }
-            local = ckpt__error(CKPT_ENOTFOUND,
-                                "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
-                                s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
-                                (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB)
-                                    ? "; per-rank data of a rank the writer did not have (set "
-                                      "skip_missing_per_rank to leave it untouched)"
-                                    : "");
-            break;
-        }
-        ckpt_tensor_info t;
-        ckpt_reader_tensor(&t, r, ti);
-        if (g->kind == CKPT_KIND_BLOB) {
-            if (t.dtype != CKPT_UINT8 || t.shape.ndims != 1) {
-                local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
-                                    g->stored);
+            if (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape)) {
+                char a[64] = "", b[64] = "";
+                for (int d = 0; d < t.shape.ndims; d++)
+                    snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                             (long long)t.shape.dims[d]);
+                for (int d = 0; d < g->shape.ndims; d++)
+                    snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                             (long long)g->shape.dims[d]);
+                local = ckpt__error(CKPT_EMISMATCH,
+                                    "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]",
+                                    s->rank, g->stored, ckpt_dtype_name(t.dtype), a, prefix,
+                                    ckpt_dtype_name(g->dtype), b);
                 break;
             }
-            size_t n = (size_t)t.shape.dims[0];
-            uint8_t *blob = malloc(n ? n : 1);
-            if (!blob) {
-                local = ckpt__error(CKPT_ENOMEM, "out of memory");
-                break;
-            }
-            local = ckpt_reader_read(r, g->stored, CKPT_UINT8, NULL, blob, n);
-            if (local == CKPT_OK) {
-                int cb = g->cb.restore(blob, n, g->payload);
-                if (cb != CKPT_OK)
-                    local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
-                                        s->rank, g->name, cb);
-            }
-            free(blob);
-            continue;
-        }
-        if (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape)) {
-            char a[64] = "", b[64] = "";
-            for (int d = 0; d < t.shape.ndims; d++)
-                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                         (long long)t.shape.dims[d]);
-            for (int d = 0; d < g->shape.ndims; d++)
-                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                         (long long)g->shape.dims[d]);
-            local = ckpt__error(CKPT_EMISMATCH,
-                                "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]",
-                                s->rank, g->stored, ckpt_dtype_name(t.dtype), a, prefix,
-                                ckpt_dtype_name(g->dtype), b);
-            break;
-        }
-        int64_t n;
-        ckpt_slice_num_elements(&n, &g->slice);
-        local = ckpt_reader_read(r, g->stored, g->dtype, &g->slice, g->data,
-                                 (size_t)n * ckpt_dtype_size(g->dtype));
-        if (local != CKPT_OK)
-            local = ckpt__error_wrap(local, "rank %d", s->rank);
+            int64_t n;
+            ckpt_slice_num_elements(&n, &g->slice);
+            local = ckpt_reader_read(r, g->stored, g->dtype, &g->slice, g->data,
+                                     (size_t)n * ckpt_dtype_size(g->dtype));
+            if (local != CKPT_OK)
+                local = ckpt__error_wrap(local, "rank %d", s->rank);
+    }
     }
     rc = ckpt_mpi_agree(s->comm, local);
     if (rc == CKPT_OK) {
@@ -1482,6 +1866,7 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
             info->save_counter = h->save_counter;
             info->epoch = h->epoch;
             info->step = h->step;
+            info->end_of_epoch = h->end_of_epoch;
             info->world_size = h->world_size;
             info->layout = h->layout;
         }

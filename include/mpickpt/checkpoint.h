@@ -51,6 +51,7 @@ typedef struct ckpt_header {
     int64_t save_counter; /**< N of ckpt-N; 0 for write() without a counter */
     int64_t epoch;
     int64_t step;
+    int end_of_epoch;     /**< 1: saved after `epoch` finished; 0: mid-epoch at `step` */
     double timestamp;     /**< seconds since the Unix epoch, at commit */
     const char *producer; /**< "mpickpt 0.1.0" */
     int little_endian;    /**< 1: data files hold little-endian values */

@@ -43,7 +43,8 @@ typedef enum ckpt_status {
     CKPT_ENOMEM = -9,    /**< out of memory */
     CKPT_EVERSION = -10, /**< written by an unknown (future) format version */
     CKPT_EMPI = -11,     /**< an MPI call failed or MPI is not usable as required */
-    CKPT_EEXISTS = -12   /**< the target already exists */
+    CKPT_EEXISTS = -12,  /**< the target already exists */
+    CKPT_ETIMEDOUT = -13 /**< gave up waiting (e.g. for a background save at close) */
 } ckpt_status;
 
 /** Detail of the last error raised on the calling thread. */

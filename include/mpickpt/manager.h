@@ -74,6 +74,7 @@ typedef struct ckpt_manager_restored {
     int64_t epoch;
     int64_t step;
     int end_of_epoch;
+    int32_t world_size;  /**< ranks that wrote it */
     int skipped;         /**< damaged or incomplete checkpoints skipped (each logged as a warning) */
 } ckpt_manager_restored;
 
@@ -123,6 +124,9 @@ CKPT_EXTERN int64_t ckpt_training_initial_epoch(const ckpt_training *t, int64_t 
 
 /** The global step to start from: the saved step + 1 after any backup; else @p initial. Local. */
 CKPT_EXTERN int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial);
+
+/** What ckpt_training_restore() restored (restored = 0 when nothing). Local. */
+CKPT_EXTERN const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t);
 
 /** The manager behind the training state (for latest/state/list). */
 CKPT_EXTERN ckpt_manager *ckpt_training_manager(ckpt_training *t);

@@ -35,10 +35,16 @@ typedef struct ckpt_saver_options {
     int collective_io;       /**< shared layout: 1 = collective MPI-IO transfers, 0 = independent */
     MPI_Info info;           /**< MPI-IO hints for the shared layout (MPI_INFO_NULL: none) */
     int64_t max_shard_bytes; /**< >0: split every stored piece into pieces of at most this size */
+    /** 1: async mode. save() returns once the registered tensors are copied into snapshot
+     *  buffers (allocated once, reused); a writer thread with its own communicator writes, agrees,
+     *  merges and commits. Needs MPI_THREAD_MULTIPLE. */
+    int async;
+    double close_timeout_s;  /**< async: how long close waits for a save in flight (0: 600 s) */
 } ckpt_saver_options;
 
 #define CKPT_SAVER_OPTIONS_VERSION 1
-#define CKPT_SAVER_OPTIONS_INIT { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0 }
+#define CKPT_SAVER_OPTIONS_INIT                                                                    \
+    { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0, 0, 0.0 }
 
 /** How a replicated tensor is stored. */
 typedef enum ckpt_replica_mode {
@@ -66,8 +72,25 @@ typedef struct ckpt_blob_callbacks {
  */
 CKPT_EXTERN int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts);
 
-/** Frees the saver and its communicator. Collective over the saver's communicator. NULL is a no-op. */
+/**
+ * Waits for a save in flight (async mode, up to close_timeout_s), reports its failure or one kept
+ * from an earlier restore, and frees the saver and its communicators. If the save is still running
+ * at the timeout, it logs a warning that the last checkpoint may be incomplete, makes sure it will
+ * not commit (the previous checkpoint stays the latest) and returns CKPT_ETIMEDOUT without freeing
+ * (the writer thread still uses the saver; the process is expected to exit). Collective.
+ * NULL is a no-op.
+ */
+CKPT_EXTERN int ckpt_saver_close(ckpt_saver *s);
+
+/** ckpt_saver_close() without the status. Collective. NULL is a no-op. */
 CKPT_EXTERN void ckpt_saver_free(ckpt_saver *s);
+
+/**
+ * Waits for the save in flight (async mode) and returns its result: CKPT_OK when it committed,
+ * else its error with the original cause (the same on every rank). A no-op in sync mode.
+ * Collective in effect (the save it waits for is).
+ */
+CKPT_EXTERN int ckpt_saver_sync(ckpt_saver *s);
 
 /**
  * Registers a tensor this rank owns whole (kind full). @p data is read at every save and written
@@ -101,10 +124,15 @@ CKPT_EXTERN void ckpt_saver_clear(ckpt_saver *s);
 typedef struct ckpt_save_info {
     int64_t epoch;
     int64_t step;
+    int end_of_epoch; /**< 1: saved after `epoch` finished; 0: mid-epoch at `step` */
 } ckpt_save_info;
 
 /**
- * Writes a checkpoint at exactly @p prefix (no counter), like TensorFlow's write().
+ * Writes a checkpoint at exactly @p prefix (no counter), like TensorFlow's write(); a committed
+ * checkpoint is never overwritten (CKPT_EEXISTS if `<prefix>.index` exists).
+ * In async mode it returns after the snapshot (see ckpt_saver_options.async); the outcome is
+ * reported by the next save, ckpt_saver_sync() or ckpt_saver_close(), on every rank. A save first
+ * waits for the one in flight, and fails with that one's error if it failed.
  * Protocol: plan (allgather + validation, cached while registrations do not change), write,
  * agree (one allreduce), merge at the chief (gather of index fragments), commit (data renamed into
  * place, index written last). On any failure on any rank: the same error on every rank, nothing
@@ -143,6 +171,7 @@ typedef struct ckpt_restore_info {
     int64_t save_counter;
     int64_t epoch;
     int64_t step;
+    int end_of_epoch;
     int32_t world_size; /**< ranks that wrote the checkpoint */
     ckpt_layout layout;
 } ckpt_restore_info;
@@ -152,7 +181,9 @@ typedef struct ckpt_restore_info {
  * reads and validates the index (and the data files' sizes) and broadcasts it; each rank reads
  * exactly the stored pieces that overlap what it owns now, each checked against its CRC-32C.
  * A registered name missing from the checkpoint is CKPT_ENOTFOUND, a dtype or global shape that
- * differs is CKPT_EMISMATCH. Collective. @p opts and @p info may be NULL.
+ * differs is CKPT_EMISMATCH. Registered savers' restore callbacks run only after every rank
+ * restored its tensors. After a failed restore the registered buffers hold unspecified values.
+ * Collective. @p opts and @p info may be NULL.
  */
 CKPT_EXTERN int ckpt_saver_restore(ckpt_saver *s, const char *prefix,
                                    const ckpt_restore_options *opts, ckpt_restore_info *info);

@@ -58,6 +58,7 @@ CKPT_EXTERN void ckpt_state_free(ckpt_state *state);
  * Scans @p dir for committed checkpoints (`*.index` files whose index loads), oldest first by save
  * counter then name, and fills entries from their headers (bytes = index + data files). Damaged
  * ones are skipped. For recovery when the state file is missing or damaged, and for `mpickpt list`.
+ * *out is allocated even on failure and must be freed.
  */
 CKPT_EXTERN int ckpt_state_scan(ckpt_state **out, const char *dir);
 
@@ -75,10 +76,11 @@ typedef void (*ckpt_gc_cb)(const char *path, const char *why, void *payload);
 
 /**
  * Removes the garbage a crashed or failed save leaves in @p dir: `*_temp` directories,
- * `<name>.data-*` files whose `<name>.index` does not exist, index/state temp files
- * (`*.tmp-<pid>`), and the contents of `workertemp_*` directories next to @p dir (when @p dir is
- * named "chief") or inside it. Committed checkpoints are never touched. Must not run while a save
- * is writing into @p dir. @p removed (may be NULL) receives the number of paths removed.
+ * `<name>.data-%05d-of-%05d` files whose `<name>.index` does not exist, temp files of index and
+ * state writes (`<x>.index.tmp-<pid>`, `checkpoint.tmp-<pid>`), and the `workertemp_*`
+ * directories next to @p dir (when @p dir is named "chief") or inside it. Nothing else is
+ * touched; committed checkpoints never. Must not run while a save is writing into @p dir.
+ * @p cb is called for each path once it is removed; @p removed (may be NULL) receives their count.
  */
 CKPT_EXTERN int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload,
                         size_t *removed);

@@ -98,6 +98,12 @@ void json_bool(json_writer *w, int v)
     fputs(v ? "true" : "false", w->out);
 }
 
+void json_null(json_writer *w)
+{
+    json_separate(w);
+    fputs("null", w->out);
+}
+
 void json_double(json_writer *w, double v, int digits)
 {
     json_separate(w);

@@ -34,6 +34,7 @@ void json_string(json_writer *w, const char *s);
 void json_int(json_writer *w, int64_t v);
 void json_uint(json_writer *w, uint64_t v);
 void json_bool(json_writer *w, int v);
+void json_null(json_writer *w);
 
 /* A floating-point value with `digits` significant digits ("%.*g"). JSON has no NaN or infinity,
  * so those become the strings "NaN", "Infinity" and "-Infinity" (what Python's json module and

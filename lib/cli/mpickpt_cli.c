@@ -1,7 +1,9 @@
-/* mpickpt: read-only command-line tool for mpickpt checkpoints (inspect, verify, dump).
+/* mpickpt: command-line tool for mpickpt checkpoints (inspect, verify, dump, list, diff, gc).
  *
  * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
- * reader. Exit codes: 0 success, 1 bad or missing data (any library error), 2 usage.
+ * reader and state-file functions. Every command but gc is read-only.
+ * Exit codes: 0 success, 1 bad or missing data (any library error; for diff: the data differ),
+ * 2 usage.
  *
  * Adding a command: write `static int cmd_NAME(const cli_command *cmd, int argc, char **argv)`,
  * declare it next to the others and add one row to `commands[]`. Parse options with cli_parse(),
@@ -9,6 +11,7 @@
 #include "json.h"
 
 #include "mpickpt/checkpoint.h"
+#include "mpickpt/state.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -44,6 +47,9 @@ typedef struct cli_option {
 static int cmd_inspect(const cli_command *cmd, int argc, char **argv);
 static int cmd_verify(const cli_command *cmd, int argc, char **argv);
 static int cmd_dump(const cli_command *cmd, int argc, char **argv);
+static int cmd_list(const cli_command *cmd, int argc, char **argv);
+static int cmd_diff(const cli_command *cmd, int argc, char **argv);
+static int cmd_gc(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
 static int cmd_version(const cli_command *cmd, int argc, char **argv);
 
@@ -63,6 +69,34 @@ static const cli_command commands[] = {
      "  --json        {\"name\",\"dtype\",\"shape\",\"values\"} with values flattened row-major;\n"
      "                NaN and infinities as the strings \"NaN\", \"Infinity\", \"-Infinity\"\n",
      cmd_dump},
+    {"list", "[--json] DIR", "list the committed checkpoints of a directory, oldest first",
+     "  Reads DIR/checkpoint (the state file the manager writes); DIR/chief/ is used when DIR\n"
+     "  has no state file but DIR/chief/ has one or has checkpoints. A missing or damaged state\n"
+     "  file is reported on stderr and the checkpoints (*.index) are listed by scanning.\n"
+     "  --json   {\"latest\":PREFIX|null,\"checkpoints\":[{\"prefix\",\"save_counter\",\"epoch\",\n"
+     "           \"step\",\"timestamp\",\"bytes\",\"end_of_epoch\"}]}; every PREFIX is DIR joined\n"
+     "           with the checkpoint's name, usable as given with inspect, verify and dump\n",
+     cmd_list},
+    {"diff", "[--json] [--block-bytes N] A B", "compare the tensors of two checkpoints",
+     "  Reports tensors only in A or only in B, tensors whose dtype or shape differ, and for the\n"
+     "  others the number of elements whose bytes differ and the first differing flat\n"
+     "  (row-major) index. Header differences (save counter, epoch, step, world size, layout)\n"
+     "  are shown but are not a data difference. Exits 0 when the data are identical, 1 when\n"
+     "  they differ or a checkpoint cannot be read.\n"
+     "  --block-bytes N  compare about N bytes of a tensor at a time (default 64M; suffixes\n"
+     "                   K, M, G); never less than the tensor's largest stored piece, which\n"
+     "                   the library reads whole\n"
+     "  --json   {\"identical\",\"only_in_a\",\"only_in_b\",\"changed\":[{\"name\",\"reason\",\n"
+     "           \"differing_elements\",\"first_index\"}],\"header\":{FIELD:{\"a\",\"b\"}}}\n",
+     cmd_diff},
+    {"gc", "[--dry-run] DIR", "remove the debris of crashed or failed saves",
+     "  Removes, in DIR and in DIR/chief/: *_temp/ directories, data files (*.data-*) whose\n"
+     "  index does not exist, and temp files (*.tmp-PID); and the non-chief ranks'\n"
+     "  workertemp_*/ directories (in DIR, or next to DIR when DIR is a chief/). Committed\n"
+     "  checkpoints are never touched. Do not run it while a job is saving into DIR.\n"
+     "  Prints each path removed and why, then \"gc DIR: removed N path(s)\".\n"
+     "  --dry-run  only print what would be removed (\"would remove\")\n",
+     cmd_gc},
     {"help", "[COMMAND]", "show this help, or a command's", NULL, cmd_help},
     {"version", "", "print the library version (also: --version)", NULL, cmd_version},
 };
@@ -869,6 +903,844 @@ static int cmd_dump(const cli_command *cmd, int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Directory helpers (list, gc)                                                               */
+
+static int is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Whether dir directly holds a regular file "*.index" (a committed checkpoint, or a damaged
+ * one). An unreadable dir holds none. */
+static int has_index_files(const char *dir)
+{
+    static const char suffix[] = ".index";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= sizeof suffix - 1 || strcmp(e->d_name + len - (sizeof suffix - 1), suffix) != 0)
+            continue;
+        char *path = path_join(dir, e->d_name);
+        struct stat sb;
+        found = path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+        free(path);
+    }
+    closedir(d);
+    return found;
+}
+
+/* A malloc'd copy of a DIR operand without trailing slashes ("run/" -> "run"; "/" stays), so
+ * that joined paths read "run/ckpt-1" and the library sees "run/chief" as a chief directory.
+ * NULL when out of memory. */
+static char *dir_operand(const char *arg)
+{
+    size_t len = strlen(arg);
+    while (len > 1 && arg[len - 1] == '/')
+        len--;
+    char *p = malloc(len + 1);
+    if (p) {
+        memcpy(p, arg, len);
+        p[len] = '\0';
+    }
+    return p;
+}
+
+/* Whether dir/name exists (any type). */
+static int has_entry(const char *dir, const char *name)
+{
+    struct stat sb;
+    char *path = path_join(dir, name);
+    int found = path && stat(path, &sb) == 0;
+    free(path);
+    return found;
+}
+
+/* Checks that a DIR operand is an existing directory; prints why not. Returns 0 or EXIT_BAD. */
+static int cli_check_dir(const cli_command *cmd, const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        fprintf(stderr, "mpickpt: %s: cannot access directory %s: %s\n", cmd->name, dir,
+                strerror(errno));
+        return EXIT_BAD;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "mpickpt: %s: %s is not a directory\n", cmd->name, dir);
+        return EXIT_BAD;
+    }
+    return 0;
+}
+
+/* The directory `list` reads for a DIR operand (malloc'd, NULL when out of memory): DIR itself
+ * when it has a state file, else DIR/chief when that has a state file, or has checkpoints while
+ * DIR has none (a training state's backup directory), else DIR. */
+static char *list_dir(const char *dir)
+{
+    char *chief = path_join(dir, "chief");
+    if (!chief)
+        return NULL;
+    if (!has_entry(dir, "checkpoint") && is_dir(chief) &&
+        (has_entry(chief, "checkpoint") || (has_index_files(chief) && !has_index_files(dir))))
+        return chief;
+    free(chief);
+    return path_join("", dir);
+}
+
+/* The path of a state-file name: relative names are joined to dir, absolute ones kept. */
+static char *state_path(const char *dir, const char *name)
+{
+    return name[0] == '/' ? path_join("", name) : path_join(dir, name);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* list                                                                                       */
+
+/* "2025-11-21 12:00:00" (UTC) into buf, or the raw number when the time is not representable. */
+static void format_utc(char *buf, size_t size, double timestamp)
+{
+    struct tm tm;
+    /* Range check first: converting a NaN or huge double to time_t is undefined. */
+    time_t secs = isfinite(timestamp) && fabs(timestamp) < 1e15 ? (time_t)timestamp : 0;
+    if (!(secs && gmtime_r(&secs, &tm) && strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm) > 0))
+        snprintf(buf, size, "%.17g", timestamp);
+}
+
+static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
+                      const char *latest, int json)
+{
+    if (json) {
+        json_writer w;
+        json_init(&w, stdout);
+        json_object_begin(&w);
+        json_key(&w, "latest");
+        if (latest)
+            json_string(&w, latest);
+        else
+            json_null(&w);
+        json_key(&w, "checkpoints");
+        json_array_begin(&w);
+        for (size_t i = 0; i < st->num_entries; i++) {
+            const ckpt_state_entry *e = &st->entries[i];
+            json_object_begin(&w);
+            json_key(&w, "prefix");
+            json_string(&w, paths[i]);
+            json_key(&w, "save_counter");
+            json_int(&w, e->save_counter);
+            json_key(&w, "epoch");
+            json_int(&w, e->epoch);
+            json_key(&w, "step");
+            json_int(&w, e->step);
+            json_key(&w, "timestamp");
+            json_real(&w, e->timestamp);
+            json_key(&w, "bytes");
+            json_uint(&w, bytes[i]);
+            json_key(&w, "end_of_epoch");
+            json_bool(&w, e->end_of_epoch != 0);
+            json_object_end(&w);
+        }
+        json_array_end(&w);
+        json_object_end(&w);
+        fputc('\n', stdout);
+        return EXIT_OK;
+    }
+
+    if (st->num_entries == 0) {
+        printf("no checkpoints\n");
+        return EXIT_OK;
+    }
+    int prefix_w = 6;
+    for (size_t i = 0; i < st->num_entries; i++) {
+        int tw = text_width(paths[i]);
+        prefix_w = tw > prefix_w ? tw : prefix_w;
+    }
+    printf("  %-*s  %7s  %6s  %9s  %-9s  %-19s  %12s\n", prefix_w, "PREFIX", "COUNTER", "EPOCH",
+           "STEP", "SAVED AT", "TIME (UTC)", "BYTES");
+    for (size_t i = 0; i < st->num_entries; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        char when[64];
+        format_utc(when, sizeof when, e->timestamp);
+        int is_latest = latest && strcmp(latest, paths[i]) == 0;
+        printf("%c ", is_latest ? '*' : ' ');
+        text_name(stdout, paths[i]);
+        int pad = prefix_w - text_width(paths[i]);
+        printf("%*s  %7" PRId64 "  %6" PRId64 "  %9" PRId64 "  %-9s  %-19s  %12" PRIu64 "%s\n",
+               pad > 0 ? pad : 0, "", e->save_counter, e->epoch, e->step,
+               e->end_of_epoch ? "epoch end" : "mid-epoch", when, bytes[i],
+               is_latest ? "  (latest)" : "");
+    }
+    if (latest) {
+        printf("latest: ");
+        text_name(stdout, latest);
+        fputc('\n', stdout);
+    } else {
+        printf("latest: none\n");
+    }
+    return EXIT_OK;
+}
+
+/* Reads the state of dir, falling back to a scan (with a warning) when the state file is
+ * missing or damaged. Returns 0 or EXIT_BAD after printing why. */
+static int list_read_state(const cli_command *cmd, const char *dir, ckpt_state **out)
+{
+    ckpt_state *st = NULL;
+    int rc = ckpt_state_read(&st, dir);
+    if (rc == CKPT_OK) {
+        *out = st;
+        return 0;
+    }
+    /* Keep the cause: the scan replaces the thread's last error. */
+    char why[1024];
+    const ckpt_error *e = ckpt_error_last();
+    snprintf(why, sizeof why, "%s", e && e->message && e->message[0] ? e->message :
+                                                                      ckpt_strerror(rc));
+    ckpt_state_free(st);
+    st = NULL;
+    int src = ckpt_state_scan(&st, dir);
+    if (src != CKPT_OK) {
+        ckpt_state_free(st);
+        return cli_lib_error(cmd, src);
+    }
+    if (st->num_entries == 0) {
+        ckpt_state_free(st);
+        if (rc == CKPT_ENOTFOUND)
+            fprintf(stderr, "mpickpt: %s: %s: no state file (checkpoint) and no checkpoints "
+                            "(*.index)\n", cmd->name, dir);
+        else
+            fprintf(stderr, "mpickpt: %s: %s: the state file is unreadable (%s) and no "
+                            "checkpoints (*.index) were found\n", cmd->name, dir, why);
+        return EXIT_BAD;
+    }
+    if (rc == CKPT_ENOTFOUND)
+        fprintf(stderr, "mpickpt: %s: warning: %s has no state file (checkpoint); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir);
+    else
+        fprintf(stderr, "mpickpt: %s: warning: cannot use the state file of %s (%s); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir, why);
+    *out = st;
+    return 0;
+}
+
+static int cmd_list(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const cli_option opts[] = {{"--json", &json, NULL}};
+    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 1)
+        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
+    if ((rc = cli_check_dir(cmd, argv[0])) != 0)
+        return rc;
+
+    char *arg = dir_operand(argv[0]);
+    char *dir = arg ? list_dir(arg) : NULL;
+    ckpt_state *st = NULL;
+    char **paths = NULL;
+    uint64_t *bytes = NULL;
+    char *latest = NULL;
+    free(arg);
+    if (!dir) {
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return EXIT_BAD;
+    }
+    if ((rc = list_read_state(cmd, dir, &st)) != 0)
+        goto out;
+
+    size_t n = st->num_entries;
+    paths = calloc(n ? n : 1, sizeof *paths);
+    bytes = calloc(n ? n : 1, sizeof *bytes);
+    if (!paths || !bytes)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        if (!(paths[i] = state_path(dir, e->prefix)))
+            goto oom;
+        /* The sizes on disk now; the state file's record when the checkpoint cannot be read. */
+        bytes[i] = e->bytes;
+        int brc = ckpt_checkpoint_bytes(&bytes[i], paths[i]);
+        if (brc != CKPT_OK) {
+            const ckpt_error *err = ckpt_error_last();
+            bytes[i] = e->bytes;
+            fprintf(stderr, "mpickpt: %s: warning: %s is in the state file but cannot be read: "
+                            "%s\n", cmd->name, paths[i],
+                    err && err->message && err->message[0] ? err->message : ckpt_strerror(brc));
+        }
+    }
+    if (st->latest[0]) {
+        if (!(latest = state_path(dir, st->latest)))
+            goto oom;
+    } else if (n > 0) {
+        /* A scan may leave latest empty: the newest is the last entry. */
+        if (!(latest = path_join("", paths[n - 1])))
+            goto oom;
+    }
+    rc = list_print(st, paths, bytes, latest, json);
+    goto out;
+oom:
+    fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    rc = EXIT_BAD;
+out:
+    if (paths)
+        for (size_t i = 0; i < st->num_entries; i++)
+            free(paths[i]);
+    free(paths);
+    free(bytes);
+    free(latest);
+    ckpt_state_free(st);
+    free(dir);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* gc                                                                                         */
+
+typedef struct gc_report_state {
+    int dry_run;
+    char **seen; /* canonical paths reported so far: DIR and DIR/chief share workertemp_* */
+    size_t count;
+    int oom;
+} gc_report_state;
+
+/* The real path of path's parent joined with its base name (the path itself may be gone),
+ * or a copy of path when the parent cannot be resolved. malloc'd; NULL when out of memory. */
+static char *canonical_path(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t plen = slash ? (size_t)(slash - path) : 1;
+    char *parent = malloc(plen + 1);
+    if (!parent)
+        return NULL;
+    if (slash)
+        memcpy(parent, path, plen);
+    else
+        parent[0] = '.';
+    parent[plen] = '\0';
+    if (plen == 0) /* "/name" */
+        strcpy(parent, "/");
+    char *real = realpath(parent, NULL);
+    free(parent);
+    char *out = real ? path_join(real, slash ? slash + 1 : path) : path_join("", path);
+    free(real);
+    return out;
+}
+
+/* ckpt_gc_cb: one stdout line per path, each path once. */
+static void gc_report(const char *path, const char *why, void *payload)
+{
+    gc_report_state *st = payload;
+    char *canon = canonical_path(path);
+    if (!canon) {
+        st->oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < st->count; i++) {
+        if (strcmp(st->seen[i], canon) == 0) {
+            free(canon);
+            return;
+        }
+    }
+    char **grown = realloc(st->seen, (st->count + 1) * sizeof *grown);
+    if (!grown) {
+        free(canon);
+        st->oom = 1;
+        return;
+    }
+    st->seen = grown;
+    st->seen[st->count++] = canon;
+    printf("%s ", st->dry_run ? "would remove" : "removed");
+    text_name(stdout, path);
+    if (why && why[0]) {
+        printf(" (");
+        text_name(stdout, why);
+        printf(")");
+    }
+    fputc('\n', stdout);
+}
+
+static int cmd_gc(const cli_command *cmd, int argc, char **argv)
+{
+    int dry_run = 0, nops = 0;
+    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}};
+    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 1)
+        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
+    if ((rc = cli_check_dir(cmd, argv[0])) != 0)
+        return rc;
+    char *dir = dir_operand(argv[0]);
+    char *chief = dir ? path_join(dir, "chief") : NULL;
+    if (!chief) {
+        free(dir);
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        return EXIT_BAD;
+    }
+
+    gc_report_state st = {dry_run, NULL, 0, 0};
+    rc = ckpt_gc(dir, dry_run, gc_report, &st, NULL);
+    if (rc == CKPT_OK && is_dir(chief))
+        rc = ckpt_gc(chief, dry_run, gc_report, &st, NULL);
+    if (rc != CKPT_OK)
+        cli_lib_error(cmd, rc);
+    else if (st.oom)
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    printf("gc ");
+    text_name(stdout, dir);
+    printf(": %s %zu path(s)%s\n", dry_run ? "would remove" : "removed", st.count,
+           rc != CKPT_OK ? " before failing" : "");
+    for (size_t i = 0; i < st.count; i++)
+        free(st.seen[i]);
+    free(st.seen);
+    free(chief);
+    free(dir);
+    return rc == CKPT_OK && !st.oom ? EXIT_OK : EXIT_BAD;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* diff                                                                                       */
+
+enum { DIFF_DTYPE, DIFF_SHAPE, DIFF_VALUES };
+
+/* Out of memory in the tool itself (no library error is recorded); not a ckpt_status. */
+enum { DIFF_ENOMEM = -1000 };
+
+static const char *const diff_reason_names[] = {"dtype", "shape", "values"};
+
+/* A tensor in both checkpoints that differs. */
+typedef struct diff_change {
+    const char *name; /* lives as long as reader A */
+    int reason;
+    ckpt_tensor_info a, b;
+    uint64_t differing; /* DIFF_VALUES: elements whose bytes differ */
+    int64_t first;      /* DIFF_VALUES: flat row-major index of the first */
+} diff_change;
+
+typedef struct diff_result {
+    const char **only_a, **only_b;
+    size_t n_only_a, n_only_b;
+    diff_change *changed;
+    size_t n_changed;
+} diff_result;
+
+static int push_name(const char ***list, size_t *n, const char *name)
+{
+    const char **grown = realloc(*list, (*n + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    grown[(*n)++] = name;
+    *list = grown;
+    return 0;
+}
+
+static int push_change(diff_result *res, const diff_change *c)
+{
+    diff_change *grown = realloc(res->changed, (res->n_changed + 1) * sizeof *grown);
+    if (!grown)
+        return -1;
+    grown[res->n_changed++] = *c;
+    res->changed = grown;
+    return 0;
+}
+
+/* Bytes of the largest stored piece of tensor i. */
+static uint64_t largest_piece(const ckpt_reader *r, size_t i, size_t num_pieces)
+{
+    uint64_t most = 0;
+    for (size_t j = 0; j < num_pieces; j++) {
+        ckpt_piece_info p;
+        if (ckpt_reader_piece(&p, r, i, j) == CKPT_OK && p.bytes > most)
+            most = p.bytes;
+    }
+    return most;
+}
+
+/*
+ * Compares the values of a tensor that has the same dtype and shape in both checkpoints, a block
+ * at a time: each block is a slice that is contiguous in row-major order (single indices in the
+ * outer dimensions, a run of one dimension, the inner dimensions whole), so its elements are the
+ * flat range [base, base + count). A block holds about block_bytes, but never less than the
+ * largest stored piece of the tensor: the reader reads (and checksums) every piece a slice
+ * overlaps whole, so smaller blocks would only re-read the same pieces.
+ * Returns a ckpt_status (the library's error is set) or DIFF_ENOMEM.
+ */
+static int diff_values(ckpt_reader *ra, ckpt_reader *rb, size_t ia, size_t ib,
+                       const ckpt_tensor_info *t, uint64_t block_bytes, uint64_t *differing,
+                       int64_t *first)
+{
+    *differing = 0;
+    *first = -1;
+    int64_t n;
+    int rc = ckpt_shape_num_elements(&n, &t->shape);
+    if (rc != CKPT_OK || n == 0)
+        return rc;
+    size_t esize = ckpt_dtype_size(t->dtype);
+    ckpt_tensor_info tb;
+    if ((rc = ckpt_reader_tensor(&tb, rb, ib)) != CKPT_OK)
+        return rc;
+    uint64_t block = block_bytes;
+    uint64_t pa = largest_piece(ra, ia, t->num_pieces), pb = largest_piece(rb, ib, tb.num_pieces);
+    block = pa > block ? pa : block;
+    block = pb > block ? pb : block;
+    int64_t block_elems = (int64_t)(block / esize > (uint64_t)INT64_MAX ? INT64_MAX :
+                                                                          block / esize);
+    if (block_elems < 1)
+        block_elems = 1;
+
+    /* k: the dimension split into runs; inner: elements of one index of k. */
+    int nd = t->shape.ndims;
+    const int64_t *dims = t->shape.dims;
+    int k = nd > 0 ? nd - 1 : 0;
+    int64_t inner = 1;
+    while (k > 0 && dims[k] <= block_elems / inner) {
+        inner *= dims[k];
+        k--;
+    }
+    int64_t run = nd > 0 ? block_elems / inner : 1;
+    if (nd > 0 && run > dims[k])
+        run = dims[k];
+    if (run < 1)
+        run = 1;
+    if ((uint64_t)(run * inner) > SIZE_MAX / esize)
+        return DIFF_ENOMEM;
+    size_t cap = (size_t)(run * inner) * esize;
+    unsigned char *ba = malloc(cap), *bb = malloc(cap);
+    if (!ba || !bb) {
+        free(ba);
+        free(bb);
+        return DIFF_ENOMEM;
+    }
+
+    int64_t coords[CKPT_MAX_DIMS] = {0}; /* indices of dimensions < k, and the run start at k */
+    int64_t base = 0;                    /* flat index of the block's first element */
+    for (;;) {
+        ckpt_slice s;
+        int64_t start[CKPT_MAX_DIMS], count[CKPT_MAX_DIMS];
+        int64_t len = nd > 0 ? (dims[k] - coords[k] < run ? dims[k] - coords[k] : run) : 1;
+        for (int d = 0; d < nd; d++) {
+            start[d] = d <= k ? coords[d] : 0;
+            count[d] = d < k ? 1 : d == k ? len : dims[d];
+        }
+        size_t bytes = (size_t)(len * inner) * esize;
+        rc = nd > 0 ? ckpt_slice_init(&s, nd, start, count) : CKPT_OK;
+        if (rc == CKPT_OK)
+            rc = ckpt_reader_read(ra, t->name, t->dtype, nd > 0 ? &s : NULL, ba, bytes);
+        if (rc == CKPT_OK)
+            rc = ckpt_reader_read(rb, t->name, t->dtype, nd > 0 ? &s : NULL, bb, bytes);
+        if (rc != CKPT_OK)
+            break;
+        if (memcmp(ba, bb, bytes) != 0) {
+            for (int64_t e = 0; e < len * inner; e++) {
+                if (memcmp(ba + (size_t)e * esize, bb + (size_t)e * esize, esize) != 0) {
+                    if (*differing == 0)
+                        *first = base + e;
+                    (*differing)++;
+                }
+            }
+        }
+        base += len * inner;
+        /* Next block: advance the run, then the outer indices like an odometer. */
+        if (nd == 0)
+            break;
+        coords[k] += len;
+        int d = k;
+        while (d > 0 && coords[d] >= dims[d]) {
+            coords[d] = 0;
+            coords[--d]++;
+        }
+        if (coords[0] >= dims[0])
+            break;
+    }
+    free(ba);
+    free(bb);
+    return rc;
+}
+
+static void json_tensor_side(json_writer *w, const char *key, const ckpt_tensor_info *t)
+{
+    json_key(w, key);
+    json_object_begin(w);
+    json_key(w, "dtype");
+    json_string(w, ckpt_dtype_name(t->dtype));
+    json_key(w, "shape");
+    json_dims(w, t->shape.ndims, t->shape.dims);
+    json_object_end(w);
+}
+
+/* Header fields compared by diff. */
+typedef struct diff_header_field {
+    const char *name;
+    int64_t a, b;
+    const char *sa, *sb; /* layout names; NULL for numbers */
+} diff_header_field;
+
+static size_t diff_header(const ckpt_header *a, const ckpt_header *b, diff_header_field *out)
+{
+    size_t n = 0;
+#define DIFF_FIELD(f)                                                                           \
+    if (a->f != b->f)                                                                           \
+        out[n++] = (diff_header_field){#f, (int64_t)a->f, (int64_t)b->f, NULL, NULL};
+    DIFF_FIELD(save_counter)
+    DIFF_FIELD(epoch)
+    DIFF_FIELD(step)
+    DIFF_FIELD(world_size)
+#undef DIFF_FIELD
+    if (a->layout != b->layout)
+        out[n++] = (diff_header_field){"layout", a->layout, b->layout, ckpt_layout_name(a->layout),
+                                       ckpt_layout_name(b->layout)};
+    return n;
+}
+
+static void diff_print_json(const diff_result *res, const diff_header_field *hf, size_t nh,
+                            int identical)
+{
+    json_writer w;
+    json_init(&w, stdout);
+    json_object_begin(&w);
+    json_key(&w, "identical");
+    json_bool(&w, identical);
+    json_key(&w, "only_in_a");
+    json_array_begin(&w);
+    for (size_t i = 0; i < res->n_only_a; i++)
+        json_string(&w, res->only_a[i]);
+    json_array_end(&w);
+    json_key(&w, "only_in_b");
+    json_array_begin(&w);
+    for (size_t i = 0; i < res->n_only_b; i++)
+        json_string(&w, res->only_b[i]);
+    json_array_end(&w);
+    json_key(&w, "changed");
+    json_array_begin(&w);
+    for (size_t i = 0; i < res->n_changed; i++) {
+        const diff_change *c = &res->changed[i];
+        json_object_begin(&w);
+        json_key(&w, "name");
+        json_string(&w, c->name);
+        json_key(&w, "reason");
+        json_string(&w, diff_reason_names[c->reason]);
+        json_key(&w, "differing_elements");
+        if (c->reason == DIFF_VALUES)
+            json_uint(&w, c->differing);
+        else
+            json_null(&w);
+        json_key(&w, "first_index");
+        if (c->reason == DIFF_VALUES)
+            json_int(&w, c->first);
+        else
+            json_null(&w);
+        json_tensor_side(&w, "a", &c->a);
+        json_tensor_side(&w, "b", &c->b);
+        json_object_end(&w);
+    }
+    json_array_end(&w);
+    json_key(&w, "header");
+    json_object_begin(&w);
+    for (size_t i = 0; i < nh; i++) {
+        json_key(&w, hf[i].name);
+        json_object_begin(&w);
+        json_key(&w, "a");
+        if (hf[i].sa)
+            json_string(&w, hf[i].sa);
+        else
+            json_int(&w, hf[i].a);
+        json_key(&w, "b");
+        if (hf[i].sb)
+            json_string(&w, hf[i].sb);
+        else
+            json_int(&w, hf[i].b);
+        json_object_end(&w);
+    }
+    json_object_end(&w);
+    json_object_end(&w);
+    fputc('\n', stdout);
+}
+
+static void text_tensor(FILE *out, const ckpt_tensor_info *t)
+{
+    char shape[CKPT_MAX_DIMS * 24 + 8];
+    format_dims(shape, sizeof shape, t->shape.ndims, t->shape.dims);
+    fprintf(out, "%s %s", ckpt_dtype_name(t->dtype), shape);
+}
+
+static void diff_print_text(const char *a, const char *b, const ckpt_reader *ra,
+                            const ckpt_reader *rb, const diff_result *res,
+                            const diff_header_field *hf, size_t nh, int identical)
+{
+    printf("A: ");
+    text_name(stdout, a);
+    printf("\nB: ");
+    text_name(stdout, b);
+    fputc('\n', stdout);
+    for (size_t i = 0; i < nh; i++) {
+        printf("header %s: ", hf[i].name);
+        if (hf[i].sa)
+            printf("%s (A) vs %s (B)\n", hf[i].sa, hf[i].sb);
+        else
+            printf("%" PRId64 " (A) vs %" PRId64 " (B)\n", hf[i].a, hf[i].b);
+    }
+    for (int side = 0; side < 2; side++) {
+        const ckpt_reader *r = side ? rb : ra;
+        const char **names = side ? res->only_b : res->only_a;
+        size_t n = side ? res->n_only_b : res->n_only_a;
+        for (size_t i = 0; i < n; i++) {
+            ckpt_tensor_info t;
+            size_t idx;
+            printf("only in %c: ", side ? 'B' : 'A');
+            text_name(stdout, names[i]);
+            if (ckpt_reader_find(&idx, r, names[i]) == CKPT_OK &&
+                ckpt_reader_tensor(&t, r, idx) == CKPT_OK) {
+                printf(" (");
+                text_tensor(stdout, &t);
+                printf(")");
+            }
+            fputc('\n', stdout);
+        }
+    }
+    for (size_t i = 0; i < res->n_changed; i++) {
+        const diff_change *c = &res->changed[i];
+        printf("%s differ: ", diff_reason_names[c->reason]);
+        text_name(stdout, c->name);
+        if (c->reason == DIFF_VALUES) {
+            int64_t n = 0;
+            ckpt_shape_num_elements(&n, &c->a.shape);
+            printf(": %" PRIu64 " of %" PRId64 " elements, the first at flat index %" PRId64 "\n",
+                   c->differing, n, c->first);
+        } else {
+            printf(": ");
+            text_tensor(stdout, &c->a);
+            printf(" (A) vs ");
+            text_tensor(stdout, &c->b);
+            printf(" (B)\n");
+        }
+    }
+    if (identical)
+        printf("identical data (%zu tensors%s)\n", ckpt_reader_num_tensors(ra),
+               nh ? "; the headers differ" : "");
+    else
+        printf("data differ: %zu only in A, %zu only in B, %zu changed\n", res->n_only_a,
+               res->n_only_b, res->n_changed);
+}
+
+/* Parses a byte count: digits with an optional K, M or G suffix (powers of 1024). */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!(s[0] >= '0' && s[0] <= '9'))
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end != '\0' || v == 0 || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* Walks both tensor lists (sorted by name) and fills res. Returns a ckpt_status or
+ * DIFF_ENOMEM. */
+static int diff_tensors(ckpt_reader *ra, ckpt_reader *rb, uint64_t block_bytes, diff_result *res)
+{
+    size_t na = ckpt_reader_num_tensors(ra), nb = ckpt_reader_num_tensors(rb);
+    size_t i = 0, j = 0;
+    int rc = CKPT_OK;
+    while (rc == CKPT_OK && (i < na || j < nb)) {
+        ckpt_tensor_info ta, tb;
+        if (i < na && (rc = ckpt_reader_tensor(&ta, ra, i)) != CKPT_OK)
+            break;
+        if (j < nb && (rc = ckpt_reader_tensor(&tb, rb, j)) != CKPT_OK)
+            break;
+        int cmp = i >= na ? 1 : j >= nb ? -1 : strcmp(ta.name, tb.name);
+        if (cmp < 0) {
+            if (push_name(&res->only_a, &res->n_only_a, ta.name) != 0)
+                rc = DIFF_ENOMEM;
+            i++;
+            continue;
+        }
+        if (cmp > 0) {
+            if (push_name(&res->only_b, &res->n_only_b, tb.name) != 0)
+                rc = DIFF_ENOMEM;
+            j++;
+            continue;
+        }
+        diff_change c = {ta.name, DIFF_VALUES, ta, tb, 0, -1};
+        if (ta.dtype != tb.dtype)
+            c.reason = DIFF_DTYPE;
+        else if (!ckpt_shape_equal(&ta.shape, &tb.shape))
+            c.reason = DIFF_SHAPE;
+        else
+            rc = diff_values(ra, rb, i, j, &ta, block_bytes, &c.differing, &c.first);
+        if (rc == CKPT_OK && (c.reason != DIFF_VALUES || c.differing > 0) &&
+            push_change(res, &c) != 0)
+            rc = DIFF_ENOMEM;
+        i++;
+        j++;
+    }
+    return rc;
+}
+
+static int cmd_diff(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const char *block_arg = NULL;
+    const cli_option opts[] = {{"--json", &json, NULL}, {"--block-bytes", NULL, &block_arg}};
+    int rc = cli_parse(cmd, argc, argv, opts, 2, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 2)
+        return cli_usage_error(cmd, "%s", nops < 2 ? "expected two PREFIXes, A and B" :
+                                                     "too many arguments");
+    uint64_t block_bytes = UINT64_C(64) << 20;
+    if (block_arg && parse_bytes(block_arg, &block_bytes) != 0)
+        return cli_usage_error(cmd, "bad --block-bytes '%s' (a positive byte count, e.g. 4096, "
+                                    "512K, 64M)", block_arg);
+
+    ckpt_reader *ra = NULL, *rb = NULL;
+    if ((rc = cli_open(cmd, argv[0], &ra, 0)) != 0)
+        return rc;
+    if ((rc = cli_open(cmd, argv[1], &rb, 0)) != 0) {
+        ckpt_reader_free(ra);
+        return rc;
+    }
+    diff_result res = {NULL, NULL, 0, 0, NULL, 0};
+    diff_header_field hf[8];
+    size_t nh = diff_header(ckpt_reader_header(ra), ckpt_reader_header(rb), hf);
+    int lrc = diff_tensors(ra, rb, block_bytes, &res);
+    if (lrc == DIFF_ENOMEM) {
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        rc = EXIT_BAD;
+    } else if (lrc != CKPT_OK) {
+        rc = cli_lib_error(cmd, lrc);
+    } else {
+        int identical = res.n_only_a == 0 && res.n_only_b == 0 && res.n_changed == 0;
+        if (json)
+            diff_print_json(&res, hf, nh, identical);
+        else
+            diff_print_text(argv[0], argv[1], ra, rb, &res, hf, nh, identical);
+        rc = identical ? EXIT_OK : EXIT_BAD;
+    }
+    free(res.only_a);
+    free(res.only_b);
+    free(res.changed);
+    ckpt_reader_free(ra);
+    ckpt_reader_free(rb);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* help, version, main                                                                        */
 
 static const cli_command *find_command(const char *name)
@@ -882,12 +1754,14 @@ static const cli_command *find_command(const char *name)
 static void print_help(FILE *out)
 {
     fputs("usage: mpickpt COMMAND [ARGS]\n"
-          "Read-only tool for mpickpt checkpoints. PREFIX is a checkpoint's path without\n"
-          "suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too.\n\ncommands:\n",
+          "Tool for mpickpt checkpoints; only gc modifies anything. PREFIX is a checkpoint's\n"
+          "path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too. DIR is a\n"
+          "checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
+          "\ncommands:\n",
           out);
     for (size_t i = 0; i < NUM_COMMANDS; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fputs("\nexit status: 0 ok, 1 bad or missing data, 2 usage error\n"
+    fputs("\nexit status: 0 ok, 1 bad or missing data (diff: the data differ), 2 usage error\n"
           "'mpickpt help COMMAND' shows a command's arguments.\n",
           out);
 }

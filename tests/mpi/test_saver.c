@@ -364,7 +364,7 @@ static void save_and_check(ckpt_saver *s, sm_model *m, const char *prefix, int64
                            int64_t want_counter)
 {
     char want[PATH_MAX], got[PATH_MAX];
-    ckpt_save_info si = {epoch_for(step), step};
+    ckpt_save_info si = { .epoch = epoch_for(step), .step = step };
     snprintf(want, sizeof want, "%s-%" PRId64, prefix, want_counter);
     memset(got, 0, sizeof got);
     sm_fill(m, step);
@@ -598,7 +598,7 @@ static void split_case(void)
         sm_model m;
         CHECK_OK(sm_model_setup(&m, s, ss, sr, ss));
         sm_fill(&m, 70);
-        ckpt_save_info si = {epoch_for(70), 70};
+        ckpt_save_info si = { .epoch = epoch_for(70), .step = 70 };
         CHECK_COLL(ckpt_saver_write(s, prefix, &si), CKPT_OK);
         check_files(prefix, ss, g_layout, what);
         sm_zero(&m);
@@ -659,7 +659,7 @@ static void mode_roundtrip(void)
     int64_t ck2_step = 20;
     {
         char got[PATH_MAX] = "";
-        ckpt_save_info si2 = {epoch_for(15), 15};
+        ckpt_save_info si2 = { .epoch = epoch_for(15), .step = 15 };
         sm_fill(&m, 15);
         int rc2 = ckpt_saver_save(s, prefix, &si2, got, sizeof got);
         check_agreed(rc2, "save after restoring an older checkpoint");
@@ -698,7 +698,7 @@ static void mode_roundtrip(void)
     char exact[PATH_MAX];
     snprintf(exact, sizeof exact, "%s/exact", g_outdir);
     sm_fill(&m, 40);
-    ckpt_save_info si = {epoch_for(40), 40};
+    ckpt_save_info si = { .epoch = epoch_for(40), .step = 40 };
     CHECK_COLL(ckpt_saver_write(s, exact, &si), CKPT_OK);
     CHECK_EQ_INT(ckpt_saver_counter(s), before);
     check_files(exact, g_size, g_layout, "write");
@@ -767,7 +767,7 @@ static void mode_write(int n_expected, int64_t step)
     sm_model m;
     CHECK_OK(sm_model_setup(&m, s, g_size, g_rank, g_size));
     sm_fill(&m, step);
-    ckpt_save_info si = {epoch_for(step), step};
+    ckpt_save_info si = { .epoch = epoch_for(step), .step = step };
     CHECK_COLL(ckpt_saver_write(s, prefix, &si), CKPT_OK);
     check_files(prefix, g_size, g_layout, "write");
     MPI_Barrier(MPI_COMM_WORLD);

@@ -386,8 +386,8 @@ static void check_dir_clean(const char *what)
             closedir(w);
         } else if (ends_with(n, "_temp")) {
             CHECK_MSG(0, "%s: temp directory left: %s", what, path);
-        } else if (ends_with(n, ".index")) {
-            continue;
+        } else if (ends_with(n, ".index") || strcmp(n, "metrics.jsonl") == 0) {
+            continue; /* committed checkpoints, and the per-save metrics log */
         } else if (strstr(n, ".data-") != NULL) {
             char base[1024];
             size_t bl = (size_t)(strstr(n, ".data-") - n);
@@ -469,7 +469,7 @@ static void test_faults(void)
     begin_case("good save ck-1");
     set_fault(NULL);
     model_fill(&m, 1);
-    ckpt_save_info info = { 0, 1 };
+    ckpt_save_info info = { .epoch = 0, .step = 1 };
     int rc = ckpt_saver_save(s, prefix, &info, out, sizeof out);
     check_collective_rc(rc, CKPT_OK, "save ck-1");
     char want[4096];
@@ -611,7 +611,7 @@ static int save_fails(ckpt_saver *s, const char *name, int expected, const char 
 {
     char prefix[4096];
     snprintf(prefix, sizeof prefix, "%s/%s", g_dir, name);
-    ckpt_save_info info = { 0, 9 };
+    ckpt_save_info info = { .epoch = 0, .step = 9 };
     int rc = ckpt_saver_save(s, prefix, &info, NULL, 0);
     int ok = check_collective_rc(rc, expected, what);
     char n[300];
@@ -711,7 +711,7 @@ static void test_bad_registrations(void)
     model_fill(&m, 6);
     char prefix[4096];
     snprintf(prefix, sizeof prefix, "%s/fixed", g_dir);
-    ckpt_save_info info = { 0, 6 };
+    ckpt_save_info info = { .epoch = 0, .step = 6 };
     check_collective_rc(ckpt_saver_write(s, prefix, &info), CKPT_OK, "save after fixing the gap");
     restore_and_check(s, &m, "fixed", 6, "after fixing the gap");
     ckpt_saver_free(s);
@@ -771,7 +771,7 @@ static void test_bad_restores(void)
     model_fill(&m, 4);
     char prefix[4096];
     snprintf(prefix, sizeof prefix, "%s/del", g_dir);
-    ckpt_save_info info = { 0, 4 };
+    ckpt_save_info info = { .epoch = 0, .step = 4 };
     int rc = ckpt_saver_write(s, prefix, &info);
     check_collective_rc(rc, CKPT_OK, "write del");
     char victim[1024] = "";

@@ -1,0 +1,607 @@
+/*
+ * mpickpt-demo: a small data-parallel "training job" that checkpoints with the worker training
+ * state (ckpt_training_*), can be made to crash, and resumes — on any number of ranks — checking
+ * every value it restored.
+ *
+ *   mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S] [--ckpt-every K]
+ *          [--keep N] [--mb M] [--layout shared|per-rank] [--crash-rank R --crash-step T] [--async]
+ *
+ * The state looks like a model's:
+ *   model/dense/kernel        float32 [R, C]  partitioned by rows over the ranks (uneven split)
+ *   optimizer/dense/kernel/m  float32 [R, C]  its optimizer slot, partitioned the same way
+ *   model/dense/bias          float32 [C]     replicated, stored once (CKPT_REPLICA_PRIMARY)
+ *   rng/state                 uint64  [4]     per rank (CKPT_REPLICA_PER_COMPONENT)
+ *   data_loader               blob            per rank: this rank's data-loader position
+ * with C = 1024 and R = 512 * M + 5, a function of M only (never of N, so a checkpoint resumes on
+ * any rank count): kernel + slot are 4 * M MiB in total, i.e. about M MiB per rank at 4 ranks.
+ *
+ * Every value is a function of the element's GLOBAL index and the global step t (independent of
+ * the rank count), so after a restore each rank checks every value it got, exactly:
+ *   kernel[g] = (g % 9973) * 0.25 + t        (g = row * C + col)
+ *   slot[g]   = kernel[g] * 0.5
+ *   bias[j]   = j + 0.5 * t
+ *   rng[k]    = splitmix64(rank, t, k)       data_loader = { rank, t, t * 64 + rank * 1000003 }
+ * Per-rank state of a rank the writer did not have (resume on more ranks) is left untouched by
+ * the restore and re-initialised here from (rank, t).
+ *
+ * The training loop: global steps t = 1, 2, ...; epoch e has S steps. A step sets every buffer to
+ * the values of t and does one (scalar) allreduce, like a gradient allreduce. A backup
+ * (ckpt_training_back_up, sync: the loop waits for it) after the last step of every epoch
+ * (end_of_epoch = 1) and after every other step t with t % K == 0. A resume continues at
+ * ckpt_training_initial_epoch / _initial_step; resuming a finished run restores its last
+ * checkpoint, checks it, trains no step, writes no checkpoint and prints `done` again.
+ *
+ * Output (rank 0 only, except crash / errors / verification failures, which name the rank):
+ *   fresh start | resumed epoch=E step=T from=PREFIX     (E, T: what the checkpoint holds)
+ *   verified every restored value at step T: ...
+ *   checkpoint prefix=P epoch=E step=T blocking_s=B write_s=W
+ *   crash rank=R step=T
+ *   done epoch=E step=T
+ * Exit codes: 0 ok, 1 library error or verification failure, 2 usage.
+ *
+ * Test hook: MPICKPT_DEMO_TAMPER=<rank> makes <rank> change one restored kernel value before the
+ * check, to prove that the check catches it (tests/scripts/test_demo.sh).
+ */
+#include <mpickpt.h>
+#include <mpickpt/manager.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COLS 1024
+#define KERNEL "model/dense/kernel"
+#define SLOT "optimizer/dense/kernel/m"
+#define BIAS "model/dense/bias"
+#define RNG "rng/state"
+#define LOADER "data_loader"
+#define LOADER_MAGIC 0x6d70636b64656d6fULL /* "mpckdemo" */
+
+typedef struct options {
+    const char *dir;
+    int64_t epochs, steps, every, keep, mb;
+    ckpt_layout layout;
+    int64_t crash_rank, crash_step;
+    int async;
+} options;
+
+/* This rank's data-loader position: what the registered saver "data_loader" stores. */
+typedef struct loader_state {
+    uint64_t magic;
+    int64_t rank;
+    int64_t step;
+    int64_t position;
+} loader_state;
+
+typedef struct demo {
+    int rank, size;
+    int64_t rows, r0, r1; /* global rows; this rank owns [r0, r1) */
+    float *kernel, *slot;
+    float bias[COLS];
+    uint64_t rng[4];
+    loader_state loader;
+    int loader_restored; /* set by the blob's restore callback */
+} demo;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S]\n"
+            "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank]\n"
+            "         [--crash-rank R --crash-step T] [--async]\n"
+            "  --dir DIR              training-state directory (checkpoints in DIR/chief/)\n"
+            "  --epochs E             epochs to train (default 3)\n"
+            "  --steps-per-epoch S    steps per epoch (default 10)\n"
+            "  --ckpt-every K         also back up every K global steps inside an epoch (default 5;\n"
+            "                         0: only at the end of each epoch)\n"
+            "  --keep N               checkpoints kept (default 3; 0 keeps all)\n"
+            "  --mb M                 model size: 4*M MiB of kernel + optimizer slot in total,\n"
+            "                         about M MiB per rank at 4 ranks (default 4)\n"
+            "  --layout L             data files: per-rank (default) or shared (one file, MPI-IO)\n"
+            "  --crash-rank R --crash-step T   rank R aborts at global step T (simulated failure)\n"
+            "  --async                asynchronous saves (not available in this version)\n");
+}
+
+/* Parses a non-negative integer option value; -1 on error (explained on @p err). */
+static int64_t parse_int(FILE *err, const char *opt, const char *s)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : -1;
+    if (!s || errno || end == s || *end || v < 0 || v > INT_MAX) {
+        fprintf(err, "mpickpt-demo: %s needs a non-negative integer, got '%s'\n", opt,
+                s ? s : "");
+        return -1;
+    }
+    return (int64_t)v;
+}
+
+/* 0 ok, 2 usage error, 3 --help. Prints only when @p verbose. */
+static int parse_args(options *o, int argc, char **argv, int verbose)
+{
+    FILE *err = verbose ? stderr : fopen("/dev/null", "w");
+    int rc = 0;
+    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0 };
+    if (!err)
+        err = stderr;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t *target = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            rc = 3;
+            break;
+        } else if (!strcmp(a, "--async")) {
+            o->async = 1;
+            continue;
+        } else if (!strcmp(a, "--dir")) {
+            if (!v || !*v) {
+                fprintf(err, "mpickpt-demo: --dir needs a directory\n");
+                rc = 2;
+            }
+            o->dir = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--layout")) {
+            if (v && !strcmp(v, "shared"))
+                o->layout = CKPT_LAYOUT_SHARED;
+            else if (v && !strcmp(v, "per-rank"))
+                o->layout = CKPT_LAYOUT_PER_RANK;
+            else {
+                fprintf(err, "mpickpt-demo: --layout is shared or per-rank, got '%s'\n",
+                        v ? v : "");
+                rc = 2;
+            }
+            i++;
+            continue;
+        } else if (!strcmp(a, "--epochs"))
+            target = &o->epochs;
+        else if (!strcmp(a, "--steps-per-epoch"))
+            target = &o->steps;
+        else if (!strcmp(a, "--ckpt-every"))
+            target = &o->every;
+        else if (!strcmp(a, "--keep"))
+            target = &o->keep;
+        else if (!strcmp(a, "--mb"))
+            target = &o->mb;
+        else if (!strcmp(a, "--crash-rank"))
+            target = &o->crash_rank;
+        else if (!strcmp(a, "--crash-step"))
+            target = &o->crash_step;
+        else {
+            fprintf(err, "mpickpt-demo: unknown option '%s'\n", a);
+            rc = 2;
+            break;
+        }
+        *target = parse_int(err, a, v);
+        if (*target < 0)
+            rc = 2;
+        i++;
+    }
+    if (rc == 0 && !o->dir) {
+        fprintf(err, "mpickpt-demo: --dir is required\n");
+        rc = 2;
+    }
+    if (rc == 0 && (o->epochs < 1 || o->steps < 1 || o->mb < 1 || o->mb > 1024)) {
+        fprintf(err, "mpickpt-demo: --epochs and --steps-per-epoch must be >= 1, --mb in 1..1024\n");
+        rc = 2;
+    }
+    if (rc == 0 && (o->crash_rank < 0) != (o->crash_step < 0)) {
+        fprintf(err, "mpickpt-demo: --crash-rank and --crash-step go together\n");
+        rc = 2;
+    }
+    if (rc == 2)
+        usage(err);
+    if (err != stderr)
+        fclose(err);
+    return rc;
+}
+
+/* ---- the values: functions of the global index and the global step only ---- */
+
+static float kernel_value(int64_t g, int64_t step)
+{
+    return (float)((double)(g % 9973) * 0.25 + (double)step);
+}
+
+static float slot_value(int64_t g, int64_t step)
+{
+    return kernel_value(g, step) * 0.5f;
+}
+
+static float bias_value(int64_t j, int64_t step)
+{
+    return (float)((double)j + 0.5 * (double)step);
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t rng_value(int rank, int64_t step, int k)
+{
+    return splitmix64(((uint64_t)(uint32_t)rank << 40) ^ ((uint64_t)step << 2) ^ (uint64_t)k);
+}
+
+static loader_state loader_value(int rank, int64_t step)
+{
+    loader_state l = { LOADER_MAGIC, rank, step, step * 64 + (int64_t)rank * 1000003 };
+    return l;
+}
+
+/* One "training step": every buffer takes the values of step t (cheap arithmetic over its rows). */
+static void set_step(demo *d, int64_t step)
+{
+    int64_t n = (d->r1 - d->r0) * COLS, g0 = d->r0 * COLS;
+    int64_t m = g0 % 9973;
+    for (int64_t i = 0; i < n; i++) {
+        float k = (float)((double)m * 0.25 + (double)step);
+        d->kernel[i] = k;
+        d->slot[i] = k * 0.5f;
+        if (++m == 9973)
+            m = 0;
+    }
+    for (int64_t j = 0; j < COLS; j++)
+        d->bias[j] = bias_value(j, step);
+    for (int k = 0; k < 4; k++)
+        d->rng[k] = rng_value(d->rank, step, k);
+    d->loader = loader_value(d->rank, step);
+}
+
+/* Puts values no step produces into every buffer, so a value the restore did not write is caught. */
+static void poison(demo *d)
+{
+    int64_t n = (d->r1 - d->r0) * COLS;
+    for (int64_t i = 0; i < n; i++)
+        d->kernel[i] = d->slot[i] = -1.0f;
+    for (int64_t j = 0; j < COLS; j++)
+        d->bias[j] = -1.0f;
+    memset(d->rng, 0, sizeof d->rng);
+    memset(&d->loader, 0, sizeof d->loader);
+    d->loader_restored = 0;
+}
+
+/* ---- the registered saver "data_loader" ---- */
+
+static int loader_save(const void **data, size_t *len, void *payload)
+{
+    demo *d = payload;
+    *data = &d->loader;
+    *len = sizeof d->loader;
+    return CKPT_OK;
+}
+
+static int loader_restore(const void *data, size_t len, void *payload)
+{
+    demo *d = payload;
+    if (len != sizeof d->loader) {
+        fprintf(stderr, "mpickpt-demo: rank %d: data_loader state is %zu bytes, expected %zu\n",
+                d->rank, len, sizeof d->loader);
+        return CKPT_EMISMATCH;
+    }
+    memcpy(&d->loader, data, len);
+    d->loader_restored = 1;
+    return CKPT_OK;
+}
+
+/* ---- verification ---- */
+
+static int failures;
+
+static void fail_f(const demo *d, const char *tensor, int64_t index, double got, double want)
+{
+    if (failures++ < 5)
+        fprintf(stderr,
+                "mpickpt-demo: rank %d: verification failed: %s[%lld] = %.9g, expected %.9g\n",
+                d->rank, tensor, (long long)index, got, want);
+}
+
+static void fail_u(const demo *d, const char *tensor, int64_t index, unsigned long long got,
+                   unsigned long long want)
+{
+    if (failures++ < 5)
+        fprintf(stderr,
+                "mpickpt-demo: rank %d: verification failed: %s[%lld] = %llu, expected %llu\n",
+                d->rank, tensor, (long long)index, got, want);
+}
+
+/*
+ * Checks every restored value against the formula for @p step. Ranks below @p writer_size must
+ * have their own per-rank state restored; ranks the writer did not have must have it untouched
+ * (then it is re-initialised from (rank, step)). Returns the number of wrong values on this rank.
+ */
+static int verify(demo *d, int64_t step, int writer_size)
+{
+    failures = 0;
+    int64_t n = (d->r1 - d->r0) * COLS, g0 = d->r0 * COLS;
+    for (int64_t i = 0; i < n; i++) {
+        float want = kernel_value(g0 + i, step);
+        if (d->kernel[i] != want) /* exact: every value is representable */
+            fail_f(d, KERNEL, g0 + i, d->kernel[i], want);
+        want = slot_value(g0 + i, step);
+        if (d->slot[i] != want)
+            fail_f(d, SLOT, g0 + i, d->slot[i], want);
+    }
+    for (int64_t j = 0; j < COLS; j++)
+        if (d->bias[j] != bias_value(j, step))
+            fail_f(d, BIAS, j, d->bias[j], bias_value(j, step));
+    if (d->rank < writer_size) {
+        for (int k = 0; k < 4; k++)
+            if (d->rng[k] != rng_value(d->rank, step, k))
+                fail_u(d, RNG, k, (unsigned long long)d->rng[k],
+                       (unsigned long long)rng_value(d->rank, step, k));
+        loader_state want = loader_value(d->rank, step);
+        if (!d->loader_restored)
+            fail_u(d, LOADER " (restore callback not called)", 0, 0, 1);
+        else if (memcmp(&d->loader, &want, sizeof want) != 0) {
+            fail_u(d, LOADER ".rank", 0, (unsigned long long)d->loader.rank,
+                   (unsigned long long)want.rank);
+            fail_u(d, LOADER ".step", 0, (unsigned long long)d->loader.step,
+                   (unsigned long long)want.step);
+            fail_u(d, LOADER ".position", 0, (unsigned long long)d->loader.position,
+                   (unsigned long long)want.position);
+        }
+    } else {
+        /* Not in the checkpoint: the restore must have left it alone. */
+        for (int k = 0; k < 4; k++)
+            if (d->rng[k] != 0)
+                fail_u(d, RNG " (rank not in the checkpoint: must be untouched)", k,
+                       (unsigned long long)d->rng[k], 0);
+        if (d->loader_restored)
+            fail_u(d, LOADER " (rank not in the checkpoint: restore callback called)", 0, 1, 0);
+        for (int k = 0; k < 4; k++)
+            d->rng[k] = rng_value(d->rank, step, k);
+        d->loader = loader_value(d->rank, step);
+    }
+    if (failures > 5)
+        fprintf(stderr, "mpickpt-demo: rank %d: verification failed: %d wrong values in all\n",
+                d->rank, failures);
+    return failures;
+}
+
+/* ---- main ---- */
+
+/* A library error. A collective's is the same on every rank (its message names the failing rank):
+ * rank 0 prints it; a local one is printed by the rank that had it. Returns the exit status. */
+static int lib_error(int rank, int rc, int collective)
+{
+    const ckpt_error *e = ckpt_error_last();
+    if (!collective || rank == 0)
+        fprintf(stderr, "mpickpt-demo: %s\n", e && e->message[0] ? e->message : ckpt_strerror(rc));
+    return 1;
+}
+
+/* Number of ranks that wrote checkpoint @p prefix (from its index header), read by rank 0. */
+static int writer_world_size(const demo *d, const char *prefix)
+{
+    int32_t ws = -1;
+    if (d->rank == 0) {
+        ckpt_reader *r = NULL;
+        if (ckpt_reader_open_index(&r, prefix) == CKPT_OK)
+            ws = ckpt_reader_header(r)->world_size;
+        ckpt_reader_free(r);
+    }
+    MPI_Bcast(&ws, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
+    return ws;
+}
+
+int main(int argc, char **argv)
+{
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    demo d;
+    memset(&d, 0, sizeof d);
+    MPI_Comm_rank(MPI_COMM_WORLD, &d.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d.size);
+
+    options o;
+    int prc = parse_args(&o, argc, argv, d.rank == 0);
+    if (prc == 3) {
+        if (d.rank == 0)
+            usage(stdout);
+        MPI_Finalize();
+        return 0;
+    }
+    if (prc != 0) {
+        MPI_Finalize();
+        return 2;
+    }
+    if (o.async) {
+        if (d.rank == 0)
+            fprintf(stderr,
+                    "mpickpt-demo: --async needs the async saver (not available in this version)\n");
+        MPI_Finalize();
+        return 2;
+    }
+
+    /* The model: R rows (a function of --mb only), split by rows, unevenly when N does not divide. */
+    d.rows = 512 * o.mb + 5;
+    d.r0 = (int64_t)d.rank * d.rows / d.size;
+    d.r1 = (int64_t)(d.rank + 1) * d.rows / d.size;
+    size_t elems = (size_t)((d.r1 - d.r0) * COLS);
+    d.kernel = malloc(sizeof(float) * (elems ? elems : 1));
+    d.slot = malloc(sizeof(float) * (elems ? elems : 1));
+    if (!d.kernel || !d.slot) {
+        fprintf(stderr, "mpickpt-demo: rank %d: out of memory\n", d.rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+
+    int64_t dims[2] = { d.rows, COLS }, start[2] = { d.r0, 0 }, count[2] = { d.r1 - d.r0, COLS };
+    int64_t bdim = COLS, rdim = 4;
+    ckpt_shape shape, bshape, rshape;
+    ckpt_slice mine;
+    ckpt_shape_init(&shape, 2, dims);
+    ckpt_shape_init(&bshape, 1, &bdim);
+    ckpt_shape_init(&rshape, 1, &rdim);
+    ckpt_slice_init(&mine, 2, start, count);
+
+    ckpt_saver_options sopts = CKPT_SAVER_OPTIONS_INIT;
+    sopts.layout = o.layout;
+    ckpt_saver *saver = NULL;
+    ckpt_training *train = NULL;
+    int status = 0;
+    int rc = ckpt_saver_create(&saver, MPI_COMM_WORLD, &sopts); /* collective */
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_add_slice(saver, KERNEL, CKPT_FLOAT32, &shape, &mine, d.kernel);
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_add_slice(saver, SLOT, CKPT_FLOAT32, &shape, &mine, d.slot);
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_add_replicated(saver, BIAS, CKPT_FLOAT32, &bshape, d.bias,
+                                       CKPT_REPLICA_PRIMARY);
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_add_replicated(saver, RNG, CKPT_UINT64, &rshape, d.rng,
+                                       CKPT_REPLICA_PER_COMPONENT);
+    ckpt_blob_callbacks cb = { loader_save, loader_restore };
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_add_blob(saver, LOADER, &cb, &d);
+    /* Registration is local: agree before the first collective of the training state. */
+    int failed = rc != CKPT_OK, any_failed = 0;
+    MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rc != CKPT_OK) {
+        status = lib_error(d.rank, rc, 0);
+    } else if (any_failed) {
+        status = 1; /* another rank failed and said so */
+    }
+
+    ckpt_manager_options mopts = CKPT_MANAGER_OPTIONS_INIT;
+    mopts.max_to_keep = (int)o.keep;
+    mopts.skip_missing_per_rank = 1; /* resuming on more ranks: their RNG/loader start fresh */
+    if (status == 0) {
+        rc = ckpt_training_create(&train, saver, o.dir, &mopts); /* collective */
+        if (rc != CKPT_OK)
+            status = lib_error(d.rank, rc, 1);
+    }
+
+    /* Restore (or start fresh), then check every restored value. */
+    int64_t epoch0 = 0, step0 = 1; /* where training continues: epoch and global step */
+    if (status == 0) {
+        poison(&d);
+        int restored = 0;
+        rc = ckpt_training_restore(train, &restored); /* collective; falls back past damage */
+        if (rc != CKPT_OK) {
+            status = lib_error(d.rank, rc, 1);
+        } else if (!restored) {
+            if (d.rank == 0)
+                printf("fresh start\n");
+            set_step(&d, 0);
+        } else {
+            /* What was restored: ckpt_training has no accessor for it, but the restore set the
+             * saver's counter to the restored checkpoint's, and the manager's state (identical on
+             * every rank) lists that one with its name, epoch and step. */
+            ckpt_manager *m = ckpt_training_manager(train);
+            const ckpt_state *st = ckpt_manager_state(m);
+            int64_t counter = ckpt_saver_counter(saver);
+            const ckpt_state_entry *e = NULL;
+            for (size_t i = 0; st && i < st->num_entries; i++)
+                if (st->entries[i].save_counter == counter)
+                    e = &st->entries[i];
+            char dir_prefix[4096];
+            if (!e) {
+                fprintf(stderr,
+                        "mpickpt-demo: rank %d: restored checkpoint %lld is not in the state\n",
+                        d.rank, (long long)counter);
+                status = 1;
+            } else {
+                /* Its full path: the latest's directory + its name. */
+                char latest[4096] = "";
+                ckpt_manager_latest(m, latest, sizeof latest);
+                char *slash = strrchr(latest, '/');
+                if (slash)
+                    slash[1] = '\0';
+                else
+                    latest[0] = '\0';
+                snprintf(dir_prefix, sizeof dir_prefix, "%s%s", latest, e->prefix);
+                int64_t saved_step = e->step, saved_epoch = e->epoch;
+                epoch0 = ckpt_training_initial_epoch(train, 0);
+                step0 = ckpt_training_initial_step(train, 1);
+                if (d.rank == 0)
+                    printf("resumed epoch=%lld step=%lld from=%s\n", (long long)saved_epoch,
+                           (long long)saved_step, dir_prefix);
+                int ws = writer_world_size(&d, dir_prefix);
+                const char *tamper = getenv("MPICKPT_DEMO_TAMPER");
+                if (tamper && *tamper && atoi(tamper) == d.rank && d.r1 > d.r0)
+                    d.kernel[0] += 1.0f;
+                int bad = verify(&d, saved_step, ws < 0 ? d.size : ws);
+                int total = 0;
+                MPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+                if (total) {
+                    if (d.rank == 0)
+                        fprintf(stderr, "mpickpt-demo: verification failed: %d wrong values\n",
+                                total);
+                    status = 1;
+                } else if (d.rank == 0) {
+                    int had = ws < 0 || ws > d.size ? d.size : ws;
+                    printf("verified every restored value at step %lld: kernel and slot %lldx%d, "
+                           "bias, rng/state and data_loader of rank%s 0-%d",
+                           (long long)saved_step, (long long)d.rows, COLS, had > 1 ? "s" : "",
+                           had - 1);
+                    if (had < d.size)
+                        printf(" (ranks %d-%d were not in the checkpoint: their rng/state and "
+                               "data_loader start fresh)", had, d.size - 1);
+                    printf("\n");
+                }
+            }
+        }
+        fflush(stdout);
+    }
+
+    /* Train. */
+    int64_t last_epoch = epoch0 > 0 ? epoch0 - 1 : 0, t = step0 - 1;
+    for (int64_t e = epoch0; status == 0 && e < o.epochs; e++) {
+        last_epoch = e;
+        for (t = step0 > e * o.steps + 1 ? step0 : e * o.steps + 1;
+             status == 0 && t <= (e + 1) * o.steps; t++) {
+            set_step(&d, t);
+            /* The gradient allreduce of a data-parallel step (a scalar stands in for it). */
+            double loss = 1.0 / (double)t, sum = 0;
+            MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+            if (t == o.crash_step && d.rank == o.crash_rank) {
+                printf("crash rank=%lld step=%lld\n", (long long)o.crash_rank, (long long)t);
+                fflush(stdout);
+                fflush(stderr);
+                abort();
+            }
+            int end = t == (e + 1) * o.steps;
+            if (!end && !(o.every > 0 && t % o.every == 0))
+                continue;
+            double t0 = MPI_Wtime();
+            rc = ckpt_training_back_up(train, e, t, end); /* collective */
+            double blocked = MPI_Wtime() - t0, bmax = 0;
+            MPI_Reduce(&blocked, &bmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            if (rc != CKPT_OK) {
+                status = lib_error(d.rank, rc, 1);
+                break;
+            }
+            char latest[4096] = "";
+            ckpt_manager_latest(ckpt_training_manager(train), latest, sizeof latest);
+            if (d.rank == 0) {
+                /* Sync mode: the loop is blocked for the whole write. */
+                printf("checkpoint prefix=%s epoch=%lld step=%lld blocking_s=%.3f write_s=%.3f\n",
+                       latest, (long long)e, (long long)t, bmax, bmax);
+                fflush(stdout);
+            }
+        }
+        if (status == 0)
+            t = (e + 1) * o.steps;
+    }
+    if (status == 0 && d.rank == 0) {
+        printf("done epoch=%lld step=%lld\n", (long long)last_epoch, (long long)t);
+        fflush(stdout);
+    }
+
+    ckpt_training_free(train);
+    ckpt_saver_free(saver); /* collective */
+    free(d.kernel);
+    free(d.slot);
+    int worst = 0;
+    MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return worst;
+}

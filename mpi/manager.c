@@ -10,6 +10,7 @@
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ struct ckpt_manager {
      * (after falling back past a damaged latest, from the checkpoint actually restored). */
     int have_last;
     int64_t last_step;
+    /* In async mode the writer thread updates the state after each commit (the commit hook);
+     * the lock keeps the application's reads of it consistent. */
+    pthread_mutex_t lock;
+    ckpt_manager_save_info pending; /* what the save in flight records */
 };
 
 static double now_seconds(void)
@@ -37,13 +42,13 @@ static double now_seconds(void)
 }
 
 /* Broadcasts a byte buffer from the chief (size first). Collective; *buf is malloc'd on others. */
-static int bcast_bytes(ckpt_manager *m, uint8_t **buf, size_t *len, int local)
+static int bcast_bytes(ckpt_manager *m, MPI_Comm comm, uint8_t **buf, size_t *len, int local)
 {
-    int rc = ckpt_mpi_agree(m->comm, local);
+    int rc = ckpt_mpi_agree(comm, local);
     if (rc != CKPT_OK)
         return rc;
     uint64_t n = *len;
-    if (MPI_Bcast(&n, 1, MPI_UINT64_T, 0, m->comm) != MPI_SUCCESS)
+    if (MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
     if (n > INT32_MAX)
         local = ckpt__error(CKPT_EINVAL, "state of %llu bytes is too large", (unsigned long long)n);
@@ -53,31 +58,33 @@ static int bcast_bytes(ckpt_manager *m, uint8_t **buf, size_t *len, int local)
             local = ckpt__error(CKPT_ENOMEM, "out of memory");
         *len = (size_t)n;
     }
-    if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
+    if ((rc = ckpt_mpi_agree(comm, local)) != CKPT_OK)
         return rc;
-    if (MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, m->comm) != MPI_SUCCESS)
+    if (MPI_Bcast(*buf, (int)n, MPI_BYTE, 0, comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
-    return ckpt_mpi_agree(m->comm, local);
+    return ckpt_mpi_agree(comm, local);
 }
 
 /* Every rank adopts the chief's state (`local` is the chief's status in producing it). */
-static int share_state(ckpt_manager *m, int local)
+static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
 {
     uint8_t *buf = NULL;
     size_t len = 0;
     if (m->rank == 0 && local == CKPT_OK)
         local = ckpt__state_pack(&buf, &len, m->state, 0);
-    int rc = bcast_bytes(m, &buf, &len, local);
+    int rc = bcast_bytes(m, comm, &buf, &len, local);
     if (rc == CKPT_OK && m->rank != 0) {
         ckpt_state *st = NULL;
         local = ckpt__state_unpack(&st, buf, len, "broadcast state");
         if (local == CKPT_OK) {
+            pthread_mutex_lock(&m->lock);
             ckpt_state_free(m->state);
             m->state = st;
+            pthread_mutex_unlock(&m->lock);
         }
-        rc = ckpt_mpi_agree(m->comm, local);
+        rc = ckpt_mpi_agree(comm, local);
     } else if (rc == CKPT_OK) {
-        rc = ckpt_mpi_agree(m->comm, CKPT_OK);
+        rc = ckpt_mpi_agree(comm, CKPT_OK);
     }
     free(buf);
     return rc;
@@ -102,6 +109,7 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     }
     m->saver = saver;
     m->comm = comm;
+    pthread_mutex_init(&m->lock, NULL);
     m->rank = ckpt__saver_rank(saver);
     ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
     m->opts = opts ? *opts : defaults;
@@ -140,7 +148,7 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     size_t dlen = sizeof m->dir;
     if (m->rank != 0)
         dbuf = NULL;
-    rc = bcast_bytes(m, &dbuf, &dlen, local);
+    rc = bcast_bytes(m, m->comm, &dbuf, &dlen, local);
     if (rc == CKPT_OK && m->rank != 0) {
         memcpy(m->dir, dbuf, sizeof m->dir);
         m->dir[sizeof m->dir - 1] = '\0';
@@ -148,7 +156,7 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     if (m->rank != 0)
         free(dbuf);
     if (rc == CKPT_OK)
-        rc = share_state(m, CKPT_OK);
+        rc = share_state(m, m->comm, CKPT_OK);
     if (rc != CKPT_OK) {
         ckpt_manager_free(m);
         return rc;
@@ -162,14 +170,18 @@ void ckpt_manager_free(ckpt_manager *m)
     if (!m)
         return;
     ckpt_state_free(m->state);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
 int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
 {
-    if (!m->state->latest[0])
-        return ckpt__path(out, out_size, "%s", "");
-    return ckpt__path(out, out_size, "%s/%s", m->dir, m->state->latest);
+    ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
+    pthread_mutex_lock(&mm->lock);
+    int rc = m->state->latest[0] ? ckpt__path(out, out_size, "%s/%s", m->dir, m->state->latest)
+                                 : ckpt__path(out, out_size, "%s", "");
+    pthread_mutex_unlock(&mm->lock);
+    return rc;
 }
 
 const ckpt_state *ckpt_manager_state(const ckpt_manager *m)
@@ -226,6 +238,42 @@ static int apply_retention(ckpt_manager *m)
     return rc;
 }
 
+/*
+ * After a commit, on every rank, on the communicator of the thread that committed (the writer
+ * thread's in async mode): the chief records the checkpoint, applies retention and everybody
+ * adopts the new state. Collective over `comm`.
+ */
+static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void *payload)
+{
+    ckpt_manager *m = payload;
+    const ckpt_manager_save_info *info = &m->pending;
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        ckpt_state_entry e;
+        memset(&e, 0, sizeof e);
+        const char *slash = strrchr(prefix, '/');
+        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : prefix);
+        e.save_counter = counter;
+        e.epoch = info->epoch;
+        e.step = info->step;
+        e.timestamp = now_seconds();
+        e.end_of_epoch = info->end_of_epoch != 0;
+        local = ckpt_checkpoint_bytes(&e.bytes, prefix);
+        pthread_mutex_lock(&m->lock);
+        if (local == CKPT_OK)
+            local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK)
+            local = apply_retention(m);
+        pthread_mutex_unlock(&m->lock);
+    }
+    int rc = share_state(m, comm, local);
+    if (rc == CKPT_OK) {
+        m->have_last = 1;
+        m->last_step = info->step;
+    }
+    return rc;
+}
+
 int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                       size_t out_size)
 {
@@ -234,6 +282,11 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     ckpt_manager_save_info zero = { 0, 0, 0, 0 };
     if (!info)
         info = &zero;
+    /* The previous save (async) must be complete: its state update is what this one builds on,
+     * and its failure is this call's error. */
+    int rc = ckpt_saver_sync(m->saver);
+    if (rc != CKPT_OK)
+        return rc;
     /* Skipping is decided from the shared state, so every rank decides the same. */
     const ckpt_state *st = m->state;
     if (!m->have_last && st->num_entries > 0) {
@@ -253,8 +306,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
                       m->dir);
     }
-    int rc = ckpt_mpi_agree(m->comm, local);
-    if (rc != CKPT_OK)
+    if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
         return rc;
 
     /* Number past every checkpoint ever committed here, whatever was restored. */
@@ -264,43 +316,26 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             next = st->entries[i].save_counter;
     if (ckpt_saver_counter(m->saver) > next)
         next = ckpt_saver_counter(m->saver);
-    ckpt__saver_set_counter(m->saver, next);
+    next++;
 
-    char base[4400], written[4400];
-    if ((rc = ckpt__path(base, sizeof base, "%s/%s", m->dir, m->name)) != CKPT_OK)
-        return ckpt_mpi_agree(m->comm, rc);
-    ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
-    if ((rc = ckpt_saver_save(m->saver, base, &si, written, sizeof written)) != CKPT_OK)
+    char name[4400];
+    if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name,
+                                                 (long long)next))) != CKPT_OK)
         return rc;
-
-    /* Committed. The chief records it and applies retention; everybody gets the new state. */
-    if (m->rank == 0) {
-        ckpt_state_entry e;
-        memset(&e, 0, sizeof e);
-        const char *slash = strrchr(written, '/');
-        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : written);
-        e.save_counter = ckpt_saver_counter(m->saver);
-        e.epoch = info->epoch;
-        e.step = info->step;
-        e.timestamp = now_seconds();
-        e.end_of_epoch = info->end_of_epoch != 0;
-        local = ckpt_checkpoint_bytes(&e.bytes, written);
-        if (local == CKPT_OK)
-            local = ckpt_state_append(m->state, &e);
-        if (local == CKPT_OK)
-            local = apply_retention(m);
-    }
-    rc = share_state(m, local);
-    m->have_last = 1;
-    m->last_step = info->step;
+    m->pending = *info;
+    ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
+    rc = ckpt__saver_save_hook(m->saver, name, &si, next, commit_hook, m);
     if (rc == CKPT_OK && out && out_size)
-        snprintf(out, out_size, "%s", written);
+        snprintf(out, out_size, "%s", name);
     return rc;
 }
 
 int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
 {
     memset(out, 0, sizeof *out);
+    /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is
+     * reported by the next save, sync or close). */
+    ckpt__saver_wait_keep(m->saver);
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
     const ckpt_state *st = m->state;
@@ -437,8 +472,10 @@ int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial)
 
 int ckpt_training_delete_backup(ckpt_training *t)
 {
-    /* Everybody is done with the directory before the chief removes it. */
-    int rc = ckpt_mpi_agree(t->m->comm, CKPT_OK);
+    /* Everybody is done with the directory (including a save in flight) before the chief
+     * removes it. */
+    int rc = ckpt_saver_sync(t->m->saver);
+    rc = ckpt_mpi_agree(t->m->comm, rc);
     if (rc != CKPT_OK)
         return rc;
     int local = t->m->rank == 0 ? ckpt__rmtree(t->dir) : CKPT_OK;

@@ -24,6 +24,9 @@ MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);
 
+/* Waits for a save in flight and keeps its failure for the next save, sync or close. */
+void ckpt__saver_wait_keep(struct ckpt_saver *s);
+
 /* Runs after a save committed, on every rank, on the communicator of the thread that ran the save
  * (the saver's, or its writer thread's in async mode). Collective over `comm`. */
 typedef int (*ckpt__commit_hook)(MPI_Comm comm, const char *prefix, int64_t counter, void *payload);

@@ -65,6 +65,8 @@ struct ckpt_saver {
     size_t *snap_cap;
     size_t snap_n;
     double last_save_start;
+    ckpt_save_metrics last_metrics; /* guarded by lock */
+    int have_metrics;
     int rank, size;
     ckpt_saver_options opts;
     ckpt_layout layout;
@@ -147,7 +149,8 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);
-    s->async = s->opts.async != 0;
+    const char *aenv = getenv("MPICKPT_ASYNC");
+    s->async = s->opts.async != 0 || (aenv && strcmp(aenv, "1") == 0);
     if (s->async) {
         /* The writer thread makes MPI calls while the application makes its own. */
         int level = MPI_THREAD_SINGLE;
@@ -219,6 +222,17 @@ static void free_plan(ckpt_saver *s);
 int64_t ckpt_saver_counter(const ckpt_saver *s)
 {
     return s->counter;
+}
+
+int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
+{
+    ckpt_saver *ms = (ckpt_saver *)s; /* the lock only */
+    pthread_mutex_lock(&ms->lock);
+    int have = s->have_metrics;
+    if (have)
+        *out = s->last_metrics;
+    pthread_mutex_unlock(&ms->lock);
+    return have ? CKPT_OK : ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
 }
 
 MPI_Comm ckpt__saver_comm(const ckpt_saver *s)
@@ -1451,13 +1465,30 @@ static int run_job(save_job *j)
     if (rc == CKPT_OK && j->hook)
         rc = j->hook(c->comm, c->prefix, j->counter, j->hook_payload);
     if (rc == CKPT_OK) {
-        /* metrics: the maximum over ranks of each phase, the sum of the bytes */
+        /* metrics: the maximum over ranks of each phase, the sum of the bytes; a sync save
+         * blocked its caller for all of it */
+        if (!s->async)
+            j->t_block = now_seconds() - j->t_start;
         double mine[5] = { j->t_block, j->t_write, j->t_agree, j->t_merge, j->t_commit }, mx[5];
         uint64_t total = 0;
         if (MPI_Allreduce(mine, mx, 5, MPI_DOUBLE, MPI_MAX, c->comm) == MPI_SUCCESS &&
-            MPI_Allreduce(&j->bytes, &total, 1, MPI_UINT64_T, MPI_SUM, c->comm) == MPI_SUCCESS &&
-            s->rank == 0)
-            write_metrics(j, mx, total);
+            MPI_Allreduce(&j->bytes, &total, 1, MPI_UINT64_T, MPI_SUM, c->comm) == MPI_SUCCESS) {
+            if (s->rank == 0)
+                write_metrics(j, mx, total);
+            pthread_mutex_lock(&s->lock);
+            ckpt_save_metrics *lm = &s->last_metrics;
+            snprintf(lm->prefix, sizeof lm->prefix, "%s", c->prefix);
+            lm->async = s->async;
+            lm->bytes = total;
+            lm->ranks = s->size;
+            lm->blocking_s = mx[0];
+            lm->write_s = mx[1];
+            lm->agree_s = mx[2];
+            lm->merge_s = mx[3];
+            lm->commit_s = mx[4];
+            s->have_metrics = 1;
+            pthread_mutex_unlock(&s->lock);
+        }
     }
 out:
     cleanup_temp(s, c);
@@ -1651,6 +1682,15 @@ int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *inf
     return rc;
 }
 
+void ckpt__saver_wait_keep(ckpt_saver *s)
+{
+    int rc = wait_job(s, -1);
+    if (rc != CKPT_OK && s->pending_rc == CKPT_OK) {
+        s->pending_rc = rc;
+        snprintf(s->pending_msg, sizeof s->pending_msg, "%s", ckpt_error_last()->message);
+    }
+}
+
 int ckpt_saver_sync(ckpt_saver *s)
 {
     if (!s)
@@ -1727,11 +1767,7 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
      * or close to report (restoring an older checkpoint is fine). */
-    int wrc = wait_job(s, -1);
-    if (wrc != CKPT_OK && s->pending_rc == CKPT_OK) {
-        s->pending_rc = wrc;
-        snprintf(s->pending_msg, sizeof s->pending_msg, "%s", ckpt_error_last()->message);
-    }
+    ckpt__saver_wait_keep(s);
     char prefix[4096];
     int rc0 = bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
     if (rc0 != CKPT_OK)

@@ -152,6 +152,23 @@ CKPT_EXTERN int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_s
 CKPT_EXTERN int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
                                 char *out, size_t out_size);
 
+/** Timings of a committed save: the maximum over ranks of each phase, the total bytes. */
+typedef struct ckpt_save_metrics {
+    char prefix[4096];
+    int async;
+    uint64_t bytes;    /**< stored by all ranks */
+    int32_t ranks;
+    double blocking_s; /**< time the caller was blocked in save (async: the snapshot) */
+    double write_s, agree_s, merge_s, commit_s;
+} ckpt_save_metrics;
+
+/**
+ * Metrics of the last save that committed (in async mode: known once it completed, e.g. after
+ * ckpt_saver_sync() or at the next save). CKPT_ENOTFOUND when none has. The chief also appends
+ * each save's metrics as one JSON line to `<checkpoint dir>/metrics.jsonl`. Local.
+ */
+CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out);
+
 /** Current save counter. Local. */
 CKPT_EXTERN int64_t ckpt_saver_counter(const ckpt_saver *s);
 

@@ -2,6 +2,7 @@
 
 #include "mpickpt/slice.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +76,9 @@ static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *err, void *data)
     if (!w->found && err && err->desc) {
         snprintf(w->text, sizeof w->text, "%s (in %s)", err->desc,
                  err->func_name ? err->func_name : "?");
+        for (char *p = w->text; *p; p++) /* one line: HDF5 descriptions may hold newlines */
+            if (*p == '\n' || *p == '\r')
+                *p = ' ';
         w->found = 1;
     }
     return 0;
@@ -82,11 +86,15 @@ static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *err, void *data)
 
 int ckpt__h5_error(int code, const char *fmt, ...)
 {
+    /* HDF5's file drivers leave errno from the failing system call: a full disk must read as one. */
+    int err = errno;
     char ctx[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
+    if (code == CKPT_EIO && (err == ENOSPC || err == EDQUOT))
+        code = CKPT_ENOSPC;
     struct h5_walk w = { "", 0 };
     /* Upward from the innermost frame: the first description is where the failure happened. */
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, &w);

@@ -90,6 +90,34 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
     return rc;
 }
 
+/*
+ * The chief's state file may lag the directory: a chief that died after writing an index but
+ * before updating the state file leaves a committed checkpoint that is not listed. Such
+ * checkpoints, newer than everything listed, are adopted (appended in counter order), so the
+ * resume point is the newest committed checkpoint and its number is never reused.
+ */
+static int adopt_unlisted(ckpt_manager *m)
+{
+    ckpt_state *scan = NULL;
+    int rc = ckpt_state_scan(&scan, m->dir);
+    int64_t listed = m->state->save_counter;
+    for (size_t i = 0; i < m->state->num_entries; i++)
+        if (m->state->entries[i].save_counter > listed)
+            listed = m->state->entries[i].save_counter;
+    for (size_t i = 0; rc == CKPT_OK && i < scan->num_entries; i++) {
+        const ckpt_state_entry *e = &scan->entries[i];
+        if (e->save_counter <= listed)
+            continue;
+        rc = ckpt_state_append(m->state, e);
+        if (rc == CKPT_OK)
+            ckpt__log(CKPT_LOG_WARN, "adopted committed checkpoint %s/%s, which the state file did "
+                                     "not list yet",
+                      m->dir, e->prefix);
+    }
+    ckpt_state_free(scan);
+    return rc;
+}
+
 int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                         const ckpt_manager_options *opts)
 {
@@ -140,6 +168,8 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                     m->state->last_preserved_timestamp = now_seconds();
             }
         }
+        if (local == CKPT_OK)
+            local = adopt_unlisted(m);
     } else if (local == CKPT_OK) {
         local = ckpt_state_new(&m->state);
     }

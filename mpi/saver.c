@@ -18,6 +18,7 @@
 #include "mpickpt/crc32c.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1381,6 +1382,62 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
 }
 
 /*
+ * Reserves this rank's bytes (plus a margin for HDF5's metadata) in the directory its data goes
+ * to, with fallocate, before any HDF5 call: a full disk then fails cleanly and identically on
+ * every rank, instead of inside HDF5, where a failed close leaves a half-closed file behind (it
+ * crashes MPI_Finalize later) and, with MPI-IO, can leave ranks waiting in a collective.
+ * The reservation is held until every rank has its own (the agreement), then released.
+ * File systems without fallocate skip the check. MPICKPT_RESERVE=0 turns it off.
+ */
+static int reserve_space(ckpt_saver *s, save_ctx *c, char *path, size_t size, int *fd)
+{
+    *fd = -1;
+    path[0] = '\0';
+    const char *env = getenv("MPICKPT_RESERVE");
+    if (env && strcmp(env, "0") == 0)
+        return CKPT_OK;
+    uint64_t need = 0;
+    for (size_t j = 0; j < s->npieces; j++) {
+        int64_t n;
+        ckpt_slice_num_elements(&n, &s->pieces[j].slice);
+        need += (uint64_t)n * ckpt_dtype_size(s->regs[s->pieces[j].reg].dtype);
+    }
+    for (size_t i = 0; i < s->nregs; i++)
+        if (s->regs[i].kind == CKPT_KIND_BLOB)
+            need += c->blob_len[i];
+    need += (1u << 20) + need / 64;
+    const char *dir = s->layout == CKPT_LAYOUT_SHARED ? c->chief_temp : c->my_temp;
+    int rc = ckpt__mkdir_p(dir, 0755);
+    if (rc == CKPT_OK)
+        rc = ckpt__path(path, size, "%s/.reserve-%d", dir, s->rank);
+    if (rc != CKPT_OK)
+        return rc;
+    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (*fd < 0)
+        return ckpt__errno(errno, "rank: create space reservation", path);
+    if (fallocate(*fd, 0, 0, (off_t)need) != 0) {
+        int err = errno;
+        if (err == EOPNOTSUPP || err == ENOSYS)
+            return CKPT_OK; /* cannot tell in advance here */
+        if (err == ENOSPC || err == EDQUOT)
+            return ckpt__error(CKPT_ENOSPC,
+                               "rank %d: no space left on device for this checkpoint: %llu bytes "
+                               "needed in %s",
+                               s->rank, (unsigned long long)need, dir);
+        return ckpt__errno(err, "fallocate", path);
+    }
+    return CKPT_OK;
+}
+
+static void release_space(const char *path, int fd)
+{
+    if (fd >= 0)
+        close(fd);
+    if (path[0])
+        unlink(path);
+}
+
+/*
  * Steps 2-5 of the protocol (write, agree, merge, commit) and the commit hook, on j->c.comm.
  * Collective over that communicator. Runs on the caller's thread (sync) or the writer thread.
  */
@@ -1390,6 +1447,15 @@ static int run_job(save_job *j)
     save_ctx *c = &j->c;
     int rc, local;
     double t0 = now_seconds();
+
+    /* space first, agreed by every rank before any HDF5 call */
+    char rpath[4600];
+    int rfd;
+    local = reserve_space(s, c, rpath, sizeof rpath, &rfd);
+    rc = ckpt_mpi_agree(c->comm, local);
+    release_space(rpath, rfd);
+    if (rc != CKPT_OK)
+        goto out;
 
     /* write */
     if (s->layout == CKPT_LAYOUT_SHARED) {

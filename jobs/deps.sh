@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mpickpt needs, only those that are missing.
 #
-#   jobs/deps.sh [build|test|all]    (default: build)
+#   jobs/deps.sh [build|test|slurm|all]    (default: build)
 #     build  what building and running the library, CLI and demo needs
 #     test   build + what the test suite needs (h5py to read files with a foreign HDF5 reader,
-#            clang's libFuzzer, fio for benchmarks baselines)
+#            clang's libFuzzer, fio for benchmarks baselines) + slurm
+#     slurm  build + a single-node Slurm with munge (jobs/slurm/local-slurm.sh, the `slurm` tests)
 #
 # Does nothing when everything is present. On a machine without apt-get it prints the packages
 # to install and exits 1. Runs apt non-interactively; needs root (or sudo) only when installing.
@@ -13,12 +14,14 @@ set -euo pipefail
 BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler
             libprotobuf-c-dev cmake pkg-config gcc make)
 TEST_PKGS=(python3 python3-h5py python3-numpy clang libclang-rt-14-dev fio)
+SLURM_PKGS=(slurmctld slurmd slurm-client munge)
 
 what=${1:-build}
 case "$what" in
   build) pkgs=("${BUILD_PKGS[@]}") ;;
-  test|all) pkgs=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}") ;;
-  *) echo "usage: $0 [build|test|all]" >&2; exit 2 ;;
+  slurm) pkgs=("${BUILD_PKGS[@]}" "${SLURM_PKGS[@]}") ;;
+  test|all) pkgs=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${SLURM_PKGS[@]}") ;;
+  *) echo "usage: $0 [build|test|slurm|all]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

@@ -5,6 +5,7 @@
  *
  *   mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S] [--ckpt-every K]
  *          [--keep N] [--mb M] [--layout shared|per-rank] [--crash-rank R --crash-step T] [--async]
+ *          [--deadline-reserve S] [--step-sleep MS]
  *
  * The state looks like a model's:
  *   model/dense/kernel        float32 [R, C]  partitioned by rows over the ranks (uneven split)
@@ -31,13 +32,24 @@
  * ckpt_training_initial_epoch / _initial_step; resuming a finished run restores its last
  * checkpoint, checks it, trains no step, writes no checkpoint and prints `done` again.
  *
+ * Preemption (mpickpt/preempt.h): SIGTERM and SIGUSR1 only set a flag; after every step all ranks
+ * run the collective ckpt_preempt_check. When it says stop (some rank was signalled, or the
+ * deadline from MPICKPT_DEADLINE / SLURM_JOB_END_TIME minus --deadline-reserve seconds was
+ * reached), every rank takes the final backup at the current epoch and step (end-of-epoch when the
+ * step ends the epoch, mid-epoch otherwise; none when that step was just backed up), rank 0 prints
+ * `preempted ...` and every rank exits with CKPT_EXIT_PREEMPTED (75): the batch script requeues
+ * the job and the next run resumes at the following step. --step-sleep MS slows every step down
+ * (tests use it to preempt a run on demand).
+ *
  * Output (rank 0 only, except crash / errors / verification failures, which name the rank):
  *   fresh start | resumed epoch=E step=T from=PREFIX     (E, T: what the checkpoint holds)
  *   verified every restored value at step T: ...
  *   checkpoint prefix=P epoch=E step=T blocking_s=B write_s=W
  *   crash rank=R step=T
+ *   preempted epoch=E step=T reason=signal|deadline     (after the final `checkpoint` line)
  *   done epoch=E step=T
- * Exit codes: 0 ok, 1 library error or verification failure, 2 usage.
+ * Exit codes: 0 ok, 1 library error or verification failure, 2 usage, 75 preempted (checkpointed:
+ * run it again to resume).
  *
  * Test hook: MPICKPT_DEMO_TAMPER=<rank> makes <rank> change one restored kernel value before the
  * check, to prove that the check catches it (tests/scripts/test_demo.sh).
@@ -51,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define COLS 1024
 #define KERNEL "model/dense/kernel"
@@ -66,6 +79,7 @@ typedef struct options {
     ckpt_layout layout;
     int64_t crash_rank, crash_step;
     int async;
+    int64_t deadline_reserve, step_sleep_ms;
 } options;
 
 /* This rank's data-loader position: what the registered saver "data_loader" stores. */
@@ -84,6 +98,12 @@ typedef struct demo {
     uint64_t rng[4];
     loader_state loader;
     int loader_restored; /* set by the blob's restore callback */
+    /* --async: the backup in flight, whose `checkpoint` line is printed once it committed */
+    int async;
+    ckpt_saver *saver;
+    char pending[4096];
+    int64_t pending_epoch, pending_step;
+    double pending_block;
 } demo;
 
 static void usage(FILE *f)
@@ -91,7 +111,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S]\n"
             "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank]\n"
-            "         [--crash-rank R --crash-step T] [--async]\n"
+            "         [--crash-rank R --crash-step T] [--async] [--deadline-reserve S]\n"
+            "         [--step-sleep MS]\n"
             "  --dir DIR              training-state directory (checkpoints in DIR/chief/)\n"
             "  --epochs E             epochs to train (default 3)\n"
             "  --steps-per-epoch S    steps per epoch (default 10)\n"
@@ -102,7 +123,14 @@ static void usage(FILE *f)
             "                         about M MiB per rank at 4 ranks (default 4)\n"
             "  --layout L             data files: per-rank (default) or shared (one file, MPI-IO)\n"
             "  --crash-rank R --crash-step T   rank R aborts at global step T (simulated failure)\n"
-            "  --async                asynchronous saves (not available in this version)\n");
+            "  --async                asynchronous saves: a backup blocks the loop only while the\n"
+            "                         state is copied; its `checkpoint` line (with the background\n"
+            "                         write time) is printed once it committed\n"
+            "  --deadline-reserve S   stop (final checkpoint, exit 75) S seconds before the deadline\n"
+            "                         in MPICKPT_DEADLINE or SLURM_JOB_END_TIME (default 30)\n"
+            "  --step-sleep MS        sleep MS milliseconds in every step (default 0)\n"
+            "  SIGTERM or SIGUSR1 (Slurm's --signal, scancel --signal): final checkpoint at the\n"
+            "  current step, then exit 75 (CKPT_EXIT_PREEMPTED) on every rank\n");
 }
 
 /* Parses a non-negative integer option value; -1 on error (explained on @p err). */
@@ -124,7 +152,7 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
 {
     FILE *err = verbose ? stderr : fopen("/dev/null", "w");
     int rc = 0;
-    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0 };
+    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0 };
     if (!err)
         err = stderr;
     for (int i = 1; i < argc && rc == 0; i++) {
@@ -171,6 +199,10 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
             target = &o->crash_rank;
         else if (!strcmp(a, "--crash-step"))
             target = &o->crash_step;
+        else if (!strcmp(a, "--deadline-reserve"))
+            target = &o->deadline_reserve;
+        else if (!strcmp(a, "--step-sleep"))
+            target = &o->step_sleep_ms;
         else {
             fprintf(err, "mpickpt-demo: unknown option '%s'\n", a);
             rc = 2;
@@ -368,6 +400,15 @@ static int verify(demo *d, int64_t step, int writer_size)
 
 /* ---- main ---- */
 
+/* Sleeps @p ms milliseconds (--step-sleep); a signal ends the sleep early, which is what we want. */
+static void sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
 /* A library error. A collective's is the same on every rank (its message names the failing rank):
  * rank 0 prints it; a local one is printed by the rank that had it. Returns the exit status. */
 static int lib_error(int rank, int rc, int collective)
@@ -378,31 +419,80 @@ static int lib_error(int rank, int rc, int collective)
     return 1;
 }
 
-/* Number of ranks that wrote checkpoint @p prefix (from its index header), read by rank 0. */
-static int writer_world_size(const demo *d, const char *prefix)
+
+/* Prints the `checkpoint` line of the async backup in flight once it committed (waits for it).
+ * Returns 0 or 1 (the background failure, printed by rank 0). Collective in effect. */
+static int flush_pending(demo *d)
 {
-    int32_t ws = -1;
+    if (!d->async || !d->pending[0])
+        return 0;
+    int rc = ckpt_saver_sync(d->saver);
+    if (rc != CKPT_OK)
+        return lib_error(d->rank, rc, 1);
+    ckpt_save_metrics mt;
+    double w = 0;
+    if (ckpt_saver_last_metrics(d->saver, &mt) == CKPT_OK)
+        w = mt.write_s + mt.agree_s + mt.merge_s + mt.commit_s;
     if (d->rank == 0) {
-        ckpt_reader *r = NULL;
-        if (ckpt_reader_open_index(&r, prefix) == CKPT_OK)
-            ws = ckpt_reader_header(r)->world_size;
-        ckpt_reader_free(r);
+        printf("checkpoint prefix=%s epoch=%lld step=%lld blocking_s=%.3f write_s=%.3f\n",
+               d->pending, (long long)d->pending_epoch, (long long)d->pending_step,
+               d->pending_block, w);
+        fflush(stdout);
     }
-    MPI_Bcast(&ws, 1, MPI_INT32_T, 0, MPI_COMM_WORLD);
-    return ws;
+    d->pending[0] = '\0';
+    return 0;
+}
+
+/* One backup (collective) at epoch @p e, step @p t, and rank 0's `checkpoint ...` line: at once in
+ * sync mode (the loop was blocked for all of it), once committed in async mode. Returns the exit
+ * status: 0 or 1 (the library error, printed by rank 0). */
+static int back_up(demo *d, ckpt_training *train, int64_t e, int64_t t, int end)
+{
+    /* async: the previous backup must be complete first (the library waits for it anyway) */
+    int st = flush_pending(d);
+    if (st != 0)
+        return st;
+    ckpt_manager_save_info info = { .epoch = e, .step = t, .end_of_epoch = end, .force = 1 };
+    char name[4096] = "";
+    double t0 = MPI_Wtime();
+    int rc = ckpt_manager_save(ckpt_training_manager(train), &info, name, sizeof name);
+    double blocked = MPI_Wtime() - t0, bmax = 0;
+    MPI_Reduce(&blocked, &bmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rc != CKPT_OK)
+        return lib_error(d->rank, rc, 1);
+    if (d->async) {
+        snprintf(d->pending, sizeof d->pending, "%s", name);
+        d->pending_epoch = e;
+        d->pending_step = t;
+        d->pending_block = bmax;
+        return 0;
+    }
+    if (d->rank == 0) {
+        /* Sync mode: the loop is blocked for the whole write. */
+        printf("checkpoint prefix=%s epoch=%lld step=%lld blocking_s=%.3f write_s=%.3f\n", name,
+               (long long)e, (long long)t, bmax, bmax);
+        fflush(stdout);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    /* First thing: SIGTERM / SIGUSR1 only set a flag from now on (checked after every step). */
+    int prc = ckpt_preempt_install(NULL, 0);
+    if (prc != CKPT_OK) {
+        fprintf(stderr, "mpickpt-demo: %s\n", ckpt_error_last()->message);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     demo d;
     memset(&d, 0, sizeof d);
     MPI_Comm_rank(MPI_COMM_WORLD, &d.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d.size);
 
     options o;
-    int prc = parse_args(&o, argc, argv, d.rank == 0);
+    prc = parse_args(&o, argc, argv, d.rank == 0);
     if (prc == 3) {
         if (d.rank == 0)
             usage(stdout);
@@ -413,13 +503,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    if (o.async) {
-        if (d.rank == 0)
-            fprintf(stderr,
-                    "mpickpt-demo: --async needs the async saver (not available in this version)\n");
-        MPI_Finalize();
-        return 2;
-    }
+    d.async = o.async;
 
     /* The model: R rows (a function of --mb only), split by rows, unevenly when N does not divide. */
     d.rows = 512 * o.mb + 5;
@@ -444,10 +528,12 @@ int main(int argc, char **argv)
 
     ckpt_saver_options sopts = CKPT_SAVER_OPTIONS_INIT;
     sopts.layout = o.layout;
+    sopts.async = o.async;
     ckpt_saver *saver = NULL;
     ckpt_training *train = NULL;
     int status = 0;
     int rc = ckpt_saver_create(&saver, MPI_COMM_WORLD, &sopts); /* collective */
+    d.saver = saver;
     if (rc == CKPT_OK)
         rc = ckpt_saver_add_slice(saver, KERNEL, CKPT_FLOAT32, &shape, &mine, d.kernel);
     if (rc == CKPT_OK)
@@ -461,6 +547,9 @@ int main(int argc, char **argv)
     ckpt_blob_callbacks cb = { loader_save, loader_restore };
     if (rc == CKPT_OK)
         rc = ckpt_saver_add_blob(saver, LOADER, &cb, &d);
+    /* The deadline: MPICKPT_DEADLINE or SLURM_JOB_END_TIME (none when neither is set). */
+    if (rc == CKPT_OK)
+        rc = ckpt_preempt_set_deadline(-1, (double)o.deadline_reserve);
     /* Registration is local: agree before the first collective of the training state. */
     int failed = rc != CKPT_OK, any_failed = 0;
     MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -492,39 +581,17 @@ int main(int argc, char **argv)
                 printf("fresh start\n");
             set_step(&d, 0);
         } else {
-            /* What was restored: ckpt_training has no accessor for it, but the restore set the
-             * saver's counter to the restored checkpoint's, and the manager's state (identical on
-             * every rank) lists that one with its name, epoch and step. */
-            ckpt_manager *m = ckpt_training_manager(train);
-            const ckpt_state *st = ckpt_manager_state(m);
-            int64_t counter = ckpt_saver_counter(saver);
-            const ckpt_state_entry *e = NULL;
-            for (size_t i = 0; st && i < st->num_entries; i++)
-                if (st->entries[i].save_counter == counter)
-                    e = &st->entries[i];
-            char dir_prefix[4096];
-            if (!e) {
-                fprintf(stderr,
-                        "mpickpt-demo: rank %d: restored checkpoint %lld is not in the state\n",
-                        d.rank, (long long)counter);
-                status = 1;
-            } else {
-                /* Its full path: the latest's directory + its name. */
-                char latest[4096] = "";
-                ckpt_manager_latest(m, latest, sizeof latest);
-                char *slash = strrchr(latest, '/');
-                if (slash)
-                    slash[1] = '\0';
-                else
-                    latest[0] = '\0';
-                snprintf(dir_prefix, sizeof dir_prefix, "%s%s", latest, e->prefix);
-                int64_t saved_step = e->step, saved_epoch = e->epoch;
+            /* What was restored (identical on every rank: the chief's view). */
+            const ckpt_manager_restored *res = ckpt_training_restored(train);
+            {
+                const char *dir_prefix = res->prefix;
+                int64_t saved_step = res->step, saved_epoch = res->epoch;
                 epoch0 = ckpt_training_initial_epoch(train, 0);
                 step0 = ckpt_training_initial_step(train, 1);
                 if (d.rank == 0)
                     printf("resumed epoch=%lld step=%lld from=%s\n", (long long)saved_epoch,
                            (long long)saved_step, dir_prefix);
-                int ws = writer_world_size(&d, dir_prefix);
+                int ws = res->world_size;
                 const char *tamper = getenv("MPICKPT_DEMO_TAMPER");
                 if (tamper && *tamper && atoi(tamper) == d.rank && d.r1 > d.r0)
                     d.kernel[0] += 1.0f;
@@ -554,11 +621,13 @@ int main(int argc, char **argv)
 
     /* Train. */
     int64_t last_epoch = epoch0 > 0 ? epoch0 - 1 : 0, t = step0 - 1;
+    ckpt_preempt_reason preempted = CKPT_PREEMPT_NONE;
     for (int64_t e = epoch0; status == 0 && e < o.epochs; e++) {
         last_epoch = e;
         for (t = step0 > e * o.steps + 1 ? step0 : e * o.steps + 1;
              status == 0 && t <= (e + 1) * o.steps; t++) {
             set_step(&d, t);
+            sleep_ms(o.step_sleep_ms);
             /* The gradient allreduce of a data-parallel step (a scalar stands in for it). */
             double loss = 1.0 / (double)t, sum = 0;
             MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -569,29 +638,41 @@ int main(int argc, char **argv)
                 abort();
             }
             int end = t == (e + 1) * o.steps;
-            if (!end && !(o.every > 0 && t % o.every == 0))
-                continue;
-            double t0 = MPI_Wtime();
-            rc = ckpt_training_back_up(train, e, t, end); /* collective */
-            double blocked = MPI_Wtime() - t0, bmax = 0;
-            MPI_Reduce(&blocked, &bmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            int backed_up = 0;
+            if (end || (o.every > 0 && t % o.every == 0)) {
+                status = back_up(&d, train, e, t, end);
+                if (status != 0)
+                    break;
+                backed_up = 1;
+            }
+            /* The step boundary: did any rank get a signal, or is the deadline near? */
+            rc = ckpt_preempt_check(MPI_COMM_WORLD, &preempted);
             if (rc != CKPT_OK) {
-                status = lib_error(d.rank, rc, 1);
+                status = lib_error(d.rank, rc, 0);
                 break;
             }
-            char latest[4096] = "";
-            ckpt_manager_latest(ckpt_training_manager(train), latest, sizeof latest);
-            if (d.rank == 0) {
-                /* Sync mode: the loop is blocked for the whole write. */
-                printf("checkpoint prefix=%s epoch=%lld step=%lld blocking_s=%.3f write_s=%.3f\n",
-                       latest, (long long)e, (long long)t, bmax, bmax);
-                fflush(stdout);
+            if (preempted != CKPT_PREEMPT_NONE) {
+                /* The final backup, unless this step was just backed up. */
+                if (!backed_up)
+                    status = back_up(&d, train, e, t, end);
+                if (status == 0)
+                    status = flush_pending(&d); /* the final checkpoint must be committed */
+                if (status == 0 && d.rank == 0) {
+                    printf("preempted epoch=%lld step=%lld reason=%s\n", (long long)e,
+                           (long long)t, preempted == CKPT_PREEMPT_SIGNAL ? "signal" : "deadline");
+                    fflush(stdout);
+                }
+                break;
             }
         }
+        if (preempted != CKPT_PREEMPT_NONE)
+            break;
         if (status == 0)
             t = (e + 1) * o.steps;
     }
-    if (status == 0 && d.rank == 0) {
+    if (status == 0 && preempted == CKPT_PREEMPT_NONE)
+        status = flush_pending(&d);
+    if (status == 0 && preempted == CKPT_PREEMPT_NONE && d.rank == 0) {
         printf("done epoch=%lld step=%lld\n", (long long)last_epoch, (long long)t);
         fflush(stdout);
     }
@@ -603,5 +684,8 @@ int main(int argc, char **argv)
     int worst = 0;
     MPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();
+    /* Preempted and checkpointed (the same on every rank): the batch script requeues on 75. */
+    if (worst == 0 && preempted != CKPT_PREEMPT_NONE)
+        return CKPT_EXIT_PREEMPTED;
     return worst;
 }

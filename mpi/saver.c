@@ -1297,6 +1297,7 @@ struct save_job {
     ckpt__commit_hook hook;
     void *hook_payload;
     double t_start, t_block;           /* caller's clock: start of save, time it blocked */
+    double since_prev;                  /* from the previous save's start to this one's */
     double t_write, t_agree, t_merge, t_commit;
     uint64_t bytes;                     /* this rank's stored bytes */
     int result;
@@ -1369,7 +1370,7 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
     if (!f)
         return;
     double busy = mx[1] + mx[2] + mx[3] + mx[4];
-    double since = j->s->last_save_start > 0 ? j->t_start - j->s->last_save_start : 0.0;
+    double since = j->since_prev;
     fprintf(f,
             "{\"prefix\":\"%s\",\"mode\":\"%s\",\"bytes\":%llu,\"ranks\":%d,\"blocking_s\":%.6f,"
             "\"write_s\":%.6f,\"agree_s\":%.6f,\"merge_s\":%.6f,\"commit_s\":%.6f,"
@@ -1508,9 +1509,11 @@ static int run_job(save_job *j)
     /* the pre-commit vote: the chief's merge, everybody's readiness, and no abandoned close */
     if (s->rank != 0 && local == CKPT_OK)
         local = ckpt__fault(s->rank, "commit");
+    /* A close that timed out on any rank abandons the save on every rank: ETIMEDOUT is the most
+     * negative code, so the agreement gives every rank the same answer. */
     if (local == CKPT_OK && atomic_load(&s->abandon))
-        local = ckpt__error(CKPT_EIO, "rank %d: the saver was closed before this save finished; "
-                                      "it was not committed",
+        local = ckpt__error(CKPT_ETIMEDOUT, "rank %d: the saver was closed before this save "
+                                            "finished; it was not committed",
                             s->rank);
     double t3 = now_seconds();
     rc = ckpt_mpi_agree(c->comm, local);
@@ -1678,6 +1681,7 @@ static int wait_job(ckpt_saver *s, double timeout)
 static int start_job(ckpt_saver *s, save_job *j)
 {
     j->t_block = now_seconds() - j->t_start;
+    j->since_prev = s->last_save_start > 0 ? j->t_start - s->last_save_start : 0.0;
     if (!s->async) {
         int rc = run_job(j);
         if (rc == CKPT_OK && j->counter > s->counter)
@@ -1782,17 +1786,19 @@ int ckpt_saver_close(ckpt_saver *s)
         return CKPT_OK;
     double timeout = s->opts.close_timeout_s > 0 ? s->opts.close_timeout_s : 600.0;
     int rc = wait_job(s, timeout);
-    if (rc == CKPT_ETIMEDOUT) {
+    if (rc == CKPT_ETIMEDOUT && s->job) { /* our wait timed out (not a finished job's result) */
         /* Still writing: it must not commit now (the previous checkpoint stays the latest), and
          * the thread still uses the saver, so both are left to the process's exit. */
         atomic_store(&s->abandon, 1);
         ckpt__log(CKPT_LOG_WARN,
-                  "closing with a background save still running after %.0f s: the last checkpoint "
-                  "(%s) may be incomplete and will not be committed",
+                  "closing with a background save still running after %g s: the last checkpoint "
+                  "(%s) may be incomplete; unless it was already committing, it will not be",
                   timeout, s->job ? s->job->c.prefix : "?");
         pthread_detach(s->thread);
         return ckpt__error(CKPT_ETIMEDOUT,
-                           "background save still running at close after %.0f s; not committed",
+                           "background save still running at close after %g s; the last "
+                           "checkpoint may be incomplete (the previous one stays the latest "
+                           "unless this one was already committing)",
                            timeout);
     }
     if (rc == CKPT_OK)

@@ -1,4 +1,5 @@
-/* mpickpt: command-line tool for mpickpt checkpoints (inspect, verify, dump, list, diff, gc).
+/* mpickpt: command-line tool for mpickpt checkpoints (inspect, verify, dump, list, diff, gc,
+ * stats).
  *
  * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
  * reader and state-file functions. Every command but gc is read-only.
@@ -50,6 +51,7 @@ static int cmd_dump(const cli_command *cmd, int argc, char **argv);
 static int cmd_list(const cli_command *cmd, int argc, char **argv);
 static int cmd_diff(const cli_command *cmd, int argc, char **argv);
 static int cmd_gc(const cli_command *cmd, int argc, char **argv);
+static int cmd_stats(const cli_command *cmd, int argc, char **argv);
 static int cmd_help(const cli_command *cmd, int argc, char **argv);
 static int cmd_version(const cli_command *cmd, int argc, char **argv);
 
@@ -97,6 +99,18 @@ static const cli_command commands[] = {
      "  Prints each path removed and why, then \"gc DIR: removed N path(s)\".\n"
      "  --dry-run  only print what would be removed (\"would remove\")\n",
      cmd_gc},
+    {"stats", "[--json] DIR", "summarize the save timings the chief logged (metrics.jsonl)",
+     "  Reads DIR/metrics.jsonl, or DIR/chief/metrics.jsonl when DIR has none (DIR may also be\n"
+     "  the file itself): one JSON line per committed save, appended by the saver's chief.\n"
+     "  Prints one row per save (prefix, mode, MiB, blocking, write, agree, merge and commit\n"
+     "  seconds, GB/s, seconds since the previous save), then a summary: the number of saves,\n"
+     "  median and max of the blocking time and of the background time (write + agree +\n"
+     "  merge + commit), and the training time saved by async saves. A malformed line is\n"
+     "  reported on stderr with its line number and skipped; exits 1 when no line is valid.\n"
+     "  --json   the summary as one object: {\"path\",\"saves\",\"sync_saves\",\"async_saves\",\n"
+     "           \"skipped_lines\",\"bytes\",\"blocking_s_median\",\"blocking_s_max\",\n"
+     "           \"background_s_median\",\"background_s_max\",\"training_time_saved_s\"}\n",
+     cmd_stats},
     {"help", "[COMMAND]", "show this help, or a command's", NULL, cmd_help},
     {"version", "", "print the library version (also: --version)", NULL, cmd_version},
 };
@@ -1737,6 +1751,626 @@ static int cmd_diff(const cli_command *cmd, int argc, char **argv)
     free(res.changed);
     ckpt_reader_free(ra);
     ckpt_reader_free(rb);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* stats                                                                                      */
+
+/* One save of metrics.jsonl. Times in seconds; NAN marks an optional field that was absent. */
+typedef struct stats_row {
+    char *prefix;
+    int async;
+    uint64_t bytes;
+    double blocking_s, write_s, agree_s, merge_s, commit_s;
+    double gbps, since_prev_s, saved_s;
+} stats_row;
+
+/* The keys stats_parse_line() knows; any other key is accepted and ignored (newer writers). */
+enum {
+    SK_PREFIX, SK_MODE, SK_BYTES, SK_RANKS, SK_BLOCKING, SK_WRITE, SK_AGREE, SK_MERGE, SK_COMMIT,
+    SK_GBPS, SK_SINCE, SK_SAVED, SK_TIMESTAMP, SK_COUNT
+};
+static const char *const stats_keys[SK_COUNT] = {
+    "prefix", "mode", "bytes", "ranks", "blocking_s", "write_s", "agree_s", "merge_s",
+    "commit_s", "gbps", "since_prev_s", "training_time_saved_s", "timestamp"};
+/* Every line must have these; the others default (gbps is then computed). */
+#define STATS_REQUIRED                                                                      \
+    (1u << SK_PREFIX | 1u << SK_MODE | 1u << SK_BYTES | 1u << SK_BLOCKING | 1u << SK_WRITE | \
+     1u << SK_AGREE | 1u << SK_MERGE | 1u << SK_COMMIT)
+
+/* A JSON value of a flat object: a string (decoded, malloc'd), a number, or a literal. */
+typedef struct stats_value {
+    enum { SV_STRING, SV_NUMBER, SV_LITERAL } type;
+    char *str;
+    double num;
+    int is_uint; /* the number is a plain non-negative integer, exact in u */
+    uint64_t u;
+} stats_value;
+
+static const char *stats_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        p++;
+    return p;
+}
+
+static int stats_hex4(const char *p, const char *end, unsigned *out)
+{
+    unsigned v = 0;
+    if (end - p < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A JSON string at *pp (at its opening quote) into a malloc'd, NUL-terminated copy with the
+ * escapes decoded (\uXXXX, surrogate pairs included, to UTF-8). Advances *pp past the closing
+ * quote. Returns 0, or -1 with a reason in *why (out of memory is a reason too). */
+static int stats_string(const char **pp, const char *end, char **out, const char **why)
+{
+    const char *p = *pp + 1;
+    /* The decoded string is never longer than its source. */
+    char *s = malloc((size_t)(end - p) + 1), *o = s;
+    if (!s) {
+        *why = "out of memory";
+        return -1;
+    }
+    for (;;) {
+        if (p >= end) {
+            *why = "unterminated string";
+            goto bad;
+        }
+        unsigned char c = (unsigned char)*p++;
+        if (c == '"')
+            break;
+        if (c < 0x20) {
+            *why = "control character in a string";
+            goto bad;
+        }
+        if (c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        if (p >= end) {
+            *why = "unterminated string";
+            goto bad;
+        }
+        c = (unsigned char)*p++;
+        switch (c) {
+        case '"': case '\\': case '/': *o++ = (char)c; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+            unsigned cp, lo;
+            if (stats_hex4(p, end, &cp) != 0)
+                goto bad_escape;
+            p += 4;
+            if (cp >= 0xdc00 && cp <= 0xdfff)
+                goto bad_escape;
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' ||
+                    stats_hex4(p + 2, end, &lo) != 0 || lo < 0xdc00 || lo > 0xdfff)
+                    goto bad_escape;
+                p += 6;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            if (cp == 0) {
+                *why = "NUL character in a string";
+                goto bad;
+            }
+            /* at most 4 output bytes for at least 6 input bytes */
+            if (cp < 0x80) {
+                *o++ = (char)cp;
+            } else if (cp < 0x800) {
+                *o++ = (char)(0xc0 | cp >> 6);
+                *o++ = (char)(0x80 | (cp & 0x3f));
+            } else if (cp < 0x10000) {
+                *o++ = (char)(0xe0 | cp >> 12);
+                *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+                *o++ = (char)(0x80 | (cp & 0x3f));
+            } else {
+                *o++ = (char)(0xf0 | cp >> 18);
+                *o++ = (char)(0x80 | (cp >> 12 & 0x3f));
+                *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
+                *o++ = (char)(0x80 | (cp & 0x3f));
+            }
+            break;
+        }
+        default:
+            goto bad_escape;
+        }
+    }
+    *o = '\0';
+    *out = s;
+    *pp = p;
+    return 0;
+bad_escape:
+    *why = "bad escape in a string";
+bad:
+    free(s);
+    return -1;
+}
+
+/* A JSON number (strict grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), finite. */
+static int stats_number(const char **pp, const char *end, stats_value *v, const char **why)
+{
+    const char *p = *pp, *start = p;
+    int integer = 1;
+    if (p < end && *p == '-')
+        p++;
+    if (p < end && *p == '0') {
+        p++;
+    } else if (p < end && *p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    } else {
+        goto bad;
+    }
+    if (p < end && *p == '.') {
+        integer = 0;
+        if (++p >= end || *p < '0' || *p > '9')
+            goto bad;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        integer = 0;
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || *p < '0' || *p > '9')
+            goto bad;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    }
+    char buf[128];
+    size_t n = (size_t)(p - start);
+    if (n >= sizeof buf) {
+        *why = "over-long number";
+        return -1;
+    }
+    memcpy(buf, start, n);
+    buf[n] = '\0';
+    v->type = SV_NUMBER;
+    v->num = strtod(buf, NULL);
+    if (!isfinite(v->num)) {
+        *why = "number out of range";
+        return -1;
+    }
+    v->is_uint = 0;
+    if (integer && buf[0] != '-') {
+        errno = 0;
+        unsigned long long u = strtoull(buf, NULL, 10);
+        v->is_uint = errno == 0;
+        v->u = (uint64_t)u;
+    }
+    *pp = p;
+    return 0;
+bad:
+    *why = "bad number";
+    return -1;
+}
+
+static int stats_value_parse(const char **pp, const char *end, stats_value *v, const char **why)
+{
+    static const char *const literals[] = {"true", "false", "null"};
+    const char *p = *pp;
+    v->str = NULL;
+    if (p >= end) {
+        *why = "truncated line (no value)";
+        return -1;
+    }
+    if (*p == '"') {
+        v->type = SV_STRING;
+        return stats_string(pp, end, &v->str, why);
+    }
+    if (*p == '-' || (*p >= '0' && *p <= '9'))
+        return stats_number(pp, end, v, why);
+    for (size_t i = 0; i < sizeof literals / sizeof literals[0]; i++) {
+        size_t n = strlen(literals[i]);
+        if ((size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0) {
+            v->type = SV_LITERAL;
+            *pp = p + n;
+            return 0;
+        }
+    }
+    *why = *p == '{' || *p == '[' ? "nested value (the format is flat)" :
+                                    "expected a string or a number";
+    return -1;
+}
+
+/* Stores a known key's value into row; returns 0 or -1 with a reason (about the value). */
+static int stats_store(stats_row *row, int key, stats_value *v, const char **why)
+{
+    if (key == SK_PREFIX || key == SK_MODE) {
+        if (v->type != SV_STRING) {
+            *why = "not a string";
+            return -1;
+        }
+        if (key == SK_MODE) {
+            if (strcmp(v->str, "sync") != 0 && strcmp(v->str, "async") != 0) {
+                *why = "neither \"sync\" nor \"async\"";
+                return -1;
+            }
+            row->async = v->str[0] == 'a';
+            return 0;
+        }
+        row->prefix = v->str;
+        v->str = NULL;
+        return 0;
+    }
+    if (v->type != SV_NUMBER) {
+        *why = "not a number";
+        return -1;
+    }
+    if (key == SK_BYTES || key == SK_RANKS) {
+        if (!v->is_uint) {
+            *why = "not a non-negative integer";
+            return -1;
+        }
+        if (key == SK_BYTES)
+            row->bytes = v->u;
+        return 0;
+    }
+    if (v->num < 0 && key != SK_TIMESTAMP) {
+        *why = "negative";
+        return -1;
+    }
+    switch (key) {
+    case SK_BLOCKING: row->blocking_s = v->num; break;
+    case SK_WRITE: row->write_s = v->num; break;
+    case SK_AGREE: row->agree_s = v->num; break;
+    case SK_MERGE: row->merge_s = v->num; break;
+    case SK_COMMIT: row->commit_s = v->num; break;
+    case SK_GBPS: row->gbps = v->num; break;
+    case SK_SINCE: row->since_prev_s = v->num; break;
+    case SK_SAVED: row->saved_s = v->num; break;
+    default: break; /* timestamp: not shown */
+    }
+    return 0;
+}
+
+/*
+ * Parses one line of metrics.jsonl: a flat JSON object whose values are strings or numbers
+ * (true/false/null are tolerated for keys this tool does not know). Known keys may appear once;
+ * the required ones must. Fills *row (row->prefix malloc'd). Returns 0, or -1 with the reason in
+ * reason[0..size) ("out of memory" when that is the reason).
+ */
+static int stats_parse_line(const char *line, size_t len, stats_row *row, char *reason,
+                            size_t size)
+{
+    const char *p = line, *end = line + len;
+    const char *why = NULL;
+    unsigned seen = 0;
+    memset(row, 0, sizeof *row);
+    row->gbps = row->since_prev_s = NAN;
+    if (memchr(line, '\0', len)) {
+        why = "NUL byte in the line";
+        goto bad;
+    }
+    p = stats_skip_ws(p, end);
+    if (p >= end || *p != '{') {
+        why = "not a JSON object";
+        goto bad;
+    }
+    p = stats_skip_ws(p + 1, end);
+    int first = 1;
+    while (p < end && *p != '}') {
+        if (!first) {
+            if (*p != ',') {
+                why = "expected ',' or '}'";
+                goto bad;
+            }
+            p = stats_skip_ws(p + 1, end);
+        }
+        first = 0;
+        char *key = NULL;
+        stats_value v;
+        if (p >= end || *p != '"') {
+            why = p >= end ? "truncated line (no closing '}')" : "expected a key";
+            goto bad;
+        }
+        if (stats_string(&p, end, &key, &why) != 0)
+            goto bad;
+        p = stats_skip_ws(p, end);
+        if (p >= end || *p != ':') {
+            free(key);
+            why = p >= end ? "truncated line (no value)" : "expected ':'";
+            goto bad;
+        }
+        p = stats_skip_ws(p + 1, end);
+        if (stats_value_parse(&p, end, &v, &why) != 0) {
+            free(key);
+            goto bad;
+        }
+        int k = 0;
+        while (k < SK_COUNT && strcmp(stats_keys[k], key) != 0)
+            k++;
+        free(key);
+        int rc = 0;
+        if (k < SK_COUNT) {
+            if (seen & 1u << k) {
+                snprintf(reason, size, "\"%s\" appears twice", stats_keys[k]);
+                rc = -1;
+            } else {
+                seen |= 1u << k;
+                if ((rc = stats_store(row, k, &v, &why)) != 0)
+                    snprintf(reason, size, "\"%s\" is %s", stats_keys[k], why);
+            }
+        }
+        free(v.str);
+        if (rc != 0)
+            goto out;
+        p = stats_skip_ws(p, end);
+    }
+    if (p >= end) {
+        why = "truncated line (no closing '}')";
+        goto bad;
+    }
+    if (stats_skip_ws(p + 1, end) != end) {
+        why = "text after the object";
+        goto bad;
+    }
+    if ((seen & STATS_REQUIRED) != STATS_REQUIRED) {
+        int k = 0;
+        while (seen & 1u << k || !(STATS_REQUIRED & 1u << k))
+            k++;
+        snprintf(reason, size, "missing \"%s\"", stats_keys[k]);
+        goto out;
+    }
+    if (isnan(row->gbps)) {
+        double busy = row->write_s + row->agree_s + row->merge_s + row->commit_s;
+        row->gbps = busy > 0 ? (double)row->bytes / busy / 1e9 : 0.0;
+    }
+    return 0;
+bad:
+    snprintf(reason, size, "%s", why);
+out:
+    free(row->prefix);
+    row->prefix = NULL;
+    return -1;
+}
+
+static double stats_background(const stats_row *r)
+{
+    return r->write_s + r->agree_s + r->merge_s + r->commit_s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n > 0; sorts v): the mean of the middle two for an even n. */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The metrics file of a stats operand (malloc'd): the operand itself when it is a file, else
+ * DIR/metrics.jsonl, else DIR/chief/metrics.jsonl. NULL after printing why. */
+static char *stats_path(const cli_command *cmd, const char *arg)
+{
+    struct stat sb;
+    if (stat(arg, &sb) != 0) {
+        fprintf(stderr, "mpickpt: %s: cannot access %s: %s\n", cmd->name, arg, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return path_join("", arg);
+    char *dir = dir_operand(arg);
+    char *path = dir ? path_join(dir, "metrics.jsonl") : NULL;
+    if (path && stat(path, &sb) != 0) {
+        free(path);
+        path = path_join(dir, "chief/metrics.jsonl");
+        if (path && stat(path, &sb) != 0) {
+            fprintf(stderr, "mpickpt: %s: no metrics.jsonl in %s or %s/chief (the saver's chief "
+                            "appends one line per committed save)\n", cmd->name, dir, dir);
+            free(path);
+            free(dir);
+            return NULL;
+        }
+    }
+    if (!path)
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    free(dir);
+    return path;
+}
+
+static void stats_print_text(const char *path, const stats_row *rows, size_t n, size_t skipped,
+                             const double *summary)
+{
+    enum { PREFIX_CAP = 40 };
+    int prefix_w = 6;
+    for (size_t i = 0; i < n; i++) {
+        int tw = text_width(rows[i].prefix);
+        prefix_w = tw > prefix_w ? (tw < PREFIX_CAP ? tw : PREFIX_CAP) : prefix_w;
+    }
+    printf("metrics  ");
+    text_name(stdout, path);
+    printf(" (%zu save%s", n, n == 1 ? "" : "s");
+    if (skipped)
+        printf(", %zu malformed line%s skipped", skipped, skipped == 1 ? "" : "s");
+    printf(")\n\n");
+    printf("%-*s  %-5s  %10s  %10s  %9s  %9s  %9s  %9s  %8s  %12s\n", prefix_w, "PREFIX", "MODE",
+           "MIB", "BLOCKING_S", "WRITE_S", "AGREE_S", "MERGE_S", "COMMIT_S", "GB/S",
+           "SINCE_PREV_S");
+    uint64_t bytes = 0;
+    size_t async = 0;
+    for (size_t i = 0; i < n; i++) {
+        const stats_row *r = &rows[i];
+        char since[32];
+        bytes += r->bytes;
+        async += (size_t)r->async;
+        /* the writer records 0 for a first save: nothing to measure from */
+        if (isnan(r->since_prev_s) || r->since_prev_s == 0)
+            snprintf(since, sizeof since, "-");
+        else
+            snprintf(since, sizeof since, "%.3f", r->since_prev_s);
+        text_name(stdout, r->prefix);
+        int pad = prefix_w - text_width(r->prefix);
+        printf("%*s  %-5s  %10.2f  %10.4f  %9.4f  %9.4f  %9.4f  %9.4f  %8.3f  %12s\n",
+               pad > 0 ? pad : 0, "", r->async ? "async" : "sync",
+               (double)r->bytes / (1024.0 * 1024.0), r->blocking_s, r->write_s, r->agree_s,
+               r->merge_s, r->commit_s, r->gbps, since);
+    }
+    printf("\nsaves                  %zu (%zu sync, %zu async), %.2f MiB in all\n", n, n - async,
+           async, (double)bytes / (1024.0 * 1024.0));
+    printf("blocking s             median %.4f  max %.4f\n", summary[0], summary[1]);
+    printf("background s           median %.4f  max %.4f  (write + agree + merge + commit)\n",
+           summary[2], summary[3]);
+    printf("training time saved s  %.4f  (async saves: background time beyond blocking)\n",
+           summary[4]);
+}
+
+static void stats_print_json(const char *path, const stats_row *rows, size_t n, size_t skipped,
+                             const double *summary)
+{
+    uint64_t bytes = 0;
+    size_t async = 0;
+    for (size_t i = 0; i < n; i++) {
+        bytes += rows[i].bytes;
+        async += (size_t)rows[i].async;
+    }
+    json_writer w;
+    json_init(&w, stdout);
+    json_object_begin(&w);
+    json_key(&w, "path");
+    json_string(&w, path);
+    json_key(&w, "saves");
+    json_uint(&w, n);
+    json_key(&w, "sync_saves");
+    json_uint(&w, n - async);
+    json_key(&w, "async_saves");
+    json_uint(&w, async);
+    json_key(&w, "skipped_lines");
+    json_uint(&w, skipped);
+    json_key(&w, "bytes");
+    json_uint(&w, bytes);
+    static const char *const keys[] = {"blocking_s_median", "blocking_s_max",
+                                       "background_s_median", "background_s_max",
+                                       "training_time_saved_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_key(&w, keys[i]);
+        json_double(&w, summary[i], 12);
+    }
+    json_object_end(&w);
+    fputc('\n', stdout);
+}
+
+static int cmd_stats(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const cli_option opts[] = {{"--json", &json, NULL}};
+    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 1)
+        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
+    char *path = stats_path(cmd, argv[0]);
+    if (!path)
+        return EXIT_BAD;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, path, strerror(errno));
+        free(path);
+        return EXIT_BAD;
+    }
+
+    stats_row *rows = NULL;
+    size_t n = 0, cap = 0, skipped = 0, lineno = 0;
+    double *scratch = NULL;
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
+    rc = EXIT_OK;
+    errno = 0;
+    while ((len = getline(&line, &line_cap, f)) >= 0) {
+        lineno++;
+        if (stats_skip_ws(line, line + len) == line + len)
+            continue; /* blank line */
+        stats_row row;
+        char why[128];
+        if (stats_parse_line(line, (size_t)len, &row, why, sizeof why) != 0) {
+            if (strcmp(why, "out of memory") == 0)
+                goto oom;
+            fprintf(stderr, "mpickpt: %s: %s:%zu: malformed line skipped: %s\n", cmd->name, path,
+                    lineno, why);
+            skipped++;
+            continue;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 64;
+            stats_row *grown = realloc(rows, ncap * sizeof *grown);
+            if (!grown) {
+                free(row.prefix);
+                goto oom;
+            }
+            rows = grown;
+            cap = ncap;
+        }
+        rows[n++] = row;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "mpickpt: %s: cannot read %s: %s\n", cmd->name, path, strerror(errno));
+        rc = EXIT_BAD;
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "mpickpt: %s: %s: no valid metrics line (%zu line%s)\n", cmd->name, path,
+                lineno, lineno == 1 ? "" : "s");
+        rc = EXIT_BAD;
+        goto out;
+    }
+
+    /* blocking median/max, background median/max, training time saved */
+    double summary[5] = {0, 0, 0, 0, 0};
+    if (!(scratch = malloc(n * sizeof *scratch)))
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        double bg = stats_background(&rows[i]);
+        scratch[i] = rows[i].blocking_s;
+        summary[1] = rows[i].blocking_s > summary[1] ? rows[i].blocking_s : summary[1];
+        summary[3] = bg > summary[3] ? bg : summary[3];
+        summary[4] += rows[i].saved_s;
+    }
+    summary[0] = median(scratch, n);
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = stats_background(&rows[i]);
+    summary[2] = median(scratch, n);
+    if (json)
+        stats_print_json(path, rows, n, skipped, summary);
+    else
+        stats_print_text(path, rows, n, skipped, summary);
+    goto out;
+oom:
+    fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    rc = EXIT_BAD;
+out:
+    for (size_t i = 0; i < n; i++)
+        free(rows[i].prefix);
+    free(rows);
+    free(scratch);
+    free(line);
+    fclose(f);
+    free(path);
     return rc;
 }
 

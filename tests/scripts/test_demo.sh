@@ -16,7 +16,8 @@
 #    and finishes; the same with the latest's data file truncated.
 # 4. negatives: resuming with another --mb (shapes differ) is a clear error naming the tensor and
 #    both shapes, exit 1; MPICKPT_DEMO_TAMPER=<rank> (one restored value changed before the
-#    check) makes every rank fail with `verification failed` naming that rank; --async exits 2
+#    check) makes every rank fail with `verification failed` naming that rank; --async crashes and
+#    resumes on another rank count
 #    with its message; a bad option exits 2.
 #
 # Runs in Debian's /usr/bin/python3 (json, h5py to locate the bytes to damage).
@@ -249,10 +250,17 @@ check(re.search(r"rank 1: verification failed: model/dense/kernel\[\d+\] = ", se
 check(not re.search(r"rank [02]: verification failed", se), f"other ranks failed too:\n{se}")
 check(not lines(so, "done") and not lines(so, "checkpoint "), f"tampered: trained on:\n{so}")
 
-rc, so, se = demo(2, "--dir", os.path.join(OUT, "async"), "--async")
-check(rc == 2, f"--async: exit {rc}")
-check("mpickpt-demo: --async needs the async saver (not available in this version)" in se,
-      f"--async message:\n{se}")
+# --async: a crash on 4 ranks, a resume on 2, every checkpoint line printed once committed
+da = os.path.join(OUT, "async")
+rc, so, se = demo(4, "--dir", da, *SMALL, "--async", "--crash-rank", "2", "--crash-step", "8")
+check(rc != 0, f"--async crash run: exit {rc}")
+committed = [ln for ln in lines(so, "checkpoint ")]
+check(all(re.search(r"blocking_s=[0-9.]+ write_s=[0-9.]+$", ln) for ln in committed),
+      f"--async checkpoint lines:\n{so}")
+rc, so, se = demo(2, "--dir", da, *SMALL, "--async")
+check(rc == 0, f"--async resume: exit {rc}\n{se}")
+check(lines(so, "resumed") and lines(so, "done") and "verification failed" not in so + se,
+      f"--async resume output:\n{so}\n{se}")
 rc, so, se = demo(1, "--dir", os.path.join(OUT, "bad"), "--epochs", "x")
 check(rc == 2 and "--epochs" in se, f"bad option: exit {rc}, {se}")
 

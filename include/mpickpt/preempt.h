@@ -1,0 +1,61 @@
+/**
+ * @file mpickpt/preempt.h
+ * @brief Preemption: signal handlers that only set a flag, and a collective check at step
+ * boundaries so that all ranks take the same final checkpoint.
+ */
+#ifndef MPICKPT_PREEMPT_H
+#define MPICKPT_PREEMPT_H
+
+#include "common.h"
+
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Exit code a preempted job uses so that its batch script requeues it (EX_TEMPFAIL). */
+#define CKPT_EXIT_PREEMPTED 75
+
+/** Why a check said "stop". */
+typedef enum ckpt_preempt_reason {
+    CKPT_PREEMPT_NONE = 0,
+    CKPT_PREEMPT_SIGNAL = 1,   /**< some rank received one of the watched signals */
+    CKPT_PREEMPT_DEADLINE = 2  /**< the deadline minus the reserve was reached */
+} ckpt_preempt_reason;
+
+/**
+ * Installs handlers for @p signals (n of them; NULL/0: SIGTERM and SIGUSR1, what Slurm's
+ * --signal and scancel send). A handler only sets a flag (async-signal-safe). Local; call once per
+ * process before training.
+ */
+CKPT_EXTERN int ckpt_preempt_install(const int *signals, int n);
+
+/**
+ * Sets a deadline (seconds since the Unix epoch, 0: none) and the time to reserve before it for
+ * the final checkpoint: a check returns CKPT_PREEMPT_DEADLINE once now >= deadline - reserve.
+ * With deadline < 0 it is read from the environment: MPICKPT_DEADLINE (epoch seconds) or, under
+ * Slurm, the job's end time (SLURM_JOB_END_TIME when set). Local.
+ */
+CKPT_EXTERN int ckpt_preempt_set_deadline(double deadline, double reserve_s);
+
+/** 1 when this rank received a watched signal since install (or ckpt_preempt_reset). Local. */
+CKPT_EXTERN int ckpt_preempt_signalled(void);
+
+/** The signal number received last, or 0. Local. */
+CKPT_EXTERN int ckpt_preempt_last_signal(void);
+
+/** Clears the flag. Local. */
+CKPT_EXTERN void ckpt_preempt_reset(void);
+
+/**
+ * The step-boundary check: one allreduce of this rank's flag (signal or deadline). Every rank
+ * gets the same answer in @p reason; when it is not CKPT_PREEMPT_NONE, all ranks take the final
+ * checkpoint and exit with CKPT_EXIT_PREEMPTED. Collective over @p comm.
+ */
+CKPT_EXTERN int ckpt_preempt_check(MPI_Comm comm, ckpt_preempt_reason *reason);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,524 @@
+/* mpickpt-merge-bench: times the chief's side of a save's merge step for R ranks, without MPI.
+ *
+ * Every simulated rank builds its index fragment with ckpt__fragment_add() (the way the saver
+ * does) and packs it, as it would before MPI_Gatherv; the packed fragments are laid end to end in
+ * one buffer, as the chief receives them. Then, timed: unpacking every fragment, ckpt__index_merge
+ * (which validates the result), and packing the merged index. Per rank the pieces are a mix of
+ *   partitioned  tensors split by rows across all ranks (every rank holds one piece of each;
+ *                uneven splits),
+ *   full         tensors owned whole by this rank (e.g. a pipeline stage's or an expert's),
+ *   replicated   primaries of replicated tensors, each stored once, by its primary rank,
+ * so the merged index holds P + R*(F + Rp) tensors and R*K pieces (K = P + F + Rp per rank).
+ *
+ *   mpickpt-merge-bench                         the standard sweep (1k, 4k, 16k ranks; up to 1M
+ *                                               pieces), each configuration in a child process
+ *   mpickpt-merge-bench --ranks R --per-rank K  one configuration
+ *   options: --mix P,F,Rp  percentages of a rank's K pieces (default 50,25,25)
+ *            --repeat N    best of N timed runs (default 1); --max-pieces N limits the sweep
+ *            --json        one JSON line per configuration instead of the table
+ *            --arena       unpack the fragments with a bump allocator (ProtobufCAllocator)
+ *                          instead of malloc: a candidate fix measured side by side
+ *
+ * Times are wall clock (best of the repeats by total); *_cpu_s are the CPU times of the same
+ * phases (minimum over the repeats), which a machine shared with other jobs disturbs less.
+ * Peak memory is the process's ru_maxrss (so one configuration per process); the heap in use
+ * (mallinfo2) after each phase is reported as heap_mb (its maximum). Links only libmpickpt_core
+ * and uses its internal API (lib/index.h). Exit 0, 1 when a merge fails, 2 on a usage error. */
+#include "index.h"
+
+#include "mpickpt/checkpoint.h"
+#include "mpickpt/dtype.h"
+#include "mpickpt/slice.h"
+
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct bench_config {
+    size_t ranks;
+    size_t per_rank;
+    unsigned mix[3]; /* partitioned, full, replicated: percentages of per_rank */
+    int repeat;
+    int arena;       /* unpack into a bump allocator (a candidate fix; see --arena) */
+} bench_config;
+
+typedef struct bench_result {
+    size_t tensors, pieces;
+    size_t np, nf, nr;     /* per rank */
+    double build_s;        /* simulated ranks: build + pack every fragment (not in total) */
+    double unpack_s, merge_s, pack_s, total_s;
+    /* CPU time (CLOCK_PROCESS_CPUTIME_ID) of the same phases, minimum over the repeats: less
+     * sensitive than the wall times to a machine shared with other jobs */
+    double unpack_cpu_s, merge_cpu_s, pack_cpu_s, cpu_s;
+    double revalidate_s;   /* ckpt__index_validate again, as ckpt__index_store does at commit */
+    double free_s;         /* freeing the merged index and the unpacked fragments */
+    double gathered_mb;    /* packed fragments, as the chief receives them */
+    double index_mb;       /* packed merged index */
+    double heap_mb;        /* largest heap in use after a phase (mallinfo2) */
+    double peak_mb;        /* ru_maxrss */
+} bench_result;
+
+/* A bump allocator for protobuf-c's unpack: no per-object malloc/free; released at once. */
+typedef struct arena_chunk {
+    struct arena_chunk *next;
+    size_t used, size;
+    unsigned char *data;
+} arena_chunk;
+
+static void *arena_alloc(void *data, size_t n)
+{
+    arena_chunk **head = data;
+    n = (n + 15) & ~(size_t)15;
+    if (!*head || (*head)->size - (*head)->used < n) {
+        size_t size = n > ((size_t)64 << 20) ? n : (size_t)64 << 20;
+        arena_chunk *c = malloc(sizeof *c);
+        unsigned char *d = malloc(size);
+        if (!c || !d) {
+            free(c);
+            free(d);
+            return NULL;
+        }
+        c->next = *head;
+        c->used = 0;
+        c->size = size;
+        c->data = d;
+        *head = c;
+    }
+    void *p = (*head)->data + (*head)->used;
+    (*head)->used += n;
+    return p;
+}
+
+static void arena_free(void *data, void *p)
+{
+    (void)data;
+    (void)p;
+}
+
+static void arena_release(arena_chunk **head)
+{
+    while (*head) {
+        arena_chunk *c = *head;
+        *head = c->next;
+        free(c->data);
+        free(c);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double heap_mb(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return (double)(mi.uordblks + mi.hblkhd) / (1024.0 * 1024.0);
+}
+
+static double maxrss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* kilobytes on Linux */
+}
+
+/* "/tensors/<name with '/' as %2F>[#s0_s1...]", the saver's dataset path of a piece. */
+static void dataset_path(char *out, size_t size, const char *name, const ckpt_slice *part)
+{
+    size_t pos = (size_t)snprintf(out, size, "/tensors/");
+    for (const char *p = name; *p && pos + 4 < size; p++) {
+        if (*p == '/') {
+            memcpy(out + pos, "%2F", 3);
+            pos += 3;
+        } else {
+            out[pos++] = *p;
+        }
+    }
+    out[pos] = '\0';
+    for (int d = 0; part && d < part->ndims && pos < size; d++)
+        pos += (size_t)snprintf(out + pos, size - pos, "%c%" PRId64, d ? '_' : '#',
+                                part->start[d]);
+}
+
+static void die_ckpt(const char *what, int rc)
+{
+    const ckpt_error *e = ckpt_error_last();
+    fprintf(stderr, "mpickpt-merge-bench: %s: %s\n", what,
+            e && e->message && e->message[0] ? e->message : ckpt_strerror(rc));
+    exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "mpickpt-merge-bench: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* Builds rank r's fragment (pieces in a registration-like interleaved order). */
+static void build_fragment(Mpickpt__Fragment *f, const bench_config *c, const bench_result *res,
+                           size_t r)
+{
+    size_t cap = 0;
+    uint64_t file_bytes = 0;
+    char name[256], file[64], dset[512];
+    int rc;
+    mpickpt__fragment__init(f);
+    f->rank = (int32_t)r;
+    snprintf(file, sizeof file, "ckpt-1.data-%05zu-of-%05zu", r, c->ranks);
+    size_t ip = 0, ifl = 0, ir = 0;
+    for (size_t k = 0; k < c->per_rank; k++) {
+        ckpt_shape shape;
+        ckpt_slice slice, dslice;
+        ckpt_kind kind;
+        int partial = 0;
+        /* round robin over the three kinds while each has pieces left */
+        size_t which = k % 3;
+        for (int tries = 0; tries < 3; tries++, which = (which + 1) % 3)
+            if ((which == 0 && ip < res->np) || (which == 1 && ifl < res->nf) ||
+                (which == 2 && ir < res->nr))
+                break;
+        if (which == 0) {
+            /* partitioned: rows split unevenly over all ranks (2 or 3 rows each) */
+            size_t i = ip++;
+            int64_t rows = (int64_t)(2 * c->ranks + i % 3), cols = 64;
+            int64_t dims[2] = {rows, cols};
+            int64_t r0 = (int64_t)r * rows / (int64_t)c->ranks;
+            int64_t r1 = (int64_t)(r + 1) * rows / (int64_t)c->ranks;
+            int64_t st[2] = {r0, 0}, ct[2] = {r1 - r0, cols};
+            snprintf(name, sizeof name, "model/transformer/block_%04zu/mlp/dense_%zu/kernel", i / 4,
+                     i % 4);
+            ckpt_shape_init(&shape, 2, dims);
+            ckpt_slice_init(&slice, 2, st, ct);
+            kind = CKPT_KIND_PARTITIONED;
+            partial = 1;
+        } else if (which == 1) {
+            size_t i = ifl++;
+            int64_t dims[2] = {64, 64};
+            snprintf(name, sizeof name, "model/experts/rank_%05zu/expert_%03zu/kernel", r, i);
+            ckpt_shape_init(&shape, 2, dims);
+            ckpt_slice_full(&slice, &shape);
+            kind = CKPT_KIND_FULL;
+        } else {
+            size_t i = ir++;
+            int64_t dims[1] = {256};
+            /* replicated tensor number g of R*nr; its primary is rank g % R, i.e. this rank */
+            size_t g = i * c->ranks + r;
+            snprintf(name, sizeof name, "model/transformer/norm_%07zu/layer_norm/gamma", g);
+            ckpt_shape_init(&shape, 1, dims);
+            ckpt_slice_full(&slice, &shape);
+            kind = CKPT_KIND_REPLICATED;
+        }
+        dslice = slice;
+        for (int d = 0; d < dslice.ndims; d++)
+            dslice.start[d] = 0;
+        int64_t n = 0;
+        ckpt_slice_num_elements(&n, &slice);
+        dataset_path(dset, sizeof dset, name, partial ? &slice : NULL);
+        uint64_t bytes = (uint64_t)n * 4u;
+        file_bytes += bytes;
+        rc = ckpt__fragment_add(f, &cap, name, CKPT_FLOAT32, &shape, kind, &slice, file, dset,
+                                &dslice, bytes, (uint32_t)(k * 2654435761u));
+        if (rc != CKPT_OK)
+            die_ckpt("ckpt__fragment_add", rc);
+    }
+    if ((rc = ckpt__fragment_add_file(f, file, file_bytes + 4096)) != CKPT_OK)
+        die_ckpt("ckpt__fragment_add_file", rc);
+}
+
+static void run_config(const bench_config *c, bench_result *res)
+{
+    memset(res, 0, sizeof *res);
+    size_t k = c->per_rank;
+    res->np = k * c->mix[0] / 100;
+    res->nf = k * c->mix[1] / 100;
+    if (res->np + res->nf > k)
+        res->nf = k - res->np;
+    res->nr = k - res->np - res->nf;
+    res->pieces = c->ranks * k;
+    res->tensors = res->np + c->ranks * (res->nf + res->nr);
+
+    /* The ranks' side: build and pack; the chief gets the packed bytes end to end. */
+    double t = now_s();
+    size_t *lens = xmalloc(c->ranks * sizeof *lens), *displs = xmalloc(c->ranks * sizeof *displs);
+    size_t cap = (size_t)1 << 20, used = 0;
+    uint8_t *all = xmalloc(cap);
+    for (size_t r = 0; r < c->ranks; r++) {
+        Mpickpt__Fragment f;
+        build_fragment(&f, c, res, r);
+        size_t len = mpickpt__fragment__get_packed_size(&f);
+        while (used + len > cap) {
+            cap *= 2;
+            uint8_t *grown = realloc(all, cap);
+            if (!grown) {
+                fprintf(stderr, "mpickpt-merge-bench: out of memory\n");
+                exit(1);
+            }
+            all = grown;
+        }
+        mpickpt__fragment__pack(&f, all + used);
+        lens[r] = len;
+        displs[r] = used;
+        used += len;
+        ckpt__fragment_free_built(&f);
+    }
+    res->build_s = now_s() - t;
+    res->gathered_mb = (double)used / (1024.0 * 1024.0);
+
+    Mpickpt__Fragment **frags = xmalloc(c->ranks * sizeof *frags);
+    for (int rep = 0; rep < c->repeat; rep++) {
+        arena_chunk *chunks = NULL;
+        ProtobufCAllocator arena = {arena_alloc, arena_free, &chunks};
+        double c0 = cpu_now_s();
+        double t0 = now_s();
+        for (size_t r = 0; r < c->ranks; r++) {
+            frags[r] = mpickpt__fragment__unpack(c->arena ? &arena : NULL, lens[r],
+                                                 all + displs[r]);
+            if (!frags[r]) {
+                fprintf(stderr, "mpickpt-merge-bench: rank %zu's fragment does not parse\n", r);
+                exit(1);
+            }
+            frags[r]->rank = (int32_t)r;
+        }
+        double t1 = now_s(), c1 = cpu_now_s();
+        double h = heap_mb();
+
+        Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
+        Mpickpt__Index idx = MPICKPT__INDEX__INIT;
+        hdr.format_version = CKPT_FORMAT_VERSION;
+        hdr.endianness = MPICKPT__ENDIANNESS__LITTLE;
+        hdr.world_size = (int32_t)c->ranks;
+        hdr.layout = MPICKPT__LAYOUT__LAYOUT_PER_RANK;
+        hdr.save_counter = 1;
+        hdr.producer = "mpickpt-merge-bench";
+        idx.header = &hdr;
+        int rc = ckpt__index_merge(&idx, frags, c->ranks);
+        if (rc != CKPT_OK)
+            die_ckpt("ckpt__index_merge", rc);
+        double t2 = now_s(), c2 = cpu_now_s();
+        h = heap_mb() > h ? heap_mb() : h;
+        if (idx.n_tensors != res->tensors) {
+            fprintf(stderr, "mpickpt-merge-bench: merged %zu tensors, expected %zu\n",
+                    idx.n_tensors, res->tensors);
+            exit(1);
+        }
+
+        size_t ilen = mpickpt__index__get_packed_size(&idx);
+        uint8_t *ibuf = xmalloc(ilen);
+        if (mpickpt__index__pack(&idx, ibuf) != ilen) {
+            fprintf(stderr, "mpickpt-merge-bench: packed size mismatch\n");
+            exit(1);
+        }
+        double t3 = now_s();
+        double c3 = cpu_now_s();
+        h = heap_mb() > h ? heap_mb() : h;
+
+        if ((rc = ckpt__index_validate(&idx, CKPT_EMISMATCH, "revalidate")) != CKPT_OK)
+            die_ckpt("ckpt__index_validate", rc);
+        double t4 = now_s();
+
+        free(ibuf);
+        ckpt__index_merged_free(&idx);
+        if (c->arena)
+            arena_release(&chunks);
+        else
+            for (size_t r = 0; r < c->ranks; r++)
+                mpickpt__fragment__free_unpacked(frags[r], NULL);
+        double t5 = now_s();
+
+        double total = t3 - t0;
+        if (rep == 0 || total < res->total_s) {
+            res->unpack_s = t1 - t0;
+            res->merge_s = t2 - t1;
+            res->pack_s = t3 - t2;
+            res->total_s = total;
+            res->revalidate_s = t4 - t3;
+            res->free_s = t5 - t4;
+        }
+        double cpu[4] = {c1 - c0, c2 - c1, c3 - c2, c3 - c0};
+        double *best[4] = {&res->unpack_cpu_s, &res->merge_cpu_s, &res->pack_cpu_s, &res->cpu_s};
+        for (int i = 0; i < 4; i++)
+            if (rep == 0 || cpu[i] < *best[i])
+                *best[i] = cpu[i];
+        res->index_mb = (double)ilen / (1024.0 * 1024.0);
+        res->heap_mb = h > res->heap_mb ? h : res->heap_mb;
+    }
+    free(frags);
+    free(all);
+    free(lens);
+    free(displs);
+    res->peak_mb = maxrss_mb();
+}
+
+static void print_json(const bench_config *c, const bench_result *r)
+{
+    printf("{\"ranks\":%zu,\"tensors\":%zu,\"pieces\":%zu,\"unpack_s\":%.6f,\"merge_s\":%.6f,"
+           "\"pack_s\":%.6f,\"total_s\":%.6f,\"peak_mb\":%.1f,\"unpack_cpu_s\":%.6f,"
+           "\"merge_cpu_s\":%.6f,\"pack_cpu_s\":%.6f,\"cpu_s\":%.6f,\"per_rank\":%zu,"
+           "\"mix\":[%zu,%zu,%zu],\"revalidate_s\":%.6f,\"free_s\":%.6f,\"build_s\":%.6f,"
+           "\"gathered_mb\":%.2f,\"index_mb\":%.2f,\"heap_mb\":%.1f,\"repeat\":%d,"
+           "\"arena\":%s}\n",
+           c->ranks, r->tensors, r->pieces, r->unpack_s, r->merge_s, r->pack_s, r->total_s,
+           r->peak_mb, r->unpack_cpu_s, r->merge_cpu_s, r->pack_cpu_s, r->cpu_s, c->per_rank,
+           r->np, r->nf, r->nr, r->revalidate_s, r->free_s, r->build_s,
+           r->gathered_mb, r->index_mb, r->heap_mb, c->repeat, c->arena ? "true" : "false");
+}
+
+static void print_header(void)
+{
+    printf("%32s | %-35s | %-35s | %-17s | %s\n", "", "wall seconds", "CPU seconds", "wall seconds",
+           "MB");
+    printf("%6s %6s %8s %9s | %8s %8s %8s %8s | %8s %8s %8s %8s | %8s %8s | %9s %8s %8s %8s\n",
+           "ranks", "per_rk", "tensors", "pieces", "unpack", "merge", "pack", "total", "unpack",
+           "merge", "pack", "total", "revalid", "free", "gathered", "index", "heap", "peak");
+}
+
+static void print_row(const bench_config *c, const bench_result *r)
+{
+    printf("%6zu %6zu %8zu %9zu | %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f | %8.3f "
+           "%8.3f | %9.1f %8.1f %8.1f %8.1f\n",
+           c->ranks, c->per_rank, r->tensors, r->pieces, r->unpack_s, r->merge_s, r->pack_s,
+           r->total_s, r->unpack_cpu_s, r->merge_cpu_s, r->pack_cpu_s, r->cpu_s, r->revalidate_s,
+           r->free_s, r->gathered_mb, r->index_mb, r->heap_mb, r->peak_mb);
+}
+
+/* One configuration in a child process, so that its ru_maxrss is its own. */
+static int run_child(const bench_config *c, int json)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("mpickpt-merge-bench: fork");
+        return 1;
+    }
+    if (pid == 0) {
+        bench_result r;
+        run_config(c, &r);
+        if (json)
+            print_json(c, &r);
+        else
+            print_row(c, &r);
+        fflush(stdout);
+        _exit(0);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "mpickpt-merge-bench: configuration %zu ranks x %zu failed\n", c->ranks,
+                c->per_rank);
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || *end || v == 0 || s[0] == '-')
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int usage(const char *why)
+{
+    fprintf(stderr,
+            "mpickpt-merge-bench: %s\n"
+            "usage: mpickpt-merge-bench [--json] [--arena] [--repeat N] [--mix P,F,R] "
+            "[--max-pieces N]\n"
+            "       mpickpt-merge-bench [--json] [--arena] [--repeat N] [--mix P,F,R] "
+            "--ranks R --per-rank K\n",
+            why);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    bench_config c = {0, 0, {50, 25, 25}, 1, 0};
+    size_t max_pieces = (size_t)1 << 21, v;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            json = 1;
+            continue;
+        }
+        if (strcmp(a, "--arena") == 0) {
+            c.arena = 1;
+            continue;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage("checkpoint merge benchmark");
+            return 0;
+        }
+        if (!val)
+            return usage("missing value or unknown option");
+        i++;
+        if (strcmp(a, "--ranks") == 0 && parse_size(val, &c.ranks) == 0 && c.ranks <= INT32_MAX)
+            continue;
+        if (strcmp(a, "--per-rank") == 0 && parse_size(val, &c.per_rank) == 0)
+            continue;
+        if (strcmp(a, "--max-pieces") == 0 && parse_size(val, &max_pieces) == 0)
+            continue;
+        if (strcmp(a, "--repeat") == 0 && parse_size(val, &v) == 0 && v <= 100) {
+            c.repeat = (int)v;
+            continue;
+        }
+        if (strcmp(a, "--mix") == 0 &&
+            sscanf(val, "%u,%u,%u", &c.mix[0], &c.mix[1], &c.mix[2]) == 3 &&
+            c.mix[0] + c.mix[1] + c.mix[2] == 100)
+            continue;
+        return usage("bad option or value (--mix: three percentages adding up to 100)");
+    }
+    if ((c.ranks == 0) != (c.per_rank == 0))
+        return usage("--ranks and --per-rank go together");
+
+    if (c.ranks) {
+        bench_result r;
+        run_config(&c, &r);
+        if (json) {
+            print_json(&c, &r);
+        } else {
+            print_header();
+            print_row(&c, &r);
+        }
+        return 0;
+    }
+
+    /* The standard sweep: 64k, 256k and 1M pieces at 1k, 4k and 16k ranks. */
+    static const size_t sweep[][2] = {
+        {1024, 64}, {1024, 256}, {1024, 1000},
+        {4096, 16}, {4096, 64}, {4096, 256},
+        {16384, 4}, {16384, 16}, {16384, 64},
+    };
+    int rc = 0;
+    if (!json)
+        print_header();
+    for (size_t i = 0; i < sizeof sweep / sizeof sweep[0]; i++) {
+        c.ranks = sweep[i][0];
+        c.per_rank = sweep[i][1];
+        if (c.ranks * c.per_rank <= max_pieces)
+            rc |= run_child(&c, json);
+    }
+    return rc;
+}

@@ -185,8 +185,8 @@ int ckpt__rmtree(const char *path)
     if (!S_ISDIR(st.st_mode))
         return (unlink(path) == 0 || errno == ENOENT) ? CKPT_OK : ckpt__errno(errno, "unlink", path);
     DIR *d = opendir(path);
-    if (!d)
-        return ckpt__errno(errno, "opendir", path);
+    if (!d) /* removed by someone else meanwhile is as good as removed */
+        return errno == ENOENT ? CKPT_OK : ckpt__errno(errno, "opendir", path);
     int rc = CKPT_OK;
     struct dirent *e;
     char child[4096];

@@ -345,6 +345,12 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path)
     int rc = ckpt__index_validate(idx, CKPT_EMISMATCH, path);
     if (rc != CKPT_OK)
         return rc;
+    return ckpt__index_store_merged(idx, path);
+}
+
+int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path)
+{
+    int rc;
     uint8_t *buf;
     size_t len;
     if ((rc = ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &idx->base)) != CKPT_OK)

@@ -35,6 +35,10 @@ int ckpt__index_load(Mpickpt__Index **out, const char *path);
 /* Validates and writes an index durably (temp name, fsync, rename, fsync dir). */
 int ckpt__index_store(const Mpickpt__Index *idx, const char *path);
 
+/* The same for an index that ckpt__index_merge() just validated (its header set afterwards only
+ * changes the timestamp): skips the second validation, which costs as much as the merge. */
+int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
+
 /*
  * Validates an index: header (version, world size, layout), files (safe names, unique), tensors
  * (sorted and unique names, dtype, shape, kind) and pieces (slice inside the shape, owning rank,

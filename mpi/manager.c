@@ -327,7 +327,11 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         info->step - m->last_step < m->opts.min_step_interval)
         return CKPT_OK;
 
-    /* The chief sweeps what crashed or failed saves left before writing anew. */
+    /* The chief sweeps what crashed or failed saves left before writing anew, once every rank is
+     * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which
+     * the sweep must not race with. */
+    if ((rc = ckpt_mpi_agree(m->comm, CKPT_OK)) != CKPT_OK)
+        return rc;
     int local = CKPT_OK;
     if (m->rank == 0) {
         size_t removed = 0;

@@ -1251,7 +1251,7 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, Mpickpt__Index *idx)
     if (rc == CKPT_OK) {
         char ipath[4200];
         if (!(rc = ckpt__path(ipath, sizeof ipath, "%s.index", c->prefix)))
-            rc = ckpt__index_store(idx, ipath);
+            rc = ckpt__index_store_merged(idx, ipath); /* validated by the merge */
     }
     if (rc != CKPT_OK)
         for (size_t i = 0; i < done; i++)

@@ -10,6 +10,7 @@
 #                            positive numbers. It never asserts speed (times here are noisy).
 #
 #   MPICKPT_BUILD_DIR=DIR    use this existing build (no package install, no build); default: build/
+#                            (fio for the reference line and python3 for --check: jobs/deps.sh test)
 #   BENCH_DIR=DIR            checkpoints and baseline files (default <build>/bench); logs in DIR-logs/
 #   BENCH_MB=M               MiB per rank of the large/restore/async model (default 256)
 #   BENCH_REPS=R             reps per scenario, medians reported (default 5)

@@ -228,6 +228,9 @@ struct ckpt_reader {
     Mpickpt__Index *idx;
     ckpt_header hdr;
     hid_t *files; /* opened lazily, parallel to idx->files */
+    void *tmp;    /* piece buffer for sub-slice reads, kept across reads: a fresh buffer would
+                   * fault in every page again on every read (it dominated resharded restores) */
+    size_t tmp_size;
 };
 
 static void fill_header(ckpt_reader *r)
@@ -469,8 +472,6 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
         return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice holds %lld bytes, buffer has %zu",
                            name, (long long)((uint64_t)n * esize), out_size);
 
-    void *tmp = NULL;
-    size_t tmp_size = 0;
     for (size_t j = 0; j < t->n_pieces && rc == CKPT_OK; j++) {
         const Mpickpt__Piece *p = t->pieces[j];
         ckpt_slice ps, region;
@@ -481,20 +482,19 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
             rc = read_piece(r, t, p, out);
             continue;
         }
-        if (p->bytes > tmp_size) {
-            void *nt = realloc(tmp, (size_t)p->bytes);
+        if (p->bytes > r->tmp_size) {
+            void *nt = realloc(r->tmp, (size_t)p->bytes);
             if (!nt) {
                 rc = ckpt__error(CKPT_ENOMEM, "tensor '%s': cannot allocate %llu bytes", name,
                                  (unsigned long long)p->bytes);
                 break;
             }
-            tmp = nt;
-            tmp_size = (size_t)p->bytes;
+            r->tmp = nt;
+            r->tmp_size = (size_t)p->bytes;
         }
-        if ((rc = read_piece(r, t, p, tmp)) == CKPT_OK)
-            rc = ckpt_slice_copy(out, &want, tmp, &ps, &region, esize);
+        if ((rc = read_piece(r, t, p, r->tmp)) == CKPT_OK)
+            rc = ckpt_slice_copy(out, &want, r->tmp, &ps, &region, esize);
     }
-    free(tmp);
     return rc;
 }
 
@@ -543,6 +543,7 @@ static void reader_free_impl(ckpt_reader *r)
             if (r->files[i] >= 0)
                 H5Fclose(r->files[i]);
     free(r->files);
+    free(r->tmp);
     if (r->idx)
         mpickpt__index__free_unpacked(r->idx, NULL);
     free(r);

@@ -30,6 +30,8 @@
  *    "speed_ratio" (= baseline_s / mpickpt_s),"mpickpt_gbps","baseline_gbps" (aggregate over ranks,
  *    1e9 bytes/s),"phases":{"write","agree","merge","commit"} (medians of ckpt_saver_last_metrics;
  *    for restore scenarios: of the save that wrote the checkpoint), ...}
+ *   "paired_ratio_p25/p50/p75": quartiles of the per-rep ratios (each rep's baseline / library
+ *   time, measured back to back): the spread that the disk's drift and other load leave;
  *   async adds "blocking_over_memcpy" (= median blocking / median memcpy) and "background_s".
  * Every checkpoint and baseline file is deleted after its rep. DIR must have 3x the bytes written
  * at once free (else exit 3 with a message).
@@ -287,36 +289,37 @@ static void large_init(large_model *m, long mb)
     size_t n = m->tbytes / sizeof(float);
     for (int k = 0; k < NT; k++) {
         m->t[k] = (float *)(m->arena + (size_t)k * m->tbytes);
-        fill_linear(m->t[k], n, k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS
-                                       : full_base(g_rank, k));
+        fill_linear(m->t[k], n,
+                    k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS : full_base(g_rank, k));
     }
 }
 
 /* Registers the large model: as written (reshard = 0), or resharded (1): rank r takes rows
- * [rR + R/2, (r+1)R + R/2) of `part` (the last rank: its last R/2 rows plus rows [0, R/2)), so every
- * rank's box straddles two stored pieces, and the full tensors of rank r-1 (another rank's file). */
+ * [rR + R/2, (r+1)R + R/2) of `part` (the last rank: its last R/2 rows plus rows [0, R/2)), so
+ * every rank's box straddles two stored pieces, and the full tensors of rank r-1 (another rank's
+ * file). */
 static void large_register(ckpt_saver *s, large_model *m, int reshard)
 {
-    int64_t R = m->R, half = R / 2, dims[2] = { (int64_t)g_size * R, COLS }, fd[2] = { R, COLS };
+    int64_t R = m->R, half = R / 2, dims[2] = {(int64_t)g_size * R, COLS}, fd[2] = {R, COLS};
     ckpt_shape gshape, fshape;
     ckpt_shape_init(&gshape, 2, dims);
     ckpt_shape_init(&fshape, 2, fd);
     int rc;
     if (!reshard) {
-        int64_t st[2] = { (int64_t)g_rank * R, 0 }, ct[2] = { R, COLS };
+        int64_t st[2] = {(int64_t)g_rank * R, 0}, ct[2] = {R, COLS};
         ckpt_slice sl;
         ckpt_slice_init(&sl, 2, st, ct);
         if ((rc = ckpt_saver_add_slice(s, "part", CKPT_FLOAT32, &gshape, &sl, m->t[0])))
             die("add_slice", rc);
     } else if (g_rank < g_size - 1) {
-        int64_t st[2] = { (int64_t)g_rank * R + half, 0 }, ct[2] = { R, COLS };
+        int64_t st[2] = {(int64_t)g_rank * R + half, 0}, ct[2] = {R, COLS};
         ckpt_slice sl;
         ckpt_slice_init(&sl, 2, st, ct);
         if ((rc = ckpt_saver_add_slice(s, "part", CKPT_FLOAT32, &gshape, &sl, m->t[0])))
             die("add_slice", rc);
     } else {
-        int64_t st1[2] = { (int64_t)g_rank * R + half, 0 }, ct1[2] = { R - half, COLS };
-        int64_t st2[2] = { 0, 0 }, ct2[2] = { half, COLS };
+        int64_t st1[2] = {(int64_t)g_rank * R + half, 0}, ct1[2] = {R - half, COLS};
+        int64_t st2[2] = {0, 0}, ct2[2] = {half, COLS};
         ckpt_slice a, b;
         ckpt_slice_init(&a, 2, st1, ct1);
         ckpt_slice_init(&b, 2, st2, ct2);
@@ -458,8 +461,8 @@ static void print_result(const opts *o, const result *r)
     printf("%-20s   per-rep ratio quartiles %.3f .. %.3f (median %.3f)\n", "", q1, q3,
            quantile(paired, r->reps, 0.5));
     if (r->async)
-        printf("%-20s   blocking_over_memcpy %.3f  background_s %.4f (start of save to sync)\n",
-               "", base > 0 ? lib / base : 0, median(r->bg, r->reps));
+        printf("%-20s   blocking_over_memcpy %.3f  background_s %.4f (start of save to sync)\n", "",
+               base > 0 ? lib / base : 0, median(r->bg, r->reps));
     if (o->json) {
         printf("{\"scenario\":\"%s\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
                "\"bytes_per_rank\":%zu,\"reps\":%d,\"mpickpt_s\":%.9g,\"baseline_s\":%.9g,"
@@ -570,8 +573,8 @@ static void save_scenario(const opts *o, ckpt_saver *s, const char *name, const 
             }
         }
         if (o->verbose && g_rank == 0)
-            fprintf(stderr, "  %s rep %d: mpickpt %.4f s, baseline %.4f s\n", name, i,
-                    r->lib[i], r->base[i]);
+            fprintf(stderr, "  %s rep %d: mpickpt %.4f s, baseline %.4f s\n", name, i, r->lib[i],
+                    r->base[i]);
     }
 }
 
@@ -648,8 +651,8 @@ static void restore_reps(const opts *o, ckpt_saver *s, const char *prefix, const
 static void run_restore(const opts *o, large_model *m)
 {
     static result r[4];
-    const char *names[4] = { "restore_warm", "restore_cold", "restore_reshard_warm",
-                             "restore_reshard_cold" };
+    const char *names[4] = {"restore_warm", "restore_cold", "restore_reshard_warm",
+                            "restore_reshard_cold"};
     memset(r, 0, sizeof r);
     char prefix[4096], base[4096], why[256] = "";
     ckpt_path(prefix, sizeof prefix, o, "restore", 0);
@@ -699,8 +702,8 @@ static void run_restore(const opts *o, large_model *m)
     /* the buffers hold the resharded values now: back to the saved ones */
     size_t n = m->tbytes / sizeof(float);
     for (int k = 0; k < NT; k++)
-        fill_linear(m->t[k], n, k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS
-                                       : full_base(g_rank, k));
+        fill_linear(m->t[k], n,
+                    k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS : full_base(g_rank, k));
 }
 
 /* ---- async ----------------------------------------------------------------------------------- */
@@ -775,12 +778,13 @@ static void run_async(const opts *o, large_model *m)
 static void usage(void)
 {
     if (g_rank == 0)
-        fprintf(stderr,
-                "usage: mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all\n"
-                "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank]\n"
-                "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
-                "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
-                "         [-v]\n");
+        fprintf(
+            stderr,
+            "usage: mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all\n"
+            "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank]\n"
+            "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
+            "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
+            "         [-v]\n");
 }
 
 static int parse(opts *o, int argc, char **argv)
@@ -941,9 +945,9 @@ int main(int argc, char **argv)
     if (g_rank == 0) {
         printf("mpickpt-bench %s: %d ranks, layout %s%s, %s, %d reps, dir %s\n", ckpt_version(),
                g_size, layout_name(o.layout),
-               o.layout == CKPT_LAYOUT_SHARED ? (o.collective ? " (collective MPI-IO)"
-                                                              : " (independent MPI-IO)")
-                                              : "",
+               o.layout == CKPT_LAYOUT_SHARED
+                   ? (o.collective ? " (collective MPI-IO)" : " (independent MPI-IO)")
+                   : "",
                sc, o.reps, o.dir);
         printf("times: medians of the max over ranks; ratio = baseline_s / mpickpt_s (higher is "
                "better); GB/s aggregate over ranks\n");

@@ -679,6 +679,14 @@ typedef struct save_ctx {
     size_t *blob_len;
 } save_ctx;
 
+/* The shape (a uint8 vector of its length) and whole slice of registered saver i's bytes. */
+static void blob_box(const save_ctx *c, size_t i, ckpt_shape *sh, ckpt_slice *full)
+{
+    int64_t n = (int64_t)c->blob_len[i];
+    ckpt_shape_init(sh, 1, &n);
+    ckpt_slice_full(full, sh);
+}
+
 /* <work>/workertemp_<r>: <work> is the parent of <dir> when <dir> is named "chief". */
 static int worker_temp(char *out, size_t size, const char *dir, int rank)
 {
@@ -843,10 +851,8 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         if (g->kind != CKPT_KIND_BLOB)
             continue;
         ckpt_shape sh;
-        int64_t n = (int64_t)c->blob_len[i];
-        ckpt_shape_init(&sh, 1, &n);
         ckpt_slice full;
-        ckpt_slice_full(&full, &sh);
+        blob_box(c, i, &sh, &full);
         hid_t dset;
         if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||
             (rc = ckpt__h5_create_dataset(&dset, file, path, g->stored, CKPT_UINT8, &sh, &full)))
@@ -901,12 +907,10 @@ static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment
         if (g->kind != CKPT_KIND_BLOB)
             continue;
         ckpt_shape sh;
-        int64_t n = (int64_t)c->blob_len[i];
-        ckpt_shape_init(&sh, 1, &n);
         ckpt_slice full;
-        ckpt_slice_full(&full, &sh);
+        blob_box(c, i, &sh, &full);
         local = ckpt__fragment_add(&f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
-                                   file, "/tensors/blob", &full, (uint64_t)n, 0);
+                                   file, "/tensors/blob", &full, (uint64_t)c->blob_len[i], 0);
     }
     int rc = allgather_fragments(s, c->comm, &f, local, out);
     ckpt__fragment_free_built(&f);
@@ -1097,10 +1101,8 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         if (g->kind != CKPT_KIND_BLOB)
             continue;
         ckpt_shape sh;
-        int64_t n = (int64_t)c->blob_len[i];
-        ckpt_shape_init(&sh, 1, &n);
         ckpt_slice full;
-        ckpt_slice_full(&full, &sh);
+        blob_box(c, i, &sh, &full);
         if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) == CKPT_OK)
             local = ckpt__fragment_add(&c->frag, &c->cap, g->stored, CKPT_UINT8, &sh,
                                        CKPT_KIND_BLOB, &full, c->data_name, path, &full,
@@ -1120,8 +1122,10 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     if (H5Fclose(file) < 0 && local == CKPT_OK)
         local = ckpt__h5_error(CKPT_EIO, "rank %d: close %s", s->rank, c->my_file);
     if (s->rank == 0 && local == CKPT_OK) {
+        /* H5Fclose writes the superblock again after the flush's MPI_File_sync: the file is
+         * durable only after one more fsync, before it can be committed. */
         uint64_t size = 0;
-        if (!(local = ckpt__file_size(&size, c->my_file)))
+        if (!(local = ckpt__fsync_path(c->my_file)) && !(local = ckpt__file_size(&size, c->my_file)))
             local = ckpt__fragment_add_file(&c->frag, c->data_name, size);
     }
     return local;

@@ -64,7 +64,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WATCHDOG_S 90
 #define BIG_COLS 256 /* uint32: 1 KiB per row */
 #define ROWS_PER_MIB 1024
 
@@ -72,8 +71,6 @@ static int g_rank, g_size;
 static char g_out[2048];
 static ckpt_layout g_layout;
 static const char *g_layout_name;
-static char g_case[512] = "start";
-static int g_watchdog_s = WATCHDOG_S; /* per case */
 /* A saver whose close timed out: it stays allocated on purpose (its writer thread may still use
  * it); kept reachable so that LeakSanitizer does not report what the library leaks by design. */
 static ckpt_saver *g_leaked;
@@ -81,30 +78,8 @@ static struct amodel *g_leaked_model; /* the buffers registered with it */
 
 /* ---- watchdog ---- */
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    char buf[700];
-    int n = snprintf(buf, sizeof buf, "[rank %d] WATCHDOG: case \"%s\" did not finish in %d s\n",
-                     g_rank, g_case, g_watchdog_s);
-    if (n > 0)
-        (void)!write(2, buf, (size_t)n);
-    _exit(124);
-}
-
-static void begin_case(const char *fmt, ...) CKPT_PRINTF(1, 2);
-static void begin_case(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_case, sizeof g_case, fmt, ap);
-    va_end(ap);
-    alarm((unsigned)g_watchdog_s);
-    if (g_rank == 0) {
-        printf("-- %s\n", g_case);
-        fflush(stdout);
-    }
-}
+/* The per-case watchdog of mpi_check.h. */
+#define begin_case(...) check_case(1, __VA_ARGS__)
 
 static double now_s(void)
 {
@@ -741,7 +716,7 @@ static void case_enospc(int reserve)
     uint64_t used1 = fs_used(g_mnt);
 
     /* A collective HDF5 call that one rank skips after its error hangs the others: fail fast. */
-    g_watchdog_s = 20;
+    check_watchdog_s = 20;
     begin_case("enospc: the second does not");
     am_fill(&m, 2);
     info.step = 2;
@@ -1562,7 +1537,6 @@ int main(int argc, char **argv)
     g_layout = strcmp(argv[3], "shared") == 0 ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK;
     const char *c = argv[2];
     int arg = argc == 5 ? atoi(argv[4]) : -1;
-    signal(SIGALRM, on_alarm);
     /* only what this test sets */
     unsetenv("MPICKPT_FAULT");
     unsetenv("MPICKPT_ASYNC");

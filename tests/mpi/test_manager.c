@@ -51,7 +51,6 @@
 #define MAXROWS 3
 #define BIAS_N 4
 #define COMP_N 2
-#define WATCHDOG_S 90
 #define MAXNAMES 256
 
 static int g_rank, g_size;
@@ -60,30 +59,9 @@ static ckpt_layout g_layout = CKPT_LAYOUT_PER_RANK;
 
 /* ---- watchdog ---- */
 
-static char g_case[256] = "start";
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    char buf[400];
-    int n = snprintf(buf, sizeof buf, "[rank %d] WATCHDOG: case \"%s\" did not finish in %d s\n",
-                     g_rank, g_case, WATCHDOG_S);
-    if (n > 0)
-        (void)!write(2, buf, (size_t)n);
-    _exit(124);
-}
-
-static void begin_case(const char *fmt, ...) CKPT_PRINTF(1, 2);
-static void begin_case(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_case, sizeof g_case, fmt, ap);
-    va_end(ap);
-    alarm(WATCHDOG_S);
-    if (g_rank == 0 && getenv("MPICKPT_TEST_VERBOSE"))
-        printf("-- %s\n", g_case);
-}
+/* The per-case watchdog of mpi_check.h. */
+#define begin_case(...) check_case(getenv("MPICKPT_TEST_VERBOSE") != NULL, __VA_ARGS__)
 
 /* ---- log capture ---- */
 
@@ -2126,7 +2104,6 @@ int main(int argc, char **argv)
         return 2;
     }
     snprintf(g_out, sizeof g_out, "%s", argv[1]);
-    signal(SIGALRM, on_alarm);
     unsetenv("MPICKPT_FAULT");
     ckpt_log_set(log_cb, CKPT_LOG_INFO, NULL);
     if (g_rank == 0)

@@ -28,37 +28,14 @@
 #define COLS 5
 #define FULL_N 6
 #define REP_N 4
-#define WATCHDOG_S 45
 
 static int g_rank, g_size;
 static char g_dir[2048];
 static ckpt_layout g_layout;
 static const char *g_layout_name;
 
-/* ---- watchdog: a hung collective must fail the test with the case name, not just time out ---- */
-
-static char g_case[256] = "start";
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    char buf[400];
-    int n = snprintf(buf, sizeof buf, "[rank %d] WATCHDOG: case \"%s\" did not finish in %d s\n",
-                     g_rank, g_case, WATCHDOG_S);
-    if (n > 0)
-        (void)!write(2, buf, (size_t)n);
-    _exit(124);
-}
-
-static void begin_case(const char *fmt, ...) CKPT_PRINTF(1, 2);
-static void begin_case(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_case, sizeof g_case, fmt, ap);
-    va_end(ap);
-    alarm(WATCHDOG_S);
-}
+/* The per-case watchdog of mpi_check.h. */
+#define begin_case(...) check_case(0, __VA_ARGS__)
 
 /* ---- the model ---- */
 
@@ -827,6 +804,7 @@ static void test_bad_restores(void)
 
 int main(int argc, char **argv)
 {
+    check_watchdog_s = 45; /* seconds a case may take */
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
     if (argc != 3 || (strcmp(argv[2], "shared") != 0 && strcmp(argv[2], "per-rank") != 0)) {
         if (g_rank == 0)
@@ -837,7 +815,6 @@ int main(int argc, char **argv)
     snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
     g_layout_name = argv[2];
     g_layout = strcmp(argv[2], "shared") == 0 ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK;
-    signal(SIGALRM, on_alarm);
     unsetenv("MPICKPT_FAULT"); /* only what this test sets */
     if (g_rank == 0)
         mkdir(g_dir, 0755);

@@ -176,6 +176,7 @@ static int writer_commit_impl(ckpt_writer *w)
     Mpickpt__Fragment *frags[1] = {&w->frag};
     if ((rc = ckpt__index_merge(&idx, frags, 1)) != CKPT_OK)
         goto fail;
+    hdr.format_version = ckpt__index_format_version(&idx);
 
     /* Replacing a checkpoint: un-commit the old one first (its index goes), so no reader ever sees
      * the old index with the new data. */
@@ -231,7 +232,73 @@ struct ckpt_reader {
     void *tmp;    /* piece buffer for sub-slice reads, kept across reads: a fresh buffer would
                    * fault in every page again on every read (it dominated resharded restores) */
     size_t tmp_size;
+    /* The dataset read last, kept open: the packed pieces of a rank share one dataset, so a
+     * restore of thousands of small tensors opens it once. */
+    hid_t ds;
+    size_t ds_slot;
+    char *ds_name;
+    int ds_nd;
+    hsize_t ds_dims[CKPT_MAX_DIMS];
+    int ds_raw; /* its bytes are one extent of the file: read with pread (ckpt__h5_raw_address) */
+    int ds_fd;
+    uint64_t ds_addr, ds_size;
 };
+
+static void close_ds(ckpt_reader *r)
+{
+    if (r->ds >= 0)
+        H5Dclose(r->ds);
+    r->ds = H5I_INVALID_HID;
+    free(r->ds_name);
+    r->ds_name = NULL;
+}
+
+/* Opens dataset `name` of file slot `slot` unless it is the one open already. */
+static int open_ds(ckpt_reader *r, size_t slot, const char *name)
+{
+    if (r->ds >= 0 && r->ds_slot == slot && strcmp(r->ds_name, name) == 0)
+        return CKPT_OK;
+    close_ds(r);
+    hid_t d = H5Dopen2(r->files[slot], name, H5P_DEFAULT);
+    if (d < 0)
+        return ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s", name);
+    hid_t space = H5Dget_space(d);
+    int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
+    if (nd < 0 || nd > CKPT_MAX_DIMS || H5Sget_simple_extent_dims(space, r->ds_dims, NULL) != nd) {
+        if (space >= 0)
+            H5Sclose(space);
+        H5Dclose(d);
+        return ckpt__h5_error(CKPT_ECORRUPT, "dataspace of dataset %s", name);
+    }
+    H5Sclose(space);
+    r->ds_name = strdup(name);
+    if (!r->ds_name) {
+        H5Dclose(d);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    r->ds = d;
+    r->ds_slot = slot;
+    r->ds_nd = nd;
+    r->ds_raw = ckpt__h5_raw_address(r->files[slot], d, &r->ds_fd, &r->ds_addr, &r->ds_size);
+    return CKPT_OK;
+}
+
+/* When box `sel` of a row-major array of extent `d` is one run of bytes (whole rows after its
+ * first partial axis, single indices before it), sets *off to its first byte and returns 1. */
+static int box_run(const hsize_t *d, const ckpt_slice *sel, size_t esize, uint64_t *off)
+{
+    int nd = sel->ndims, j = nd - 1;
+    while (j > 0 && (hsize_t)sel->count[j] == d[j])
+        j--;
+    for (int i = 0; i < j; i++)
+        if (sel->count[i] != 1)
+            return 0;
+    uint64_t o = 0;
+    for (int i = 0; i < nd; i++)
+        o = o * (uint64_t)d[i] + (uint64_t)sel->start[i];
+    *off = o * esize;
+    return 1;
+}
 
 static void fill_header(ckpt_reader *r)
 {
@@ -255,6 +322,7 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
     ckpt_reader *r = calloc(1, sizeof *r);
     if (!r)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
+    r->ds = H5I_INVALID_HID;
     char base[4096];
     int rc;
     if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
@@ -311,6 +379,7 @@ int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *id
         mpickpt__index__free_unpacked(idx, NULL);
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     }
+    r->ds = H5I_INVALID_HID;
     r->idx = idx;
     char base[4096];
     int rc;
@@ -400,10 +469,14 @@ int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size
     out->dataset = p->dataset;
     out->bytes = p->bytes;
     out->crc32c = p->crc32c;
+    out->packed = p->packed;
+    out->pack_offset = p->pack_offset;
     return CKPT_OK;
 }
 
-/* Reads piece `p` of tensor `t` whole into `buf` (p->bytes long) and checks its CRC-32C. */
+/* Reads piece `p` of tensor `t` whole into `buf` (p->bytes long) and checks its CRC-32C. A piece
+ * that is one run of bytes in its file (always, for the saver's files) is read with pread and
+ * checksummed chunk by chunk while the chunk is in cache; anything else goes through H5Dread. */
 static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p, void *buf)
 {
     size_t slot = file_slot(r, p->file);
@@ -425,15 +498,29 @@ static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__P
             return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s': cannot open data file %s", t->name,
                                   path);
     }
-    hid_t dset = H5Dopen2(r->files[slot], p->dataset, H5P_DEFAULT);
-    if (dset < 0)
-        return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s' piece %s: no dataset %s in %s", t->name,
-                              spec, p->dataset, path);
-    rc = ckpt__h5_read(dset, (ckpt_dtype)t->dtype, &ds, buf, H5P_DEFAULT);
-    H5Dclose(dset);
+    if ((rc = open_ds(r, slot, p->dataset)) != CKPT_OK)
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, spec, path);
+    /* A packed piece is a byte range of a one-dimensional uint8 dataset. */
+    ckpt_dtype dt = p->packed ? CKPT_UINT8 : (ckpt_dtype)t->dtype;
+    if (p->packed) {
+        ds.ndims = 1;
+        ds.start[0] = (int64_t)p->pack_offset;
+        ds.count[0] = (int64_t)p->bytes;
+    }
+    uint32_t crc = 0;
+    uint64_t off;
+    rc = ckpt__h5_check(r->ds, dt, &ds);
+    if (rc == CKPT_OK && p->bytes > 0) {
+        if (r->ds_raw && box_run(r->ds_dims, &ds, ckpt_dtype_size(dt), &off) &&
+            off <= r->ds_size && p->bytes <= r->ds_size - off) {
+            rc = ckpt__pread_crc(r->ds_fd, r->ds_addr + off, buf, (size_t)p->bytes, &crc);
+        } else {
+            rc = ckpt__h5_read(r->ds, dt, &ds, buf, H5P_DEFAULT);
+            crc = rc == CKPT_OK ? ckpt_crc32c(buf, (size_t)p->bytes) : 0;
+        }
+    }
     if (rc != CKPT_OK)
         return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, spec, path);
-    uint32_t crc = ckpt_crc32c(buf, (size_t)p->bytes);
     if (crc != p->crc32c)
         return ckpt__error(CKPT_ECORRUPT,
                            "tensor '%s' piece %s (rank %d) in %s: checksum mismatch (stored %08x, "
@@ -538,6 +625,7 @@ static void reader_free_impl(ckpt_reader *r)
 {
     if (!r)
         return;
+    close_ds(r); /* before its file: HDF5 keeps a file open while a dataset of it is */
     if (r->files && r->idx)
         for (size_t i = 0; i < r->idx->n_files; i++)
             if (r->files[i] >= 0)

@@ -345,6 +345,40 @@ cleanup:
     return rc;
 }
 
+int ckpt__h5_check(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel)
+{
+    return check_dataset(dset, dtype, sel);
+}
+
+int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size)
+{
+    int ok = 0;
+    hid_t dcpl = H5Dget_create_plist(dset), fapl = H5Fget_access_plist(file);
+    hid_t fcpl = H5Fget_create_plist(file);
+    hsize_t ublock = 1;
+    void *handle = NULL;
+    if (dcpl < 0 || fapl < 0 || fcpl < 0 || H5Pget_layout(dcpl) != H5D_CONTIGUOUS ||
+        H5Pget_external_count(dcpl) != 0 || H5Pget_driver(fapl) != H5FD_SEC2 ||
+        H5Pget_userblock(fcpl, &ublock) < 0 || ublock != 0)
+        goto done;
+    haddr_t a = H5Dget_offset(dset);
+    if (a == HADDR_UNDEF || H5Fget_vfd_handle(file, fapl, &handle) < 0 || !handle)
+        goto done;
+    *fd = *(int *)handle;
+    *addr = (uint64_t)a;
+    *size = (uint64_t)H5Dget_storage_size(dset);
+    ok = 1;
+done:
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
+}
+
 int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf, hid_t dxpl)
 {
     int rc = check_dataset(dset, dtype, sel);

@@ -56,6 +56,16 @@ int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const vo
  * what the index says and that the box lies inside its extent (CKPT_ECORRUPT otherwise). */
 int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf, hid_t dxpl);
 
+/* Checks that `dset` has the rank and HDF5 type of `dtype` and that the box `sel` lies inside
+ * its extent (CKPT_ECORRUPT otherwise), as ckpt__h5_read() does before reading. */
+int ckpt__h5_check(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel);
+
+/* When the raw data of `dset` is one contiguous extent of `file` that pread(2) can reach (contiguous
+ * layout, storage allocated, no external storage, the sec2 driver, no user block), sets *fd (owned
+ * by HDF5: valid while `file` is open), *addr (its first byte's file offset) and *size (bytes
+ * allocated) and returns 1; else returns 0 and the caller goes through H5Dread. */
+int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size);
+
 #pragma GCC visibility pop
 
 #endif

@@ -58,7 +58,7 @@ int ckpt__container_pack(uint8_t **out, size_t *len, const char magic[8],
     if (!buf)
         return ckpt__error(CKPT_ENOMEM, "cannot allocate %zu bytes for an index", total);
     memcpy(buf, magic, 8);
-    put32(buf + 8, CKPT_FORMAT_VERSION);
+    put32(buf + 8, CKPT__CONTAINER_VERSION);
     put32(buf + 12, 0);
     put64(buf + 16, plen);
     protobuf_c_message_pack(msg, buf + CKPT__CONTAINER_HEAD);
@@ -75,10 +75,10 @@ int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *b
         return ckpt__error(CKPT_ECORRUPT, "%s: not an mpickpt %s file (bad magic or %zu bytes)",
                            path, magic[5] == 'X' ? "index" : "state", len);
     uint32_t version = get32(buf + 8);
-    if (version > CKPT_FORMAT_VERSION)
+    if (version > CKPT__CONTAINER_VERSION)
         return ckpt__error(CKPT_EVERSION,
-                           "%s: written by format version %u; this mpickpt (%s) reads up to %d",
-                           path, version, ckpt_version(), CKPT_FORMAT_VERSION);
+                           "%s: container version %u; this mpickpt (%s) reads up to %u", path,
+                           version, ckpt_version(), CKPT__CONTAINER_VERSION);
     if (version == 0)
         return ckpt__error(CKPT_ECORRUPT, "%s: format version 0 is invalid", path);
     uint64_t n = get64(buf + 16);
@@ -160,8 +160,9 @@ static void fmt_slice(char *buf, size_t n, const ckpt_shape *sh, const ckpt_slic
 }
 
 /* Validates one tensor; `pieces` is scratch space for at least t->n_pieces entries. */
-static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, const char *const *files,
-                           size_t nfiles, struct vpiece *pieces, int bad, const char *what)
+static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t version,
+                           const char *const *files, size_t nfiles, struct vpiece *pieces, int bad,
+                           const char *what)
 {
     const char *name = t->name ? t->name : "";
     size_t nlen = strnlen(name, 4097);
@@ -213,9 +214,22 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, const char *
             return ckpt__error(bad, "%s: tensor '%s' piece %zu names data file '%s' not listed in "
                                     "the index",
                                what, name, j, p->file ? p->file : "");
-        if (!p->dataset || strncmp(p->dataset, "/tensors/", 9) != 0 || strstr(p->dataset, "/.."))
+        if (!p->dataset || strncmp(p->dataset, p->packed ? "/packs/" : "/tensors/",
+                                   p->packed ? 7 : 9) != 0 || strstr(p->dataset, "/.."))
             return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset path", what, name, j);
         ckpt_slice_num_elements(&n, &v->s);
+        if (p->packed) {
+            int zero = 1;
+            for (int d = 0; d < ds.ndims; d++)
+                zero &= ds.start[d] == 0;
+            if (version < 2 || !zero || p->pack_offset > (uint64_t)INT64_MAX - (uint64_t)n * esize)
+                return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad packed piece (format %u, "
+                                        "offset %llu)",
+                                   what, name, j, version, (unsigned long long)p->pack_offset);
+        } else if (p->pack_offset != 0) {
+            return ckpt__error(bad, "%s: tensor '%s' piece %zu: pack offset on an unpacked piece",
+                               what, name, j);
+        }
         if (p->bytes != (uint64_t)n * esize) {
             fmt_slice(sl, sizeof sl, &shape, &v->s);
             return ckpt__error(bad, "%s: tensor '%s' piece %s: %llu bytes recorded, %llu expected",
@@ -254,6 +268,15 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, const char *
         return ckpt__error(bad, "%s: tensor '%s': stored pieces cover %lld of %lld elements (gap)",
                            what, name, (long long)covered, (long long)total);
     return CKPT_OK;
+}
+
+uint32_t ckpt__index_format_version(const Mpickpt__Index *idx)
+{
+    for (size_t i = 0; i < idx->n_tensors; i++)
+        for (size_t j = 0; j < idx->tensors[i]->n_pieces; j++)
+            if (idx->tensors[i]->pieces[j]->packed)
+                return 2;
+    return 1;
 }
 
 int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
@@ -304,7 +327,7 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
             rc = ckpt__error(bad, "%s: tensors not sorted or '%s' listed twice", what, t->name);
             goto done;
         }
-        rc = validate_tensor(t, h->world_size, files, idx->n_files, scratch, bad, what);
+        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad, what);
         if (rc != CKPT_OK)
             goto done;
     }

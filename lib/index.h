@@ -17,6 +17,13 @@
 #define CKPT__MAGIC_STATE "MPCKSTA\x01"
 #define CKPT__CONTAINER_HEAD 24u
 #define CKPT__CONTAINER_TAIL 4u
+/* Version of the container (magic, version, length, payload, crc32c): unchanged since format 1.
+ * What the payload may hold is versioned by Header.format_version (CKPT_FORMAT_VERSION). */
+#define CKPT__CONTAINER_VERSION 1u
+
+/* Format version an index needs: 2 when any piece is packed (format 2's addition), else 1, so
+ * that checkpoints without packed pieces stay readable by format-1 readers. */
+uint32_t ckpt__index_format_version(const Mpickpt__Index *idx);
 /* Upper bound on an index or state file we agree to load (a sanity limit, not a format one). */
 #define CKPT__MAX_INDEX_BYTES ((size_t)1 << 32)
 

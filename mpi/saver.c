@@ -1509,6 +1509,8 @@ static int run_job(save_job *j)
         local = ckpt__fault(0, "merge");
         if (local == CKPT_OK)
             local = ckpt__index_merge(&idx, frags, (size_t)s->size);
+        if (local == CKPT_OK) /* 1 unless pieces are packed: format-1 readers still read it */
+            hdr.format_version = ckpt__index_format_version(&idx);
     }
     /* the pre-commit vote: the chief's merge, everybody's readiness, and no abandoned close */
     if (s->rank != 0 && local == CKPT_OK)

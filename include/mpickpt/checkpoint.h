@@ -17,8 +17,9 @@
 extern "C" {
 #endif
 
-/** Version of the on-disk format this library writes and the newest it reads. */
-#define CKPT_FORMAT_VERSION 1
+/** Newest on-disk format version this library reads and writes. It writes 2 only when a
+ *  checkpoint holds packed pieces (small pieces stored back to back, see docs/format.md), else 1. */
+#define CKPT_FORMAT_VERSION 2
 
 /** How a tensor is stored. Values are those of the on-disk format. */
 typedef enum ckpt_kind {
@@ -75,6 +76,9 @@ typedef struct ckpt_piece_info {
     ckpt_slice dataset_slice;  /**< where the piece sits inside its dataset */
     uint64_t bytes;
     uint32_t crc32c;           /**< CRC-32C (unmasked) of the piece's little-endian row-major bytes */
+    int packed;                /**< 1: bytes [pack_offset, pack_offset + bytes) of `dataset`, a
+                                *   one-dimensional uint8 dataset shared by many small pieces */
+    uint64_t pack_offset;
 } ckpt_piece_info;
 
 /* ------------------------------------------------------------------------------------------ */

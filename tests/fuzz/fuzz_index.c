@@ -171,7 +171,7 @@ static void fuzz_wrapped(const uint8_t *data, size_t size)
     if (!buf)
         return;
     memcpy(buf, CKPT__MAGIC_INDEX, 8);
-    put32(buf + 8, CKPT_FORMAT_VERSION);
+    put32(buf + 8, CKPT__CONTAINER_VERSION);
     put32(buf + 12, 0);
     put64(buf + 16, (uint64_t)size);
     if (size)

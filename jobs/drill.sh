@@ -635,8 +635,11 @@ def flip_byte(prefix, nrank):
     if off is None:
         raise SetupError(f"{path}: {piece['dataset']} is not contiguous")
     lin = 0
-    for s, n in zip(piece["dataset_start"], shape):
-        lin = lin * n + s
+    if piece["packed"]:  # a byte range of a uint8 pack dataset
+        lin, esize = piece["pack_offset"], 1
+    else:
+        for s, n in zip(piece["dataset_start"], shape):
+            lin = lin * n + s
     pos = off + lin * esize + piece["bytes"] // 2
     with open(path, "r+b") as f:
         f.seek(pos)

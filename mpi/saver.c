@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -84,6 +85,7 @@ struct ckpt_saver {
     size_t npieces;
     void *scratch;
     size_t scratch_size;
+    uint8_t *pack_buf; /* staging buffer of packed pieces (PACK_STAGE bytes), kept */
     int64_t counter;
 };
 
@@ -121,9 +123,9 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     MPI_Initialized(&init);
     if (!init)
         return ckpt__error(CKPT_EMPI, "ckpt_saver_create: MPI is not initialized");
-    if (opts && opts->version != CKPT_SAVER_OPTIONS_VERSION)
-        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options version %u, expected %d", opts->version,
-                           CKPT_SAVER_OPTIONS_VERSION);
+    if (opts && (opts->version < 1 || opts->version > CKPT_SAVER_OPTIONS_VERSION))
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options version %u, expected 1..%d",
+                           opts->version, CKPT_SAVER_OPTIONS_VERSION);
     ckpt_saver *s = calloc(1, sizeof *s);
     int local = s ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
     MPI_Comm dup = MPI_COMM_NULL;
@@ -145,7 +147,19 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     ckpt_log_set_rank(s->rank);
     MPI_Comm_size(dup, &s->size);
     ckpt_saver_options defaults = CKPT_SAVER_OPTIONS_INIT;
-    s->opts = opts ? *opts : defaults;
+    s->opts = defaults;
+    if (opts) /* a version-1 caller's struct ends before pack_max_bytes */
+        memcpy(&s->opts, opts,
+               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_saver_options, pack_max_bytes));
+    if (s->opts.pack_max_bytes == 0) {
+        const char *penv = getenv("MPICKPT_PACK_BYTES");
+        char *end = NULL;
+        long long v = penv && *penv ? strtoll(penv, &end, 10) : 0;
+        if (end && *end == '\0') /* MPICKPT_PACK_BYTES=0: never pack */
+            s->opts.pack_max_bytes = v > 0 ? (int64_t)v : -1;
+        else
+            s->opts.pack_max_bytes = CKPT_PACK_MAX_BYTES_DEFAULT;
+    }
     s->async_comm = MPI_COMM_NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
@@ -808,6 +822,95 @@ static int piece_bytes(ckpt_saver *s, const save_ctx *c, const piece *p, const v
     return rc;
 }
 
+/* Packed pieces are copied into a staging buffer of this size and written one buffer at a time. */
+#define PACK_STAGE ((size_t)4 << 20)
+
+/* The packed pieces of one save: one uint8 dataset, filled through the staging buffer. */
+typedef struct pack_writer {
+    hid_t dset;
+    char path[64];
+    uint64_t total;   /* dataset size: every packed piece's bytes */
+    uint64_t flushed; /* bytes of the dataset written so far */
+    size_t fill;      /* bytes staged after `flushed` */
+} pack_writer;
+
+static int pack_piece(const ckpt_saver *s, size_t len)
+{
+    return s->opts.pack_max_bytes > 0 && (uint64_t)len <= (uint64_t)s->opts.pack_max_bytes;
+}
+
+static int pack_flush(ckpt_saver *s, pack_writer *pw)
+{
+    if (pw->fill == 0)
+        return CKPT_OK;
+    ckpt_slice sel = { 1, { (int64_t)pw->flushed }, { (int64_t)pw->fill } };
+    errno = 0;
+    int rc = ckpt__h5_write(pw->dset, CKPT_UINT8, &sel, s->pack_buf, H5P_DEFAULT);
+    pw->flushed += pw->fill;
+    pw->fill = 0;
+    return rc;
+}
+
+/* Copies piece p (len bytes at `bytes`) into the pack and records it in the fragment. */
+static int pack_add(ckpt_saver *s, save_ctx *c, pack_writer *pw, const piece *p,
+                    const void *bytes, size_t len)
+{
+    const reg *g = &s->regs[p->reg];
+    uint64_t off = pw->flushed + pw->fill;
+    uint32_t crc = 0;
+    int rc = CKPT_OK;
+    if (len > PACK_STAGE - pw->fill && (rc = pack_flush(s, pw)) != CKPT_OK)
+        return rc;
+    if (len <= PACK_STAGE) {
+        memcpy(s->pack_buf + pw->fill, bytes, len);
+        crc = ckpt_crc32c(s->pack_buf + pw->fill, len); /* of the copy, while it is in cache */
+        pw->fill += len;
+    } else { /* a pack limit above the staging size: written straight from the source */
+        ckpt_slice sel = { 1, { (int64_t)off }, { (int64_t)len } };
+        if ((rc = ckpt__h5_write(pw->dset, CKPT_UINT8, &sel, bytes, H5P_DEFAULT)) != CKPT_OK)
+            return rc;
+        pw->flushed += len;
+        crc = ckpt_crc32c(bytes, len);
+    }
+    ckpt_slice zero = p->slice;
+    for (int d = 0; d < zero.ndims; d++)
+        zero.start[d] = 0;
+    rc = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind, &p->slice,
+                            c->data_name, pw->path, &zero, (uint64_t)len, crc);
+    if (rc == CKPT_OK) {
+        Mpickpt__Piece *pc = c->frag.tensors[c->frag.n_tensors - 1]->pieces[0];
+        pc->packed = 1;
+        pc->pack_offset = off;
+    }
+    return rc;
+}
+
+/* Creates this save's pack dataset when some pieces are small enough to be packed. */
+static int pack_open(ckpt_saver *s, pack_writer *pw, hid_t file)
+{
+    memset(pw, 0, sizeof *pw);
+    pw->dset = H5I_INVALID_HID;
+    snprintf(pw->path, sizeof pw->path, "/packs/rank-%d", s->rank);
+    for (size_t j = 0; j < s->npieces; j++) {
+        int64_t n;
+        ckpt_slice_num_elements(&n, &s->pieces[j].slice);
+        size_t len = (size_t)n * ckpt_dtype_size(s->regs[s->pieces[j].reg].dtype);
+        if (pack_piece(s, len))
+            pw->total += len;
+    }
+    if (pw->total == 0)
+        return CKPT_OK;
+    if (!s->pack_buf && !(s->pack_buf = malloc(PACK_STAGE)))
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    int64_t total = (int64_t)pw->total;
+    ckpt_shape sh;
+    ckpt_slice full;
+    ckpt_shape_init(&sh, 1, &total);
+    ckpt_slice_full(&full, &sh);
+    return ckpt__h5_create_dataset(&pw->dset, file, pw->path, "(packed pieces)", CKPT_UINT8, &sh,
+                                   &full);
+}
+
 /* Per-rank layout: this rank writes its own file with no collective HDF5 call. */
 static int write_per_rank(ckpt_saver *s, save_ctx *c)
 {
@@ -821,6 +924,8 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         return ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: create %s",
                               s->rank, c->my_file);
     char path[16384];
+    pack_writer pw;
+    rc = pack_open(s, &pw, file);
     for (size_t j = 0; j < s->npieces && rc == CKPT_OK; j++) {
         const piece *p = &s->pieces[j];
         const reg *g = &s->regs[p->reg];
@@ -831,8 +936,13 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         ckpt_slice zero = p->slice;
         for (int d = 0; d < zero.ndims; d++)
             zero.start[d] = 0;
+        if ((rc = piece_bytes(s, c, p, &bytes, &len)) != CKPT_OK)
+            break;
+        if (pw.dset >= 0 && pack_piece(s, len)) {
+            rc = pack_add(s, c, &pw, p, bytes, len);
+            continue;
+        }
         if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, whole ? NULL : &p->slice)) ||
-            (rc = piece_bytes(s, c, p, &bytes, &len)) ||
             (rc = ckpt__h5_create_dataset(&dset, file, path, g->stored, g->dtype, &g->shape,
                                           &p->slice)))
             break;
@@ -844,6 +954,11 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         rc = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
                                 &p->slice, c->data_name, path, &zero, (uint64_t)len,
                                 ckpt_crc32c(bytes, len));
+    }
+    if (pw.dset >= 0) {
+        if (rc == CKPT_OK)
+            rc = pack_flush(s, &pw);
+        H5Dclose(pw.dset);
     }
     /* registered savers' bytes */
     for (size_t i = 0; i < s->nregs && rc == CKPT_OK; i++) {
@@ -1813,6 +1928,7 @@ int ckpt_saver_close(ckpt_saver *s)
     free(s->regs);
     free_plan(s);
     free(s->scratch);
+    free(s->pack_buf);
     for (size_t i = 0; i < s->snap_n; i++)
         free(s->snap[i]);
     free(s->snap);

@@ -40,11 +40,20 @@ typedef struct ckpt_saver_options {
      *  merges and commits. Needs MPI_THREAD_MULTIPLE. */
     int async;
     double close_timeout_s;  /**< async: how long close waits for a save in flight (0: 600 s) */
+    /** Per-rank layout: pieces of at most this many bytes are stored back to back in one uint8
+     *  dataset per rank (packed, format 2) instead of a dataset each, whose creation dominates
+     *  the save of small tensors. 0: the default, CKPT_PACK_MAX_BYTES_DEFAULT, or the value of
+     *  the environment variable MPICKPT_PACK_BYTES; < 0: never pack. (Since options version 2.) */
+    int64_t pack_max_bytes;
 } ckpt_saver_options;
 
-#define CKPT_SAVER_OPTIONS_VERSION 1
+/** Default of ckpt_saver_options.pack_max_bytes: 256 KiB (see docs/performance.md). */
+#define CKPT_PACK_MAX_BYTES_DEFAULT ((int64_t)256 << 10)
+
+/** Version 1 (without pack_max_bytes) is still accepted. */
+#define CKPT_SAVER_OPTIONS_VERSION 2
 #define CKPT_SAVER_OPTIONS_INIT                                                                    \
-    { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0, 0, 0.0 }
+    { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0, 0, 0.0, 0 }
 
 /** How a replicated tensor is stored. */
 typedef enum ckpt_replica_mode {

@@ -58,7 +58,8 @@ static int cmd_version(const cli_command *cmd, int argc, char **argv);
 static const cli_command commands[] = {
     {"inspect", "[--json] PREFIX", "show a checkpoint's header, tensors and pieces",
      "  --json   print one JSON document: the header, then every tensor with its pieces\n"
-     "           (slice, writing rank, data file, HDF5 dataset, bytes, CRC-32C)\n",
+     "           (slice, writing rank, data file, HDF5 dataset, bytes, CRC-32C, and for a\n"
+     "           packed piece its byte offset in the dataset)\n",
      cmd_inspect},
     {"verify", "PREFIX|DIR...", "re-read every piece and check sizes and CRC-32C checksums",
      "  A DIR verifies every checkpoint (*.index) directly in it and in DIR/chief/.\n"
@@ -380,6 +381,10 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
             json_uint(&w, p.bytes);
             json_key(&w, "crc32c");
             json_uint(&w, p.crc32c);
+            json_key(&w, "packed");
+            json_bool(&w, p.packed);
+            json_key(&w, "pack_offset");
+            json_uint(&w, p.pack_offset);
             json_object_end(&w);
         }
         json_array_end(&w);

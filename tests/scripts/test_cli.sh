@@ -196,7 +196,9 @@ for name, t in TENSORS.items():
     check(t["kind"] == ("partitioned" if name in PIECES else "full"), f"{name}: kind {t['kind']}")
     for p in t["pieces"]:
         check(list(p) == ["start", "count", "rank", "file", "dataset", "dataset_start", "bytes",
-                          "crc32c"], f"{name}: piece keys {list(p)}")
+                          "crc32c", "packed", "pack_offset"], f"{name}: piece keys {list(p)}")
+        check(p["packed"] is False and p["pack_offset"] == 0,
+              f"{name}: the single-process writer packed a piece: {p}")
         check(p["rank"] == 0 and "/" not in p["file"] and p["file"].startswith("ckpt-7.data-")
               and os.path.isfile(os.path.join(OUT, "good", p["file"])), f"{name}: file {p}")
         check(p["dataset"].startswith("/") and len(p["dataset_start"]) == len(shape),

@@ -440,7 +440,7 @@ shutil.copytree("dd", "ddbad")
 hdr, _ = run_json("inspect", "--json", "ddbad/values")
 piece = next(t for t in hdr["tensors"] if t["name"] == "w/scalar")["pieces"][0]
 with h5py.File(os.path.join("ddbad", piece["file"]), "r") as f:
-    off = f[piece["dataset"]].id.get_offset()
+    off = f[piece["dataset"]].id.get_offset() + piece["pack_offset"]
 with open(os.path.join("ddbad", piece["file"]), "r+b") as f:
     f.seek(off)
     b = f.read(1)

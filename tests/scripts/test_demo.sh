@@ -145,6 +145,8 @@ def flip_kernel_byte(prefix):
     with h5py.File(path, "r") as f:
         off = f[piece["dataset"]].id.get_offset()
     check(off is not None, f"{path}: kernel dataset is not contiguous")
+    check(piece["bytes"] > 1000, f"kernel piece of {piece['bytes']} bytes: no byte 1000 to flip")
+    off += piece["pack_offset"]  # the kernel's bytes inside a pack of small pieces
     with open(path, "r+b") as f:
         f.seek(off + 1000)
         b = f.read(1)

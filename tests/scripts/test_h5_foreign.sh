@@ -5,14 +5,25 @@
 # dataset.
 #
 #   MPICKPT_CLI=.../mpickpt MPICKPT_MAKE_CKPT=.../make_ckpt test_h5_foreign.sh OUTDIR
+#   MPICKPT_CLI=.../mpickpt test_h5_foreign.sh --packed PREFIX
+# The second form reads an existing checkpoint written by the saver, which must hold both packed
+# pieces (byte ranges of a uint8 dataset under /packs/, format 2) and unpacked ones.
 set -euo pipefail
-out=${1:?usage: test_h5_foreign.sh OUTDIR}
-: "${MPICKPT_CLI:?}" "${MPICKPT_MAKE_CKPT:?}"
-rm -rf "$out"
-mkdir -p "$out"
-"$MPICKPT_MAKE_CKPT" "$out/ckpt-1" --counter 1
+if [ "${1:-}" = --packed ]; then
+    : "${MPICKPT_CLI:?}"
+    prefix=${2:?usage: test_h5_foreign.sh --packed PREFIX}
+    want_packed=1
+else
+    out=${1:?usage: test_h5_foreign.sh OUTDIR}
+    : "${MPICKPT_CLI:?}" "${MPICKPT_MAKE_CKPT:?}"
+    rm -rf "$out"
+    mkdir -p "$out"
+    "$MPICKPT_MAKE_CKPT" "$out/ckpt-1" --counter 1
+    prefix=$out/ckpt-1
+    want_packed=0
+fi
 
-exec /usr/bin/python3 - "$out/ckpt-1" <<'PYEOF'
+exec /usr/bin/python3 - "$prefix" "$want_packed" <<'PYEOF'
 import json
 import os
 import re
@@ -24,6 +35,7 @@ import numpy as np
 
 CLI = os.environ["MPICKPT_CLI"]
 PREFIX = sys.argv[1]
+WANT_PACKED = sys.argv[2] == "1"
 DIR = os.path.dirname(PREFIX)
 failures = checks = 0
 
@@ -73,6 +85,22 @@ def identical(a, b):
     return bool(np.array_equal(a[~nan].view(ub), b[~nan].view(ub)))
 
 
+def packed_block(name, dtype, ds, p):
+    """A packed piece: its bytes, little-endian row-major, at pack_offset of a 1-D uint8 dataset."""
+    off, n = p["pack_offset"], p["bytes"]
+    if not check(ds.dtype == np.uint8 and len(ds.shape) == 1 and off + n <= ds.shape[0],
+                 f"{name}: pack {p['dataset']} of {ds.dtype} {ds.shape} cannot hold {off}+{n}"):
+        return None
+    raw = ds[off:off + n].tobytes()
+    if dtype == "bfloat16":  # the upper half of a float32
+        a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+    elif dtype == "bool":
+        a = np.frombuffer(raw, dtype=np.uint8).astype(np.bool_)
+    else:
+        a = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(np.dtype(dtype))
+    return a.reshape(p["count"])
+
+
 def check_type(name, dtype, ds):
     t = ds.id.get_type()
     if dtype == "bfloat16":
@@ -92,6 +120,8 @@ def check_type(name, dtype, ds):
 doc = cli_json("inspect", "--json", PREFIX)
 used = set()  # (file, dataset) referenced by the index
 files = {}
+packs = {}  # (file, pack dataset) -> [(offset, bytes)]
+npacked = nplain = 0
 try:
     for t in doc["tensors"]:
         name, dtype, shape = t["name"], t["dtype"], tuple(t["shape"])
@@ -104,6 +134,17 @@ try:
                 files[path] = h5py.File(path, "r")
             used.add((path, p["dataset"]))
             ds = files[path][p["dataset"]]
+            if p["packed"]:
+                npacked += 1
+                check(p["dataset"].startswith("/packs/"), f"{name}: pack {p['dataset']}")
+                packs.setdefault((path, p["dataset"]), []).append((p["pack_offset"], p["bytes"]))
+                block = packed_block(name, dtype, ds, p)
+                if block is not None:
+                    dst = tuple(slice(s, s + c) for s, c in zip(p["start"], p["count"]))
+                    whole[dst] = block
+                    covered[dst] += 1
+                continue
+            nplain += 1
             check_type(name, dtype, ds)
             if "mpickpt.name" in ds.attrs:
                 attr = ds.attrs["mpickpt.name"]
@@ -123,9 +164,21 @@ try:
         check(identical(whole, dumped),
               f"{name}: h5py and mpickpt dump disagree\nh5py: {whole.ravel()[:20]}\n"
               f"dump: {dumped.ravel()[:20]}")
+    # The packed ranges of a pack never overlap, and they fill it exactly.
+    for (path, dname), ranges in packs.items():
+        ranges.sort()
+        end = 0
+        for off, n in ranges:
+            check(off == end, f"{path}:{dname}: packed range at {off}, expected {end}")
+            end = off + n
+        check(end == files[path][dname].shape[0], f"{path}:{dname}: ranges end at {end}")
 finally:
     for f in files.values():
         f.close()
+if WANT_PACKED:
+    check(npacked > 0 and nplain > 0, f"wanted packed and unpacked pieces: {npacked}, {nplain}")
+else:
+    check(npacked == 0, f"single-process writer packed {npacked} pieces")
 
 # h5dump: the reference tool parses every file and lists every dataset the index names, and
 # the index names every dataset under /tensors (no orphans).
@@ -148,7 +201,7 @@ for path in sorted({f for f, _ in used}):
                 stack.pop()
     want = {d for f, d in used if f == path}
     check(want <= seen, f"h5dump -H {path} lacks {sorted(want - seen)}")
-    orphans = {d for d in seen if d.startswith("/tensors/")} - want
+    orphans = {d for d in seen if d.startswith(("/tensors/", "/packs/"))} - want
     check(not orphans, f"{path}: datasets no tensor refers to: {sorted(orphans)}")
 
 print(f"test_h5_foreign: {len(doc['tensors'])} tensors, {checks} checks, {failures} failed")

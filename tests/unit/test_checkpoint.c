@@ -329,6 +329,67 @@ static void test_validation(void)
 }
 
 /* Copies the files of checkpoint `src` to `dst` (same directory). */
+/* Packed pieces (format 2): accepted only in a format-2 index, under /packs/, at dataset start 0,
+ * with an offset that cannot overflow; an unpacked piece carries no offset. */
+static void test_packed_validation(void)
+{
+    Mpickpt__Fragment f = MPICKPT__FRAGMENT__INIT;
+    size_t cap = 0;
+    f.rank = 0;
+    ckpt_shape s = shape2(6, 4);
+    ckpt_slice a = rows(0, 3, 4), b = rows(3, 3, 4), z = rows(0, 3, 4);
+    CHECK_OK(ckpt__fragment_add(&f, &cap, "w", CKPT_FLOAT32, &s, CKPT_KIND_PARTITIONED, &a, "d0",
+                                "/packs/rank-0", &z, 48, 0));
+    CHECK_OK(ckpt__fragment_add(&f, &cap, "w", CKPT_FLOAT32, &s, CKPT_KIND_PARTITIONED, &b, "d0",
+                                "/tensors/w", &z, 48, 0));
+    CHECK_OK(ckpt__fragment_add_file(&f, "d0", 1));
+    Mpickpt__Piece *pk = f.tensors[0]->pieces[0], *pl = f.tensors[1]->pieces[0];
+    pk->packed = 1;
+    pk->pack_offset = 4096;
+    Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
+    hdr.format_version = 2;
+    hdr.world_size = 1;
+    hdr.layout = MPICKPT__LAYOUT__LAYOUT_PER_RANK;
+    Mpickpt__Index idx = MPICKPT__INDEX__INIT;
+    idx.header = &hdr;
+    Mpickpt__Fragment *fr[1] = { &f };
+    CHECK_OK(ckpt__index_merge(&idx, fr, 1));
+    CHECK_EQ_INT(ckpt__index_format_version(&idx), 2);
+    ckpt__index_merged_free(&idx);
+
+    hdr.format_version = 1; /* a format-1 index cannot hold packed pieces */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    CHECK_MSG(strstr(last_msg(), "bad packed piece"), "message: %s", last_msg());
+    ckpt__index_merged_free(&idx);
+    hdr.format_version = 2;
+
+    pk->dataset_start[0] = 1; /* a packed piece sits at the start of its 1-D range */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    ckpt__index_merged_free(&idx);
+    pk->dataset_start[0] = 0;
+
+    pk->pack_offset = UINT64_MAX - 8; /* offset + bytes overflows */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    ckpt__index_merged_free(&idx);
+    pk->pack_offset = 0;
+
+    pk->packed = 0; /* an unpacked piece must name a dataset under /tensors/ */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    CHECK_MSG(strstr(last_msg(), "bad dataset path"), "message: %s", last_msg());
+    ckpt__index_merged_free(&idx);
+    pk->packed = 1;
+
+    pl->pack_offset = 8; /* an offset without packed */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    CHECK_MSG(strstr(last_msg(), "pack offset on an unpacked piece"), "message: %s", last_msg());
+    ckpt__index_merged_free(&idx);
+    pl->pack_offset = 0;
+    pl->dataset = (free(pl->dataset), strdup("/packs/rank-0")); /* a pack path without packed */
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    ckpt__index_merged_free(&idx);
+    ckpt__fragment_free_built(&f);
+}
+
 static void copy_ckpt(const char *src, const char *dst)
 {
     char cmd[20000];
@@ -454,6 +515,7 @@ int main(void)
     test_roundtrip_all_dtypes();
     test_pieces_and_subslices();
     test_validation();
+    test_packed_validation();
     test_damage();
     return CHECK_DONE();
 }

@@ -1,7 +1,12 @@
-/* CRC-32C (Castagnoli): portable slicing-by-8 and an x86-64 SSE4.2 path chosen at run time. */
+/* CRC-32C (Castagnoli): portable slicing-by-8, and on x86-64 an SSE4.2 path and an AVX-512
+ * VPCLMULQDQ folding path, chosen at run time. */
 #include "mpickpt/crc32c.h"
 
 #include "crc32c_internal.h"
+
+#if CKPT__CRC32C_HAVE_HW
+#include <immintrin.h>
+#endif
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +27,10 @@ static uint32_t crc_table[8][256];
  * by x^(8 * CRC_x) mod P, split per byte so that a 32-bit shift is 4 lookups. */
 static uint32_t shift_long[4][256];
 static uint32_t shift_short[4][256];
+/* Folding constants: fold_k[i] = {K(d + 32), K(d - 32)} for the distances d of fold_dist[], where
+ * K(n) = x^n mod P, bit-reflected and shifted left by one (see ckpt__crc32c_fold_extend). */
+static const unsigned fold_dist[5] = { 2048, 512, 384, 256, 128 };
+static uint64_t fold_k[5][2];
 #endif
 
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
@@ -50,6 +59,25 @@ static void init_shift_table(uint32_t table[4][256], size_t n)
 }
 #endif
 
+#if CKPT__CRC32C_HAVE_HW
+/* x^n mod P for the Castagnoli polynomial P (0x1EDC6F41 plus x^32), bit-reflected into 32 bits and
+ * shifted left by one, the form a carry-less multiply of reflected data needs. */
+static uint64_t fold_constant(unsigned n)
+{
+    uint64_t v = 1;
+    for (unsigned i = 0; i < n; i++) {
+        v <<= 1;
+        if (v & ((uint64_t)1 << 32))
+            v ^= 0x11EDC6F41ull;
+    }
+    uint32_t r = 0;
+    for (int i = 0; i < 32; i++)
+        if (v & ((uint64_t)1 << i))
+            r |= (uint32_t)1 << (31 - i);
+    return (uint64_t)r << 1;
+}
+#endif
+
 static void init_tables(void)
 {
     for (uint32_t i = 0; i < 256; i++) {
@@ -64,6 +92,10 @@ static void init_tables(void)
 #if CKPT__CRC32C_HAVE_HW
     init_shift_table(shift_long, CRC_LONG);
     init_shift_table(shift_short, CRC_SHORT);
+    for (int i = 0; i < 5; i++) {
+        fold_k[i][0] = fold_constant(fold_dist[i] + 32);
+        fold_k[i][1] = fold_constant(fold_dist[i] - 32);
+    }
 #endif
 }
 
@@ -181,25 +213,115 @@ __attribute__((target("sse4.2"))) uint32_t ckpt__crc32c_hw_extend(uint32_t crc, 
     return ~c32;
 }
 
-/* 0 = not probed yet, 1 = SSE4.2, 2 = portable. Racing probes store the same value. */
+#define FOLD_TARGET __attribute__((target("avx512f,vpclmulqdq,pclmul,sse4.2")))
+
+/* x advanced over d bits (its constants k) and XORed into `data`: the 128-bit lanes of x hold
+ * message bits whose polynomial, times x^d, is congruent mod P to lo*K(d+32) + hi*K(d-32) read
+ * as a 128-bit chunk (the reflected multiply supplies the remaining shift). */
+FOLD_TARGET static inline __m512i fold512(__m512i x, __m512i k, __m512i data)
+{
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+                                     _mm512_clmulepi64_epi128(x, k, 0x11), data, 0x96);
+}
+
+FOLD_TARGET static inline __m128i fold128(__m128i x, __m128i k, __m128i data)
+{
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00),
+                                       _mm_clmulepi64_si128(x, k, 0x11)),
+                         data);
+}
+
+FOLD_TARGET static inline __m128i fold_const128(int i)
+{
+    return _mm_set_epi64x((long long)fold_k[i][1], (long long)fold_k[i][0]);
+}
+
+/*
+ * Folding (Intel's "Fast CRC Computation Using PCLMULQDQ", widened to 512 bits): four registers
+ * of 64 bytes each absorb 256 bytes per step, each folded forward over 2048 bits; the four are
+ * then folded into one, its four 128-bit lanes into one, and the last 16 bytes of state are
+ * reduced to 32 bits by the crc32 instruction (their CRC is the CRC of everything folded into
+ * them). The initial register is XORed into the first 4 bytes; lengths under 256 take the crc32
+ * instruction directly.
+ */
+FOLD_TARGET uint32_t ckpt__crc32c_fold_extend(uint32_t crc, const void *data, size_t len)
+{
+    pthread_once(&tables_once, init_tables);
+    const unsigned char *p = data;
+    uint32_t c = ~crc;
+    if (len >= 256) {
+        __m512i k2048 = _mm512_broadcast_i32x4(fold_const128(0));
+        __m512i k512 = _mm512_broadcast_i32x4(fold_const128(1));
+        __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64),
+                x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
+        x0 = _mm512_xor_si512(x0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)c)));
+        p += 256;
+        len -= 256;
+        for (; len >= 256; p += 256, len -= 256) {
+            x0 = fold512(x0, k2048, _mm512_loadu_si512(p));
+            x1 = fold512(x1, k2048, _mm512_loadu_si512(p + 64));
+            x2 = fold512(x2, k2048, _mm512_loadu_si512(p + 128));
+            x3 = fold512(x3, k2048, _mm512_loadu_si512(p + 192));
+        }
+        x1 = fold512(x0, k512, x1);
+        x2 = fold512(x1, k512, x2);
+        x3 = fold512(x2, k512, x3);
+        for (; len >= 64; p += 64, len -= 64)
+            x3 = fold512(x3, k512, _mm512_loadu_si512(p));
+        __m128i a = _mm512_extracti32x4_epi32(x3, 3);
+        a = fold128(_mm512_extracti32x4_epi32(x3, 0), fold_const128(2), a);
+        a = fold128(_mm512_extracti32x4_epi32(x3, 1), fold_const128(3), a);
+        a = fold128(_mm512_extracti32x4_epi32(x3, 2), fold_const128(4), a);
+        for (; len >= 16; p += 16, len -= 16)
+            a = fold128(a, fold_const128(4), _mm_loadu_si128((const __m128i *)(const void *)p));
+        uint64_t r = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(a));
+        c = (uint32_t)_mm_crc32_u64(r, (uint64_t)_mm_extract_epi64(a, 1));
+    }
+    uint64_t c64 = c;
+    for (; len >= 8; p += 8, len -= 8)
+        c64 = _mm_crc32_u64(c64, load64(p));
+    c = (uint32_t)c64;
+    for (; len > 0; len--)
+        c = _mm_crc32_u8(c, *p++);
+    return ~c;
+}
+
+/* 0 = not probed yet, 1 = SSE4.2, 2 = portable, 3 = folding (AVX-512 VPCLMULQDQ, and SSE4.2).
+ * Racing probes store the same value. */
 static atomic_int crc_impl;
 
-int ckpt_crc32c_hw(void)
+static int probe_impl(void)
 {
     int impl = atomic_load_explicit(&crc_impl, memory_order_relaxed);
     if (impl == 0) {
         __builtin_cpu_init();
-        impl = __builtin_cpu_supports("sse4.2") ? 1 : 2;
+        impl = !__builtin_cpu_supports("sse4.2") ? 2
+               : __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                       __builtin_cpu_supports("pclmul")
+                   ? 3
+                   : 1;
         atomic_store_explicit(&crc_impl, impl, memory_order_relaxed);
     }
-    return impl == 1;
+    return impl;
+}
+
+int ckpt_crc32c_hw(void)
+{
+    return probe_impl() != 2;
+}
+
+int ckpt__crc32c_have_fold(void)
+{
+    return probe_impl() == 3;
 }
 
 uint32_t ckpt_crc32c_extend(uint32_t crc, const void *data, size_t len)
 {
-    if (ckpt_crc32c_hw())
-        return ckpt__crc32c_hw_extend(crc, data, len);
-    return ckpt__crc32c_portable(crc, data, len);
+    switch (probe_impl()) {
+    case 3: return ckpt__crc32c_fold_extend(crc, data, len);
+    case 1: return ckpt__crc32c_hw_extend(crc, data, len);
+    default: return ckpt__crc32c_portable(crc, data, len);
+    }
 }
 
 #else /* !CKPT__CRC32C_HAVE_HW */

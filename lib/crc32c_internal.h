@@ -17,6 +17,12 @@ uint32_t ckpt__crc32c_portable(uint32_t crc, const void *data, size_t len);
 uint32_t ckpt__crc32c_hw_extend(uint32_t crc, const void *data, size_t len);
 /* The plain one-instruction-at-a-time SSE4.2 loop, kept as a reference for the tests. */
 uint32_t ckpt__crc32c_hw_single(uint32_t crc, const void *data, size_t len);
+/* 1 when the CPU (and OS) support AVX-512F and VPCLMULQDQ, so ckpt__crc32c_fold_extend() may run. */
+int ckpt__crc32c_have_fold(void);
+/* Same contract as ckpt_crc32c_extend(), by carry-less multiplication: 256 bytes per step in four
+ * 512-bit registers (about twice the crc32 instruction's speed). ckpt_crc32c_extend() uses it when
+ * ckpt__crc32c_have_fold() is 1. */
+uint32_t ckpt__crc32c_fold_extend(uint32_t crc, const void *data, size_t len);
 #else
 #define CKPT__CRC32C_HAVE_HW 0
 #endif

@@ -32,6 +32,10 @@
  *    for restore scenarios: of the save that wrote the checkpoint), ...}
  *   "paired_ratio_p25/p50/p75": quartiles of the per-rep ratios (each rep's baseline / library
  *   time, measured back to back): the spread that the disk's drift and other load leave;
+ *   restore rows add "checked_read_s" (read(2) of the same bytes with a CRC-32C of each 256 KiB
+ *   chunk right after it is read: the least a reader that checks every byte does),
+ *   "checked_ceiling" (= baseline_s / checked_read_s, the best speed_ratio such a reader can
+ *   reach here) and "ratio_to_checked" (= checked_read_s / mpickpt_s);
  *   async adds "blocking_over_memcpy" (= median blocking / median memcpy) and "background_s".
  * Every checkpoint and baseline file is deleted after its rep. DIR must have 3x the bytes written
  * at once free (else exit 3 with a message).
@@ -214,6 +218,25 @@ static void plain_read(const char *path, void *buf, size_t n)
     close(fd);
 }
 
+/* The least a reader that checks every byte must do: read(2) in 256 KiB chunks, each checksummed
+ * right after it is read (mpickpt's own read loop, without HDF5, the index or MPI). */
+static void checked_read(const char *path, void *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        die_errno("open", path);
+    const size_t chunk = (size_t)256 << 10;
+    uint32_t crc = 0;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        read_all(fd, (unsigned char *)buf + off, len, path);
+        crc = ckpt_crc32c_extend(crc, (unsigned char *)buf + off, len);
+    }
+    close(fd);
+    static volatile uint32_t sink;
+    sink ^= crc;
+}
+
 /* Timed write baseline (collective): max over ranks; the file stays (the caller removes it). */
 static double timed_plain_write(const char *path, const void *buf, size_t n)
 {
@@ -228,6 +251,14 @@ static double timed_plain_read(const char *path, void *buf, size_t n)
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
     plain_read(path, buf, n);
+    return max_all(now() - t0);
+}
+
+static double timed_checked_read(const char *path, void *buf, size_t n)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    checked_read(path, buf, n);
     return max_all(now() - t0);
 }
 
@@ -411,6 +442,8 @@ typedef struct result {
     size_t bytes; /* per rank */
     int reps;
     double lib[MAX_REPS], base[MAX_REPS], bg[MAX_REPS];
+    double chk[MAX_REPS]; /* restore: checked_read() of the same bytes */
+    int has_chk;
     double ph[4][MAX_REPS];
     int nph; /* samples of the phases */
     int async;
@@ -463,6 +496,11 @@ static void print_result(const opts *o, const result *r)
     if (r->async)
         printf("%-20s   blocking_over_memcpy %.3f  background_s %.4f (start of save to sync)\n", "",
                base > 0 ? lib / base : 0, median(r->bg, r->reps));
+    double chk = r->has_chk ? median(r->chk, r->reps) : 0;
+    if (r->has_chk)
+        printf("%-20s   checked read (read + CRC-32C per 256 KiB) %.4f s: baseline/checked %.3f "
+               "(the ceiling of a reader that checks every byte), checked/mpickpt %.3f\n",
+               "", chk, chk > 0 ? base / chk : 0, lib > 0 ? chk / lib : 0);
     if (o->json) {
         printf("{\"scenario\":\"%s\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
                "\"bytes_per_rank\":%zu,\"reps\":%d,\"mpickpt_s\":%.9g,\"baseline_s\":%.9g,"
@@ -475,6 +513,9 @@ static void print_result(const opts *o, const result *r)
         if (r->async)
             printf(",\"blocking_over_memcpy\":%.6g,\"background_s\":%.9g",
                    base > 0 ? lib / base : 0, median(r->bg, r->reps));
+        if (r->has_chk)
+            printf(",\"checked_read_s\":%.9g,\"checked_ceiling\":%.6g,\"ratio_to_checked\":%.6g",
+                   chk, chk > 0 ? base / chk : 0, lib > 0 ? chk / lib : 0);
         printf(",\"phases\":{\"write\":%.9g,\"agree\":%.9g,\"merge\":%.9g,\"commit\":%.9g}}\n",
                ph[0], ph[1], ph[2], ph[3]);
     }
@@ -642,6 +683,9 @@ static void restore_reps(const opts *o, ckpt_saver *s, const char *prefix, const
                 r->base[i] = timed_plain_read(base, m->arena, m->bytes);
             }
         }
+        if (cold && !drop_caches(NULL, 0))
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        r->chk[i] = timed_checked_read(base, m->arena, m->bytes);
         if (o->verbose && g_rank == 0)
             fprintf(stderr, "  %s rep %d: mpickpt %.4f s, baseline %.4f s\n", r->scenario, i,
                     r->lib[i], r->base[i]);
@@ -680,6 +724,7 @@ static void run_restore(const opts *o, large_model *m)
         r[v].bytes = m->bytes;
         r[v].reps = o->reps;
         r[v].nph = 1;
+        r[v].has_chk = 1;
         for (int p = 0; p < 4; p++)
             r[v].ph[p][0] = wr.ph[p][0];
         if (cold && !can_cold) {

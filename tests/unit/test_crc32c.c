@@ -84,7 +84,7 @@ static void test_paths_agree(void)
             const unsigned char *p = buf + off;
             uint32_t seed = (uint32_t)rng();
             uint32_t ref = crc_bitwise(0, p, len), ref_seed = crc_bitwise(seed, p, len);
-            uint32_t got[4] = {ckpt__crc32c_portable(0, p, len), ckpt_crc32c(p, len), 0, 0};
+            uint32_t got[5] = {ckpt__crc32c_portable(0, p, len), ckpt_crc32c(p, len), 0, 0, 0};
             uint32_t got_seed = ckpt__crc32c_portable(seed, p, len);
             int n = 2;
 #if CKPT__CRC32C_HAVE_HW
@@ -92,6 +92,11 @@ static void test_paths_agree(void)
                 got[n++] = ckpt__crc32c_hw_extend(0, p, len);
                 got[n++] = ckpt__crc32c_hw_single(0, p, len);
                 if (ckpt__crc32c_hw_extend(seed, p, len) != ref_seed)
+                    got_seed = ~ref_seed;
+            }
+            if (ckpt__crc32c_have_fold()) {
+                got[n++] = ckpt__crc32c_fold_extend(0, p, len);
+                if (ckpt__crc32c_fold_extend(seed, p, len) != ref_seed)
                     got_seed = ~ref_seed;
             }
 #endif
@@ -106,11 +111,22 @@ static void test_paths_agree(void)
     CHECK_EQ_INT(bad, 0);
 }
 
-/* Lengths around the three-stream block boundaries (3 * 256 and 3 * 8192 bytes). */
+static int have_fold(void)
+{
+#if CKPT__CRC32C_HAVE_HW
+    return ckpt__crc32c_have_fold();
+#else
+    return 0;
+#endif
+}
+
+/* Lengths around the three-stream block boundaries (3 * 256 and 3 * 8192 bytes) and the folding
+ * path's (256-byte steps, then 64- and 16-byte tails). */
 static void test_large(void)
 {
-    static const size_t lens[] = {767,   768,   769,   775,   776,   1535,  1536,  24575, 24576,
-                                  24577, 24583, 25343, 25344, 49152, 49159, 99999, 262144};
+    static const size_t lens[] = {255,   256,   257,   271,   319,   320,   335,   511,   512,
+                                  527,   767,   768,   769,   775,   776,   1535,  1536,  24575,
+                                  24576, 24577, 24583, 25343, 25344, 49152, 49159, 99999, 262144};
     size_t maxlen = 262144 + 16;
     unsigned char *buf = malloc(maxlen);
     CHECK(buf != NULL);
@@ -122,6 +138,10 @@ static void test_large(void)
             uint32_t ref = crc_bitwise(0, buf + off, lens[i]);
             CHECK_EQ_INT(ckpt__crc32c_portable(0, buf + off, lens[i]), ref);
             CHECK_EQ_INT(ckpt_crc32c(buf + off, lens[i]), ref);
+#if CKPT__CRC32C_HAVE_HW
+            if (have_fold())
+                CHECK_EQ_INT(ckpt__crc32c_fold_extend(0, buf + off, lens[i]), ref);
+#endif
         }
     }
     free(buf);
@@ -205,8 +225,8 @@ static void bench(void)
         a[r] ^= b[n - 1 - (size_t)r]; /* keep memcpy observable */
     }
     (void)sink;
-    printf("crc32c: %.1f GB/s (memcpy %.1f GB/s, hw=%d)\n", (double)n / best_crc * 1e-9,
-           (double)n / best_cpy * 1e-9, ckpt_crc32c_hw());
+    printf("crc32c: %.1f GB/s (memcpy %.1f GB/s, hw=%d, fold=%d)\n", (double)n / best_crc * 1e-9,
+           (double)n / best_cpy * 1e-9, ckpt_crc32c_hw(), have_fold());
     free(a);
     free(b);
 }

@@ -474,59 +474,153 @@ int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size
     return CKPT_OK;
 }
 
+/* Where and how piece p of tensor t is read: its file and dataset open (r->ds) and checked. */
+typedef struct piece_loc {
+    char path[8400];  /* data file, for messages */
+    char spec[256];   /* the piece's slice spec, for messages */
+    ckpt_dtype dt;    /* what the dataset holds: the tensor's dtype, or uint8 for a pack */
+    ckpt_slice sel;   /* the piece's box in the dataset (a byte range of a pack) */
+    uint64_t off;     /* when raw: file offset of the piece's first byte */
+    int raw;          /* the piece is one run of bytes at `off` that pread can reach */
+} piece_loc;
+
+static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p,
+                        piece_loc *loc)
+{
+    size_t slot = file_slot(r, p->file);
+    ckpt_slice s;
+    ckpt_shape shape;
+    snprintf(loc->spec, sizeof loc->spec, "(whole)");
+    int rc = ckpt__path(loc->path, sizeof loc->path, "%s/%s", r->dir, p->file);
+    if (rc != CKPT_OK)
+        return rc;
+    ckpt_shape_init(&shape, (int)t->n_shape, t->shape);
+    ckpt__piece_slice(&s, p, shape.ndims);
+    ckpt__piece_dataset_slice(&loc->sel, p, shape.ndims);
+    if (!ckpt_slice_is_full(&s, &shape))
+        ckpt_slice_spec_format(loc->spec, sizeof loc->spec, &shape, &s);
+    if (r->files[slot] < 0) {
+        ckpt__h5_init();
+        r->files[slot] = H5Fopen(loc->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (r->files[slot] < 0)
+            return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s': cannot open data file %s", t->name,
+                                  loc->path);
+    }
+    if ((rc = open_ds(r, slot, p->dataset)) != CKPT_OK)
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc->spec,
+                                loc->path);
+    /* A packed piece is a byte range of a one-dimensional uint8 dataset. */
+    loc->dt = p->packed ? CKPT_UINT8 : (ckpt_dtype)t->dtype;
+    if (p->packed) {
+        loc->sel.ndims = 1;
+        loc->sel.start[0] = (int64_t)p->pack_offset;
+        loc->sel.count[0] = (int64_t)p->bytes;
+    }
+    if ((rc = ckpt__h5_check(r->ds, loc->dt, &loc->sel)) != CKPT_OK)
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc->spec,
+                                loc->path);
+    uint64_t off;
+    loc->raw = r->ds_raw && box_run(r->ds_dims, &loc->sel, ckpt_dtype_size(loc->dt), &off) &&
+               off <= r->ds_size && p->bytes <= r->ds_size - off;
+    loc->off = loc->raw ? r->ds_addr + off : 0;
+    return CKPT_OK;
+}
+
+static int crc_mismatch(const Mpickpt__Tensor *t, const Mpickpt__Piece *p, const piece_loc *loc,
+                        const char *what, uint32_t want, uint32_t got)
+{
+    return ckpt__error(CKPT_ECORRUPT,
+                       "tensor '%s' piece %s (rank %d) in %s: checksum mismatch%s (stored %08x, "
+                       "computed %08x)",
+                       t->name, loc->spec, p->rank, loc->path, what, want, got);
+}
+
 /* Reads piece `p` of tensor `t` whole into `buf` (p->bytes long) and checks its CRC-32C. A piece
  * that is one run of bytes in its file (always, for the saver's files) is read with pread and
  * checksummed chunk by chunk while the chunk is in cache; anything else goes through H5Dread. */
 static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p, void *buf)
 {
-    size_t slot = file_slot(r, p->file);
-    char path[8400], spec[256] = "(whole)";
-    ckpt_slice ds, s;
-    ckpt_shape shape;
-    int rc = ckpt__path(path, sizeof path, "%s/%s", r->dir, p->file);
+    piece_loc loc;
+    int rc = locate_piece(r, t, p, &loc);
     if (rc != CKPT_OK)
         return rc;
-    ckpt_shape_init(&shape, (int)t->n_shape, t->shape);
-    ckpt__piece_slice(&s, p, shape.ndims);
-    ckpt__piece_dataset_slice(&ds, p, shape.ndims);
-    if (!ckpt_slice_is_full(&s, &shape))
-        ckpt_slice_spec_format(spec, sizeof spec, &shape, &s);
-    if (r->files[slot] < 0) {
-        ckpt__h5_init();
-        r->files[slot] = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (r->files[slot] < 0)
-            return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s': cannot open data file %s", t->name,
-                                  path);
-    }
-    if ((rc = open_ds(r, slot, p->dataset)) != CKPT_OK)
-        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, spec, path);
-    /* A packed piece is a byte range of a one-dimensional uint8 dataset. */
-    ckpt_dtype dt = p->packed ? CKPT_UINT8 : (ckpt_dtype)t->dtype;
-    if (p->packed) {
-        ds.ndims = 1;
-        ds.start[0] = (int64_t)p->pack_offset;
-        ds.count[0] = (int64_t)p->bytes;
-    }
     uint32_t crc = 0;
-    uint64_t off;
-    rc = ckpt__h5_check(r->ds, dt, &ds);
-    if (rc == CKPT_OK && p->bytes > 0) {
-        if (r->ds_raw && box_run(r->ds_dims, &ds, ckpt_dtype_size(dt), &off) &&
-            off <= r->ds_size && p->bytes <= r->ds_size - off) {
-            rc = ckpt__pread_crc(r->ds_fd, r->ds_addr + off, buf, (size_t)p->bytes, &crc);
+    if (p->bytes > 0) {
+        if (loc.raw) {
+            rc = ckpt__pread_crc(r->ds_fd, loc.off, buf, (size_t)p->bytes, &crc);
         } else {
-            rc = ckpt__h5_read(r->ds, dt, &ds, buf, H5P_DEFAULT);
+            rc = ckpt__h5_read(r->ds, loc.dt, &loc.sel, buf, H5P_DEFAULT);
             crc = rc == CKPT_OK ? ckpt_crc32c(buf, (size_t)p->bytes) : 0;
         }
     }
     if (rc != CKPT_OK)
-        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, spec, path);
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc.spec,
+                                loc.path);
     if (crc != p->crc32c)
-        return ckpt__error(CKPT_ECORRUPT,
-                           "tensor '%s' piece %s (rank %d) in %s: checksum mismatch (stored %08x, "
-                           "computed %08x)",
-                           t->name, spec, p->rank, path, p->crc32c, crc);
+        return crc_mismatch(t, p, &loc, "", p->crc32c, crc);
     return CKPT_OK;
+}
+
+static int grow_tmp(ckpt_reader *r, uint64_t n, const char *name)
+{
+    if (n <= r->tmp_size)
+        return CKPT_OK;
+    void *nt = realloc(r->tmp, (size_t)n);
+    if (!nt)
+        return ckpt__error(CKPT_ENOMEM, "tensor '%s': cannot allocate %llu bytes", name,
+                           (unsigned long long)n);
+    r->tmp = nt;
+    r->tmp_size = (size_t)n;
+    return CKPT_OK;
+}
+
+/*
+ * Copies `region` (inside piece p's box `ps` and the caller's box `want`) into `out`, reading only
+ * the rows of the piece that hold it: the checksum blocks covering them are read and each is
+ * checked against its block CRC-32C. Returns 1, having done nothing, when that is not possible
+ * (no block checksums, not one run of bytes in a raw file) or would read the whole piece anyway.
+ */
+static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p,
+                     const ckpt_slice *ps, const ckpt_slice *region, const ckpt_slice *want,
+                     void *out, size_t esize)
+{
+    uint64_t bsize = p->block_bytes;
+    if (p->n_block_crc32c == 0 || bsize == 0 || ps->ndims == 0 || ps->count[0] <= 0)
+        return 1;
+    uint64_t row = p->bytes / (uint64_t)ps->count[0];
+    uint64_t lo = (uint64_t)(region->start[0] - ps->start[0]) * row;
+    uint64_t hi = lo + (uint64_t)region->count[0] * row;
+    uint64_t blo = lo / bsize * bsize;
+    uint64_t bhi = (hi + bsize - 1) / bsize * bsize;
+    if (bhi > p->bytes)
+        bhi = p->bytes;
+    if (blo == 0 && bhi == p->bytes)
+        return 1;
+    piece_loc loc;
+    int rc = locate_piece(r, t, p, &loc);
+    if (rc != CKPT_OK)
+        return rc;
+    if (!loc.raw)
+        return 1;
+    if ((rc = grow_tmp(r, bhi - blo, t->name)) != CKPT_OK)
+        return rc;
+    for (uint64_t b = blo; b < bhi; b += bsize) {
+        size_t n = (size_t)(bhi - b < bsize ? bhi - b : bsize);
+        uint32_t crc;
+        if ((rc = ckpt__pread_crc(r->ds_fd, loc.off + b, (uint8_t *)r->tmp + (b - blo), n, &crc)))
+            return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc.spec,
+                                    loc.path);
+        uint32_t want_crc = p->block_crc32c[b / bsize];
+        if (crc != want_crc) {
+            char what[64];
+            snprintf(what, sizeof what, " in block %llu", (unsigned long long)(b / bsize));
+            return crc_mismatch(t, p, &loc, what, want_crc, crc);
+        }
+    }
+    ckpt_slice rows = *ps; /* the piece's rows that tmp holds, from byte lo - blo on */
+    rows.start[0] = region->start[0];
+    rows.count[0] = region->count[0];
+    return ckpt_slice_copy(out, want, (uint8_t *)r->tmp + (lo - blo), &rows, region, esize);
 }
 
 static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
@@ -569,16 +663,10 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
             rc = read_piece(r, t, p, out);
             continue;
         }
-        if (p->bytes > r->tmp_size) {
-            void *nt = realloc(r->tmp, (size_t)p->bytes);
-            if (!nt) {
-                rc = ckpt__error(CKPT_ENOMEM, "tensor '%s': cannot allocate %llu bytes", name,
-                                 (unsigned long long)p->bytes);
-                break;
-            }
-            r->tmp = nt;
-            r->tmp_size = (size_t)p->bytes;
-        }
+        if ((rc = read_rows(r, t, p, &ps, &region, &want, out, esize)) != 1)
+            continue; /* read only the rows wanted, or failed */
+        if ((rc = grow_tmp(r, p->bytes, name)) != CKPT_OK)
+            break;
         if ((rc = read_piece(r, t, p, r->tmp)) == CKPT_OK)
             rc = ckpt_slice_copy(out, &want, r->tmp, &ps, &region, esize);
     }
@@ -606,6 +694,18 @@ static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
                 cap = (size_t)p->bytes;
             }
             rc = read_piece(r, t, p, buf);
+            /* The block checksums that partial reads rely on must describe the same bytes. */
+            for (size_t b = 0; rc == CKPT_OK && b < p->n_block_crc32c; b++) {
+                uint64_t off = (uint64_t)b * p->block_bytes;
+                size_t n = (size_t)(p->bytes - off < p->block_bytes ? p->bytes - off
+                                                                    : p->block_bytes);
+                uint32_t crc = ckpt_crc32c((uint8_t *)buf + off, n);
+                if (crc != p->block_crc32c[b])
+                    rc = ckpt__error(CKPT_ECORRUPT,
+                                     "tensor '%s' piece %zu (rank %d) in %s: block %zu checksum "
+                                     "mismatch (stored %08x, computed %08x)",
+                                     t->name, j, p->rank, p->file, b, p->block_crc32c[b], crc);
+            }
             if (rc != CKPT_OK) {
                 bad++;
                 const ckpt_error *e = ckpt_error_last();

@@ -338,6 +338,47 @@ uint32_t ckpt_crc32c_extend(uint32_t crc, const void *data, size_t len)
 
 #endif
 
+/* a * b mod P, both reflected (bit 31 is x^0), as in zlib's crc32_combine. */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+uint32_t ckpt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    /* crc(A|B) = crc(A) * x^(8 len(B)) + crc(B) mod P (the pre- and post-inversions cancel).
+     * x^(8n) is built from x^(2^k) by squaring: p starts at x^8 and squares per bit of n. */
+    uint32_t x = (uint32_t)1 << 31, p = (uint32_t)1 << 23; /* x^0, x^8 */
+    for (; len2; len2 >>= 1) {
+        if (len2 & 1)
+            x = multmodp(p, x);
+        p = multmodp(p, p);
+    }
+    return multmodp(x, crc1) ^ crc2;
+}
+
+uint32_t ckpt__crc32c_blocks(const void *data, size_t len, size_t block, uint32_t *out)
+{
+    const unsigned char *p = data;
+    uint32_t whole = 0;
+    for (size_t i = 0, off = 0; off < len; i++, off += block) {
+        size_t n = len - off < block ? len - off : block;
+        out[i] = ckpt_crc32c(p + off, n);
+        whole = off == 0 ? out[i] : ckpt__crc32c_combine(whole, out[i], n);
+    }
+    return whole;
+}
+
 uint32_t ckpt_crc32c(const void *data, size_t len)
 {
     return ckpt_crc32c_extend(0, data, len);

@@ -10,6 +10,13 @@
 /* Same contract as ckpt_crc32c_extend(), always with the portable slicing-by-8 tables. */
 uint32_t ckpt__crc32c_portable(uint32_t crc, const void *data, size_t len);
 
+/* CRC-32C of A|B from crc1 = crc(A), crc2 = crc(B) and len2 = len(B) (zlib's crc32_combine). */
+uint32_t ckpt__crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
+/* CRC-32C of each `block`-byte block of data (the last one shorter) into out[ceil(len/block)];
+ * returns the CRC-32C of all of it, combined from the blocks' (one pass over the data). */
+uint32_t ckpt__crc32c_blocks(const void *data, size_t len, size_t block, uint32_t *out);
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CKPT__CRC32C_HAVE_HW 1
 /* Same contract as ckpt_crc32c_extend(), with the SSE4.2 crc32 instruction (three interleaved

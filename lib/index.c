@@ -1,5 +1,7 @@
 #include "index.h"
 
+#include "crc32c_internal.h"
+
 #include "fsutil.h"
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/crc32c.h"
@@ -230,6 +232,14 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
             return ckpt__error(bad, "%s: tensor '%s' piece %zu: pack offset on an unpacked piece",
                                what, name, j);
         }
+        if (p->n_block_crc32c > 0 || p->block_bytes != 0) {
+            uint64_t nb = p->block_bytes ? (p->bytes + p->block_bytes - 1) / p->block_bytes : 0;
+            if (version < 2 || p->block_bytes == 0 || nb != p->n_block_crc32c)
+                return ckpt__error(bad, "%s: tensor '%s' piece %zu: %zu block checksums for %llu "
+                                        "bytes in blocks of %u (format %u)",
+                                   what, name, j, p->n_block_crc32c, (unsigned long long)p->bytes,
+                                   p->block_bytes, version);
+        }
         if (p->bytes != (uint64_t)n * esize) {
             fmt_slice(sl, sizeof sl, &shape, &v->s);
             return ckpt__error(bad, "%s: tensor '%s' piece %s: %llu bytes recorded, %llu expected",
@@ -274,7 +284,8 @@ uint32_t ckpt__index_format_version(const Mpickpt__Index *idx)
 {
     for (size_t i = 0; i < idx->n_tensors; i++)
         for (size_t j = 0; j < idx->tensors[i]->n_pieces; j++)
-            if (idx->tensors[i]->pieces[j]->packed)
+            if (idx->tensors[i]->pieces[j]->packed ||
+                idx->tensors[i]->pieces[j]->n_block_crc32c > 0)
                 return 2;
     return 1;
 }
@@ -523,6 +534,7 @@ static void free_built_piece(Mpickpt__Piece *p)
     free(p->dataset_start);
     free(p->file);
     free(p->dataset);
+    free(p->block_crc32c);
     free(p);
 }
 
@@ -587,6 +599,30 @@ nomem:
     free(p);
     free(pp);
     return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+}
+
+int ckpt__fragment_add_data(Mpickpt__Fragment *f, size_t *cap, const char *name,
+                            ckpt_dtype dtype, const ckpt_shape *shape, ckpt_kind kind,
+                            const ckpt_slice *slice, const char *file, const char *dataset,
+                            const ckpt_slice *dataset_slice, const void *data, size_t len)
+{
+    size_t nb = len > CKPT__CRC_BLOCK ? (len + CKPT__CRC_BLOCK - 1) / CKPT__CRC_BLOCK : 0;
+    uint32_t *blocks = nb ? malloc(nb * sizeof *blocks) : NULL;
+    if (nb && !blocks)
+        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+    uint32_t crc = nb ? ckpt__crc32c_blocks(data, len, CKPT__CRC_BLOCK, blocks)
+                      : ckpt_crc32c(data, len);
+    int rc = ckpt__fragment_add(f, cap, name, dtype, shape, kind, slice, file, dataset,
+                                dataset_slice, (uint64_t)len, crc);
+    if (rc != CKPT_OK) {
+        free(blocks);
+        return rc;
+    }
+    Mpickpt__Piece *p = f->tensors[f->n_tensors - 1]->pieces[0];
+    p->block_bytes = nb ? (uint32_t)CKPT__CRC_BLOCK : 0;
+    p->n_block_crc32c = nb;
+    p->block_crc32c = blocks;
+    return CKPT_OK;
 }
 
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes)

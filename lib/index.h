@@ -21,8 +21,11 @@
  * What the payload may hold is versioned by Header.format_version (CKPT_FORMAT_VERSION). */
 #define CKPT__CONTAINER_VERSION 1u
 
-/* Format version an index needs: 2 when any piece is packed (format 2's addition), else 1, so
- * that checkpoints without packed pieces stay readable by format-1 readers. */
+/* Block size of the per-block checksums the saver records for pieces larger than one block. */
+#define CKPT__CRC_BLOCK ((size_t)1 << 20)
+
+/* Format version an index needs: 2 when any piece is packed or has block checksums (format 2's
+ * additions), else 1, so that such checkpoints stay readable by format-1 readers. */
 uint32_t ckpt__index_format_version(const Mpickpt__Index *idx);
 /* Upper bound on an index or state file we agree to load (a sanity limit, not a format one). */
 #define CKPT__MAX_INDEX_BYTES ((size_t)1 << 32)
@@ -80,6 +83,13 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
                        const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
                        const char *file, const char *dataset, const ckpt_slice *dataset_slice,
                        uint64_t bytes, uint32_t crc);
+/* ckpt__fragment_add() for a piece whose bytes are `data` (len bytes): records their CRC-32C and,
+ * when they span more than one CKPT__CRC_BLOCK, the CRC-32C of every block (format 2). */
+int ckpt__fragment_add_data(Mpickpt__Fragment *f, size_t *cap, const char *name,
+                            ckpt_dtype dtype, const ckpt_shape *shape, ckpt_kind kind,
+                            const ckpt_slice *slice, const char *file, const char *dataset,
+                            const ckpt_slice *dataset_slice, const void *data, size_t len);
+
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
 void ckpt__fragment_free_built(Mpickpt__Fragment *f);
 

@@ -951,9 +951,8 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         H5Dclose(dset);
         if (rc != CKPT_OK)
             break;
-        rc = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
-                                &p->slice, c->data_name, path, &zero, (uint64_t)len,
-                                ckpt_crc32c(bytes, len));
+        rc = ckpt__fragment_add_data(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
+                                     &p->slice, c->data_name, path, &zero, bytes, len);
     }
     if (pw.dset >= 0) {
         if (rc == CKPT_OK)
@@ -1207,9 +1206,9 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||
             (local = piece_bytes(s, c, p, &bytes, &len)))
             break;
-        local = ckpt__fragment_add(&c->frag, &c->cap, g->stored, g->dtype, &g->shape, g->kind,
-                                   &p->slice, c->data_name, path, &p->slice, (uint64_t)len,
-                                   ckpt_crc32c(bytes, len));
+        local = ckpt__fragment_add_data(&c->frag, &c->cap, g->stored, g->dtype, &g->shape,
+                                        g->kind, &p->slice, c->data_name, path, &p->slice, bytes,
+                                        len);
     }
     for (size_t i = 0; i < s->nregs && local == CKPT_OK; i++) {
         const reg *g = &s->regs[i];

@@ -171,6 +171,36 @@ static void test_extend_split(void)
     CHECK_EQ_INT(c, whole);
 }
 
+/* combine(crc(A), crc(B), len(B)) == crc(A|B); block CRCs are those of the blocks, and the
+ * combined whole is the one-shot CRC. */
+static void test_combine_blocks(void)
+{
+    enum { N = 5000 };
+    static unsigned char buf[N];
+    fill_random(buf, N);
+    uint32_t whole = ckpt_crc32c(buf, N);
+    int bad = 0;
+    for (size_t cut = 0; cut <= N; cut += 7) {
+        uint32_t c = ckpt__crc32c_combine(ckpt_crc32c(buf, cut), ckpt_crc32c(buf + cut, N - cut),
+                                          N - cut);
+        if (c != whole && bad++ < 5)
+            CHECK_MSG(0, "combine at %zu: %08x != %08x", cut, (unsigned)c, (unsigned)whole);
+    }
+    CHECK_EQ_INT(bad, 0);
+    uint32_t blocks[N];
+    static const size_t sizes[] = {1, 3, 64, 1000, 4999, 5000, 8192};
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(sizes); i++) {
+        size_t bs = sizes[i], nb = (N + bs - 1) / bs;
+        CHECK_EQ_INT(ckpt__crc32c_blocks(buf, N, bs, blocks), whole);
+        for (size_t b = 0; b < nb; b++) {
+            size_t n = N - b * bs < bs ? N - b * bs : bs;
+            if (blocks[b] != ckpt_crc32c(buf + b * bs, n) && bad++ < 5)
+                CHECK_MSG(0, "block %zu of %zu bytes differs", b, bs);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
 static void test_mask(void)
 {
     uint32_t crc = ckpt_crc32c("foo", 3);
@@ -237,6 +267,7 @@ int main(void)
     test_paths_agree();
     test_large();
     test_extend_split();
+    test_combine_blocks();
     test_mask();
     bench();
     return CHECK_DONE();

@@ -10,6 +10,7 @@
  */
 #include "mpickpt/saver.h"
 
+#include "arena.h"
 #include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
@@ -77,7 +78,8 @@ struct ckpt_saver {
     int dirty; /* registrations changed since the plan was made */
     /* The plan: every rank's registrations (without blobs), merged and validated. */
     int have_plan;
-    Mpickpt__Fragment **plan_frags;
+    Mpickpt__Fragment **plan_frags; /* unpacked into plan_arena, freed with it */
+    ckpt__arena *plan_arena;
     size_t plan_nfrags;
     Mpickpt__Index plan;
     /* Pieces this rank stores, derived from its registrations and the sharding policy. */
@@ -209,10 +211,10 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
 static void free_plan(ckpt_saver *s)
 {
     ckpt__index_merged_free(&s->plan);
-    for (size_t i = 0; i < s->plan_nfrags; i++)
-        mpickpt__fragment__free_unpacked(s->plan_frags[i], NULL);
     free(s->plan_frags);
+    ckpt__arena_free(s->plan_arena);
     s->plan_frags = NULL;
+    s->plan_arena = NULL;
     s->plan_nfrags = 0;
     s->have_plan = 0;
     free(s->pieces);
@@ -522,12 +524,22 @@ static int plan_fragment(ckpt_saver *s, Mpickpt__Fragment *f, size_t *cap)
     return rc;
 }
 
-/* Packs `f`, allgathers every rank's bytes, unpacks them into `*out` (n = size). Collective.
+/* Frees fragments unpacked by allgather_fragments() or gather_fragments(): the array, and the
+ * arena that holds the messages (protobuf-c's unpack otherwise makes ~10 mallocs per piece). */
+static void free_frags(Mpickpt__Fragment **f, ckpt__arena *arena)
+{
+    free(f);
+    ckpt__arena_free(arena);
+}
+
+/* Packs `f`, allgathers every rank's bytes, unpacks them into `*out` (n = size), allocated from
+ * `*arena`: free with free_frags(*out, *arena). Collective.
  * `local` is this rank's status so far: a failed rank still joins with an empty contribution. */
-static int allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f,
-                               int local, Mpickpt__Fragment ***out)
+static int allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                               Mpickpt__Fragment ***out, ckpt__arena **arena)
 {
     *out = NULL;
+    *arena = NULL;
     size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf && local == CKPT_OK)
@@ -565,23 +577,24 @@ static int allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Frag
     if (MPI_Allgatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, comm) != MPI_SUCCESS)
         local2 = ckpt__error(CKPT_EMPI, "MPI_Allgatherv of plans failed");
     Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
-    if (!frags && local2 == CKPT_OK)
+    ckpt__arena *a = ckpt__arena_new();
+    if ((!frags || !a) && local2 == CKPT_OK)
         local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (int i = 0; frags && local2 == CKPT_OK && i < s->size; i++) {
-        frags[i] = mpickpt__fragment__unpack(NULL, (size_t)lens[i], all + displs[i]);
+    for (int i = 0; local2 == CKPT_OK && i < s->size; i++) {
+        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a), (size_t)lens[i],
+                                             all + displs[i]);
         if (!frags[i])
             local2 = ckpt__error(CKPT_ECORRUPT, "rank %d's plan does not parse", i);
         else
             frags[i]->rank = i; /* trust the position, not the bytes */
     }
-    if (local2 != CKPT_OK && frags) {
-        for (int i = 0; i < s->size; i++)
-            if (frags[i])
-                mpickpt__fragment__free_unpacked(frags[i], NULL);
-        free(frags);
+    if (local2 != CKPT_OK) {
+        free_frags(frags, a);
         frags = NULL;
+        a = NULL;
     }
     *out = frags;
+    *arena = a;
     rc = local2; /* identical inputs on every rank: the outcome is identical too */
 done:
     free(buf);
@@ -644,11 +657,13 @@ static int make_plan(ckpt_saver *s)
     if (local == CKPT_OK)
         local = plan_fragment(s, &mine, &cap);
     Mpickpt__Fragment **frags = NULL;
-    int rc = allgather_fragments(s, s->comm, &mine, local, &frags);
+    ckpt__arena *arena = NULL;
+    int rc = allgather_fragments(s, s->comm, &mine, local, &frags, &arena);
     ckpt__fragment_free_built(&mine);
     if (rc != CKPT_OK)
         return rc;
     s->plan_frags = frags;
+    s->plan_arena = arena;
     s->plan_nfrags = (size_t)s->size;
     Mpickpt__Header *h = malloc(sizeof *h);
     if (!h) {
@@ -1008,8 +1023,10 @@ static int cmp_shared_ds(const void *a, const void *b)
 }
 
 /* Every rank's blob names and sizes for this save (the shared file's datasets must be created by
- * all ranks alike). Collective. Returns a fragment per rank with one tensor per blob. */
-static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out)
+ * all ranks alike). Collective. Returns a fragment per rank with one tensor per blob, in *arena
+ * (free with free_frags). */
+static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out,
+                        ckpt__arena **arena)
 {
     Mpickpt__Fragment f = MPICKPT__FRAGMENT__INIT;
     size_t cap = 0;
@@ -1026,7 +1043,7 @@ static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment
         local = ckpt__fragment_add(&f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
                                    file, "/tensors/blob", &full, (uint64_t)c->blob_len[i], 0);
     }
-    int rc = allgather_fragments(s, c->comm, &f, local, out);
+    int rc = allgather_fragments(s, c->comm, &f, local, out, arena);
     ckpt__fragment_free_built(&f);
     return rc;
 }
@@ -1247,11 +1264,14 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
 
 /* ---- merge and commit --------------------------------------------------------------------------- */
 
-/* Gathers every rank's packed fragment at the chief. On the chief, *out receives them unpacked.
+/* Gathers every rank's packed fragment at the chief. On the chief, *out receives them unpacked,
+ * in *arena (free with free_frags).
  * Collective; a rank with local != OK sends nothing. Returns the gather's own status. */
-static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out)
+static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out,
+                            ckpt__arena **arena)
 {
     *out = NULL;
+    *arena = NULL;
     size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(&c->frag) : 0;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)
@@ -1295,37 +1315,30 @@ static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Frag
     }
     if (s->rank == 0 && ok && grc == CKPT_OK) {
         Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
-        for (int i = 0; frags && i < s->size && grc == CKPT_OK; i++) {
-            frags[i] = mpickpt__fragment__unpack(NULL, (size_t)lens[i], all + displs[i]);
+        ckpt__arena *a = ckpt__arena_new();
+        if (!frags || !a)
+            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        for (int i = 0; i < s->size && grc == CKPT_OK; i++) {
+            frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a), (size_t)lens[i],
+                                                 all + displs[i]);
             if (!frags[i])
                 grc = ckpt__error(CKPT_ECORRUPT, "rank %d's index fragment does not parse", i);
             else
                 frags[i]->rank = i;
         }
-        if (!frags)
-            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        if (grc != CKPT_OK && frags) {
-            for (int i = 0; i < s->size; i++)
-                if (frags[i])
-                    mpickpt__fragment__free_unpacked(frags[i], NULL);
-            free(frags);
+        if (grc != CKPT_OK) {
+            free_frags(frags, a);
             frags = NULL;
+            a = NULL;
         }
         *out = frags;
+        *arena = a;
     }
     free(buf);
     free(lens);
     free(displs);
     free(all);
     return local != CKPT_OK ? local : grc;
-}
-
-static void free_frags(Mpickpt__Fragment **f, int n)
-{
-    for (int i = 0; f && i < n; i++)
-        if (f[i])
-            mpickpt__fragment__free_unpacked(f[i], NULL);
-    free(f);
 }
 
 /*
@@ -1579,12 +1592,13 @@ static int run_job(save_job *j)
     /* write */
     if (s->layout == CKPT_LAYOUT_SHARED) {
         Mpickpt__Fragment **blobs = NULL;
-        if ((rc = gather_blobs(s, c, CKPT_OK, &blobs)) != CKPT_OK)
+        ckpt__arena *blob_arena = NULL;
+        if ((rc = gather_blobs(s, c, CKPT_OK, &blobs, &blob_arena)) != CKPT_OK)
             goto out;
         ckpt__h5_lock();
         local = write_shared(s, c, blobs);
         ckpt__h5_unlock();
-        free_frags(blobs, s->size);
+        free_frags(blobs, blob_arena);
     } else {
         ckpt__h5_lock();
         local = write_per_rank(s, c);
@@ -1604,7 +1618,8 @@ static int run_job(save_job *j)
         for (size_t k = 0; k < c->frag.tensors[i]->n_pieces; k++)
             j->bytes += c->frag.tensors[i]->pieces[k]->bytes;
     Mpickpt__Fragment **frags = NULL;
-    local = gather_fragments(s, c, local, &frags);
+    ckpt__arena *frag_arena = NULL;
+    local = gather_fragments(s, c, local, &frags, &frag_arena);
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
     Mpickpt__Index idx = MPICKPT__INDEX__INIT;
     char producer[64];
@@ -1645,7 +1660,7 @@ static int run_job(save_job *j)
         rc = ckpt_mpi_agree(c->comm, local);
     }
     ckpt__index_merged_free(&idx);
-    free_frags(frags, s->size);
+    free_frags(frags, frag_arena);
     double t4 = now_seconds();
     j->t_write = t1 - t0;
     j->t_agree = t2 - t1;

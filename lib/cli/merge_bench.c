@@ -16,14 +16,16 @@
  *   options: --mix P,F,Rp  percentages of a rank's K pieces (default 50,25,25)
  *            --repeat N    best of N timed runs (default 1); --max-pieces N limits the sweep
  *            --json        one JSON line per configuration instead of the table
- *            --arena       unpack the fragments with a bump allocator (ProtobufCAllocator)
- *                          instead of malloc: a candidate fix measured side by side
+ *            --malloc      unpack the fragments with malloc instead of the arena (lib/arena.h)
+ *                          that the saver uses, to measure the two side by side (--arena,
+ *                          the default, is still accepted)
  *
  * Times are wall clock (best of the repeats by total); *_cpu_s are the CPU times of the same
  * phases (minimum over the repeats), which a machine shared with other jobs disturbs less.
  * Peak memory is the process's ru_maxrss (so one configuration per process); the heap in use
  * (mallinfo2) after each phase is reported as heap_mb (its maximum). Links only libmpickpt_core
  * and uses its internal API (lib/index.h). Exit 0, 1 when a merge fails, 2 on a usage error. */
+#include "arena.h"
 #include "index.h"
 
 #include "mpickpt/checkpoint.h"
@@ -45,7 +47,7 @@ typedef struct bench_config {
     size_t per_rank;
     unsigned mix[3]; /* partitioned, full, replicated: percentages of per_rank */
     int repeat;
-    int arena;       /* unpack into a bump allocator (a candidate fix; see --arena) */
+    int arena;       /* unpack into an arena, as the saver does (0: malloc, see --malloc) */
 } bench_config;
 
 typedef struct bench_result {
@@ -63,53 +65,6 @@ typedef struct bench_result {
     double heap_mb;        /* largest heap in use after a phase (mallinfo2) */
     double peak_mb;        /* ru_maxrss */
 } bench_result;
-
-/* A bump allocator for protobuf-c's unpack: no per-object malloc/free; released at once. */
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t used, size;
-    unsigned char *data;
-} arena_chunk;
-
-static void *arena_alloc(void *data, size_t n)
-{
-    arena_chunk **head = data;
-    n = (n + 15) & ~(size_t)15;
-    if (!*head || (*head)->size - (*head)->used < n) {
-        size_t size = n > ((size_t)64 << 20) ? n : (size_t)64 << 20;
-        arena_chunk *c = malloc(sizeof *c);
-        unsigned char *d = malloc(size);
-        if (!c || !d) {
-            free(c);
-            free(d);
-            return NULL;
-        }
-        c->next = *head;
-        c->used = 0;
-        c->size = size;
-        c->data = d;
-        *head = c;
-    }
-    void *p = (*head)->data + (*head)->used;
-    (*head)->used += n;
-    return p;
-}
-
-static void arena_free(void *data, void *p)
-{
-    (void)data;
-    (void)p;
-}
-
-static void arena_release(arena_chunk **head)
-{
-    while (*head) {
-        arena_chunk *c = *head;
-        *head = c->next;
-        free(c->data);
-        free(c);
-    }
-}
 
 static double now_s(void)
 {
@@ -286,13 +241,16 @@ static void run_config(const bench_config *c, bench_result *res)
 
     Mpickpt__Fragment **frags = xmalloc(c->ranks * sizeof *frags);
     for (int rep = 0; rep < c->repeat; rep++) {
-        arena_chunk *chunks = NULL;
-        ProtobufCAllocator arena = {arena_alloc, arena_free, &chunks};
+        ckpt__arena *arena = c->arena ? ckpt__arena_new() : NULL;
+        if (c->arena && !arena) {
+            fprintf(stderr, "mpickpt-merge-bench: out of memory\n");
+            exit(1);
+        }
         double c0 = cpu_now_s();
         double t0 = now_s();
         for (size_t r = 0; r < c->ranks; r++) {
-            frags[r] = mpickpt__fragment__unpack(c->arena ? &arena : NULL, lens[r],
-                                                 all + displs[r]);
+            frags[r] = mpickpt__fragment__unpack(arena ? ckpt__arena_allocator(arena) : NULL,
+                                                 lens[r], all + displs[r]);
             if (!frags[r]) {
                 fprintf(stderr, "mpickpt-merge-bench: rank %zu's fragment does not parse\n", r);
                 exit(1);
@@ -338,8 +296,8 @@ static void run_config(const bench_config *c, bench_result *res)
 
         free(ibuf);
         ckpt__index_merged_free(&idx);
-        if (c->arena)
-            arena_release(&chunks);
+        if (arena)
+            ckpt__arena_free(arena);
         else
             for (size_t r = 0; r < c->ranks; r++)
                 mpickpt__fragment__free_unpacked(frags[r], NULL);
@@ -443,9 +401,9 @@ static int usage(const char *why)
 {
     fprintf(stderr,
             "mpickpt-merge-bench: %s\n"
-            "usage: mpickpt-merge-bench [--json] [--arena] [--repeat N] [--mix P,F,R] "
+            "usage: mpickpt-merge-bench [--json] [--malloc] [--repeat N] [--mix P,F,R] "
             "[--max-pieces N]\n"
-            "       mpickpt-merge-bench [--json] [--arena] [--repeat N] [--mix P,F,R] "
+            "       mpickpt-merge-bench [--json] [--malloc] [--repeat N] [--mix P,F,R] "
             "--ranks R --per-rank K\n",
             why);
     return 2;
@@ -453,7 +411,7 @@ static int usage(const char *why)
 
 int main(int argc, char **argv)
 {
-    bench_config c = {0, 0, {50, 25, 25}, 1, 0};
+    bench_config c = {0, 0, {50, 25, 25}, 1, 1};
     size_t max_pieces = (size_t)1 << 21, v;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -463,8 +421,8 @@ int main(int argc, char **argv)
             json = 1;
             continue;
         }
-        if (strcmp(a, "--arena") == 0) {
-            c.arena = 1;
+        if (strcmp(a, "--arena") == 0 || strcmp(a, "--malloc") == 0) {
+            c.arena = strcmp(a, "--arena") == 0;
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {

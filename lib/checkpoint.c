@@ -577,8 +577,11 @@ static int grow_tmp(ckpt_reader *r, uint64_t n, const char *name)
 /*
  * Copies `region` (inside piece p's box `ps` and the caller's box `want`) into `out`, reading only
  * the rows of the piece that hold it: the checksum blocks covering them are read and each is
- * checked against its block CRC-32C. Returns 1, having done nothing, when that is not possible
- * (no block checksums, not one run of bytes in a raw file) or would read the whole piece anyway.
+ * checked against its block CRC-32C. When the region is one run of bytes in both the piece and
+ * `out` (whole rows of both), those bytes are read straight into `out` and only the parts of the
+ * first and last blocks outside it go through the scratch buffer; otherwise the blocks are read
+ * into scratch and the region copied out. Returns 1, having done nothing, when this is not
+ * possible (no block checksums, not one run of bytes in a raw file) or would read the whole piece.
  */
 static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p,
                      const ckpt_slice *ps, const ckpt_slice *region, const ckpt_slice *want,
@@ -602,12 +605,42 @@ static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Pi
         return rc;
     if (!loc.raw)
         return 1;
-    if ((rc = grow_tmp(r, bhi - blo, t->name)) != CKPT_OK)
+    /* Straight into `out` when the region is whole rows of the piece and one run in `out`. */
+    uint8_t *direct = NULL;
+    int whole_rows = 1;
+    for (int d = 1; d < ps->ndims; d++)
+        whole_rows &= region->count[d] == ps->count[d];
+    ckpt_slice rel = *region;
+    hsize_t wdims[CKPT_MAX_DIMS];
+    for (int d = 0; d < want->ndims; d++) {
+        rel.start[d] -= want->start[d];
+        wdims[d] = (hsize_t)want->count[d];
+    }
+    uint64_t out_off;
+    if (whole_rows && box_run(wdims, &rel, esize, &out_off))
+        direct = (uint8_t *)out + out_off;
+    /* scratch: every block (copy path) or, one at a time, the parts of the end blocks outside
+     * [lo, hi), needed only for their checksums */
+    if ((rc = grow_tmp(r, direct ? bsize : bhi - blo, t->name)) != CKPT_OK)
         return rc;
+    uint8_t *scratch = r->tmp;
     for (uint64_t b = blo; b < bhi; b += bsize) {
-        size_t n = (size_t)(bhi - b < bsize ? bhi - b : bsize);
-        uint32_t crc;
-        if ((rc = ckpt__pread_crc(r->ds_fd, loc.off + b, (uint8_t *)r->tmp + (b - blo), n, &crc)))
+        uint64_t e = bhi - b < bsize ? bhi : b + bsize;
+        uint32_t crc = 0;
+        if (direct) { /* [b, lo) to scratch, [max(b,lo), min(e,hi)) to out, [hi, e) to scratch */
+            uint64_t a = b > lo ? b : lo, z = e < hi ? e : hi;
+            if (b < a)
+                rc = ckpt__pread_crc(r->ds_fd, loc.off + b, scratch, (size_t)(a - b), &crc);
+            if (rc == CKPT_OK)
+                rc = ckpt__pread_crc(r->ds_fd, loc.off + a, direct + (a - lo), (size_t)(z - a),
+                                     &crc);
+            if (rc == CKPT_OK && z < e)
+                rc = ckpt__pread_crc(r->ds_fd, loc.off + z, scratch, (size_t)(e - z), &crc);
+        } else {
+            rc = ckpt__pread_crc(r->ds_fd, loc.off + b, scratch + (b - blo), (size_t)(e - b),
+                                 &crc);
+        }
+        if (rc != CKPT_OK)
             return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc.spec,
                                     loc.path);
         uint32_t want_crc = p->block_crc32c[b / bsize];
@@ -617,10 +650,12 @@ static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Pi
             return crc_mismatch(t, p, &loc, what, want_crc, crc);
         }
     }
-    ckpt_slice rows = *ps; /* the piece's rows that tmp holds, from byte lo - blo on */
+    if (direct)
+        return CKPT_OK;
+    ckpt_slice rows = *ps; /* the piece's rows that scratch holds, from byte lo - blo on */
     rows.start[0] = region->start[0];
     rows.count[0] = region->count[0];
-    return ckpt_slice_copy(out, want, (uint8_t *)r->tmp + (lo - blo), &rows, region, esize);
+    return ckpt_slice_copy(out, want, scratch + (lo - blo), &rows, region, esize);
 }
 
 static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,

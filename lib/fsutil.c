@@ -221,7 +221,7 @@ int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc)
     /* 256 KiB: the chunk just read is still in the 2 MiB L2 cache when it is checksummed, so the
      * check runs at in-cache speed instead of making a second pass over memory. */
     const size_t chunk = (size_t)256 << 10;
-    uint32_t c = 0;
+    uint32_t c = *crc;
     size_t done = 0;
     while (done < len) {
         size_t want = len - done < chunk ? len - done : chunk;

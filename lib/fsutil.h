@@ -28,8 +28,9 @@ int ckpt__write_file_atomic(const char *path, const void *data, size_t len);
  * CKPT_ENOTFOUND when it does not exist, CKPT_ECORRUPT when larger than `max`. */
 int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max);
 
-/* Reads `len` bytes at `off` of `fd` into `buf` and returns their CRC-32C in *crc, checksumming
- * each chunk right after reading it (one pass over memory). CKPT_ECORRUPT when the file ends first. */
+/* Reads `len` bytes at `off` of `fd` into `buf` and extends the CRC-32C in *crc over them (start
+ * it at 0), checksumming each chunk right after reading it (one pass over memory).
+ * CKPT_ECORRUPT when the file ends first. */
 int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc);
 
 /* mkdir -p. */

@@ -47,8 +47,9 @@ typedef struct ckpt_saver_options {
     int64_t pack_max_bytes;
 } ckpt_saver_options;
 
-/** Default of ckpt_saver_options.pack_max_bytes: 256 KiB (see docs/performance.md). */
-#define CKPT_PACK_MAX_BYTES_DEFAULT ((int64_t)256 << 10)
+/** Default of ckpt_saver_options.pack_max_bytes: 1 MiB, where packing stops paying (see
+ *  docs/performance.md). */
+#define CKPT_PACK_MAX_BYTES_DEFAULT ((int64_t)1 << 20)
 
 /** Version 1 (without pack_max_bytes) is still accepted. */
 #define CKPT_SAVER_OPTIONS_VERSION 2

@@ -233,6 +233,17 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
+    /* Options: version 1 (before pack_max_bytes) is still accepted, an unknown one is not. */
+    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
+    ckpt_saver *s = NULL;
+    o.version = 1;
+    CHECK_OK(ckpt_saver_create(&s, MPI_COMM_WORLD, &o));
+    ckpt_saver_free(s);
+    s = NULL;
+    o.version = CKPT_SAVER_OPTIONS_VERSION + 1;
+    CHECK_RC(ckpt_saver_create(&s, MPI_COMM_WORLD, &o), CKPT_EINVAL);
+    CHECK(s == NULL);
+
     /* ~3.9 MiB per rank: four checksum blocks per piece, the last one partial. */
     g_rows = (int64_t)g_size * (3 * ROWS_PER_BLOCK + 213);
     check_layout(argv[1], CKPT_LAYOUT_PER_RANK);

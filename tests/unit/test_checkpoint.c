@@ -387,6 +387,33 @@ static void test_packed_validation(void)
     pl->dataset = (free(pl->dataset), strdup("/packs/rank-0")); /* a pack path without packed */
     CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
     ckpt__index_merged_free(&idx);
+    pl->dataset = (free(pl->dataset), strdup("/tensors/w"));
+
+    /* Block checksums: ceil(bytes / block_bytes) of them, format 2 only. */
+    pl->block_bytes = 20;
+    pl->n_block_crc32c = 3; /* 48 bytes in blocks of 20 */
+    pl->block_crc32c = calloc(3, sizeof *pl->block_crc32c);
+    CHECK_OK(ckpt__index_merge(&idx, fr, 1));
+    ckpt__index_merged_free(&idx);
+    pl->n_block_crc32c = 2;
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    CHECK_MSG(strstr(last_msg(), "2 block checksums for 48 bytes in blocks of 20"), "message: %s",
+              last_msg());
+    ckpt__index_merged_free(&idx);
+    pl->n_block_crc32c = 3;
+    pl->block_bytes = 0;
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    ckpt__index_merged_free(&idx);
+    pl->block_bytes = 20;
+    pk->packed = 0; /* the only format-2 feature left is the block checksums */
+    pk->dataset = (free(pk->dataset), strdup("/tensors/w#0"));
+    hdr.format_version = 1;
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    ckpt__index_merged_free(&idx);
+    hdr.format_version = 2;
+    CHECK_OK(ckpt__index_merge(&idx, fr, 1));
+    CHECK_EQ_INT(ckpt__index_format_version(&idx), 2);
+    ckpt__index_merged_free(&idx);
     ckpt__fragment_free_built(&f);
 }
 

@@ -2,6 +2,7 @@
  * with several ranks; the reader here reads what either wrote. */
 #include "mpickpt/checkpoint.h"
 
+#include "arena.h"
 #include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
@@ -226,7 +227,8 @@ static void writer_free_impl(ckpt_writer *w)
 struct ckpt_reader {
     char dir[4096];
     char index_path[4200];
-    Mpickpt__Index *idx;
+    Mpickpt__Index *idx; /* unpacked into `arena` (freed with it) */
+    ckpt__arena *arena;
     ckpt_header hdr;
     hid_t *files; /* opened lazily, parallel to idx->files */
     void *tmp;    /* piece buffer for sub-slice reads, kept across reads: a fresh buffer would
@@ -239,6 +241,7 @@ struct ckpt_reader {
     char *ds_name;
     int ds_nd;
     hsize_t ds_dims[CKPT_MAX_DIMS];
+    int ds_checked; /* the ckpt_dtype its HDF5 type was checked against, or -1 */
     int ds_raw; /* its bytes are one extent of the file: read with pread (ckpt__h5_raw_address) */
     int ds_fd;
     uint64_t ds_addr, ds_size;
@@ -279,6 +282,7 @@ static int open_ds(ckpt_reader *r, size_t slot, const char *name)
     r->ds = d;
     r->ds_slot = slot;
     r->ds_nd = nd;
+    r->ds_checked = -1;
     r->ds_raw = ckpt__h5_raw_address(r->files[slot], d, &r->ds_fd, &r->ds_addr, &r->ds_size);
     return CKPT_OK;
 }
@@ -315,8 +319,11 @@ static void fill_header(ckpt_reader *r)
     r->hdr.little_endian = h->endianness == MPICKPT__ENDIANNESS__LITTLE;
 }
 
-/* Opens the index; with check_files, also checks that every data file exists with its size. */
-static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
+/* A reader over `payload` (an index message): unpacked into the reader's arena (protobuf-c would
+ * make about ten allocations per piece, and as many frees), validated with `validate`, and with
+ * `check_files` every data file checked to exist with its recorded size. */
+static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
+                               size_t plen, int validate, int check_files)
 {
     *out = NULL;
     ckpt_reader *r = calloc(1, sizeof *r);
@@ -328,11 +335,13 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
     if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
         (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix)))
         goto fail;
-    if ((rc = ckpt__index_load(&r->idx, r->index_path)) != CKPT_OK) {
-        if (rc == CKPT_ENOTFOUND)
-            ckpt__error(rc, "no checkpoint at %s (%s does not exist)", prefix, r->index_path);
+    if (!(r->arena = ckpt__arena_new())) {
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
         goto fail;
     }
+    if ((rc = ckpt__index_parse(&r->idx, payload, plen, r->index_path,
+                                ckpt__arena_allocator(r->arena), validate)) != CKPT_OK)
+        goto fail;
     r->files = malloc((r->idx->n_files ? r->idx->n_files : 1) * sizeof *r->files);
     if (!r->files) {
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
@@ -366,38 +375,36 @@ fail:
     return rc;
 }
 
+/* Opens the index; with check_files, also checks that every data file exists with its size. */
+static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
+{
+    *out = NULL;
+    char index_path[4200];
+    int rc = ckpt__path(index_path, sizeof index_path, "%s.index", prefix);
+    if (rc != CKPT_OK)
+        return rc;
+    uint8_t *buf;
+    const uint8_t *payload;
+    size_t plen;
+    if ((rc = ckpt__index_read(&buf, &payload, &plen, index_path)) != CKPT_OK) {
+        if (rc == CKPT_ENOTFOUND)
+            ckpt__error(rc, "no checkpoint at %s (%s does not exist)", prefix, index_path);
+        return rc;
+    }
+    rc = reader_from_payload(out, prefix, payload, plen, 1, check_files);
+    free(buf);
+    return rc;
+}
+
+int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
+                              size_t plen, int check)
+{
+    return reader_from_payload(out, prefix, payload, plen, check, check);
+}
+
 int ckpt_reader_open(ckpt_reader **out, const char *prefix)
 {
     return reader_open(out, prefix, 1);
-}
-
-int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *idx)
-{
-    *out = NULL;
-    ckpt_reader *r = calloc(1, sizeof *r);
-    if (!r) {
-        mpickpt__index__free_unpacked(idx, NULL);
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    r->ds = H5I_INVALID_HID;
-    r->idx = idx;
-    char base[4096];
-    int rc;
-    if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
-        (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix))) {
-        ckpt_reader_free(r);
-        return rc;
-    }
-    r->files = malloc((idx->n_files ? idx->n_files : 1) * sizeof *r->files);
-    if (!r->files) {
-        ckpt_reader_free(r);
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < idx->n_files; i++)
-        r->files[i] = H5I_INVALID_HID;
-    fill_header(r);
-    *out = r;
-    return CKPT_OK;
 }
 
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r)
@@ -516,7 +523,25 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
         loc->sel.start[0] = (int64_t)p->pack_offset;
         loc->sel.count[0] = (int64_t)p->bytes;
     }
-    if ((rc = ckpt__h5_check(r->ds, loc->dt, &loc->sel)) != CKPT_OK)
+    /* The open dataset's type is checked once per dtype (thousands of packed pieces share one
+     * dataset); the box is checked against its extent every time. */
+    if (r->ds_checked != (int)loc->dt) {
+        rc = ckpt__h5_check(r->ds, loc->dt, &loc->sel);
+        r->ds_checked = rc == CKPT_OK ? (int)loc->dt : -1;
+    } else if (loc->sel.ndims != r->ds_nd) {
+        rc = ckpt__error(CKPT_ECORRUPT, "dataset has rank %d, index says %d", r->ds_nd,
+                         loc->sel.ndims);
+    } else {
+        for (int i = 0; i < r->ds_nd && rc == CKPT_OK; i++)
+            if ((hsize_t)loc->sel.start[i] > r->ds_dims[i] ||
+                (hsize_t)loc->sel.count[i] > r->ds_dims[i] - (hsize_t)loc->sel.start[i])
+                rc = ckpt__error(CKPT_ECORRUPT,
+                                 "dataset dim %d has extent %llu; the index puts the piece at "
+                                 "%lld+%lld",
+                                 i, (unsigned long long)r->ds_dims[i],
+                                 (long long)loc->sel.start[i], (long long)loc->sel.count[i]);
+    }
+    if (rc != CKPT_OK)
         return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc->spec,
                                 loc->path);
     uint64_t off;
@@ -767,8 +792,7 @@ static void reader_free_impl(ckpt_reader *r)
                 H5Fclose(r->files[i]);
     free(r->files);
     free(r->tmp);
-    if (r->idx)
-        mpickpt__index__free_unpacked(r->idx, NULL);
+    ckpt__arena_free(r->arena); /* the index */
     free(r);
 }
 

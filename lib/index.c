@@ -350,26 +350,45 @@ done:
 
 /* ---- load / store ---------------------------------------------------------------------------- */
 
+int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path)
+{
+    size_t len = 0;
+    *buf = NULL;
+    int rc = ckpt__read_file(buf, &len, path, CKPT__MAX_INDEX_BYTES);
+    if (rc == CKPT_OK)
+        rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
+    if (rc != CKPT_OK) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
+int ckpt__index_parse(Mpickpt__Index **out, const uint8_t *payload, size_t plen, const char *path,
+                      ProtobufCAllocator *alloc, int validate)
+{
+    *out = NULL;
+    Mpickpt__Index *idx = mpickpt__index__unpack(alloc, plen, payload);
+    if (!idx)
+        return ckpt__error(CKPT_ECORRUPT, "%s: the index does not parse", path);
+    int rc = validate ? ckpt__index_validate(idx, CKPT_ECORRUPT, path) : CKPT_OK;
+    if (rc != CKPT_OK) {
+        mpickpt__index__free_unpacked(idx, alloc);
+        return rc;
+    }
+    *out = idx;
+    return CKPT_OK;
+}
+
 int ckpt__index_load(Mpickpt__Index **out, const char *path)
 {
-    uint8_t *buf = NULL;
-    size_t len = 0;
+    uint8_t *buf;
     const uint8_t *payload;
     size_t plen;
     *out = NULL;
-    int rc = ckpt__read_file(&buf, &len, path, CKPT__MAX_INDEX_BYTES);
-    if (rc != CKPT_OK)
-        return rc;
-    rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX, path);
-    if (rc == CKPT_OK) {
-        Mpickpt__Index *idx = mpickpt__index__unpack(NULL, plen, payload);
-        if (!idx)
-            rc = ckpt__error(CKPT_ECORRUPT, "%s: the index does not parse", path);
-        else if ((rc = ckpt__index_validate(idx, CKPT_ECORRUPT, path)) != CKPT_OK)
-            mpickpt__index__free_unpacked(idx, NULL);
-        else
-            *out = idx;
-    }
+    int rc = ckpt__index_read(&buf, &payload, &plen, path);
+    if (rc == CKPT_OK)
+        rc = ckpt__index_parse(out, payload, plen, path, NULL, 1);
     free(buf);
     return rc;
 }

@@ -42,6 +42,15 @@ int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *b
 /* Reads, checks, unpacks and validates an index file. Free with mpickpt__index__free_unpacked. */
 int ckpt__index_load(Mpickpt__Index **out, const char *path);
 
+/* Reads an index file and checks its container: *payload (inside *buf, which the caller frees)
+ * holds the protobuf message, *plen bytes. Errors as ckpt__index_load's. */
+int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path);
+
+/* Unpacks an index payload with `alloc` (NULL: malloc) and, with `validate`, validates it;
+ * messages name `path`. */
+int ckpt__index_parse(Mpickpt__Index **out, const uint8_t *payload, size_t plen, const char *path,
+                      ProtobufCAllocator *alloc, int validate);
+
 /* Validates and writes an index durably (temp name, fsync, rename, fsync dir). */
 int ckpt__index_store(const Mpickpt__Index *idx, const char *path);
 
@@ -99,9 +108,11 @@ struct ckpt_state;
 int ckpt__state_pack(uint8_t **out, size_t *len, const struct ckpt_state *st, int container);
 int ckpt__state_unpack(struct ckpt_state **out, const uint8_t *buf, size_t len, const char *what);
 
-/* For the MPI restore: a reader over an index that was loaded (and whose data files were checked)
- * elsewhere. Takes ownership of `idx` (an unpacked message) in every case. */
-int ckpt__reader_adopt(ckpt_reader **out, const char *prefix, Mpickpt__Index *idx);
+/* For the MPI restore: a reader over an index payload (ckpt__index_read) that the chief read and
+ * broadcast. With `check`, validates it and checks its data files as ckpt_reader_open() does;
+ * without, trusts it (the other ranks: the chief's check is agreed). The payload is not kept. */
+int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
+                              size_t plen, int check);
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);
 
 #pragma GCC visibility pop

@@ -14,7 +14,8 @@
  *            full), sync save (the library fsyncs) vs write(2) of the same buffers to one plain file
  *            per rank + fsync + close.
  *   small    K tensors per rank of A..B KiB (the same sizes on every rank), sync save vs one plain
- *            file per rank holding the same bytes, written as one stream + fsync.
+ *            file per rank holding the same bytes, written as one stream + fsync; then the row
+ *            restore_small: that checkpoint restored warm vs read(2) of the same bytes.
  *   restore  the large checkpoint restored warm (page cache), cold (drop_caches before each
  *            measurement; needs root, else skipped with a message) and resharded (the partitioned
  *            tensor registered with a row split shifted by half a block, and every rank restoring
@@ -630,6 +631,8 @@ static void run_large(const opts *o, large_model *m)
     print_result(o, &r);
 }
 
+static double timed_restore(ckpt_saver *s, const char *prefix);
+
 static void run_small(const opts *o)
 {
     static result r;
@@ -639,8 +642,47 @@ static void run_small(const opts *o)
     ckpt_saver *s = make_saver(o, 0);
     small_register(s, &m);
     save_scenario(o, s, "small", m.arena, m.bytes, &r);
-    ckpt_saver_free(s);
     print_result(o, &r);
+
+    /* restore_small: that checkpoint restored warm vs read(2) of the same bytes */
+    static result rr;
+    memset(&rr, 0, sizeof rr);
+    rr.scenario = "restore_small";
+    rr.baseline = "read (warm)";
+    rr.bytes = m.bytes;
+    rr.reps = o->reps;
+    rr.has_chk = 1;
+    char prefix[4096], base[4096];
+    ckpt_path(prefix, sizeof prefix, o, "restore_small", 0);
+    baseline_path(base, sizeof base, o);
+    timed_save(s, prefix, &rr, 0); /* its phases go with the row */
+    rr.nph = 1;
+    plain_write(base, m.arena, m.bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    timed_restore(s, prefix); /* warm-up: page cache, HDF5 */
+    timed_plain_read(base, m.arena, m.bytes);
+    size_t nf = m.bytes / sizeof(float);
+    uint64_t vbase = (uint64_t)g_rank * 31337u;
+    for (int i = 0; i < o->reps; i++) {
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (i % 2 == 0)) {
+                memset(m.arena, 0, m.bytes);
+                rr.lib[i] = timed_restore(s, prefix);
+                if (!check_linear((const float *)m.arena, nf, vbase)) {
+                    fprintf(stderr, "mpickpt-bench: restore_small: restored values are wrong\n");
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            } else {
+                rr.base[i] = timed_plain_read(base, m.arena, m.bytes);
+            }
+        }
+        rr.chk[i] = timed_checked_read(base, m.arena, m.bytes);
+    }
+    fill_linear((float *)m.arena, nf, vbase);
+    delete_ckpt(prefix);
+    remove_all(base);
+    ckpt_saver_free(s);
+    print_result(o, &rr);
     free(m.arena);
     free(m.off);
     free(m.len);

@@ -1983,34 +1983,36 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
     ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
     if (!opts)
         opts = &defaults;
+    /* The chief reads the index file and checks its container; its payload is broadcast as is
+     * and every rank unpacks it; the chief also validates it and checks the data files, and that
+     * verdict is agreed before any rank reads data. */
     int local = CKPT_OK;
-    uint8_t *bytes = NULL;
+    uint8_t *file = NULL, *bytes = NULL;
+    const uint8_t *payload = NULL;
+    size_t plen = 0;
     uint64_t len = 0;
     if (s->rank == 0) {
-        ckpt_reader *r = NULL;
-        local = ckpt_reader_open(&r, prefix);
-        if (local == CKPT_OK) {
-            const Mpickpt__Index *idx = ckpt__reader_index(r);
-            len = mpickpt__index__get_packed_size(idx);
-            bytes = malloc(len ? len : 1);
-            if (!bytes)
-                local = ckpt__error(CKPT_ENOMEM, "out of memory");
-            else
-                mpickpt__index__pack(idx, bytes);
-        }
-        ckpt_reader_free(r);
+        char ipath[4200];
+        if ((local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) == CKPT_OK &&
+            (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
+            ckpt__error(local, "no checkpoint at %s (%s does not exist)", prefix, ipath);
+        len = plen;
     }
     int rc = ckpt_mpi_agree(s->comm, local);
     if (rc != CKPT_OK) {
-        free(bytes);
+        free(file);
         return rc;
     }
     if (MPI_Bcast(&len, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index size failed");
-    if (s->rank != 0 && local == CKPT_OK && !(bytes = malloc(len ? len : 1)))
+    if (s->rank == 0)
+        bytes = (uint8_t *)payload;
+    else if (local == CKPT_OK && !(bytes = malloc(len ? len : 1)))
         local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the index", s->rank);
     if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
-        free(bytes);
+        if (s->rank != 0)
+            free(bytes);
+        free(file);
         return rc;
     }
     /* An index larger than INT_MAX bytes is broadcast in chunks. */
@@ -2020,14 +2022,16 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
             local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index failed");
     }
     ckpt_reader *r = NULL;
-    if (local == CKPT_OK) {
-        Mpickpt__Index *idx = mpickpt__index__unpack(NULL, (size_t)len, bytes);
-        if (!idx)
-            local = ckpt__error(CKPT_ECORRUPT, "rank %d: broadcast index does not parse", s->rank);
-        else
-            local = ckpt__reader_adopt(&r, prefix, idx);
+    if (local == CKPT_OK)
+        local = ckpt__reader_open_payload(&r, prefix, bytes, (size_t)len, s->rank == 0);
+    if (s->rank != 0)
+        free(bytes);
+    free(file);
+    /* the chief's validation: a bad index is the same error on every rank */
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+        ckpt_reader_free(r);
+        return rc;
     }
-    free(bytes);
 
     /* Two passes: tensors first, then registered savers, whose restore callbacks may rely on the
      * restored tensors (TensorFlow runs registered restores after the default ones); every rank's

@@ -342,6 +342,10 @@ static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint
     if ((rc = ckpt__index_parse(&r->idx, payload, plen, r->index_path,
                                 ckpt__arena_allocator(r->arena), validate)) != CKPT_OK)
         goto fail;
+    if (!r->idx->header) { /* unvalidated (a non-chief restore): fill_header() needs it */
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: index has no header", r->index_path);
+        goto fail;
+    }
     r->files = malloc((r->idx->n_files ? r->idx->n_files : 1) * sizeof *r->files);
     if (!r->files) {
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
@@ -476,8 +480,17 @@ int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size
     out->dataset = p->dataset;
     out->bytes = p->bytes;
     out->crc32c = p->crc32c;
-    out->packed = p->packed;
-    out->pack_offset = p->pack_offset;
+    return CKPT_OK;
+}
+
+int ckpt_reader_piece_packing(int *packed, uint64_t *pack_offset, const ckpt_reader *r, size_t i,
+                              size_t j)
+{
+    if (i >= r->idx->n_tensors || j >= r->idx->tensors[i]->n_pieces)
+        return ckpt__error(CKPT_EINVAL, "no piece %zu of tensor %zu", j, i);
+    const Mpickpt__Piece *p = r->idx->tensors[i]->pieces[j];
+    *packed = p->packed;
+    *pack_offset = p->pack_offset;
     return CKPT_OK;
 }
 

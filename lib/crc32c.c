@@ -254,7 +254,7 @@ FOLD_TARGET uint32_t ckpt__crc32c_fold_extend(uint32_t crc, const void *data, si
         __m512i k512 = _mm512_broadcast_i32x4(fold_const128(1));
         __m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64),
                 x2 = _mm512_loadu_si512(p + 128), x3 = _mm512_loadu_si512(p + 192);
-        x0 = _mm512_xor_si512(x0, _mm512_castsi128_si512(_mm_cvtsi32_si128((int)c)));
+        x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
         p += 256;
         len -= 256;
         for (; len >= 256; p += 256, len -= 256) {

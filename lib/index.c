@@ -233,7 +233,8 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
                                what, name, j);
         }
         if (p->n_block_crc32c > 0 || p->block_bytes != 0) {
-            uint64_t nb = p->block_bytes ? (p->bytes + p->block_bytes - 1) / p->block_bytes : 0;
+            uint64_t bb = p->block_bytes;
+            uint64_t nb = bb ? p->bytes / bb + (p->bytes % bb != 0) : 0;
             if (version < 2 || p->block_bytes == 0 || nb != p->n_block_crc32c)
                 return ckpt__error(bad, "%s: tensor '%s' piece %zu: %zu block checksums for %llu "
                                         "bytes in blocks of %u (format %u)",

@@ -76,9 +76,6 @@ typedef struct ckpt_piece_info {
     ckpt_slice dataset_slice;  /**< where the piece sits inside its dataset */
     uint64_t bytes;
     uint32_t crc32c;           /**< CRC-32C (unmasked) of the piece's little-endian row-major bytes */
-    int packed;                /**< 1: bytes [pack_offset, pack_offset + bytes) of `dataset`, a
-                                *   one-dimensional uint8 dataset shared by many small pieces */
-    uint64_t pack_offset;
 } ckpt_piece_info;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -162,6 +159,14 @@ CKPT_EXTERN int ckpt_reader_find(size_t *index, const ckpt_reader *r, const char
 /** Piece @p j of tensor @p i, in the order the writer(s) added them (not sorted by start); the
  * dataset_slice has the same counts as the slice. CKPT_EINVAL when out of range. */
 CKPT_EXTERN int ckpt_reader_piece(ckpt_piece_info *out, const ckpt_reader *r, size_t i, size_t j);
+
+/**
+ * Whether piece @p j of tensor @p i is packed (format 2): its bytes are then bytes
+ * [*pack_offset, *pack_offset + bytes) of its dataset, a one-dimensional uint8 dataset shared by
+ * many small pieces (kept out of ckpt_piece_info so that its layout stays that of format 1).
+ */
+CKPT_EXTERN int ckpt_reader_piece_packing(int *packed, uint64_t *pack_offset,
+                                          const ckpt_reader *r, size_t i, size_t j);
 
 /**
  * Reads @p slice (NULL: all) of tensor @p name into @p out (dense, row-major, @p out_size bytes),

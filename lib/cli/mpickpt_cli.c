@@ -381,10 +381,14 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
             json_uint(&w, p.bytes);
             json_key(&w, "crc32c");
             json_uint(&w, p.crc32c);
+            int packed = 0;
+            uint64_t pack_offset = 0;
+            if ((rc = ckpt_reader_piece_packing(&packed, &pack_offset, r, i, j)) != CKPT_OK)
+                return cli_lib_error(cmd, rc);
             json_key(&w, "packed");
-            json_bool(&w, p.packed);
+            json_bool(&w, packed);
             json_key(&w, "pack_offset");
-            json_uint(&w, p.pack_offset);
+            json_uint(&w, pack_offset);
             json_object_end(&w);
         }
         json_array_end(&w);

@@ -244,6 +244,33 @@ int main(int argc, char **argv)
     CHECK_RC(ckpt_saver_create(&s, MPI_COMM_WORLD, &o), CKPT_EINVAL);
     CHECK(s == NULL);
 
+    /* An index whose container checks but whose message has no header: the chief refuses it and
+     * the other ranks, which unpack the broadcast payload without validating it, must too. */
+    char nohdr[4096];
+    snprintf(nohdr, sizeof nohdr, "%s/nohdr", argv[1]);
+    if (g_rank == 0) {
+        Mpickpt__Index empty = MPICKPT__INDEX__INIT;
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        char ipath[4200];
+        snprintf(ipath, sizeof ipath, "%s.index", nohdr);
+        CHECK_OK(ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &empty.base));
+        FILE *fp = fopen(ipath, "wb");
+        CHECK(fp && fwrite(buf, 1, len, fp) == len);
+        if (fp)
+            fclose(fp);
+        free(buf);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    float *nbuf;
+    g_rows = 16;
+    s = make_saver(CKPT_LAYOUT_PER_RANK, 0, &nbuf);
+    CHECK_RC(ckpt_saver_restore(s, nohdr, NULL, NULL), CKPT_ECORRUPT);
+    const ckpt_error *ne = ckpt_error_last();
+    CHECK_MSG(ne && strstr(ne->message, "no header"), "message: %s", ne ? ne->message : "(none)");
+    ckpt_saver_free(s);
+    free(nbuf);
+
     /* ~3.9 MiB per rank: four checksum blocks per piece, the last one partial. */
     g_rows = (int64_t)g_size * (3 * ROWS_PER_BLOCK + 213);
     check_layout(argv[1], CKPT_LAYOUT_PER_RANK);

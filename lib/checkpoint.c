@@ -541,18 +541,8 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
     if (r->ds_checked != (int)loc->dt) {
         rc = ckpt__h5_check(r->ds, loc->dt, &loc->sel);
         r->ds_checked = rc == CKPT_OK ? (int)loc->dt : -1;
-    } else if (loc->sel.ndims != r->ds_nd) {
-        rc = ckpt__error(CKPT_ECORRUPT, "dataset has rank %d, index says %d", r->ds_nd,
-                         loc->sel.ndims);
     } else {
-        for (int i = 0; i < r->ds_nd && rc == CKPT_OK; i++)
-            if ((hsize_t)loc->sel.start[i] > r->ds_dims[i] ||
-                (hsize_t)loc->sel.count[i] > r->ds_dims[i] - (hsize_t)loc->sel.start[i])
-                rc = ckpt__error(CKPT_ECORRUPT,
-                                 "dataset dim %d has extent %llu; the index puts the piece at "
-                                 "%lld+%lld",
-                                 i, (unsigned long long)r->ds_dims[i],
-                                 (long long)loc->sel.start[i], (long long)loc->sel.count[i]);
+        rc = ckpt__h5_check_box(r->ds_nd, r->ds_dims, &loc->sel);
     }
     if (rc != CKPT_OK)
         return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc->spec,

@@ -309,6 +309,21 @@ int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const vo
     return rc;
 }
 
+int ckpt__h5_check_box(int nd, const hsize_t *dims, const ckpt_slice *sel)
+{
+    if (nd != sel->ndims)
+        return ckpt__error(CKPT_ECORRUPT, "dataset has rank %d, index says %d", nd, sel->ndims);
+    for (int i = 0; i < nd; i++)
+        if ((hsize_t)sel->start[i] > dims[i] ||
+            (hsize_t)sel->count[i] > dims[i] - (hsize_t)sel->start[i])
+            return ckpt__error(CKPT_ECORRUPT,
+                               "dataset dim %d has extent %llu; the index puts the piece at "
+                               "%lld+%lld",
+                               i, (unsigned long long)dims[i], (long long)sel->start[i],
+                               (long long)sel->count[i]);
+    return CKPT_OK;
+}
+
 /* Checks that a dataset is what the index says it is before reading the box `sel` from it. */
 static int check_dataset(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel)
 {
@@ -320,19 +335,12 @@ static int check_dataset(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel)
     }
     int nd = H5Sget_simple_extent_ndims(space);
     hsize_t d[CKPT_MAX_DIMS];
-    if (nd != sel->ndims || nd < 0 || nd > CKPT_MAX_DIMS ||
-        H5Sget_simple_extent_dims(space, d, NULL) != nd) {
+    if (nd < 0 || nd > CKPT_MAX_DIMS || H5Sget_simple_extent_dims(space, d, NULL) != nd) {
         rc = ckpt__error(CKPT_ECORRUPT, "dataset has rank %d, index says %d", nd, sel->ndims);
         goto cleanup;
     }
-    for (int i = 0; i < nd; i++)
-        if ((hsize_t)sel->start[i] > d[i] || (hsize_t)sel->count[i] > d[i] - (hsize_t)sel->start[i]) {
-            rc = ckpt__error(CKPT_ECORRUPT,
-                             "dataset dim %d has extent %llu; the index puts the piece at %lld+%lld",
-                             i, (unsigned long long)d[i], (long long)sel->start[i],
-                             (long long)sel->count[i]);
-            goto cleanup;
-        }
+    if ((rc = ckpt__h5_check_box(nd, d, sel)) != CKPT_OK)
+        goto cleanup;
     if (H5Tequal(type, ckpt__h5_file_type(dtype)) <= 0)
         rc = ckpt__error(CKPT_ECORRUPT, "dataset's HDF5 type is not the %s the index says",
                          ckpt_dtype_name(dtype));

@@ -60,6 +60,10 @@ int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf
  * its extent (CKPT_ECORRUPT otherwise), as ckpt__h5_read() does before reading. */
 int ckpt__h5_check(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel);
 
+/* Checks that the box `sel` fits a dataset of rank `nd` and extent `dims` (CKPT_ECORRUPT, naming
+ * the dimension, otherwise). Part of ckpt__h5_check(). */
+int ckpt__h5_check_box(int nd, const hsize_t *dims, const ckpt_slice *sel);
+
 /* When the raw data of `dset` is one contiguous extent of `file` that pread(2) can reach (contiguous
  * layout, storage allocated, no external storage, the sec2 driver, no user block), sets *fd (owned
  * by HDF5: valid while `file` is open), *addr (its first byte's file offset) and *size (bytes

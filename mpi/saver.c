@@ -837,6 +837,14 @@ static int piece_bytes(ckpt_saver *s, const save_ctx *c, const piece *p, const v
     return rc;
 }
 
+/* Bytes of this rank's piece j. */
+static size_t piece_len(const ckpt_saver *s, size_t j)
+{
+    int64_t n;
+    ckpt_slice_num_elements(&n, &s->pieces[j].slice);
+    return (size_t)n * ckpt_dtype_size(s->regs[s->pieces[j].reg].dtype);
+}
+
 /* Packed pieces are copied into a staging buffer of this size and written one buffer at a time. */
 #define PACK_STAGE ((size_t)4 << 20)
 
@@ -906,13 +914,9 @@ static int pack_open(ckpt_saver *s, pack_writer *pw, hid_t file)
     memset(pw, 0, sizeof *pw);
     pw->dset = H5I_INVALID_HID;
     snprintf(pw->path, sizeof pw->path, "/packs/rank-%d", s->rank);
-    for (size_t j = 0; j < s->npieces; j++) {
-        int64_t n;
-        ckpt_slice_num_elements(&n, &s->pieces[j].slice);
-        size_t len = (size_t)n * ckpt_dtype_size(s->regs[s->pieces[j].reg].dtype);
-        if (pack_piece(s, len))
-            pw->total += len;
-    }
+    for (size_t j = 0; j < s->npieces; j++)
+        if (pack_piece(s, piece_len(s, j)))
+            pw->total += piece_len(s, j);
     if (pw->total == 0)
         return CKPT_OK;
     if (!s->pack_buf && !(s->pack_buf = malloc(PACK_STAGE)))
@@ -1529,11 +1533,8 @@ static int reserve_space(ckpt_saver *s, save_ctx *c, char *path, size_t size, in
     if (env && strcmp(env, "0") == 0)
         return CKPT_OK;
     uint64_t need = 0;
-    for (size_t j = 0; j < s->npieces; j++) {
-        int64_t n;
-        ckpt_slice_num_elements(&n, &s->pieces[j].slice);
-        need += (uint64_t)n * ckpt_dtype_size(s->regs[s->pieces[j].reg].dtype);
-    }
+    for (size_t j = 0; j < s->npieces; j++)
+        need += piece_len(s, j);
     for (size_t i = 0; i < s->nregs; i++)
         if (s->regs[i].kind == CKPT_KIND_BLOB)
             need += c->blob_len[i];

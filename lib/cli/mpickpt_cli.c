@@ -999,6 +999,24 @@ static int cli_check_dir(const cli_command *cmd, const char *dir)
     return 0;
 }
 
+/* The options of a command that takes one flag and one DIR operand (moved to argv[0]); with
+ * `must_be_dir`, the operand must be an existing directory. Returns -1 to go on, else the exit
+ * status the command returns (EXIT_OK after --help). */
+static int cli_parse_dir(const cli_command *cmd, int argc, char **argv, const char *flag,
+                         int *flag_set, int must_be_dir)
+{
+    int nops = 0;
+    const cli_option opts[] = {{flag, flag_set, NULL}};
+    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
+    if (rc)
+        return rc < 0 ? EXIT_OK : rc;
+    if (nops != 1)
+        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
+    if (must_be_dir && (rc = cli_check_dir(cmd, argv[0])) != 0)
+        return rc;
+    return -1;
+}
+
 /* The directory `list` reads for a DIR operand (malloc'd, NULL when out of memory): DIR itself
  * when it has a state file, else DIR/chief when that has a state file, or has checkpoints while
  * DIR has none (a training state's backup directory), else DIR. */
@@ -1150,14 +1168,9 @@ static int list_read_state(const cli_command *cmd, const char *dir, ckpt_state *
 
 static int cmd_list(const cli_command *cmd, int argc, char **argv)
 {
-    int json = 0, nops = 0;
-    const cli_option opts[] = {{"--json", &json, NULL}};
-    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
-    if (rc)
-        return rc < 0 ? EXIT_OK : rc;
-    if (nops != 1)
-        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
-    if ((rc = cli_check_dir(cmd, argv[0])) != 0)
+    int json = 0;
+    int rc = cli_parse_dir(cmd, argc, argv, "--json", &json, 1);
+    if (rc >= 0)
         return rc;
 
     char *arg = dir_operand(argv[0]);
@@ -1287,14 +1300,9 @@ static void gc_report(const char *path, const char *why, void *payload)
 
 static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 {
-    int dry_run = 0, nops = 0;
-    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}};
-    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
-    if (rc)
-        return rc < 0 ? EXIT_OK : rc;
-    if (nops != 1)
-        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
-    if ((rc = cli_check_dir(cmd, argv[0])) != 0)
+    int dry_run = 0;
+    int rc = cli_parse_dir(cmd, argc, argv, "--dry-run", &dry_run, 1);
+    if (rc >= 0)
         return rc;
     char *dir = dir_operand(argv[0]);
     char *chief = dir ? path_join(dir, "chief") : NULL;
@@ -2286,13 +2294,10 @@ static void stats_print_json(const char *path, const stats_row *rows, size_t n, 
 
 static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 {
-    int json = 0, nops = 0;
-    const cli_option opts[] = {{"--json", &json, NULL}};
-    int rc = cli_parse(cmd, argc, argv, opts, 1, &nops);
-    if (rc)
-        return rc < 0 ? EXIT_OK : rc;
-    if (nops != 1)
-        return cli_usage_error(cmd, "%s", nops ? "expected one DIR" : "missing DIR");
+    int json = 0;
+    int rc = cli_parse_dir(cmd, argc, argv, "--json", &json, 0);
+    if (rc >= 0)
+        return rc;
     char *path = stats_path(cmd, argv[0]);
     if (!path)
         return EXIT_BAD;

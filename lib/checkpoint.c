@@ -9,6 +9,8 @@
 #include "mpickpt/crc32c.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,6 +28,10 @@ struct ckpt_writer {
     char temp_data[4400];
     char final_data[4400];
     char data_name[300]; /* final data file name, relative to the checkpoint's directory */
+    char dir[4096];
+    char index_name[300];
+    char temp_name[300]; /* <base>_temp in dirfd, holding part-00000-of-00001 */
+    int dirfd, tempfd, datafd;
     ckpt_writer_options opts;
     hid_t file;
     Mpickpt__Fragment frag;
@@ -47,11 +53,12 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
     ckpt_writer_options defaults = CKPT_WRITER_OPTIONS_INIT;
     w->opts = opts ? *opts : defaults;
     w->file = H5I_INVALID_HID;
+    w->dirfd = w->tempfd = w->datafd = -1;
     mpickpt__fragment__init(&w->frag);
-    char dir[4096], base[4096];
+    char *dir = w->dir, base[4096];
     int rc;
     if ((rc = ckpt__path(w->prefix, sizeof w->prefix, "%s", prefix)) ||
-        (rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix)) ||
+        (rc = ckpt__split_path(dir, sizeof w->dir, base, sizeof base, prefix)) ||
         (rc = ckpt__path(w->index_path, sizeof w->index_path, "%s.index", prefix)) ||
         (rc = ckpt__path(w->temp_dir, sizeof w->temp_dir, "%s_temp", prefix)) ||
         (rc = ckpt__path(w->temp_data, sizeof w->temp_data, "%s/part-00000-of-00001",
@@ -59,19 +66,40 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
         (rc = ckpt__path(w->data_name, sizeof w->data_name, "%s.data-00000-of-00001", base)) ||
         (rc = ckpt__path(w->final_data, sizeof w->final_data, "%s/%s", dir, w->data_name)))
         goto fail;
-    if (!ckpt__safe_filename(base)) {
-        rc = ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' has no file name part", prefix);
+    if (!ckpt__safe_filename(base) || strlen(base) > 200) {
+        rc = ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' needs a file name part of 1..200 "
+                                      "bytes",
+                         prefix);
         goto fail;
     }
-    if (!w->opts.overwrite && access(w->index_path, F_OK) == 0) {
+    snprintf(w->index_name, sizeof w->index_name, "%s.index", base);
+    snprintf(w->temp_name, sizeof w->temp_name, "%s_temp", base);
+    if ((rc = ckpt__ckptdir_open(&w->dirfd, NULL, dir, 1)) != CKPT_OK)
+        goto fail;
+    if (!w->opts.overwrite && ckpt__exists_at(w->dirfd, w->index_name)) {
         rc = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", w->index_path);
         goto fail;
     }
-    /* A temp dir left by a crashed writer of the same prefix is garbage. */
-    if ((rc = ckpt__rmtree(w->temp_dir)) || (rc = ckpt__mkdir_p(w->temp_dir, 0755)))
+    /* A temp dir left by a crashed writer of the same prefix is garbage; anything else under that
+     * name (a planted link) is refused. The data file is created by us (O_EXCL) and reached by
+     * HDF5 through its descriptor. */
+    struct stat st;
+    char h5path[4600];
+    if (fstatat(w->dirfd, w->temp_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
+        rc = ckpt__error(CKPT_ECORRUPT,
+                         "refusing to use %s: it is %s, not a directory (mpickpt never follows "
+                         "links inside a checkpoint directory; remove it)",
+                         w->temp_dir, ckpt__file_kind(st.st_mode));
+        goto fail;
+    }
+    if ((rc = ckpt__rmtree_at(w->dirfd, w->temp_name, dir)) ||
+        (rc = ckpt__subdir_open(&w->tempfd, w->dirfd, w->temp_name, 1, dir)) ||
+        (rc = ckpt__file_create(&w->datafd, w->tempfd, "part-00000-of-00001", O_RDWR,
+                                w->temp_dir)) ||
+        (rc = ckpt__fd_path(h5path, sizeof h5path, w->datafd, w->temp_data)))
         goto fail;
     ckpt__h5_init();
-    w->file = H5Fcreate(w->temp_data, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    w->file = H5Fcreate(h5path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (w->file < 0) {
         rc = ckpt__h5_error(CKPT_EIO, "create data file %s", w->temp_data);
         goto fail;
@@ -159,8 +187,15 @@ static int writer_commit_impl(ckpt_writer *w)
         goto fail;
     }
     uint64_t size;
-    if ((rc = ckpt__fsync_path(w->temp_data)) || (rc = ckpt__file_size(&size, w->temp_data)) ||
-        (rc = ckpt__fragment_add_file(&w->frag, w->data_name, size)))
+    struct stat st;
+    if ((rc = ckpt__fsync_fd(w->datafd, w->temp_data)))
+        goto fail;
+    if (fstat(w->datafd, &st) != 0) {
+        rc = ckpt__errno(errno, "stat", w->temp_data);
+        goto fail;
+    }
+    size = (uint64_t)st.st_size;
+    if ((rc = ckpt__fragment_add_file(&w->frag, w->data_name, size)))
         goto fail;
 
     snprintf(producer, sizeof producer, "mpickpt %s", ckpt_version());
@@ -181,32 +216,34 @@ static int writer_commit_impl(ckpt_writer *w)
 
     /* Replacing a checkpoint: un-commit the old one first (its index goes), so no reader ever sees
      * the old index with the new data. */
-    if (w->opts.overwrite && access(w->index_path, F_OK) == 0) {
-        if (unlink(w->index_path) != 0) {
+    if (w->opts.overwrite && ckpt__exists_at(w->dirfd, w->index_name)) {
+        if (unlinkat(w->dirfd, w->index_name, 0) != 0) {
             rc = ckpt__errno(errno, "unlink", w->index_path);
             goto fail;
         }
-        if ((rc = ckpt__fsync_parent(w->index_path)))
+        if ((rc = ckpt__fsync_fd(w->dirfd, w->dir)))
             goto fail;
     }
-    if (rename(w->temp_data, w->final_data) != 0) {
+    if (renameat(w->tempfd, "part-00000-of-00001", w->dirfd, w->data_name) != 0) {
         rc = ckpt__errno(errno, "rename to", w->final_data);
         goto fail;
     }
     renamed = 1;
-    if ((rc = ckpt__fsync_parent(w->final_data)))
+    if ((rc = ckpt__fsync_fd(w->dirfd, w->dir)))
         goto fail;
-    if ((rc = ckpt__index_store(&idx, w->index_path)) != CKPT_OK) /* the commit point */
+    /* the commit point */
+    if ((rc = ckpt__index_validate(&idx, CKPT_EMISMATCH, w->index_path)) ||
+        (rc = ckpt__index_store_merged_at(&idx, w->dirfd, w->index_name, w->dir)))
         goto fail;
     w->committed = 1;
     ckpt__index_merged_free(&idx);
-    ckpt__rmtree(w->temp_dir);
+    ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
     return CKPT_OK;
 fail:
     ckpt__index_merged_free(&idx);
     if (renamed)
-        unlink(w->final_data);
-    ckpt__rmtree(w->temp_dir);
+        unlinkat(w->dirfd, w->data_name, 0);
+    ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
     return rc;
 }
 
@@ -216,8 +253,11 @@ static void writer_free_impl(ckpt_writer *w)
         return;
     if (w->file >= 0)
         H5Fclose(w->file);
-    if (!w->committed && w->temp_dir[0])
-        ckpt__rmtree(w->temp_dir);
+    if (!w->committed && w->tempfd >= 0) /* only the temp dir this writer made */
+        ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
+    ckpt__close(w->datafd);
+    ckpt__close(w->tempfd);
+    ckpt__close(w->dirfd);
     ckpt__fragment_free_built(&w->frag);
     free(w);
 }
@@ -226,6 +266,7 @@ static void writer_free_impl(ckpt_writer *w)
 
 struct ckpt_reader {
     char dir[4096];
+    int dirfd; /* the checkpoint's directory: data files are opened below it by descriptor */
     char index_path[4200];
     Mpickpt__Index *idx; /* unpacked into `arena` (freed with it) */
     ckpt__arena *arena;
@@ -330,10 +371,12 @@ static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint
     if (!r)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     r->ds = H5I_INVALID_HID;
+    r->dirfd = -1;
     char base[4096];
     int rc;
     if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
-        (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix)))
+        (rc = ckpt__split_path(r->dir, sizeof r->dir, base, sizeof base, prefix)) ||
+        (rc = ckpt__ckptdir_open(&r->dirfd, NULL, r->dir, 0)))
         goto fail;
     if (!(r->arena = ckpt__arena_new())) {
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
@@ -359,8 +402,9 @@ static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint
         const Mpickpt__DataFile *f = r->idx->files[i];
         if ((rc = ckpt__path(path, sizeof path, "%s/%s", r->dir, f->name)))
             goto fail;
-        if ((rc = ckpt__file_size(&size, path)) != CKPT_OK) {
-            rc = ckpt__error_wrap(CKPT_ECORRUPT, "checkpoint %s: data file missing", prefix);
+        if ((rc = ckpt__stat_regular(&size, r->dirfd, f->name, r->dir)) != CKPT_OK) {
+            rc = ckpt__error_wrap(CKPT_ECORRUPT, "checkpoint %s: data file %s", prefix,
+                                  rc == CKPT_ENOTFOUND ? "missing" : "unusable");
             goto fail;
         }
         if (size != f->bytes) {
@@ -520,8 +564,19 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
     if (!ckpt_slice_is_full(&s, &shape))
         ckpt_slice_spec_format(loc->spec, sizeof loc->spec, &shape, &s);
     if (r->files[slot] < 0) {
+        /* By descriptor, not by name: a link, FIFO or device in place of the data file is refused
+         * before HDF5 sees it, and HDF5 opens exactly the file checked (/proc/self/fd). */
+        int fd;
+        char h5path[64 + sizeof loc->path];
+        if ((rc = ckpt__file_open(&fd, NULL, r->dirfd, p->file, O_RDONLY, r->dir)) != CKPT_OK)
+            return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s'", t->name);
+        if ((rc = ckpt__fd_path(h5path, sizeof h5path, fd, loc->path)) != CKPT_OK) {
+            close(fd);
+            return rc;
+        }
         ckpt__h5_init();
-        r->files[slot] = H5Fopen(loc->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        r->files[slot] = H5Fopen(h5path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        close(fd); /* HDF5 holds its own descriptor of the same file */
         if (r->files[slot] < 0)
             return ckpt__h5_error(CKPT_ECORRUPT, "tensor '%s': cannot open data file %s", t->name,
                                   loc->path);
@@ -796,6 +851,7 @@ static void reader_free_impl(ckpt_reader *r)
     free(r->files);
     free(r->tmp);
     ckpt__arena_free(r->arena); /* the index */
+    ckpt__close(r->dirfd);
     free(r);
 }
 

@@ -1,3 +1,12 @@
+/*
+ * File-system helpers. Everything inside a checkpoint directory is treated as written by someone
+ * else (DESIGN §12): entries are reached relative to an open directory descriptor, never through a
+ * symbolic link (O_NOFOLLOW, fstatat(AT_SYMLINK_NOFOLLOW)), files are opened with O_NONBLOCK and
+ * checked to be regular files before use (a FIFO or a device never blocks or feeds a read), new
+ * files are created with O_EXCL under names nobody can predict, and trees are removed by
+ * descriptor. Only the directory the caller names is resolved as a path (its symlinks are the
+ * caller's choice); see ckpt__ckptdir_open() for which entries below it are trusted.
+ */
 #include "fsutil.h"
 
 #include "mpickpt/crc32c.h"
@@ -5,11 +14,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* How deep ckpt__rmtree_at() descends: mpickpt makes trees two levels deep; a deeper tree was made
+ * by someone else and is left alone rather than exhausting descriptors. */
+#define RMTREE_MAX_DEPTH 16
 
 int ckpt__errno(int err, const char *what, const char *path)
 {
@@ -20,6 +36,11 @@ int ckpt__errno(int err, const char *what, const char *path)
     case ENOENT: code = CKPT_ENOTFOUND; break;
     case ENOMEM: code = CKPT_ENOMEM; break;
     case EEXIST: code = CKPT_EEXISTS; break;
+    case ELOOP:
+        return ckpt__error(CKPT_ECORRUPT,
+                           "%s %s: it is a symbolic link; mpickpt never follows links inside a "
+                           "checkpoint directory (remove it)",
+                           what, path);
     default: code = CKPT_EIO; break;
     }
     return ckpt__error(code, "%s %s: %s", what, path, strerror(err));
@@ -34,18 +55,6 @@ int ckpt__path(char *out, size_t size, const char *fmt, ...)
     if (n < 0 || (size_t)n >= size)
         return ckpt__error(CKPT_EINVAL, "path too long (%d bytes, limit %zu)", n, size - 1);
     return CKPT_OK;
-}
-
-int ckpt__fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt__errno(errno, "open for fsync", path);
-    int rc = CKPT_OK;
-    if (fsync(fd) != 0 && errno != EINVAL) /* EINVAL: the file system has no fsync for dirs */
-        rc = ckpt__errno(errno, "fsync", path);
-    close(fd);
-    return rc;
 }
 
 int ckpt__split_path(char *dir, size_t dsize, char *base, size_t bsize, const char *path)
@@ -63,101 +72,74 @@ int ckpt__split_path(char *dir, size_t dsize, char *base, size_t bsize, const ch
     return ckpt__path(base, bsize, "%s", slash + 1);
 }
 
-int ckpt__fsync_parent(const char *path)
+int ckpt__safe_filename(const char *name)
 {
-    char dir[4096], base[4096];
-    int rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, path);
-    return rc ? rc : ckpt__fsync_path(dir);
+    size_t n = name ? strnlen(name, 256) : 0;
+    return n > 0 && n <= 255 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
 }
 
-int ckpt__write_file_atomic(const char *path, const void *data, size_t len)
+const char *ckpt__file_kind(unsigned mode)
 {
-    char tmp[4200];
-    int rc = ckpt__path(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    if (rc != CKPT_OK)
-        return rc;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return ckpt__errno(errno, "create", tmp);
-    const uint8_t *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = ckpt__errno(n < 0 ? errno : EIO, "write", tmp);
-            goto fail;
-        }
-        p += n;
-        left -= (size_t)n;
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFLNK: return "a symbolic link";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    default: return "a special file";
     }
-    if (fsync(fd) != 0) {
-        rc = ckpt__errno(errno, "fsync", tmp);
-        goto fail;
-    }
-    if (close(fd) != 0) {
-        fd = -1;
-        rc = ckpt__errno(errno, "close", tmp);
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0) {
-        rc = ckpt__errno(errno, "rename to", path);
-        goto fail;
-    }
-    return ckpt__fsync_parent(path);
-fail:
+}
+
+void ckpt__close(int fd)
+{
     if (fd >= 0)
         close(fd);
-    unlink(tmp);
-    return rc;
 }
 
-int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max)
+/* ---- directories --------------------------------------------------------------------------- */
+
+int ckpt__dir_open(int *fd, const char *path)
 {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt__errno(errno, "open", path);
+    *fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0)
+        return ckpt__errno(errno, "open directory", path);
+    return CKPT_OK;
+}
+
+int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const char *shown)
+{
+    *fd = -1;
+    if (create && mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST)
+        return ckpt__error(errno == ENOSPC || errno == EDQUOT ? CKPT_ENOSPC : CKPT_EIO,
+                           "mkdir %s/%s: %s", shown, name, strerror(errno));
     struct stat st;
-    int rc = CKPT_OK;
-    uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0) {
-        rc = ckpt__errno(errno, "stat", path);
-        goto done;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return ckpt__error(errno == ENOENT ? CKPT_ENOTFOUND : CKPT_EIO, "%s/%s: %s", shown, name,
+                           strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ckpt__error(CKPT_ECORRUPT,
+                           "refusing to use %s/%s: it is %s, not a directory (mpickpt never "
+                           "follows links inside a checkpoint directory; remove it)",
+                           shown, name, ckpt__file_kind(st.st_mode));
+    int d = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (d < 0) /* swapped for a link since the fstatat: ELOOP or ENOTDIR */
+        return ckpt__error(errno == ENOENT ? CKPT_ENOTFOUND : CKPT_ECORRUPT,
+                           "refusing to use %s/%s: %s (it changed while mpickpt opened it)", shown,
+                           name, strerror(errno));
+    if (fstat(d, &st) != 0 || (create && st.st_uid != geteuid())) {
+        int err = errno;
+        close(d);
+        if (create && err == 0)
+            return ckpt__error(CKPT_ECORRUPT,
+                               "refusing to write into %s/%s: it belongs to uid %u, not to this "
+                               "process (uid %u); remove it",
+                               shown, name, (unsigned)st.st_uid, (unsigned)geteuid());
+        return ckpt__errno(err, "stat", name);
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > (uint64_t)max) {
-        rc = ckpt__error(CKPT_ECORRUPT, "%s: not a regular file of at most %zu bytes", path, max);
-        goto done;
-    }
-    size_t size = (size_t)st.st_size;
-    buf = malloc(size ? size : 1);
-    if (!buf) {
-        rc = ckpt__error(CKPT_ENOMEM, "%s: cannot allocate %zu bytes", path, size);
-        goto done;
-    }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = ckpt__errno(errno, "read", path);
-            goto done;
-        }
-        if (n == 0)
-            break; /* shrank while reading: the caller's length check catches it */
-        got += (size_t)n;
-    }
-    *out = buf;
-    *len = got;
-    buf = NULL;
-done:
-    free(buf);
-    close(fd);
-    return rc;
+    *fd = d;
+    return CKPT_OK;
 }
 
 int ckpt__mkdir_p(const char *path, unsigned mode)
@@ -179,42 +161,436 @@ int ckpt__mkdir_p(const char *path, unsigned mode)
     return CKPT_OK;
 }
 
-int ckpt__rmtree(const char *path)
+int ckpt__ckptdir_open(int *dirfd, int *workfd, const char *path, int create)
+{
+    *dirfd = -1;
+    if (workfd)
+        *workfd = -1;
+    char buf[4096], parent[4096], last[4096];
+    int rc = ckpt__path(buf, sizeof buf, "%s", path && *path ? path : ".");
+    if (rc != CKPT_OK)
+        return rc;
+    for (size_t n = strlen(buf); n > 1 && buf[n - 1] == '/'; n--)
+        buf[n - 1] = '\0';
+    if ((rc = ckpt__split_path(parent, sizeof parent, last, sizeof last, buf)) != CKPT_OK)
+        return rc;
+    int work = -1, dir = -1;
+    if (strcmp(last, "chief") == 0) {
+        /* The training-state layout: <work>/chief and <work>/workertemp_<r>. <work> is the
+         * caller's; chief/ is an entry of it like any other. */
+        if ((create && (rc = ckpt__mkdir_p(parent, 0755)) != CKPT_OK) ||
+            (rc = ckpt__dir_open(&work, parent)) != CKPT_OK)
+            return rc;
+        if ((rc = ckpt__subdir_open(&dir, work, "chief", create, parent)) != CKPT_OK) {
+            close(work);
+            return rc;
+        }
+    } else {
+        if ((create && (rc = ckpt__mkdir_p(buf, 0755)) != CKPT_OK) ||
+            (rc = ckpt__dir_open(&dir, buf)) != CKPT_OK)
+            return rc;
+        if (workfd && (work = fcntl(dir, F_DUPFD_CLOEXEC, 0)) < 0) {
+            rc = ckpt__errno(errno, "dup", buf);
+            close(dir);
+            return rc;
+        }
+    }
+    *dirfd = dir;
+    if (workfd)
+        *workfd = work;
+    else
+        ckpt__close(work);
+    return CKPT_OK;
+}
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+/* CKPT_OK when entry `name` of dirfd is a regular file (size in *size), CKPT_ENOTFOUND when there
+ * is none, CKPT_ECORRUPT naming what it is otherwise. Does not open it. */
+int ckpt__stat_regular(uint64_t *size, int dirfd, const char *name, const char *shown)
 {
     struct stat st;
-    if (lstat(path, &st) != 0)
-        return errno == ENOENT ? CKPT_OK : ckpt__errno(errno, "stat", path);
-    if (!S_ISDIR(st.st_mode))
-        return (unlink(path) == 0 || errno == ENOENT) ? CKPT_OK : ckpt__errno(errno, "unlink", path);
-    DIR *d = opendir(path);
-    if (!d) /* removed by someone else meanwhile is as good as removed */
-        return errno == ENOENT ? CKPT_OK : ckpt__errno(errno, "opendir", path);
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return ckpt__error(errno == ENOENT ? CKPT_ENOTFOUND : CKPT_EIO, "%s/%s: %s", shown, name,
+                           strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ckpt__error(CKPT_ECORRUPT,
+                           "%s/%s is %s, not a regular file; mpickpt only reads files it wrote",
+                           shown, name, ckpt__file_kind(st.st_mode));
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return CKPT_OK;
+}
+
+int ckpt__exists_at(int dirfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+int ckpt__file_open(int *fd, uint64_t *size, int dirfd, const char *name, int flags,
+                    const char *shown)
+{
+    *fd = -1;
+    /* Checked before opening too: opening some devices has side effects. */
+    int rc = ckpt__stat_regular(NULL, dirfd, name, shown);
+    if (rc != CKPT_OK)
+        return rc;
+    int f = openat(dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) {
+        if (errno == ENOENT)
+            return ckpt__error(CKPT_ENOTFOUND, "%s/%s: %s", shown, name, strerror(errno));
+        return ckpt__errno(errno, "open", name);
+    }
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        rc = ckpt__errno(errno, "stat", name);
+        close(f);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) { /* swapped since the fstatat */
+        close(f);
+        return ckpt__error(CKPT_ECORRUPT, "%s/%s is %s, not a regular file", shown, name,
+                           ckpt__file_kind(st.st_mode));
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    if (size)
+        *size = (uint64_t)st.st_size;
+    *fd = f;
+    return CKPT_OK;
+}
+
+int ckpt__file_open_append(int *fd, int dirfd, const char *name, const char *shown)
+{
+    *fd = -1;
+    uint64_t size;
+    int rc = ckpt__stat_regular(&size, dirfd, name, shown);
+    if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
+        return rc;
+    int f = openat(dirfd, name, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                   0644);
+    if (f < 0)
+        return ckpt__errno(errno, "open for appending", name);
+    struct stat st;
+    if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(f);
+        return ckpt__error(CKPT_ECORRUPT, "%s/%s is not a regular file", shown, name);
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0)
+        fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return CKPT_OK;
+}
+
+int ckpt__file_create(int *fd, int dirfd, const char *name, int flags, const char *shown)
+{
+    *fd = openat(dirfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        return ckpt__error(errno == ENOSPC || errno == EDQUOT ? CKPT_ENOSPC
+                           : errno == EEXIST                  ? CKPT_EEXISTS
+                                                              : CKPT_EIO,
+                           "create %s/%s: %s", shown, name, strerror(errno));
+    return CKPT_OK;
+}
+
+int ckpt__fsync_fd(int fd, const char *shown)
+{
+    if (fsync(fd) != 0 && errno != EINVAL) /* EINVAL: the file system has no fsync for dirs */
+        return ckpt__errno(errno, "fsync", shown);
+    return CKPT_OK;
+}
+
+/* /proc/self/fd/<n> names the open file itself: HDF5, which opens files by name, reaches exactly
+ * the inode that was checked, whatever happens to the directory entry afterwards. */
+static int g_proc_fd = -1;
+static pthread_once_t g_proc_once = PTHREAD_ONCE_INIT;
+
+static void proc_probe(void)
+{
+    int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char p[64];
+    struct stat a, b;
+    g_proc_fd = 0;
+    if (fd < 0)
+        return;
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    if (fstat(fd, &a) == 0 && stat(p, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        g_proc_fd = 1;
+    close(fd);
+}
+
+int ckpt__fd_path(char *out, size_t size, int fd, const char *fallback)
+{
+    pthread_once(&g_proc_once, proc_probe);
+    if (g_proc_fd == 1)
+        return ckpt__path(out, size, "/proc/self/fd/%d", fd);
+    return ckpt__path(out, size, "%s", fallback);
+}
+
+int ckpt__temp_name(char *out, size_t size, const char *name)
+{
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        /* No entropy yet (early boot): still unique, unpredictable enough for O_EXCL to do the
+         * rest (a clash fails the create, it never follows anything). */
+        static uint64_t seq;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^
+            __atomic_add_fetch(&seq, 0x9e3779b97f4a7c15u, __ATOMIC_RELAXED);
+    }
+    return ckpt__path(out, size, "%s.tmp-%016llx", name, (unsigned long long)r);
+}
+
+int ckpt__is_temp_name(const char *name, const char *stem_suffix)
+{
+    const char *p = strstr(name, ".tmp-");
+    if (!p || !p[5])
+        return 0;
+    for (const char *q = p + 5; *q; q++)
+        if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f')))
+            return 0;
+    size_t stem = (size_t)(p - name), n = strlen(stem_suffix);
+    if (stem_suffix[0] == '.')
+        return stem > n && strncmp(p - n, stem_suffix, n) == 0;
+    return stem == n && strncmp(name, stem_suffix, n) == 0;
+}
+
+static int write_all(int fd, const void *data, size_t len, const char *shown)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return ckpt__errno(n < 0 ? errno : EIO, "write", shown);
+        p += n;
+        len -= (size_t)n;
+    }
+    return CKPT_OK;
+}
+
+int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
+                               const char *shown)
+{
+    char tmp[512], where[4400];
+    int rc = ckpt__temp_name(tmp, sizeof tmp, name);
+    if (rc != CKPT_OK)
+        return rc;
+    snprintf(where, sizeof where, "%s/%s", shown, tmp);
+    int fd;
+    if ((rc = ckpt__file_create(&fd, dirfd, tmp, O_WRONLY, shown)) != CKPT_OK)
+        return rc;
+    if ((rc = write_all(fd, data, len, where)) != CKPT_OK)
+        goto fail;
+    if (fsync(fd) != 0) {
+        rc = ckpt__errno(errno, "fsync", where);
+        goto fail;
+    }
+    if (close(fd) != 0) {
+        fd = -1;
+        rc = ckpt__errno(errno, "close", where);
+        goto fail;
+    }
+    fd = -1;
+    /* renameat replaces whatever entry `name` is (a planted link included) without following it */
+    if (renameat(dirfd, tmp, dirfd, name) != 0) {
+        snprintf(where, sizeof where, "%s/%s", shown, name);
+        rc = ckpt__errno(errno, "rename to", where);
+        goto fail;
+    }
+    return ckpt__fsync_fd(dirfd, shown);
+fail:
+    ckpt__close(fd);
+    unlinkat(dirfd, tmp, 0);
+    return rc;
+}
+
+int ckpt__read_file_at(uint8_t **out, size_t *len, int dirfd, const char *name, size_t max,
+                       const char *shown)
+{
+    *out = NULL;
+    *len = 0;
+    int fd;
+    uint64_t fsize;
+    int rc = ckpt__file_open(&fd, &fsize, dirfd, name, O_RDONLY, shown);
+    if (rc != CKPT_OK)
+        return rc;
+    uint8_t *buf = NULL;
+    if (fsize > (uint64_t)max) {
+        rc = ckpt__error(CKPT_ECORRUPT, "%s/%s: %llu bytes, more than the %zu mpickpt accepts",
+                         shown, name, (unsigned long long)fsize, max);
+        goto done;
+    }
+    size_t size = (size_t)fsize;
+    buf = malloc(size ? size : 1);
+    if (!buf) {
+        rc = ckpt__error(CKPT_ENOMEM, "%s/%s: cannot allocate %zu bytes", shown, name, size);
+        goto done;
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = ckpt__errno(errno, "read", name);
+            goto done;
+        }
+        if (n == 0)
+            break; /* shrank while reading: the caller's length check catches it */
+        got += (size_t)n;
+    }
+    *out = buf;
+    *len = got;
+    buf = NULL;
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int rmtree_at(int dfd, const char *name, const char *shown, int depth)
+{
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? CKPT_OK : ckpt__error(CKPT_EIO, "stat %s/%s: %s", shown, name,
+                                                       strerror(errno));
+    if (!S_ISDIR(st.st_mode)) { /* a file, or a link: the entry goes, never its target */
+        if (unlinkat(dfd, name, 0) != 0 && errno != ENOENT)
+            return ckpt__error(CKPT_EIO, "unlink %s/%s: %s", shown, name, strerror(errno));
+        return CKPT_OK;
+    }
+    if (depth >= RMTREE_MAX_DEPTH)
+        return ckpt__error(CKPT_EIO, "%s/%s: more than %d levels deep; not made by mpickpt, left "
+                                     "alone",
+                           shown, name, RMTREE_MAX_DEPTH);
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return CKPT_OK;
+        if (errno == ELOOP || errno == ENOTDIR) /* swapped for a link or a file meanwhile */
+            return rmtree_at(dfd, name, shown, depth + 1);
+        return ckpt__error(CKPT_EIO, "open %s/%s: %s", shown, name, strerror(errno));
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return ckpt__error(CKPT_EIO, "opendir %s/%s: %s", shown, name, strerror(errno));
+    }
+    char sub[4400];
+    snprintf(sub, sizeof sub, "%s/%s", shown, name);
     int rc = CKPT_OK;
     struct dirent *e;
-    char child[4096];
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        int r = ckpt__path(child, sizeof child, "%s/%s", path, e->d_name);
-        if (r == CKPT_OK)
-            r = ckpt__rmtree(child);
+        int r = rmtree_at(dirfd(d), e->d_name, sub, depth + 1);
         if (r != CKPT_OK && rc == CKPT_OK)
             rc = r;
     }
     closedir(d);
-    if (rmdir(path) != 0 && errno != ENOENT && rc == CKPT_OK)
-        rc = ckpt__errno(errno, "rmdir", path);
+    if (unlinkat(dfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && rc == CKPT_OK)
+        rc = ckpt__error(CKPT_EIO, "rmdir %s/%s: %s", shown, name, strerror(errno));
+    return rc;
+}
+
+int ckpt__rmtree_at(int dirfd, const char *name, const char *shown)
+{
+    return rmtree_at(dirfd, name, shown, 0);
+}
+
+/* ---- by path: the directory part resolved by ckpt__ckptdir_open(), the rest by descriptor ---- */
+
+/* Opens the directory of `path` (checkpoint-directory rules) and copies its last component. */
+static int open_parent(int *dirfd, char *dir, size_t dsize, char *base, size_t bsize,
+                       const char *path)
+{
+    int rc = ckpt__split_path(dir, dsize, base, bsize, path);
+    if (rc != CKPT_OK)
+        return rc;
+    if (!ckpt__safe_filename(base))
+        return ckpt__error(CKPT_EINVAL, "'%s' does not end in a file name", path);
+    return ckpt__ckptdir_open(dirfd, NULL, dir, 0);
+}
+
+int ckpt__fsync_path(const char *path)
+{
+    /* O_NONBLOCK: a FIFO planted under this name must not block the fsync of a directory. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt__errno(errno, "open for fsync", path);
+    int rc = ckpt__fsync_fd(fd, path);
+    close(fd);
+    return rc;
+}
+
+int ckpt__fsync_parent(const char *path)
+{
+    char dir[4096], base[4096];
+    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__fsync_fd(fd, dir);
+    close(fd);
+    return rc;
+}
+
+int ckpt__write_file_atomic(const char *path, const void *data, size_t len)
+{
+    char dir[4096], base[4096];
+    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__write_file_atomic_at(fd, base, data, len, dir);
+    close(fd);
+    return rc;
+}
+
+int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max)
+{
+    char dir[4096], base[4096];
+    *out = NULL;
+    *len = 0;
+    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__read_file_at(out, len, fd, base, max, dir);
+    close(fd);
+    return rc;
+}
+
+int ckpt__rmtree(const char *path)
+{
+    char dir[4096], base[4096];
+    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
+    if (rc == CKPT_ENOTFOUND) { /* no parent: nothing to remove */
+        ckpt_error_clear();
+        return CKPT_OK;
+    }
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__rmtree_at(fd, base, dir);
+    close(fd);
     return rc;
 }
 
 int ckpt__file_size(uint64_t *out, const char *path)
 {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return ckpt__errno(errno, "stat", path);
-    *out = (uint64_t)st.st_size;
-    return CKPT_OK;
+    char dir[4096], base[4096];
+    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__stat_regular(out, fd, base, dir);
+    close(fd);
+    return rc;
 }
+
+/* ---- reading with checksums ------------------------------------------------------------------ */
 
 int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc)
 {

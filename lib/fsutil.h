@@ -1,5 +1,11 @@
-/* Internal file-system helpers: durable writes (temp, fsync, rename, fsync dir) and clean-up.
- * errno is mapped to CKPT_ codes in one place (ckpt__errno). */
+/* Internal file-system helpers (DESIGN §12, docs/security.md).
+ *
+ * A checkpoint directory is shared with others: every entry below the directory the caller named
+ * is reached relative to an open directory descriptor without following symbolic links, files are
+ * checked to be regular files (opened with O_NONBLOCK, so a FIFO never blocks), new files are
+ * created with O_EXCL (temp files under unpredictable names), and trees are removed by descriptor.
+ * Durable writes: temp file, fsync, rename, fsync of the directory. errno is mapped to CKPT_ codes
+ * in one place (ckpt__errno). Functions taking a `shown` path use it in messages only. */
 #ifndef MPICKPT_FSUTIL_H
 #define MPICKPT_FSUTIL_H
 
@@ -11,42 +17,115 @@
 #pragma GCC visibility push(default)
 
 /* Maps errno to a status (ENOSPC/EDQUOT -> CKPT_ENOSPC, ENOENT -> CKPT_ENOTFOUND, ENOMEM ->
- * CKPT_ENOMEM, EEXIST -> CKPT_EEXISTS, else CKPT_EIO) and records "<what> <path>: strerror". */
+ * CKPT_ENOMEM, EEXIST -> CKPT_EEXISTS, ELOOP (a symbolic link met with O_NOFOLLOW) ->
+ * CKPT_ECORRUPT, else CKPT_EIO) and records "<what> <path>: <cause>". */
 int ckpt__errno(int err, const char *what, const char *path);
 
-/* fsync of a file or directory by path. */
-int ckpt__fsync_path(const char *path);
+/* snprintf that fails with CKPT_EINVAL instead of truncating a path. */
+int ckpt__path(char *out, size_t size, const char *fmt, ...) CKPT_PRINTF(3, 4);
 
-/* fsync of the directory that contains `path`. */
-int ckpt__fsync_parent(const char *path);
+/* Splits `path` into its directory ("." when none) and its last component, in caller buffers. */
+int ckpt__split_path(char *dir, size_t dsize, char *base, size_t bsize, const char *path);
 
-/* Writes `len` bytes to `path` durably: "<path>.tmp-<pid>" is written, fsynced and renamed over
- * `path`, then the directory is fsynced. Readers see the old file or the new one, never a mix. */
+/* 1 when `name` is a plain file name (no '/', not "." or "..", 1..255 bytes). */
+int ckpt__safe_filename(const char *name);
+
+/* "a symbolic link", "a FIFO", ... for an st_mode, in messages. */
+const char *ckpt__file_kind(unsigned mode);
+
+/* close(2) unless fd < 0. */
+void ckpt__close(int fd);
+
+/* ---- directories ---- */
+
+/* Opens a directory the caller named (its path is trusted: symlinks in it are the caller's). */
+int ckpt__dir_open(int *fd, const char *path);
+
+/* Opens entry `name` of dirfd as a directory without following a link (mkdirat first when
+ * `create`). Anything but a real directory is CKPT_ECORRUPT ("refusing to use <shown>/<name>: it
+ * is a symbolic link ..."); with `create`, so is a directory owned by another user. */
+int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const char *shown);
+
+/*
+ * Opens checkpoint directory `path`. When its last component is "chief" (the training-state
+ * layout, `<work>/chief` next to `<work>/workertemp_<r>`), <work> is the trusted path and chief/ is
+ * opened below it with ckpt__subdir_open() (so a planted chief symlink is refused); otherwise
+ * `path` itself is the trusted path and its own work directory. *workfd (may be NULL) receives the
+ * work directory. `create` makes missing directories. Close both with ckpt__close().
+ */
+int ckpt__ckptdir_open(int *dirfd, int *workfd, const char *path, int create);
+
+/* mkdir -p of a path the caller named (trusted). */
+int ckpt__mkdir_p(const char *path, unsigned mode);
+
+/* rm -rf of entry `name` of dirfd, walked by descriptor: links and files are unlinked (never
+ * followed), directories emptied then removed, at most 16 levels deep. A missing entry is fine. */
+int ckpt__rmtree_at(int dirfd, const char *name, const char *shown);
+
+/* ---- files ---- */
+
+/* CKPT_OK with *size (may be NULL) when entry `name` of dirfd is a regular file; CKPT_ENOTFOUND
+ * when missing; CKPT_ECORRUPT naming its kind otherwise. Follows nothing, opens nothing. */
+int ckpt__stat_regular(uint64_t *size, int dirfd, const char *name, const char *shown);
+
+/* 1 when dirfd has an entry `name` of any kind (not followed). */
+int ckpt__exists_at(int dirfd, const char *name);
+
+/* Opens an existing regular file with `flags` (O_RDONLY or O_RDWR) | O_NOFOLLOW | O_NONBLOCK and
+ * checks it with fstat (O_NONBLOCK is cleared afterwards). *size may be NULL. Errors as
+ * ckpt__stat_regular(). */
+int ckpt__file_open(int *fd, uint64_t *size, int dirfd, const char *name, int flags,
+                    const char *shown);
+
+/* Opens regular file `name` for appending, creating it when missing (O_NOFOLLOW, O_NONBLOCK,
+ * checked with fstat). */
+int ckpt__file_open_append(int *fd, int dirfd, const char *name, const char *shown);
+
+/* Creates a new file: `flags` (O_WRONLY or O_RDWR) | O_CREAT | O_EXCL | O_NOFOLLOW, mode 0644.
+ * An existing entry of any kind is CKPT_EEXISTS. */
+int ckpt__file_create(int *fd, int dirfd, const char *name, int flags, const char *shown);
+
+/* fsync of an open file or directory (EINVAL, "no fsync for directories here", is success). */
+int ckpt__fsync_fd(int fd, const char *shown);
+
+/* A path by which a library that opens files by name (HDF5, MPI-IO) reaches exactly the open file
+ * `fd`: "/proc/self/fd/<fd>" where /proc shows it, else `fallback` (then only the checks made
+ * before hold). */
+int ckpt__fd_path(char *out, size_t size, int fd, const char *fallback);
+
+/* "<name>.tmp-<16 hex digits>", the digits random. */
+int ckpt__temp_name(char *out, size_t size, const char *name);
+
+/* 1 when `name` is a temp name of ckpt__temp_name() (or of older mpickpt versions: ".tmp-<pid>")
+ * whose stem ends with `stem_suffix` (".index") or, for a suffix without a leading '.', equals it
+ * ("checkpoint"). */
+int ckpt__is_temp_name(const char *name, const char *stem_suffix);
+
+/* Writes `len` bytes to entry `name` of dirfd durably: a new temp file (ckpt__temp_name, O_EXCL)
+ * is written, fsynced and renamed over `name`, then the directory is fsynced. Readers see the old
+ * file or the new one, never a mix; a link planted under either name is replaced, not followed. */
+int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
+                               const char *shown);
+
+/* Reads a whole regular file of at most `max` bytes into a malloc'd buffer (freed by the caller).
+ * CKPT_ENOTFOUND when missing, CKPT_ECORRUPT when larger than `max` or not a regular file. */
+int ckpt__read_file_at(uint8_t **out, size_t *len, int dirfd, const char *name, size_t max,
+                       const char *shown);
+
+/* ---- the same by path: the directory part is opened with ckpt__ckptdir_open() rules, the last
+ * component is handled by descriptor as above ---- */
 int ckpt__write_file_atomic(const char *path, const void *data, size_t len);
-
-/* Reads a whole file of at most `max` bytes into a malloc'd buffer (freed by the caller).
- * CKPT_ENOTFOUND when it does not exist, CKPT_ECORRUPT when larger than `max`. */
 int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max);
+int ckpt__rmtree(const char *path); /* a missing path or parent is fine */
+int ckpt__file_size(uint64_t *out, const char *path); /* a regular file only */
+int ckpt__fsync_parent(const char *path);
+/* fsync of a file or directory by path; the last component is not followed. */
+int ckpt__fsync_path(const char *path);
 
 /* Reads `len` bytes at `off` of `fd` into `buf` and extends the CRC-32C in *crc over them (start
  * it at 0), checksumming each chunk right after reading it (one pass over memory).
  * CKPT_ECORRUPT when the file ends first. */
 int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc);
-
-/* mkdir -p. */
-int ckpt__mkdir_p(const char *path, unsigned mode);
-
-/* rm -rf that does not follow symbolic links; a missing path is fine. */
-int ckpt__rmtree(const char *path);
-
-/* Size of a regular file; CKPT_ENOTFOUND when missing. */
-int ckpt__file_size(uint64_t *out, const char *path);
-
-/* Splits `path` into its directory ("." when none) and its last component, in caller buffers. */
-int ckpt__split_path(char *dir, size_t dsize, char *base, size_t bsize, const char *path);
-
-/* snprintf that fails with CKPT_EINVAL instead of truncating a path. */
-int ckpt__path(char *out, size_t size, const char *fmt, ...) CKPT_PRINTF(3, 4);
 
 #pragma GCC visibility pop
 

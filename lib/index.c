@@ -99,12 +99,6 @@ int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *b
     return CKPT_OK;
 }
 
-int ckpt__safe_filename(const char *name)
-{
-    size_t n = name ? strnlen(name, 256) : 0;
-    return n > 0 && n <= 255 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
-}
-
 static int fill_slice(ckpt_slice *out, size_t n1, const int64_t *a, size_t n2, const int64_t *b,
                       int nd)
 {
@@ -351,6 +345,21 @@ done:
 
 /* ---- load / store ---------------------------------------------------------------------------- */
 
+int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
+                        const char *name, const char *path)
+{
+    size_t len = 0;
+    *buf = NULL;
+    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, path);
+    if (rc == CKPT_OK)
+        rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
+    if (rc != CKPT_OK) {
+        free(*buf);
+        *buf = NULL;
+    }
+    return rc;
+}
+
 int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path)
 {
     size_t len = 0;
@@ -400,6 +409,19 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path)
     if (rc != CKPT_OK)
         return rc;
     return ckpt__index_store_merged(idx, path);
+}
+
+int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
+                                const char *shown)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &idx->base);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = ckpt__write_file_atomic_at(dirfd, name, buf, len, shown);
+    free(buf);
+    return rc;
 }
 
 int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path)

@@ -2,6 +2,7 @@
 #ifndef MPICKPT_INDEX_H
 #define MPICKPT_INDEX_H
 
+#include "fsutil.h"
 #include "internal.h"
 #include "mpickpt.pb-c.h"
 #include "mpickpt/checkpoint.h"
@@ -45,6 +46,9 @@ int ckpt__index_load(Mpickpt__Index **out, const char *path);
 /* Reads an index file and checks its container: *payload (inside *buf, which the caller frees)
  * holds the protobuf message, *plen bytes. Errors as ckpt__index_load's. */
 int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path);
+/* The same for entry `name` of directory dirfd; `path` names it in messages. */
+int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
+                        const char *name, const char *path);
 
 /* Unpacks an index payload with `alloc` (NULL: malloc) and, with `validate`, validates it;
  * messages name `path`. */
@@ -57,6 +61,9 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path);
 /* The same for an index that ckpt__index_merge() just validated (its header set afterwards only
  * changes the timestamp): skips the second validation, which costs as much as the merge. */
 int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
+/* The same into entry `name` of directory dirfd (`shown` names the directory in messages). */
+int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
+                                const char *shown);
 
 /*
  * Validates an index: header (version, world size, layout), files (safe names, unique), tensors
@@ -75,9 +82,6 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
  */
 int ckpt__index_merge(Mpickpt__Index *out, Mpickpt__Fragment *const *frags, size_t n);
 void ckpt__index_merged_free(Mpickpt__Index *idx);
-
-/* 1 when `name` is a plain file name (no '/', not "." or "..", 1..255 bytes). */
-int ckpt__safe_filename(const char *name);
 
 /* Fills a slice from a piece's (start, count) arrays; CKPT_ECORRUPT when lengths differ from nd. */
 int ckpt__piece_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
@@ -107,6 +111,23 @@ void ckpt__fragment_free_built(Mpickpt__Fragment *f);
 struct ckpt_state;
 int ckpt__state_pack(uint8_t **out, size_t *len, const struct ckpt_state *st, int container);
 int ckpt__state_unpack(struct ckpt_state **out, const uint8_t *buf, size_t len, const char *what);
+
+/* The committed checkpoints "<name>-<N>.index" of dir with N > after (and a header that says N),
+ * as state entries sorted by counter: the checkpoints a manager committed after what its state
+ * file lists. No other index of the directory is opened. */
+int ckpt__state_scan_newer(struct ckpt_state **out, const char *dir, const char *name,
+                           int64_t after);
+
+/* ckpt_gc(); with refuse_foreign 0, a directory that is not recognisably a checkpoint directory is
+ * left alone quietly (CKPT_OK, nothing removed) instead of being an error. */
+int ckpt__gc(const char *dir, int dry_run, void (*cb)(const char *path, const char *why,
+                                                      void *payload),
+             void *payload, size_t *removed, int refuse_foreign);
+
+/* delete_backup of a training-state directory <work>: every checkpoint, the state file, metrics
+ * and garbage of <work>/chief, the workertemp_<r> of <work>, then chief/ and <work> themselves
+ * unless something mpickpt did not write is left in them (a warning, not an error). */
+int ckpt__remove_backup_dir(const char *work);
 
 /* For the MPI restore: a reader over an index payload (ckpt__index_read) that the chief read and
  * broadcast. With `check`, validates it and checks its data files as ckpt_reader_open() does;

@@ -32,6 +32,10 @@ static inline int ckpt__add_size(size_t *out, size_t a, size_t b)
 
 #define CKPT__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Largest save counter mpickpt accepts from disk or a peer (10^15): checkpoints are numbered
+ * "<name>-<counter>" and the next save adds one, so a counter read back can never overflow. */
+#define CKPT__COUNTER_MAX ((int64_t)1000000000000000)
+
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"
 void ckpt__log(ckpt_log_level level, const char *fmt, ...) CKPT_PRINTF(2, 3);

@@ -6,6 +6,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +98,65 @@ done:
     return rc;
 }
 
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * A state read from disk (or received from the chief) is untrusted: retention deletes what it does
+ * not list, so a state that lists a checkpoint twice, out of order, or with counters that cannot
+ * be incremented must be refused, never acted on. The manager then rebuilds its list from the
+ * indexes themselves. Checks: names are plain file names, listed once; counters in
+ * [0, CKPT__COUNTER_MAX] and non-decreasing; times finite; the latest is the newest entry.
+ */
+static int state_check(const ckpt_state *st, const char *what)
+{
+    if (st->save_counter < 0 || st->save_counter > CKPT__COUNTER_MAX)
+        return ckpt__error(CKPT_ECORRUPT, "%s: save counter %lld is outside 0..%lld", what,
+                           (long long)st->save_counter, (long long)CKPT__COUNTER_MAX);
+    if (!isfinite(st->last_preserved_timestamp))
+        return ckpt__error(CKPT_ECORRUPT, "%s: last preserved time is not a number", what);
+    const char **names = malloc((st->num_entries ? st->num_entries : 1) * sizeof *names);
+    if (!names)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < st->num_entries && rc == CKPT_OK; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        names[i] = e->prefix;
+        if (e->save_counter < 0 || e->save_counter > CKPT__COUNTER_MAX)
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: checkpoint %s has save counter %lld, outside "
+                                            "0..%lld",
+                             what, e->prefix, (long long)e->save_counter,
+                             (long long)CKPT__COUNTER_MAX);
+        else if (i > 0 && e->save_counter < st->entries[i - 1].save_counter)
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: checkpoints are not listed oldest first (%s, "
+                                            "counter %lld, after %s, counter %lld)",
+                             what, e->prefix, (long long)e->save_counter,
+                             st->entries[i - 1].prefix,
+                             (long long)st->entries[i - 1].save_counter);
+        else if (!isfinite(e->timestamp))
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: checkpoint %s has no valid time", what, e->prefix);
+    }
+    if (rc == CKPT_OK && st->num_entries > 1) {
+        qsort(names, st->num_entries, sizeof *names, cmp_cstr);
+        for (size_t i = 1; i < st->num_entries && rc == CKPT_OK; i++)
+            if (strcmp(names[i - 1], names[i]) == 0)
+                rc = ckpt__error(CKPT_ECORRUPT, "%s: checkpoint %s is listed twice", what,
+                                 names[i]);
+    }
+    free(names);
+    if (rc == CKPT_OK && st->num_entries > 0 &&
+        strcmp(st->latest, st->entries[st->num_entries - 1].prefix) != 0)
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: the latest checkpoint is '%s', but the newest listed "
+                                        "is %s",
+                         what, st->latest, st->entries[st->num_entries - 1].prefix);
+    if (rc == CKPT_OK && st->num_entries == 0 && st->latest[0])
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: the latest checkpoint %s is not listed", what,
+                         st->latest);
+    return rc;
+}
+
 int ckpt__state_unpack(ckpt_state **out, const uint8_t *buf, size_t len, const char *what)
 {
     *out = NULL;
@@ -128,9 +189,14 @@ int ckpt__state_unpack(ckpt_state **out, const uint8_t *buf, size_t len, const c
             rc = ckpt__error(CKPT_ECORRUPT, "%s: bad latest checkpoint name", what);
         snprintf(st->latest, sizeof st->latest, "%s", latest);
         st->last_preserved_timestamp = msg->last_preserved_timestamp;
-        if (msg->save_counter > st->save_counter)
+        if (msg->save_counter < 0 || msg->save_counter > CKPT__COUNTER_MAX)
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: save counter %lld is outside 0..%lld", what,
+                             (long long)msg->save_counter, (long long)CKPT__COUNTER_MAX);
+        else if (msg->save_counter > st->save_counter)
             st->save_counter = msg->save_counter;
     }
+    if (rc == CKPT_OK)
+        rc = state_check(st, what);
     mpickpt__state__free_unpacked(msg, NULL);
     if (rc != CKPT_OK) {
         ckpt_state_free(st);
@@ -170,6 +236,9 @@ int ckpt_state_write(const ckpt_state *st, const char *dir)
     uint8_t *buf;
     size_t len;
     int rc = ckpt__path(path, sizeof path, "%s/" STATE_FILE, dir);
+    /* never write what the next reader must refuse */
+    if (rc == CKPT_OK && (rc = state_check(st, path)) != CKPT_OK)
+        return ckpt__error_wrap(CKPT_EINVAL, "refusing to write an inconsistent state");
     if (rc == CKPT_OK && (rc = ckpt__state_pack(&buf, &len, st, 1)) == CKPT_OK) {
         rc = ckpt__write_file_atomic(path, buf, len);
         free(buf);
@@ -177,25 +246,64 @@ int ckpt_state_write(const ckpt_state *st, const char *dir)
     return rc;
 }
 
+/* A listing of directory fd from its first entry (on a duplicate descriptor: fd stays open, and
+ * since the two share one read position it is rewound). NULL with errno set on failure. */
+static DIR *listing(int fd)
+{
+    int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        int err = errno;
+        ckpt__close(lfd);
+        errno = err;
+        return NULL;
+    }
+    rewinddir(d);
+    return d;
+}
+
 /* ---- checkpoints in a directory ---------------------------------------------------------------- */
 
-int ckpt_checkpoint_bytes(uint64_t *out, const char *prefix)
+/* Index (or any file) bytes of `name` plus the data files its index lists, by descriptor. */
+static int checkpoint_bytes_at(uint64_t *out, int dirfd, const char *dir, const char *iname)
 {
-    char path[4200];
-    Mpickpt__Index *idx = NULL;
-    uint64_t total = 0;
+    uint8_t *buf = NULL;
+    const uint8_t *payload;
+    size_t plen;
+    char shown[4400];
+    snprintf(shown, sizeof shown, "%s/%s", dir, iname);
     *out = 0;
-    int rc = ckpt__path(path, sizeof path, "%s.index", prefix);
-    if (rc == CKPT_OK)
-        rc = ckpt__file_size(&total, path);
-    if (rc == CKPT_OK)
-        rc = ckpt__index_load(&idx, path);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    uint64_t total = 0;
+    Mpickpt__Index *idx = NULL;
+    if (rc == CKPT_OK) {
+        total = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
+        rc = ckpt__index_parse(&idx, payload, plen, shown, NULL, 1);
+    }
     for (size_t i = 0; rc == CKPT_OK && i < idx->n_files; i++)
         total += idx->files[i]->bytes;
     if (idx)
         mpickpt__index__free_unpacked(idx, NULL);
+    free(buf);
     if (rc == CKPT_OK)
         *out = total;
+    return rc;
+}
+
+int ckpt_checkpoint_bytes(uint64_t *out, const char *prefix)
+{
+    char dir[4096], base[4096], iname[4200];
+    int fd;
+    *out = 0;
+    int rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix);
+    if (rc == CKPT_OK)
+        rc = ckpt__path(iname, sizeof iname, "%s.index", base);
+    if (rc == CKPT_OK)
+        rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
+    if (rc != CKPT_OK)
+        return rc;
+    rc = checkpoint_bytes_at(out, fd, dir, iname);
+    close(fd);
     return rc;
 }
 
@@ -205,8 +313,18 @@ static int ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+static int all_digits(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+    return 1;
+}
+
 /* Checkpoint name of a data file ("ckpt-3" for "ckpt-3.data-00001-of-00004": exactly the
- * `<name>.data-%05d-of-%05d` pattern mpickpt writes), or 0 for anything else. */
+ * `<name>.data-%05d-of-%05d` pattern mpickpt writes, shard below count), or 0 for anything else. */
 static int data_file_base(char *out, size_t size, const char *name)
 {
     const char *p = strstr(name, ".data-");
@@ -215,61 +333,89 @@ static int data_file_base(char *out, size_t size, const char *name)
     if (!p || p == name || (size_t)(p - name) >= size)
         return 0;
     const char *q = p + 6;
-    for (int i = 0; i < 5; i++)
-        if (q[i] < '0' || q[i] > '9')
-            return 0;
-    if (strncmp(q + 5, "-of-", 4) != 0)
+    size_t a = strspn(q, "0123456789");
+    if (a < 5 || strncmp(q + a, "-of-", 4) != 0)
         return 0;
-    for (int i = 9; i < 14; i++)
-        if (q[i] < '0' || q[i] > '9')
-            return 0;
-    if (q[14] != '\0')
+    const char *r = q + a + 4;
+    size_t b = strspn(r, "0123456789");
+    if (b < 5 || r[b] != '\0' || strtoull(q, NULL, 10) >= strtoull(r, NULL, 10))
         return 0;
     memcpy(out, name, (size_t)(p - name));
     out[p - name] = '\0';
     return 1;
 }
 
-/* 1 for the temp files of ckpt__write_file_atomic: "<file>.tmp-<pid>" of an index or state file. */
-static int is_atomic_temp(const char *name)
+/* 1 when regular file `name` of dirfd starts with `magic` (len bytes). Opens it safely. */
+static int has_magic(int dirfd, const char *name, const char *magic, size_t len)
 {
-    const char *p = strstr(name, ".tmp-");
-    if (!p || !p[5])
+    int fd;
+    if (ckpt__file_open(&fd, NULL, dirfd, name, O_RDONLY, ".") != CKPT_OK) {
+        ckpt_error_clear();
         return 0;
-    for (const char *q = p + 5; *q; q++)
-        if (*q < '0' || *q > '9')
-            return 0;
-    size_t stem = (size_t)(p - name);
-    return (stem > 6 && strncmp(p - 6, ".index", 6) == 0) ||
-           (stem == 10 && strncmp(name, "checkpoint", 10) == 0);
+    }
+    char head[16];
+    ssize_t n = pread(fd, head, len, 0);
+    close(fd);
+    return n == (ssize_t)len && memcmp(head, magic, len) == 0;
+}
+
+#define HDF5_SIGNATURE "\x89HDF\r\n\x1a\n"
+
+/* A data file mpickpt wrote (or started to): an HDF5 file, or empty (created, then the writer
+ * died before HDF5 wrote its superblock). */
+static int is_our_data_file(int dirfd, const char *name)
+{
+    uint64_t size = 0;
+    if (ckpt__stat_regular(&size, dirfd, name, ".") != CKPT_OK) {
+        ckpt_error_clear();
+        return 0;
+    }
+    return size == 0 || has_magic(dirfd, name, HDF5_SIGNATURE, 8);
 }
 
 int ckpt_checkpoint_delete(const char *prefix)
 {
-    char dir[4096], base[4096], path[8400];
+    char dir[4096], base[4096], iname[4200], path[8400];
     int rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix);
+    if (rc == CKPT_OK && !ckpt__safe_filename(base))
+        rc = ckpt__error(CKPT_EINVAL, "'%s' does not name a checkpoint", prefix);
+    if (rc == CKPT_OK)
+        rc = ckpt__path(iname, sizeof iname, "%s.index", base);
+    int fd = -1;
+    if (rc == CKPT_OK)
+        rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
     if (rc != CKPT_OK)
         return rc;
     /* Un-commit first: once the index is gone, no reader can pick up a half-deleted checkpoint. */
-    if ((rc = ckpt__path(path, sizeof path, "%s.index", prefix)))
+    if (unlinkat(fd, iname, 0) != 0 && errno != ENOENT) {
+        snprintf(path, sizeof path, "%s/%s", dir, iname);
+        rc = ckpt__errno(errno, "unlink", path);
+        close(fd);
         return rc;
-    if (unlink(path) != 0 && errno != ENOENT)
-        return ckpt__errno(errno, "unlink", path);
-    if ((rc = ckpt__fsync_path(dir)))
+    }
+    if ((rc = ckpt__fsync_fd(fd, dir)) != CKPT_OK) {
+        close(fd);
         return rc;
-    DIR *d = opendir(dir);
-    if (!d)
-        return ckpt__errno(errno, "opendir", dir);
+    }
+    DIR *d = listing(fd);
+    if (!d) {
+        rc = ckpt__errno(errno, "opendir", dir);
+        close(fd);
+        return rc;
+    }
     struct dirent *e;
     char b[4096];
     while ((e = readdir(d)) != NULL) {
         if (!data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
             continue;
-        if (ckpt__path(path, sizeof path, "%s/%s", dir, e->d_name) == CKPT_OK &&
-            unlink(path) != 0 && errno != ENOENT && rc == CKPT_OK)
+        /* unlinkat removes the entry (a planted link included), never what it points to */
+        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && rc == CKPT_OK) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             rc = ckpt__errno(errno, "unlink", path);
+        }
     }
     closedir(d);
+    close(fd);
     return rc;
 }
 
@@ -281,48 +427,107 @@ static int cmp_entry(const void *a, const void *b)
     return strcmp(x->prefix, y->prefix);
 }
 
-int ckpt_state_scan(ckpt_state **out, const char *dir)
+/* An entry for committed checkpoint `iname` (<prefix>.index) of dirfd from its header, or an
+ * error when the index does not load (then it is not a committed checkpoint). */
+static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const char *iname)
+{
+    uint8_t *buf = NULL;
+    const uint8_t *payload;
+    size_t plen;
+    char shown[4400];
+    Mpickpt__Index *idx = NULL;
+    snprintf(shown, sizeof shown, "%s/%s", dir, iname);
+    memset(ent, 0, sizeof *ent);
+    snprintf(ent->prefix, sizeof ent->prefix, "%.*s", (int)(strlen(iname) - 6), iname);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    if (rc == CKPT_OK)
+        rc = ckpt__index_parse(&idx, payload, plen, shown, NULL, 1);
+    if (rc == CKPT_OK) {
+        ent->save_counter = idx->header->save_counter;
+        ent->epoch = idx->header->epoch;
+        ent->step = idx->header->step;
+        ent->timestamp = idx->header->timestamp;
+        ent->end_of_epoch = idx->header->end_of_epoch;
+        ent->bytes = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
+        for (size_t i = 0; i < idx->n_files; i++)
+            ent->bytes += idx->files[i]->bytes;
+        mpickpt__index__free_unpacked(idx, NULL);
+    }
+    free(buf);
+    return rc;
+}
+
+/*
+ * The committed checkpoints of dir. With `name` set, only "<name>-<N>.index" with N > `after`
+ * whose header says counter N (what a manager with that name committed after what its state
+ * file lists); otherwise every "<prefix>.index". Indexes that do not load, and names that are
+ * not checkpoint names, are skipped with a warning (never fatal); without `name` they are all
+ * read, which is what a directory without a usable state file needs.
+ */
+static int scan(ckpt_state **out, const char *dir, const char *name, int64_t after)
 {
     int rc = ckpt_state_new(out);
     if (rc != CKPT_OK)
         return rc;
     ckpt_state *st = *out;
-    DIR *d = opendir(dir);
-    if (!d)
-        return ckpt__errno(errno, "opendir", dir);
+    int fd;
+    if ((rc = ckpt__ckptdir_open(&fd, NULL, dir, 0)) != CKPT_OK)
+        return rc;
+    DIR *d = listing(fd);
+    if (!d) {
+        rc = ckpt__errno(errno, "opendir", dir);
+        close(fd);
+        return rc;
+    }
+    size_t nlen = name ? strlen(name) : 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && rc == CKPT_OK) {
-        if (!ends_with(e->d_name, ".index") || strlen(e->d_name) - 6 >= sizeof st->latest)
+        const char *n = e->d_name;
+        size_t len = strlen(n);
+        if (!ends_with(n, ".index"))
             continue;
-        char prefix[8400], ipath[8400];
+        int64_t counter = -1;
+        if (name) {
+            /* "<name>-<digits>.index": anything else is not this manager's, and not read */
+            if (len <= nlen + 7 || strncmp(n, name, nlen) != 0 || n[nlen] != '-' ||
+                !all_digits(n + nlen + 1, len - nlen - 7) || len - nlen - 7 > 16)
+                continue;
+            counter = strtoll(n + nlen + 1, NULL, 10);
+            if (counter <= after)
+                continue;
+        }
+        char stem[256];
+        if (len - 6 == 0 || len - 6 >= sizeof stem) {
+            ckpt__log(CKPT_LOG_WARN, "ignoring %s/%s: not a checkpoint name", dir, n);
+            continue;
+        }
+        snprintf(stem, sizeof stem, "%.*s", (int)(len - 6), n);
+        if (!ckpt__safe_filename(stem)) {
+            ckpt__log(CKPT_LOG_WARN, "ignoring %s/%s: not a checkpoint name", dir, n);
+            continue;
+        }
         ckpt_state_entry ent;
-        memset(&ent, 0, sizeof ent);
-        snprintf(ent.prefix, sizeof ent.prefix, "%.*s", (int)(strlen(e->d_name) - 6), e->d_name);
-        if (ckpt__path(prefix, sizeof prefix, "%s/%s", dir, ent.prefix) ||
-            ckpt__path(ipath, sizeof ipath, "%s.index", prefix))
-            continue;
-        Mpickpt__Index *idx = NULL;
-        if (ckpt__index_load(&idx, ipath) != CKPT_OK) {
+        int r = scan_one(&ent, fd, dir, n);
+        if (r == CKPT_OK && name && ent.save_counter != counter)
+            r = ckpt__error(CKPT_ECORRUPT, "its header says save counter %lld",
+                            (long long)ent.save_counter);
+        if (r != CKPT_OK) {
+            const ckpt_error *err = ckpt_error_last();
+            ckpt__log(CKPT_LOG_WARN, "ignoring %s/%s: %s", dir, n,
+                      err ? err->message : ckpt_strerror(r));
             ckpt_error_clear();
             continue; /* damaged: not a committed checkpoint */
         }
-        ent.save_counter = idx->header->save_counter;
-        ent.epoch = idx->header->epoch;
-        ent.step = idx->header->step;
-        ent.timestamp = idx->header->timestamp;
-        ent.end_of_epoch = idx->header->end_of_epoch;
-        mpickpt__index__free_unpacked(idx, NULL);
-        if (ckpt_checkpoint_bytes(&ent.bytes, prefix) != CKPT_OK)
-            ent.bytes = 0;
-        ckpt_state_entry *n = realloc(st->entries, (st->num_entries + 1) * sizeof *n);
-        if (!n) {
+        ckpt_state_entry *grown = realloc(st->entries, (st->num_entries + 1) * sizeof *grown);
+        if (!grown) {
             rc = ckpt__error(CKPT_ENOMEM, "out of memory");
             break;
         }
-        st->entries = n;
+        st->entries = grown;
         st->entries[st->num_entries++] = ent;
     }
     closedir(d);
+    close(fd);
     if (st->num_entries)
         qsort(st->entries, st->num_entries, sizeof *st->entries, cmp_entry);
     for (size_t i = 0; i < st->num_entries; i++)
@@ -333,91 +538,317 @@ int ckpt_state_scan(ckpt_state **out, const char *dir)
     return rc;
 }
 
+int ckpt_state_scan(ckpt_state **out, const char *dir)
+{
+    return scan(out, dir, NULL, 0);
+}
+
+int ckpt__state_scan_newer(ckpt_state **out, const char *dir, const char *name, int64_t after)
+{
+    return scan(out, dir, name, after);
+}
+
 /* ---- garbage ----------------------------------------------------------------------------------- */
 
-static int gc_remove(const char *path, const char *why, int dry_run, ckpt_gc_cb cb, void *payload,
-                     size_t *count)
+/* 1 when dirfd is recognisably a checkpoint directory: it has a state file or an mpickpt index
+ * (by their magic numbers, not their names). */
+static int is_checkpoint_dir(int dirfd)
 {
-    int rc = dry_run ? CKPT_OK : ckpt__rmtree(path);
-    if (rc == CKPT_OK) { /* report only what is really gone (or would be) */
-        if (cb)
-            cb(path, why, payload);
-        (*count)++;
-    }
-    return rc;
+    if (has_magic(dirfd, STATE_FILE, CKPT__MAGIC_STATE, 8))
+        return 1;
+    DIR *d = listing(dirfd);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL)
+        found = ends_with(e->d_name, ".index") &&
+                has_magic(dirfd, e->d_name, CKPT__MAGIC_INDEX, 8);
+    closedir(d);
+    return found;
 }
 
-/* Removes the workertemp_* directories found in `dir`. */
-static int gc_workertemp(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *count)
+typedef struct gc_ctx {
+    const char *dir; /* for messages */
+    int dry_run;
+    ckpt_gc_cb cb;
+    void *payload;
+    size_t count;
+} gc_ctx;
+
+/* What may be inside a temp dir of ours: "part-00000-of-00001" (the single-process writer),
+ * "<name>.data-NNNNN-of-NNNNN" (the saver) and ".reserve-<rank>" (space reservations). */
+static int temp_content_ok(int dirfd, const char *n)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno == ENOENT ? CKPT_OK : ckpt__errno(errno, "opendir", dir);
-    int rc = CKPT_OK;
-    struct dirent *e;
+    char b[256];
+    if (!strcmp(n, "part-00000-of-00001") || data_file_base(b, sizeof b, n))
+        return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
+    if (!strncmp(n, ".reserve-", 9) && all_digits(n + 9, strlen(n + 9)))
+        return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
+    return 0;
+}
+
+/* Removes directory `name` of dirfd when everything in it is a file of ours (walked by descriptor;
+ * a link or anything else inside leaves the whole directory alone, with a warning). */
+static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const char *name,
+                       const char *why)
+{
     char path[8400];
+    snprintf(path, sizeof path, "%s/%s", shown_parent, name);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return CKPT_OK; /* gone, or swapped for something else: not ours to remove */
+    DIR *d = listing(fd);
+    if (!d) {
+        int rc = ckpt__errno(errno, "opendir", path);
+        close(fd);
+        return rc;
+    }
+    struct dirent *e;
+    const char *foreign = NULL;
+    char first[256] = "";
     while ((e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, "workertemp_", 11) != 0)
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (ckpt__path(path, sizeof path, "%s/%s", dir, e->d_name) == CKPT_OK) {
-            int r = gc_remove(path, "in-flight parts of a non-chief rank", dry_run, cb, payload,
-                              count);
-            if (r != CKPT_OK && rc == CKPT_OK)
-                rc = r;
+        if (!temp_content_ok(fd, e->d_name)) {
+            foreign = first;
+            snprintf(first, sizeof first, "%s", e->d_name);
+            break;
+        }
+    }
+    if (foreign) {
+        closedir(d);
+        close(fd);
+        ckpt__log(CKPT_LOG_WARN, "gc: leaving %s alone: it holds %s, which mpickpt did not write",
+                  path, first);
+        return CKPT_OK;
+    }
+    int rc = CKPT_OK;
+    if (!g->dry_run) {
+        rewinddir(d);
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && rc == CKPT_OK)
+                rc = ckpt__errno(errno, "unlink", e->d_name);
+        }
+        if (rc == CKPT_OK && unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
+            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived: not ours */
+                ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it is no longer empty", path);
+            else
+                rc = ckpt__errno(errno, "rmdir", path);
         }
     }
     closedir(d);
+    close(fd);
+    if (rc == CKPT_OK) {
+        if (g->cb)
+            g->cb(path, why, g->payload);
+        g->count++;
+    }
     return rc;
 }
 
-int ckpt_gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
+static int gc_file(gc_ctx *g, int dirfd, const char *name, const char *why)
 {
-    size_t count = 0;
-    char dir[4096];
-    int prc = ckpt__path(dir, sizeof dir, "%s", dir_arg);
-    if (prc != CKPT_OK)
-        return prc;
-    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
-        dir[n - 1] = '\0'; /* "run/chief/" is "run/chief" */
-    DIR *d = opendir(dir);
+    char path[8400];
+    snprintf(path, sizeof path, "%s/%s", g->dir, name);
+    if (!g->dry_run && unlinkat(dirfd, name, 0) != 0) {
+        if (errno == ENOENT)
+            return CKPT_OK;
+        return ckpt__errno(errno, "unlink", path);
+    }
+    if (g->cb)
+        g->cb(path, why, g->payload);
+    g->count++;
+    return CKPT_OK;
+}
+
+/* Removes the workertemp_<rank> directories of work directory workfd. */
+static int gc_workertemp(gc_ctx *g, int workfd, const char *work)
+{
+    DIR *d = listing(workfd);
     if (!d)
-        return ckpt__errno(errno, "opendir", dir);
+        return ckpt__errno(errno, "opendir", work);
     int rc = CKPT_OK;
     struct dirent *e;
-    char path[8400], base[4096], ipath[8400];
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
-        if (!strcmp(n, ".") || !strcmp(n, ".."))
-            continue;
-        if (ckpt__path(path, sizeof path, "%s/%s", dir, n) != CKPT_OK)
-            continue;
-        const char *why = NULL;
         struct stat st;
-        if (lstat(path, &st) != 0)
+        if (strncmp(n, "workertemp_", 11) != 0 || !all_digits(n + 11, strlen(n + 11)) ||
+            fstatat(workfd, n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
             continue;
-        if (S_ISDIR(st.st_mode) && ends_with(n, "_temp"))
-            why = "in-flight parts of an unfinished save";
-        else if (S_ISREG(st.st_mode) && is_atomic_temp(n))
-            why = "temp file of an unfinished index or state write";
-        else if (S_ISREG(st.st_mode) && data_file_base(base, sizeof base, n) &&
-                 ckpt__path(ipath, sizeof ipath, "%s/%s.index", dir, base) == CKPT_OK &&
-                 access(ipath, F_OK) != 0)
-            why = "data file of a checkpoint that was never committed (no index)";
-        if (why) {
-            int r = gc_remove(path, why, dry_run, cb, payload, &count);
-            if (r != CKPT_OK && rc == CKPT_OK)
-                rc = r;
-        }
+        int r = gc_temp_dir(g, workfd, work, n, "in-flight parts of a non-chief rank");
+        if (r != CKPT_OK && rc == CKPT_OK)
+            rc = r;
     }
     closedir(d);
+    return rc;
+}
+
+int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
+{
+    return ckpt__gc(dir, dry_run, cb, payload, removed, 1);
+}
+
+int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
+             int refuse_foreign)
+{
+    char dir[4096], work[4096], last[4096];
+    if (removed)
+        *removed = 0;
+    int rc = ckpt__path(dir, sizeof dir, "%s", dir_arg);
+    if (rc != CKPT_OK)
+        return rc;
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
+        dir[n - 1] = '\0'; /* "run/chief/" is "run/chief" */
+    if ((rc = ckpt__split_path(work, sizeof work, last, sizeof last, dir)) != CKPT_OK)
+        return rc;
+    int is_chief = strcmp(last, "chief") == 0;
+    if (!is_chief)
+        snprintf(work, sizeof work, "%s", dir);
+    int fd, workfd;
+    if ((rc = ckpt__ckptdir_open(&fd, &workfd, dir, 0)) != CKPT_OK)
+        return rc;
+    /* Only a directory that is recognisably ours: a state file or an index, by magic; or a work
+     * directory whose chief/ is one (its workertemp_<r> are then ours). */
+    int ours = is_checkpoint_dir(fd), work_only = 0;
+    if (!ours && !is_chief) {
+        int cfd;
+        if (ckpt__subdir_open(&cfd, fd, "chief", 0, dir) == CKPT_OK) {
+            work_only = ours = is_checkpoint_dir(cfd);
+            close(cfd);
+        }
+        ckpt_error_clear();
+    }
+    if (!ours) {
+        close(fd);
+        close(workfd);
+        if (!refuse_foreign)
+            return CKPT_OK;
+        return ckpt__error(CKPT_EINVAL,
+                           "refusing to clean %s: it is not a checkpoint directory (no mpickpt state "
+                           "file or index in it%s); nothing was removed",
+                           dir, is_chief ? "" : " or in its chief/");
+    }
+    gc_ctx g = { dir, dry_run, cb, payload, 0 };
+    DIR *d = work_only ? NULL : listing(fd);
+    if (!work_only && !d)
+        rc = ckpt__errno(errno, "opendir", dir);
+    struct dirent *e;
+    char base[4096], iname[4200];
+    while (d && (e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        struct stat st;
+        if (!strcmp(n, ".") || !strcmp(n, "..") ||
+            fstatat(fd, n, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        int r = CKPT_OK;
+        if (S_ISDIR(st.st_mode) && ends_with(n, "_temp") && strlen(n) > 5)
+            r = gc_temp_dir(&g, fd, dir, n, "in-flight parts of an unfinished save");
+        else if (S_ISREG(st.st_mode) &&
+                 (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, STATE_FILE)))
+            r = gc_file(&g, fd, n, "temp file of an unfinished index or state write");
+        else if (S_ISREG(st.st_mode) && data_file_base(base, sizeof base, n) &&
+                 ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
+                 !ckpt__exists_at(fd, iname) && is_our_data_file(fd, n))
+            r = gc_file(&g, fd, n, "data file of a checkpoint that was never committed (no index)");
+        if (r != CKPT_OK && rc == CKPT_OK)
+            rc = r;
+    }
+    if (d)
+        closedir(d);
     /* workertemp_<r> live next to chief/ in the training-state layout, else in the directory. */
-    char parent[4096], last[4096];
-    int r = ckpt__split_path(parent, sizeof parent, last, sizeof last, dir);
-    if (r == CKPT_OK)
-        r = gc_workertemp(strcmp(last, "chief") == 0 ? parent : dir, dry_run, cb, payload, &count);
+    int r = gc_workertemp(&g, is_chief ? workfd : fd, is_chief ? work : dir);
     if (r != CKPT_OK && rc == CKPT_OK)
         rc = r;
+    close(fd);
+    close(workfd);
     if (removed)
-        *removed = count;
+        *removed = g.count;
+    return rc;
+}
+
+/* Removes every checkpoint of dir (indexes by magic, with their data files), its state file,
+ * metrics and garbage. Only names mpickpt owns are touched; what is left keeps the directory. */
+static int clear_checkpoint_dir(const char *dir, int *ours)
+{
+    *ours = 0;
+    int fd, rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
+    if (rc == CKPT_ENOTFOUND) {
+        ckpt_error_clear();
+        return CKPT_OK;
+    }
+    if (rc != CKPT_OK)
+        return rc;
+    if (!(*ours = is_checkpoint_dir(fd))) {
+        close(fd);
+        return CKPT_OK;
+    }
+    DIR *d = listing(fd);
+    if (!d) {
+        rc = ckpt__errno(errno, "opendir", dir);
+        close(fd);
+        return rc;
+    }
+    struct dirent *e;
+    char prefix[8400];
+    while ((e = readdir(d)) != NULL && rc == CKPT_OK) {
+        size_t n = strlen(e->d_name);
+        if (n <= 6 || !ends_with(e->d_name, ".index") ||
+            !has_magic(fd, e->d_name, CKPT__MAGIC_INDEX, 8))
+            continue;
+        if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%.*s", dir, (int)(n - 6), e->d_name)) ==
+            CKPT_OK)
+            rc = ckpt_checkpoint_delete(prefix);
+    }
+    closedir(d);
+    if (rc == CKPT_OK)
+        rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
+    static const char *const files[] = { STATE_FILE, "metrics.jsonl" };
+    for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
+        if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
+            rc = ckpt__errno(errno, "unlink", files[i]);
+    ckpt_error_clear();
+    close(fd);
+    return rc;
+}
+
+int ckpt__remove_backup_dir(const char *work)
+{
+    char chief[4200];
+    int ours = 0;
+    int rc = ckpt__path(chief, sizeof chief, "%s/chief", work);
+    if (rc == CKPT_OK)
+        rc = clear_checkpoint_dir(chief, &ours);
+    if (rc != CKPT_OK)
+        return rc;
+    int wfd;
+    if ((rc = ckpt__dir_open(&wfd, work)) != CKPT_OK) {
+        if (rc != CKPT_ENOTFOUND)
+            return rc;
+        ckpt_error_clear();
+        return CKPT_OK;
+    }
+    gc_ctx g = { work, 0, NULL, NULL, 0 };
+    if (ours) /* workertemp_<r> next to a chief/ that is ours are ours */
+        rc = gc_workertemp(&g, wfd, work);
+    if (rc == CKPT_OK && unlinkat(wfd, "chief", AT_REMOVEDIR) != 0 && errno != ENOENT) {
+        if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
+            ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",
+                      chief);
+        else
+            rc = ckpt__errno(errno, "rmdir", chief);
+    }
+    close(wfd);
+    if (rc == CKPT_OK && rmdir(work) != 0 && errno != ENOENT) {
+        if (errno == ENOTEMPTY || errno == EEXIST)
+            ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",
+                      work);
+        else
+            rc = ckpt__errno(errno, "rmdir", work);
+    }
+    if (rc == CKPT_OK)
+        rc = ckpt__fsync_parent(work);
     return rc;
 }

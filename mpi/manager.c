@@ -99,11 +99,13 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
 static int adopt_unlisted(ckpt_manager *m)
 {
     ckpt_state *scan = NULL;
-    int rc = ckpt_state_scan(&scan, m->dir);
     int64_t listed = m->state->save_counter;
     for (size_t i = 0; i < m->state->num_entries; i++)
         if (m->state->entries[i].save_counter > listed)
             listed = m->state->entries[i].save_counter;
+    /* Only "<name>-<N>.index" with N past the listed ones is read: a valid state file makes the
+     * start cost independent of whatever else lies in the directory. */
+    int rc = ckpt__state_scan_newer(&scan, m->dir, m->name, listed);
     for (size_t i = 0; rc == CKPT_OK && i < scan->num_entries; i++) {
         const ckpt_state_entry *e = &scan->entries[i];
         if (e->save_counter <= listed)
@@ -116,6 +118,12 @@ static int adopt_unlisted(ckpt_manager *m)
     }
     ckpt_state_free(scan);
     return rc;
+}
+
+/* The saver went away first (ckpt_saver_free): nothing of it may be touched afterwards. */
+static void saver_gone(void *payload)
+{
+    ((ckpt_manager *)payload)->saver = NULL;
 }
 
 int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
@@ -147,9 +155,11 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                             m->name);
     m->opts.name = NULL;
     if (m->rank == 0 && local == CKPT_OK) {
+        int dfd = -1;
         local = ckpt__path(m->dir, sizeof m->dir, "%s", dir ? dir : "");
-        if (local == CKPT_OK)
-            local = ckpt__mkdir_p(m->dir, 0755);
+        if (local == CKPT_OK) /* makes it; a chief/ that is a link is refused */
+            local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 1);
+        ckpt__close(dfd);
         if (local == CKPT_OK) {
             int r = ckpt_state_read(&m->state, m->dir);
             if (r != CKPT_OK) {
@@ -187,6 +197,8 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
         free(dbuf);
     if (rc == CKPT_OK)
         rc = share_state(m, m->comm, CKPT_OK);
+    if (rc == CKPT_OK)
+        rc = ckpt_mpi_agree(m->comm, ckpt__saver_attach(saver, saver_gone, m));
     if (rc != CKPT_OK) {
         ckpt_manager_free(m);
         return rc;
@@ -199,6 +211,14 @@ void ckpt_manager_free(ckpt_manager *m)
 {
     if (!m)
         return;
+    /* A background save started by this manager calls it back after its commit (the state file,
+     * retention): wait for it, so that the checkpoint is listed and nothing uses freed memory. */
+    if (m->saver && ckpt__saver_detach(m->saver, m) != 0) {
+        ckpt__log(CKPT_LOG_WARN, "a background save of %s is still running after its saver was "
+                                 "closed: the manager is left to the process's exit",
+                  m->dir);
+        return;
+    }
     ckpt_state_free(m->state);
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -258,6 +278,15 @@ static int apply_retention(ckpt_manager *m)
     int rc = ckpt_state_write(st, m->dir);
     for (size_t i = 0; rc == CKPT_OK && i < ndoomed; i++) {
         char prefix[4400];
+        /* Never a checkpoint the state still lists (under any entry) or the latest. */
+        int listed = strcmp(doomed[i], st->latest) == 0;
+        for (size_t k = 0; !listed && k < st->num_entries; k++)
+            listed = strcmp(doomed[i], st->entries[k].prefix) == 0;
+        if (listed) {
+            ckpt__log(CKPT_LOG_WARN, "retention kept %s/%s: it is still listed", m->dir,
+                      doomed[i]);
+            continue;
+        }
         if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, doomed[i])) == CKPT_OK) {
             rc = ckpt_checkpoint_delete(prefix);
             if (rc == CKPT_OK)
@@ -335,7 +364,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     int local = CKPT_OK;
     if (m->rank == 0) {
         size_t removed = 0;
-        local = ckpt_gc(m->dir, 0, NULL, NULL, &removed);
+        local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
         if (local == CKPT_OK && removed)
             ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
                       m->dir);
@@ -350,6 +379,10 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             next = st->entries[i].save_counter;
     if (ckpt_saver_counter(m->saver) > next)
         next = ckpt_saver_counter(m->saver);
+    /* every counter is checked on the way in (state file, indexes): this cannot overflow */
+    if (next >= CKPT__COUNTER_MAX)
+        return ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new directory",
+                           m->dir, (long long)next);
     next++;
 
     char name[4400];
@@ -512,9 +545,7 @@ int ckpt_training_delete_backup(ckpt_training *t)
     rc = ckpt_mpi_agree(t->m->comm, rc);
     if (rc != CKPT_OK)
         return rc;
-    int local = t->m->rank == 0 ? ckpt__rmtree(t->dir) : CKPT_OK;
-    if (local == CKPT_OK && t->m->rank == 0)
-        local = ckpt__fsync_parent(t->dir);
+    int local = t->m->rank == 0 ? ckpt__remove_backup_dir(t->dir) : CKPT_OK;
     rc = ckpt_mpi_agree(t->m->comm, local);
     if (rc == CKPT_OK) {
         ckpt_state_free(t->m->state);

@@ -24,6 +24,16 @@ MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);
 
+/* A borrower of the saver (a manager): `gone(payload)` is called when the saver is freed, so the
+ * borrower never touches it afterwards. */
+int ckpt__saver_attach(struct ckpt_saver *s, void (*gone)(void *payload), void *payload);
+
+/* The borrower `payload` is going away: a save in flight whose commit hook calls it is waited for
+ * (its failure kept for the next save, sync or close). Returns 1, having withdrawn nothing, when
+ * the saver was closed with that save still running and its hook may still call the borrower (the
+ * borrower must then stay allocated); else 0, detached. */
+int ckpt__saver_detach(struct ckpt_saver *s, void *payload);
+
 /* Waits for a save in flight and keeps its failure for the next save, sync or close. */
 void ckpt__saver_wait_keep(struct ckpt_saver *s);
 

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct reg {
@@ -89,6 +90,14 @@ struct ckpt_saver {
     size_t scratch_size;
     uint8_t *pack_buf; /* staging buffer of packed pieces (PACK_STAGE bytes), kept */
     int64_t counter;
+    /* Borrowers (managers) told when the saver is freed; hook_running is set (under lock) while
+     * a commit hook runs on the writer thread. */
+    struct borrower {
+        void (*gone)(void *payload);
+        void *payload;
+    } *borrowers;
+    size_t nborrowers;
+    int hook_running;
 };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -691,14 +700,26 @@ static int make_plan(ckpt_saver *s)
 
 /* ---- write ------------------------------------------------------------------------------------- */
 
+/*
+ * Where a save goes. Every file is reached by descriptor (lib/fsutil.h): dirfd is the checkpoint's
+ * directory, workfd the directory holding workertemp_<r> (the parent of a directory named chief),
+ * tempfd this rank's in-flight directory: <base>_temp in dirfd for the chief (and, in the shared
+ * layout, for every rank: the shared file is made there), workertemp_<rank> in workfd for the
+ * others. Paths are kept for messages only.
+ */
 typedef struct save_ctx {
     char prefix[4096];
     char dir[4096];
+    char work[4096];
     char base[256];
-    char chief_temp[4200];  /* <prefix>_temp */
-    char my_temp[4400];     /* this rank's in-flight directory */
+    char chief_temp[4200];  /* <prefix>_temp, for messages */
+    char temp_name[256];    /* <base>_temp */
+    char my_temp[4400];     /* this rank's in-flight directory, for messages */
+    char my_temp_name[256]; /* its name in workfd (non-chief, per-rank layout) */
     char my_file[4700];     /* this rank's data file (per-rank) or the shared file, in temp */
     char data_name[320];    /* final name of this rank's data file (per-rank) or the shared file */
+    char reserve_name[64];  /* the space reservation in tempfd */
+    int dirfd, workfd, tempfd;
     Mpickpt__Fragment frag; /* this rank's index fragment */
     size_t cap;
     MPI_Comm comm;          /* the saver's (sync) or its writer thread's (async) communicator */
@@ -716,22 +737,21 @@ static void blob_box(const save_ctx *c, size_t i, ckpt_shape *sh, ckpt_slice *fu
     ckpt_slice_full(full, sh);
 }
 
-/* <work>/workertemp_<r>: <work> is the parent of <dir> when <dir> is named "chief". */
-static int worker_temp(char *out, size_t size, const char *dir, int rank)
+/* <work>: the parent of <dir> when <dir> is named "chief", else <dir> (ckpt__ckptdir_open). */
+static int work_dir(char *out, size_t size, const char *dir)
 {
     const char *slash = strrchr(dir, '/');
     const char *last = slash ? slash + 1 : dir;
-    if (strcmp(last, "chief") == 0) {
-        if (!slash)
-            return ckpt__path(out, size, "workertemp_%d", rank);
-        return ckpt__path(out, size, "%.*s/workertemp_%d", (int)(slash - dir), dir, rank);
-    }
-    return ckpt__path(out, size, "%s/workertemp_%d", dir, rank);
+    if (strcmp(last, "chief") == 0)
+        return slash ? ckpt__path(out, size, "%.*s", (int)(slash - dir ? slash - dir : 1), dir)
+                     : ckpt__path(out, size, ".");
+    return ckpt__path(out, size, "%s", dir);
 }
 
 static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
 {
     memset(c, 0, sizeof *c);
+    c->dirfd = c->workfd = c->tempfd = -1;
     mpickpt__fragment__init(&c->frag);
     c->frag.rank = s->rank;
     char base[4096];
@@ -744,12 +764,16 @@ static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
                                         "bytes",
                            prefix);
     snprintf(c->base, sizeof c->base, "%s", base);
-    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)))
+    snprintf(c->temp_name, sizeof c->temp_name, "%s_temp", base);
+    snprintf(c->my_temp_name, sizeof c->my_temp_name, "workertemp_%d", s->rank);
+    snprintf(c->reserve_name, sizeof c->reserve_name, ".reserve-%d", s->rank);
+    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)) ||
+        (rc = work_dir(c->work, sizeof c->work, c->dir)))
         return rc;
     if (s->rank == 0)
         rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s", c->chief_temp);
     else
-        rc = worker_temp(c->my_temp, sizeof c->my_temp, c->dir, s->rank);
+        rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s/%s", c->work, c->my_temp_name);
     if (rc)
         return rc;
     if (s->layout == CKPT_LAYOUT_SHARED) {
@@ -762,6 +786,9 @@ static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
             (rc = ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->my_temp, c->data_name)))
             return rc;
     }
+    /* The directories exist from here on; a chief/ that is a link is refused. */
+    if ((rc = ckpt__ckptdir_open(&c->dirfd, &c->workfd, c->dir, 1)) != CKPT_OK)
+        return rc;
     c->comm = s->comm;
     c->src = calloc(s->nregs ? s->nregs : 1, sizeof *c->src);
     c->blob_data = calloc(s->nregs ? s->nregs : 1, sizeof *c->blob_data);
@@ -775,6 +802,10 @@ static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
 
 static void free_ctx(save_ctx *c)
 {
+    ckpt__close(c->tempfd);
+    ckpt__close(c->workfd);
+    ckpt__close(c->dirfd);
+    c->tempfd = c->workfd = c->dirfd = -1;
     ckpt__fragment_free_built(&c->frag);
     free(c->src);
     free(c->blob_data);
@@ -930,18 +961,38 @@ static int pack_open(ckpt_saver *s, pack_writer *pw, hid_t file)
                                    &full);
 }
 
+static int fd_size(uint64_t *size, int fd, const char *shown)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt__errno(errno, "stat", shown);
+    *size = (uint64_t)st.st_size;
+    return CKPT_OK;
+}
+
 /* Per-rank layout: this rank writes its own file with no collective HDF5 call. */
 static int write_per_rank(ckpt_saver *s, save_ctx *c)
 {
-    int rc = CKPT_OK;
-    if ((rc = ckpt__rmtree(c->my_file)) || (rc = ckpt__mkdir_p(c->my_temp, 0755)))
+    int rc, fd;
+    char h5path[4800];
+    /* A file left by a crashed save goes first; the new one is ours alone (O_EXCL), and HDF5
+     * reaches it through the descriptor. */
+    if ((rc = ckpt__rmtree_at(c->tempfd, c->data_name, c->my_temp)) ||
+        (rc = ckpt__file_create(&fd, c->tempfd, c->data_name, O_RDWR, c->my_temp)))
+        return ckpt__error_wrap(rc, "rank %d", s->rank);
+    if ((rc = ckpt__fd_path(h5path, sizeof h5path, fd, c->my_file)) != CKPT_OK) {
+        close(fd);
         return rc;
+    }
     ckpt__h5_init();
     errno = 0;
-    hid_t file = H5Fcreate(c->my_file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (file < 0)
-        return ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: create %s",
-                              s->rank, c->my_file);
+    hid_t file = H5Fcreate(h5path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) {
+        rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: create %s",
+                            s->rank, c->my_file);
+        close(fd);
+        return rc;
+    }
     char path[16384];
     pack_writer pw;
     rc = pack_open(s, &pw, file);
@@ -1004,9 +1055,10 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
         rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s", s->rank,
                             c->my_file);
     uint64_t size = 0;
-    if (rc == CKPT_OK && !(rc = ckpt__fsync_path(c->my_file)) &&
-        !(rc = ckpt__file_size(&size, c->my_file)))
+    if (rc == CKPT_OK && !(rc = ckpt__fsync_fd(fd, c->my_file)) &&
+        !(rc = fd_size(&size, fd, c->my_file)))
         rc = ckpt__fragment_add_file(&c->frag, c->data_name, size);
+    close(fd);
     if (rc != CKPT_OK)
         return ckpt__error_wrap(rc, "rank %d: write %s", s->rank, c->my_file);
     return CKPT_OK;
@@ -1094,20 +1146,41 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         return rc;
     }
 
+    /* The chief creates the file (O_EXCL, in its own temp dir); then every rank opens that file by
+     * descriptor and hands MPI-IO its /proc/self/fd name, so no rank can be sent elsewhere. */
+    int fd = -1, local = CKPT_OK;
+    char h5path[4800];
+    if (s->rank == 0 && (local = ckpt__rmtree_at(c->tempfd, c->data_name, c->chief_temp)) == CKPT_OK)
+        local = ckpt__file_create(&fd, c->tempfd, c->data_name, O_RDWR, c->chief_temp);
+    if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
+        ckpt__close(fd);
+        free(ds);
+        return rc;
+    }
+    if (s->rank != 0)
+        local = ckpt__file_open(&fd, NULL, c->tempfd, c->data_name, O_RDWR, c->chief_temp);
+    if (local == CKPT_OK)
+        local = ckpt__fd_path(h5path, sizeof h5path, fd, c->my_file);
+    if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
+        ckpt__close(fd);
+        free(ds);
+        return rc;
+    }
     ckpt__h5_init();
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_fapl_mpio(fapl, c->comm, s->opts.info);
     H5Pset_all_coll_metadata_ops(fapl, 1);
     H5Pset_coll_metadata_write(fapl, 1);
     errno = 0;
-    hid_t file = H5Fcreate(c->my_file, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    hid_t file = H5Fcreate(h5path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    int local = file < 0 ? ckpt__h5_error(CKPT_EIO, "rank %d: create shared file %s", s->rank,
-                                          c->my_file)
-                         : CKPT_OK;
+    local = file < 0 ? ckpt__h5_error(CKPT_EIO, "rank %d: create shared file %s", s->rank,
+                                      c->my_file)
+                     : CKPT_OK;
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
         if (file >= 0)
             H5Fclose(file);
+        ckpt__close(fd);
         free(ds);
         return rc;
     }
@@ -1260,9 +1333,10 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         /* H5Fclose writes the superblock again after the flush's MPI_File_sync: the file is
          * durable only after one more fsync, before it can be committed. */
         uint64_t size = 0;
-        if (!(local = ckpt__fsync_path(c->my_file)) && !(local = ckpt__file_size(&size, c->my_file)))
+        if (!(local = ckpt__fsync_fd(fd, c->my_file)) && !(local = fd_size(&size, fd, c->my_file)))
             local = ckpt__fragment_add_file(&c->frag, c->data_name, size);
     }
+    ckpt__close(fd);
     return local;
 }
 
@@ -1354,44 +1428,47 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, Mpickpt__Index *idx)
 {
     int rc = CKPT_OK;
     size_t done = 0;
-    char from[8400], to[8400];
     for (size_t i = 0; i < idx->n_files && rc == CKPT_OK; i++) {
         const char *name = idx->files[i]->name;
-        char tmpdir[4400];
-        if (s->layout == CKPT_LAYOUT_SHARED) {
-            rc = ckpt__path(tmpdir, sizeof tmpdir, "%s", c->chief_temp);
-        } else {
+        char from[4600];
+        int from_fd = c->tempfd, opened = -1;
+        if (s->layout == CKPT_LAYOUT_PER_RANK) {
             /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir */
             int r = 0;
             const char *p = name + strlen(c->base);
-            if (sscanf(p, ".data-%d-of-", &r) != 1 || r < 0 || r >= s->size)
+            if (sscanf(p, ".data-%d-of-", &r) != 1 || r < 0 || r >= s->size) {
                 rc = ckpt__error(CKPT_ECORRUPT, "unexpected data file name '%s'", name);
-            else if (r == 0)
-                rc = ckpt__path(tmpdir, sizeof tmpdir, "%s", c->chief_temp);
-            else
-                rc = worker_temp(tmpdir, sizeof tmpdir, c->dir, r);
+                break;
+            }
+            if (r != 0) {
+                char wt[64];
+                snprintf(wt, sizeof wt, "workertemp_%d", r);
+                if ((rc = ckpt__subdir_open(&opened, c->workfd, wt, 0, c->work)) != CKPT_OK)
+                    break;
+                from_fd = opened;
+            }
         }
-        if (rc == CKPT_OK && !(rc = ckpt__path(from, sizeof from, "%s/%s", tmpdir, name)) &&
-            !(rc = ckpt__path(to, sizeof to, "%s/%s", c->dir, name))) {
-            if (rename(from, to) != 0)
-                rc = ckpt__errno(errno, "rename into place", from);
-            else
-                done++;
+        /* renameat moves the entry itself: a link planted under the target name is replaced */
+        if (renameat(from_fd, name, c->dirfd, name) != 0) {
+            snprintf(from, sizeof from, "%s (from a temp dir)", name);
+            rc = ckpt__errno(errno, "rename into place", from);
+        } else {
+            done++;
         }
+        ckpt__close(opened);
     }
     if (rc == CKPT_OK)
-        rc = ckpt__fsync_path(c->dir);
+        rc = ckpt__fsync_fd(c->dirfd, c->dir);
     if (rc == CKPT_OK)
         rc = ckpt__fault(s->rank, "commit");
     if (rc == CKPT_OK) {
-        char ipath[4200];
-        if (!(rc = ckpt__path(ipath, sizeof ipath, "%s.index", c->prefix)))
-            rc = ckpt__index_store_merged(idx, ipath); /* validated by the merge */
+        char iname[300];
+        if (!(rc = ckpt__path(iname, sizeof iname, "%s.index", c->base)))
+            rc = ckpt__index_store_merged_at(idx, c->dirfd, iname, c->dir); /* validated by the merge */
     }
     if (rc != CKPT_OK)
         for (size_t i = 0; i < done; i++)
-            if (ckpt__path(to, sizeof to, "%s/%s", c->dir, idx->files[i]->name) == CKPT_OK)
-                unlink(to);
+            unlinkat(c->dirfd, idx->files[i]->name, 0);
     return rc;
 }
 
@@ -1399,10 +1476,15 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, Mpickpt__Index *idx)
 static void cleanup_temp(ckpt_saver *s, save_ctx *c)
 {
     if (s->rank == 0) {
-        ckpt__rmtree(c->chief_temp);
-    } else if (s->layout == CKPT_LAYOUT_PER_RANK) {
-        unlink(c->my_file);
-        rmdir(c->my_temp); /* only if empty: never touch what is not ours */
+        if (c->dirfd >= 0 && c->tempfd >= 0) /* only a temp dir this save made */
+            ckpt__rmtree_at(c->dirfd, c->temp_name, c->dir);
+    } else if (s->layout == CKPT_LAYOUT_PER_RANK && c->tempfd >= 0) {
+        unlinkat(c->tempfd, c->data_name, 0);
+        unlinkat(c->tempfd, c->reserve_name, 0);
+        /* only if empty: never touch what is not ours */
+        unlinkat(c->workfd, c->my_temp_name, AT_REMOVEDIR);
+    } else if (c->tempfd >= 0) {
+        unlinkat(c->tempfd, c->reserve_name, 0);
     }
 }
 
@@ -1420,6 +1502,28 @@ static int bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t siz
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the prefix failed");
     out[size - 1] = '\0';
     return ckpt_mpi_agree(s->comm, local);
+}
+
+/* The chief's checks before a save: the checkpoint must not exist, and its <base>_temp dir is made
+ * anew (leftovers of a crashed save with the same prefix are garbage). A <base>_temp that is not a
+ * directory (a planted link) is refused, not followed or silently replaced. */
+static int chief_temp_fresh(save_ctx *c)
+{
+    char iname[300];
+    int rc = ckpt__path(iname, sizeof iname, "%s.index", c->base);
+    if (rc != CKPT_OK)
+        return rc;
+    if (ckpt__exists_at(c->dirfd, iname))
+        return ckpt__error(CKPT_EEXISTS, "checkpoint %s.index already exists", c->prefix);
+    struct stat st;
+    if (fstatat(c->dirfd, c->temp_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+        return ckpt__error(CKPT_ECORRUPT,
+                           "refusing to use %s: it is %s, not a directory (mpickpt never follows "
+                           "links inside a checkpoint directory; remove it)",
+                           c->chief_temp, ckpt__file_kind(st.st_mode));
+    if ((rc = ckpt__rmtree_at(c->dirfd, c->temp_name, c->dir)) != CKPT_OK)
+        return rc;
+    return ckpt__subdir_open(&c->tempfd, c->dirfd, c->temp_name, 1, c->dir);
 }
 
 /* ---- save jobs: prepared on the caller's thread, written inline or by the writer thread ------ */
@@ -1498,12 +1602,16 @@ static int snapshot(ckpt_saver *s, save_job *j)
 /* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort). */
 static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
 {
-    char path[4200];
-    if (ckpt__path(path, sizeof path, "%s/metrics.jsonl", j->c.dir) != CKPT_OK)
+    int fd;
+    if (ckpt__file_open_append(&fd, j->c.dirfd, "metrics.jsonl", j->c.dir) != CKPT_OK) {
+        ckpt_error_clear(); /* best effort */
         return;
-    FILE *f = fopen(path, "a");
-    if (!f)
+    }
+    FILE *f = fdopen(fd, "a");
+    if (!f) {
+        close(fd);
         return;
+    }
     double busy = mx[1] + mx[2] + mx[3] + mx[4];
     double since = j->since_prev;
     fprintf(f,
@@ -1525,10 +1633,9 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
  * The reservation is held until every rank has its own (the agreement), then released.
  * File systems without fallocate skip the check. MPICKPT_RESERVE=0 turns it off.
  */
-static int reserve_space(ckpt_saver *s, save_ctx *c, char *path, size_t size, int *fd)
+static int reserve_space(ckpt_saver *s, save_ctx *c, int *fd)
 {
     *fd = -1;
-    path[0] = '\0';
     const char *env = getenv("MPICKPT_RESERVE");
     if (env && strcmp(env, "0") == 0)
         return CKPT_OK;
@@ -1540,14 +1647,11 @@ static int reserve_space(ckpt_saver *s, save_ctx *c, char *path, size_t size, in
             need += c->blob_len[i];
     need += (1u << 20) + need / 64;
     const char *dir = s->layout == CKPT_LAYOUT_SHARED ? c->chief_temp : c->my_temp;
-    int rc = ckpt__mkdir_p(dir, 0755);
+    int rc = ckpt__rmtree_at(c->tempfd, c->reserve_name, dir);
     if (rc == CKPT_OK)
-        rc = ckpt__path(path, size, "%s/.reserve-%d", dir, s->rank);
+        rc = ckpt__file_create(fd, c->tempfd, c->reserve_name, O_WRONLY, dir);
     if (rc != CKPT_OK)
-        return rc;
-    *fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (*fd < 0)
-        return ckpt__errno(errno, "rank: create space reservation", path);
+        return ckpt__error_wrap(rc, "rank %d: space reservation", s->rank);
     if (fallocate(*fd, 0, 0, (off_t)need) != 0) {
         int err = errno;
         if (err == EOPNOTSUPP || err == ENOSYS)
@@ -1557,17 +1661,28 @@ static int reserve_space(ckpt_saver *s, save_ctx *c, char *path, size_t size, in
                                "rank %d: no space left on device for this checkpoint: %llu bytes "
                                "needed in %s",
                                s->rank, (unsigned long long)need, dir);
-        return ckpt__errno(err, "fallocate", path);
+        return ckpt__errno(err, "fallocate", dir);
     }
     return CKPT_OK;
 }
 
-static void release_space(const char *path, int fd)
+static void release_space(save_ctx *c, int fd)
 {
-    if (fd >= 0)
+    if (fd >= 0) {
         close(fd);
-    if (path[0])
-        unlink(path);
+        unlinkat(c->tempfd, c->reserve_name, 0);
+    }
+}
+
+/* Opens this rank's in-flight directory (the chief made its own in prepare_job): workertemp_<r>,
+ * created when missing, or the chief's <base>_temp in the shared layout. A link there is refused. */
+static int open_temp(ckpt_saver *s, save_ctx *c)
+{
+    if (c->tempfd >= 0)
+        return CKPT_OK;
+    if (s->layout == CKPT_LAYOUT_SHARED)
+        return ckpt__subdir_open(&c->tempfd, c->dirfd, c->temp_name, 0, c->dir);
+    return ckpt__subdir_open(&c->tempfd, c->workfd, c->my_temp_name, 1, c->work);
 }
 
 /*
@@ -1581,12 +1696,13 @@ static int run_job(save_job *j)
     int rc, local;
     double t0 = now_seconds();
 
-    /* space first, agreed by every rank before any HDF5 call */
-    char rpath[4600];
-    int rfd;
-    local = reserve_space(s, c, rpath, sizeof rpath, &rfd);
+    /* the temp dirs and space first, agreed by every rank before any HDF5 call */
+    int rfd = -1;
+    local = open_temp(s, c);
+    if (local == CKPT_OK)
+        local = reserve_space(s, c, &rfd);
     rc = ckpt_mpi_agree(c->comm, local);
-    release_space(rpath, rfd);
+    release_space(c, rfd);
     if (rc != CKPT_OK)
         goto out;
 
@@ -1667,8 +1783,18 @@ static int run_job(save_job *j)
     j->t_agree = t2 - t1;
     j->t_merge = t3 - t2;
     j->t_commit = t4 - t3;
-    if (rc == CKPT_OK && j->hook)
-        rc = j->hook(c->comm, c->prefix, j->counter, j->hook_payload);
+    /* The hook is read under the lock: ckpt__saver_detach() may have withdrawn it. */
+    pthread_mutex_lock(&s->lock);
+    ckpt__commit_hook hook = rc == CKPT_OK ? j->hook : NULL;
+    s->hook_running = hook != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (hook) {
+        rc = hook(c->comm, c->prefix, j->counter, j->hook_payload);
+        pthread_mutex_lock(&s->lock);
+        s->hook_running = 0;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+    }
     if (rc == CKPT_OK) {
         /* metrics: the maximum over ranks of each phase, the sum of the bytes; a sync save
          * blocked its caller for all of it */
@@ -1735,14 +1861,8 @@ static int prepare_job(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
                 local = ckpt__error(CKPT_EINVAL, "rank %d: registered saver '%s' returned NULL",
                                     s->rank, s->regs[i].name);
         }
-    if (local == CKPT_OK && s->rank == 0) {
-        char ipath[4200];
-        if (!(local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) &&
-            access(ipath, F_OK) == 0)
-            local = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", ipath);
-        if (local == CKPT_OK && !(local = ckpt__rmtree(j->c.chief_temp)))
-            local = ckpt__mkdir_p(j->c.chief_temp, 0755);
-    }
+    if (local == CKPT_OK && s->rank == 0)
+        local = chief_temp_fresh(&j->c);
     if (local == CKPT_OK && s->async)
         local = snapshot(s, j);
     if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
@@ -1939,6 +2059,9 @@ int ckpt_saver_close(ckpt_saver *s)
     }
     if (rc == CKPT_OK)
         rc = take_pending(s);
+    for (size_t i = 0; i < s->nborrowers; i++)
+        s->borrowers[i].gone(s->borrowers[i].payload);
+    free(s->borrowers);
     ckpt_saver_clear(s);
     free(s->regs);
     free_plan(s);
@@ -1956,6 +2079,44 @@ int ckpt_saver_close(ckpt_saver *s)
     pthread_cond_destroy(&s->cond);
     free(s);
     return rc;
+}
+
+int ckpt__saver_attach(ckpt_saver *s, void (*gone)(void *payload), void *payload)
+{
+    struct borrower *nb = realloc(s->borrowers, (s->nborrowers + 1) * sizeof *nb);
+    if (!nb)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    s->borrowers = nb;
+    s->borrowers[s->nborrowers].gone = gone;
+    s->borrowers[s->nborrowers].payload = payload;
+    s->nborrowers++;
+    return CKPT_OK;
+}
+
+int ckpt__saver_detach(ckpt_saver *s, void *payload)
+{
+    int busy = 0;
+    if (s->job && s->job->hook_payload == payload) {
+        if (!atomic_load(&s->abandon)) {
+            ckpt__saver_wait_keep(s); /* its commit hook runs with the borrower still alive */
+        } else {
+            /* closed with the save still running: the saver is left to the process's exit, and
+             * so must the borrower be if the hook may still run */
+            pthread_mutex_lock(&s->lock);
+            if (!s->job_done && !s->hook_running)
+                s->job->hook = NULL;
+            busy = s->hook_running || (s->job->hook != NULL && !s->job_done);
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
+    if (busy)
+        return 1;
+    for (size_t i = 0; i < s->nborrowers; i++)
+        if (s->borrowers[i].payload == payload) {
+            s->borrowers[i] = s->borrowers[--s->nborrowers];
+            break;
+        }
+    return 0;
 }
 
 void ckpt_saver_free(ckpt_saver *s)

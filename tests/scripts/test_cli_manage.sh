@@ -262,18 +262,18 @@ def with_garbage(root):
     with open(os.path.join(chief, "ckpt-9_temp", "ckpt-9.data-00000-of-00001"), "wb") as f:
         f.write(b"partial")
     with open(os.path.join(chief, "ckpt-8.data-00000-of-00001"), "wb") as f:
-        f.write(b"orphan")
+        f.write(b"\x89HDF\r\n\x1a\n orphan")  # gc removes only what looks like HDF5 (or is empty)
     with open(os.path.join(chief, "x.index.tmp-123"), "wb") as f:
         f.write(b"tmp")
     os.makedirs(os.path.join(root, "workertemp_3"))
-    with open(os.path.join(root, "workertemp_3", "part.data"), "wb") as f:
+    with open(os.path.join(root, "workertemp_3", "ckpt-9.data-00003-of-00004"), "wb") as f:
         f.write(b"worker")
     return {
         os.path.join(chief, "ckpt-9_temp"): {"chief/ckpt-9_temp",
                                               "chief/ckpt-9_temp/ckpt-9.data-00000-of-00001"},
         os.path.join(chief, "ckpt-8.data-00000-of-00001"): {"chief/ckpt-8.data-00000-of-00001"},
         os.path.join(chief, "x.index.tmp-123"): {"chief/x.index.tmp-123"},
-        os.path.join(root, "workertemp_3"): {"workertemp_3/part.data"},
+        os.path.join(root, "workertemp_3"): {"workertemp_3/ckpt-9.data-00003-of-00004"},
     }
 
 

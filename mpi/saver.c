@@ -2195,79 +2195,103 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
         return rc;
     }
 
-    /* Two passes: tensors first, then registered savers, whose restore callbacks may rely on the
-     * restored tensors (TensorFlow runs registered restores after the default ones); every rank's
-     * tensors are agreed in before any callback runs. */
-    for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1)
-            local = ckpt_mpi_agree(s->comm, local); /* every rank, whatever happened */
-        for (size_t k = 0; k < s->nregs && local == CKPT_OK; k++) {
-            const reg *g = &s->regs[k];
-            if ((g->kind == CKPT_KIND_BLOB) != (pass == 1))
-                continue;
-            size_t ti;
-            int found = ckpt_reader_find(&ti, r, g->stored);
-            if (found != CKPT_OK) {
-                if ((g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB) &&
-                    opts->skip_missing_per_rank) {
-                    ckpt_error_clear();
-                    continue;
-                }
-                local = ckpt__error(CKPT_ENOTFOUND,
-                                    "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
-                                    s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
-                                    (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB)
-                                        ? "; per-rank data of a rank the writer did not have (set "
-                                          "skip_missing_per_rank to leave it untouched)"
-                                        : "");
-                break;
-            }
-            ckpt_tensor_info t;
-            ckpt_reader_tensor(&t, r, ti);
-            if (g->kind == CKPT_KIND_BLOB) {
-                if (t.dtype != CKPT_UINT8 || t.shape.ndims != 1) {
-                    local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
-                                        g->stored);
-                    break;
-                }
-                size_t n = (size_t)t.shape.dims[0];
-                uint8_t *blob = malloc(n ? n : 1);
-                if (!blob) {
-                    local = ckpt__error(CKPT_ENOMEM, "out of memory");
-                    break;
-                }
-                local = ckpt_reader_read(r, g->stored, CKPT_UINT8, NULL, blob, n);
-                if (local == CKPT_OK) {
-                    int cb = g->cb.restore(blob, n, g->payload);
-                    if (cb != CKPT_OK)
-                        local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
-                                            s->rank, g->name, cb);
-                }
-                free(blob);
+    /*
+     * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
+     * registered buffers: a restore that succeeds, from this checkpoint or from an older one that
+     * the manager falls back to, overwrites every element of them. Per-rank values (replica
+     * components, registered savers' blobs) are staged instead and applied only once every rank
+     * has read and checked everything: an older checkpoint written by fewer ranks may lack this
+     * rank's, and then nothing of a rejected checkpoint may be left in them. Registered restores
+     * run last, after every tensor is in (TensorFlow runs registered restores after the default
+     * ones).
+     */
+    size_t nst = 0;
+    struct staged {
+        size_t reg;
+        uint8_t *bytes;
+        size_t len;
+    } *st = calloc(s->nregs ? s->nregs : 1, sizeof *st);
+    if (!st && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+    for (size_t k = 0; k < s->nregs && local == CKPT_OK; k++) {
+        const reg *g = &s->regs[k];
+        int per_rank = g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB;
+        size_t ti;
+        int found = ckpt_reader_find(&ti, r, g->stored);
+        if (found != CKPT_OK) {
+            if (per_rank && opts->skip_missing_per_rank) {
+                ckpt_error_clear();
                 continue;
             }
-            if (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape)) {
-                char a[64] = "", b[64] = "";
-                for (int d = 0; d < t.shape.ndims; d++)
-                    snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                             (long long)t.shape.dims[d]);
-                for (int d = 0; d < g->shape.ndims; d++)
-                    snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                             (long long)g->shape.dims[d]);
+            local = ckpt__error(CKPT_ENOTFOUND,
+                                "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
+                                s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
+                                per_rank ? "; per-rank data of a rank the writer did not have (set "
+                                           "skip_missing_per_rank to leave it untouched)"
+                                         : "");
+            break;
+        }
+        ckpt_tensor_info t;
+        ckpt_reader_tensor(&t, r, ti);
+        ckpt_dtype dtype = g->kind == CKPT_KIND_BLOB ? CKPT_UINT8 : g->dtype;
+        if (g->kind == CKPT_KIND_BLOB ? (t.dtype != CKPT_UINT8 || t.shape.ndims != 1)
+                                      : (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape))) {
+            char a[64] = "", b[64] = "";
+            for (int d = 0; d < t.shape.ndims; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                         (long long)t.shape.dims[d]);
+            for (int d = 0; d < g->shape.ndims; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                         (long long)g->shape.dims[d]);
+            if (g->kind == CKPT_KIND_BLOB)
+                local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
+                                    g->stored);
+            else
                 local = ckpt__error(CKPT_EMISMATCH,
                                     "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]",
                                     s->rank, g->stored, ckpt_dtype_name(t.dtype), a, prefix,
                                     ckpt_dtype_name(g->dtype), b);
+            break;
+        }
+        const ckpt_slice *want = g->kind == CKPT_KIND_BLOB ? NULL : &g->slice;
+        int64_t n;
+        if (want)
+            ckpt_slice_num_elements(&n, want);
+        else
+            n = t.shape.dims[0];
+        size_t nbytes = (size_t)n * ckpt_dtype_size(dtype);
+        void *dst = g->data;
+        if (per_rank) {
+            if (!(st[nst].bytes = malloc(nbytes ? nbytes : 1))) {
+                local = ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu bytes for '%s'",
+                                    s->rank, nbytes, g->stored);
                 break;
             }
-            int64_t n;
-            ckpt_slice_num_elements(&n, &g->slice);
-            local = ckpt_reader_read(r, g->stored, g->dtype, &g->slice, g->data,
-                                     (size_t)n * ckpt_dtype_size(g->dtype));
-            if (local != CKPT_OK)
-                local = ckpt__error_wrap(local, "rank %d", s->rank);
+            st[nst].reg = k;
+            st[nst].len = nbytes;
+            dst = st[nst++].bytes;
+        }
+        local = ckpt_reader_read(r, g->stored, dtype, want, dst, nbytes);
+        if (local != CKPT_OK)
+            local = ckpt__error_wrap(local, "rank %d", s->rank);
     }
+    /* every rank has read and checked everything it needs: only now are per-rank values applied */
+    local = ckpt_mpi_agree(s->comm, local);
+    for (size_t i = 0; i < nst && local == CKPT_OK; i++) /* replica components */
+        if (s->regs[st[i].reg].kind == CKPT_KIND_COMPONENT && st[i].len)
+            memcpy(s->regs[st[i].reg].data, st[i].bytes, st[i].len);
+    for (size_t i = 0; i < nst && local == CKPT_OK; i++) { /* then registered savers */
+        const reg *g = &s->regs[st[i].reg];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        int cb = g->cb.restore(st[i].bytes, st[i].len, g->payload);
+        if (cb != CKPT_OK)
+            local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
+                                s->rank, g->name, cb);
     }
+    for (size_t i = 0; i < nst; i++)
+        free(st[i].bytes);
+    free(st);
     rc = ckpt_mpi_agree(s->comm, local);
     if (rc == CKPT_OK) {
         const ckpt_header *h = ckpt_reader_header(r);

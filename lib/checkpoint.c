@@ -32,6 +32,9 @@ struct ckpt_writer {
     char index_name[300];
     char temp_name[300]; /* <base>_temp in dirfd, holding part-00000-of-00001 */
     int dirfd, tempfd, datafd;
+    int padfd;         /* room for HDF5's metadata flush (ckpt__pad_create), released at commit */
+    uint64_t pad_size;
+    int failed;        /* a write into the file failed: it is abandoned, never flushed to disk */
     ckpt_writer_options opts;
     hid_t file;
     Mpickpt__Fragment frag;
@@ -53,7 +56,7 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
     ckpt_writer_options defaults = CKPT_WRITER_OPTIONS_INIT;
     w->opts = opts ? *opts : defaults;
     w->file = H5I_INVALID_HID;
-    w->dirfd = w->tempfd = w->datafd = -1;
+    w->dirfd = w->tempfd = w->datafd = w->padfd = -1;
     mpickpt__fragment__init(&w->frag);
     char *dir = w->dir, base[4096];
     int rc;
@@ -96,6 +99,8 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
         (rc = ckpt__subdir_open(&w->tempfd, w->dirfd, w->temp_name, 1, dir)) ||
         (rc = ckpt__file_create(&w->datafd, w->tempfd, "part-00000-of-00001", O_RDWR,
                                 w->temp_dir)) ||
+        (rc = ckpt__pad_create(&w->padfd, w->tempfd, ".pad-0", w->pad_size = (uint64_t)256 << 10,
+                               w->temp_dir)) ||
         (rc = ckpt__fd_path(h5path, sizeof h5path, w->datafd, w->temp_data)))
         goto fail;
     ckpt__h5_init();
@@ -138,6 +143,11 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
 
     int is_full = ckpt_slice_is_full(slice, shape);
     char path[16384];
+    /* room for this dataset's share of the metadata flush at commit, taken before HDF5 writes */
+    if ((rc = ckpt__pad_grow(w->padfd, w->pad_size + 4096 + 3 * (uint64_t)strlen(name),
+                             w->temp_dir)) != CKPT_OK)
+        return rc;
+    w->pad_size += 4096 + 3 * (uint64_t)strlen(name);
     if ((rc = ckpt__h5_dataset_path(path, sizeof path, name, is_full ? NULL : slice)) != CKPT_OK)
         return rc;
     if (H5Lexists(w->file, path, H5P_DEFAULT) > 0) {
@@ -155,8 +165,10 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
     errno = 0;
     rc = ckpt__h5_write(dset, dtype, &zero, data, H5P_DEFAULT);
     H5Dclose(dset);
-    if (rc != CKPT_OK)
+    if (rc != CKPT_OK) {
+        w->failed = 1; /* the file is abandoned: commit refuses it, free discards it */
         return ckpt__error_wrap(rc, "tensor '%s' in %s", name, w->temp_data);
+    }
     uint32_t crc = ckpt_crc32c(data, bytes);
     return ckpt__fragment_add(&w->frag, &w->cap, name, dtype, shape,
                               is_full ? CKPT_KIND_FULL : CKPT_KIND_PARTITIONED, slice, w->data_name,
@@ -174,11 +186,17 @@ static int writer_commit_impl(ckpt_writer *w)
 {
     if (!w || w->file < 0 || w->committed)
         return ckpt__error(CKPT_EINVAL, "writer is closed");
+    if (w->failed)
+        return ckpt__error(CKPT_EIO, "writer of %s: an earlier write failed; nothing can be "
+                                     "committed (free the writer)",
+                           w->prefix);
     int rc = CKPT_OK, renamed = 0;
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
     Mpickpt__Index idx = MPICKPT__INDEX__INIT;
     char producer[64];
 
+    ckpt__pad_release(w->tempfd, ".pad-0", w->padfd); /* the metadata flush gets its room */
+    w->padfd = -1;
     errno = 0;
     herr_t hr = H5Fclose(w->file);
     w->file = H5I_INVALID_HID;
@@ -251,8 +269,12 @@ static void writer_free_impl(ckpt_writer *w)
 {
     if (!w)
         return;
-    if (w->file >= 0)
+    ckpt__pad_release(w->tempfd, ".pad-0", w->padfd);
+    if (w->file >= 0) {
+        /* never committed: its metadata goes nowhere, so closing cannot fail on a full disk */
+        ckpt__h5_detach_file(w->file);
         H5Fclose(w->file);
+    }
     if (!w->committed && w->tempfd >= 0) /* only the temp dir this writer made */
         ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
     ckpt__close(w->datafd);

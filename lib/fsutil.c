@@ -504,6 +504,57 @@ int ckpt__rmtree_at(int dirfd, const char *name, const char *shown)
     return rmtree_at(dirfd, name, shown, 0);
 }
 
+/* ---- room for HDF5's metadata ------------------------------------------------------------------ */
+
+int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown)
+{
+    /* Real blocks: fallocate where the file system has it, else zeros written out. */
+    int err = fallocate(fd, 0, 0, (off_t)bytes) == 0 ? 0 : errno;
+    if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
+        static const char zeros[65536];
+        struct stat st;
+        err = fstat(fd, &st) == 0 ? 0 : errno;
+        for (uint64_t off = err ? bytes : (uint64_t)st.st_size; off < bytes && !err;) {
+            size_t n = bytes - off < sizeof zeros ? (size_t)(bytes - off) : sizeof zeros;
+            ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                err = w < 0 ? errno : EIO;
+            else
+                off += (uint64_t)w;
+        }
+    }
+    if (err == ENOSPC || err == EDQUOT)
+        return ckpt__error(CKPT_ENOSPC, "no space left on device for this checkpoint in %s (%llu "
+                                        "bytes of room for HDF5's metadata)",
+                           shown, (unsigned long long)bytes);
+    if (err)
+        return ckpt__error(CKPT_EIO, "room for HDF5's metadata in %s: %s", shown, strerror(err));
+    return CKPT_OK;
+}
+
+int ckpt__pad_create(int *fd, int dirfd, const char *name, uint64_t bytes, const char *shown)
+{
+    *fd = -1;
+    int rc = ckpt__rmtree_at(dirfd, name, shown);
+    if (rc == CKPT_OK)
+        rc = ckpt__file_create(fd, dirfd, name, O_WRONLY, shown);
+    if (rc == CKPT_OK && (rc = ckpt__pad_grow(*fd, bytes, shown)) != CKPT_OK) {
+        ckpt__pad_release(dirfd, name, *fd);
+        *fd = -1;
+    }
+    return rc;
+}
+
+void ckpt__pad_release(int dirfd, const char *name, int fd)
+{
+    if (fd < 0)
+        return;
+    unlinkat(dirfd, name, 0);
+    close(fd); /* the blocks go back once both are done */
+}
+
 /* ---- by path: the directory part resolved by ckpt__ckptdir_open(), the rest by descriptor ---- */
 
 /* Opens the directory of `path` (checkpoint-directory rules) and copies its last component. */

@@ -112,6 +112,19 @@ int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, si
 int ckpt__read_file_at(uint8_t **out, size_t *len, int dirfd, const char *name, size_t max,
                        const char *shown);
 
+/*
+ * Room for HDF5's metadata. HDF5 1.10 cannot recover from a failed metadata flush: the file can
+ * then neither be closed nor left open (it crashes in H5Fclose or at exit, and with MPI-IO ranks
+ * can be left waiting). A pad of real blocks (fallocate, else zeros written) is made in the temp
+ * directory before HDF5 writes into a file, and released just before that file is flushed and
+ * closed, so that the flush has the pad's room even when the disk filled up meanwhile.
+ * CKPT_ENOSPC when the pad itself does not fit (nothing was written to HDF5 yet).
+ */
+int ckpt__pad_create(int *fd, int dirfd, const char *name, uint64_t bytes, const char *shown);
+void ckpt__pad_release(int dirfd, const char *name, int fd); /* fd < 0: no-op */
+/* Grows a pad to `bytes` (a writer that learns its metadata as it goes). */
+int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown);
+
 /* ---- the same by path: the directory part is opened with ckpt__ckptdir_open() rules, the last
  * component is handled by descriptor as above ---- */
 int ckpt__write_file_atomic(const char *path, const void *data, size_t len);

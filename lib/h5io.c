@@ -3,6 +3,8 @@
 #include "mpickpt/slice.h"
 
 #include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -401,4 +403,23 @@ int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf
     if (fspace >= 0)
         H5Sclose(fspace);
     return rc;
+}
+
+int ckpt__h5_detach_file(hid_t file)
+{
+    void *handle = NULL;
+    hid_t fapl = H5Fget_access_plist(file);
+    int ok = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 &&
+             H5Fget_vfd_handle(file, fapl, &handle) >= 0 && handle;
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    H5Eclear2(H5E_DEFAULT);
+    if (!ok)
+        return 0;
+    int mfd = memfd_create("mpickpt-discard", MFD_CLOEXEC);
+    if (mfd < 0)
+        return 0;
+    int r = dup2(mfd, *(int *)handle);
+    close(mfd);
+    return r >= 0;
 }

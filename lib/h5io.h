@@ -70,6 +70,12 @@ int ckpt__h5_check_box(int nd, const hsize_t *dims, const ckpt_slice *sel);
  * allocated) and returns 1; else returns 0 and the caller goes through H5Dread. */
 int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size);
 
+/* For a file opened with the sec2 driver that is being abandoned (a write failed): points HDF5's
+ * descriptor at an anonymous memory file, so that H5Fclose() flushes there and cannot fail on a
+ * full disk (after a failed metadata flush HDF5 1.10 can neither close the file nor exit cleanly).
+ * The file on disk keeps whatever was written before. Returns 1 when done, 0 when not possible. */
+int ckpt__h5_detach_file(hid_t file);
+
 #pragma GCC visibility pop
 
 #endif

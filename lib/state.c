@@ -577,13 +577,15 @@ typedef struct gc_ctx {
 } gc_ctx;
 
 /* What may be inside a temp dir of ours: "part-00000-of-00001" (the single-process writer),
- * "<name>.data-NNNNN-of-NNNNN" (the saver) and ".reserve-<rank>" (space reservations). */
+ * "<name>.data-NNNNN-of-NNNNN" (the saver), ".reserve-<rank>" (space reservations) and
+ * ".pad-<rank>" (room for HDF5's metadata). */
 static int temp_content_ok(int dirfd, const char *n)
 {
     char b[256];
     if (!strcmp(n, "part-00000-of-00001") || data_file_base(b, sizeof b, n))
         return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
-    if (!strncmp(n, ".reserve-", 9) && all_digits(n + 9, strlen(n + 9)))
+    if ((!strncmp(n, ".reserve-", 9) && all_digits(n + 9, strlen(n + 9))) ||
+        (!strncmp(n, ".pad-", 5) && all_digits(n + 5, strlen(n + 5))))
         return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
     return 0;
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 typedef struct reg {
@@ -719,6 +720,7 @@ typedef struct save_ctx {
     char my_file[4700];     /* this rank's data file (per-rank) or the shared file, in temp */
     char data_name[320];    /* final name of this rank's data file (per-rank) or the shared file */
     char reserve_name[64];  /* the space reservation in tempfd */
+    char pad_name[64];      /* room for HDF5's metadata flush in tempfd (ckpt__pad_create) */
     int dirfd, workfd, tempfd;
     Mpickpt__Fragment frag; /* this rank's index fragment */
     size_t cap;
@@ -767,6 +769,7 @@ static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
     snprintf(c->temp_name, sizeof c->temp_name, "%s_temp", base);
     snprintf(c->my_temp_name, sizeof c->my_temp_name, "workertemp_%d", s->rank);
     snprintf(c->reserve_name, sizeof c->reserve_name, ".reserve-%d", s->rank);
+    snprintf(c->pad_name, sizeof c->pad_name, ".pad-%d", s->rank);
     if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)) ||
         (rc = work_dir(c->work, sizeof c->work, c->dir)))
         return rc;
@@ -970,6 +973,38 @@ static int fd_size(uint64_t *size, int fd, const char *shown)
     return CKPT_OK;
 }
 
+/* 1 when the file system of dirfd has (almost) no room left: how a full disk is recognised behind
+ * an MPI-IO error, which does not carry errno. */
+static int disk_full(int dirfd)
+{
+    struct statvfs v;
+    if (fstatvfs(dirfd, &v) != 0)
+        return 0;
+    return (uint64_t)v.f_bavail * v.f_frsize < ((uint64_t)1 << 20);
+}
+
+/* Room for the metadata HDF5 writes when it flushes a file of this save (see ckpt__pad_create):
+ * per dataset an object header, three attributes (two naming the tensor) and its link; `all`
+ * counts every dataset of the plan (the shared file), else only this rank's. Generous: it is
+ * held only while the file is written. */
+static uint64_t metadata_room(const ckpt_saver *s, int all)
+{
+    uint64_t room = (uint64_t)256 << 10;
+    if (all) {
+        for (size_t i = 0; i < s->plan.n_tensors; i++)
+            room += 4096 + 3 * (uint64_t)strlen(s->plan.tensors[i]->name);
+        room += (uint64_t)s->size * 4096; /* a blob per rank, at most a few */
+    } else {
+        for (size_t j = 0; j < s->npieces; j++)
+            if (!pack_piece(s, piece_len(s, j)))
+                room += 4096 + 3 * (uint64_t)strlen(s->regs[s->pieces[j].reg].stored);
+    }
+    for (size_t i = 0; i < s->nregs; i++)
+        if (s->regs[i].kind == CKPT_KIND_BLOB)
+            room += 4096 + 3 * (uint64_t)strlen(s->regs[i].stored);
+    return room;
+}
+
 /* Per-rank layout: this rank writes its own file with no collective HDF5 call. */
 static int write_per_rank(ckpt_saver *s, save_ctx *c)
 {
@@ -980,9 +1015,11 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
     if ((rc = ckpt__rmtree_at(c->tempfd, c->data_name, c->my_temp)) ||
         (rc = ckpt__file_create(&fd, c->tempfd, c->data_name, O_RDWR, c->my_temp)))
         return ckpt__error_wrap(rc, "rank %d", s->rank);
-    if ((rc = ckpt__fd_path(h5path, sizeof h5path, fd, c->my_file)) != CKPT_OK) {
+    int pad = -1;
+    if ((rc = ckpt__fd_path(h5path, sizeof h5path, fd, c->my_file)) != CKPT_OK ||
+        (rc = ckpt__pad_create(&pad, c->tempfd, c->pad_name, metadata_room(s, 0), c->my_temp))) {
         close(fd);
-        return rc;
+        return ckpt__error_wrap(rc, "rank %d", s->rank);
     }
     ckpt__h5_init();
     errno = 0;
@@ -990,6 +1027,7 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
     if (file < 0) {
         rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: create %s",
                             s->rank, c->my_file);
+        ckpt__pad_release(c->tempfd, c->pad_name, pad);
         close(fd);
         return rc;
     }
@@ -1050,6 +1088,11 @@ static int write_per_rank(ckpt_saver *s, save_ctx *c)
     }
     if (rc == CKPT_OK)
         rc = ckpt__fault(s->rank, "write");
+    /* The flush at close gets the pad's room back; after a failure HDF5's descriptor is moved off
+     * the disk first, so that the close can neither fail nor leave HDF5 unable to exit. */
+    ckpt__pad_release(c->tempfd, c->pad_name, pad);
+    if (rc != CKPT_OK)
+        ckpt__h5_detach_file(file);
     errno = 0;
     if (H5Fclose(file) < 0 && rc == CKPT_OK)
         rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s", s->rank,
@@ -1148,11 +1191,14 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
 
     /* The chief creates the file (O_EXCL, in its own temp dir); then every rank opens that file by
      * descriptor and hands MPI-IO its /proc/self/fd name, so no rank can be sent elsewhere. */
-    int fd = -1, local = CKPT_OK;
+    int fd = -1, pad = -1, local = CKPT_OK;
     char h5path[4800];
     if (s->rank == 0 && (local = ckpt__rmtree_at(c->tempfd, c->data_name, c->chief_temp)) == CKPT_OK)
         local = ckpt__file_create(&fd, c->tempfd, c->data_name, O_RDWR, c->chief_temp);
+    if (s->rank == 0 && local == CKPT_OK) /* room for the metadata flush (ckpt__pad_create) */
+        local = ckpt__pad_create(&pad, c->tempfd, c->pad_name, metadata_room(s, 1), c->chief_temp);
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
+        ckpt__pad_release(c->tempfd, c->pad_name, pad);
         ckpt__close(fd);
         free(ds);
         return rc;
@@ -1162,6 +1208,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     if (local == CKPT_OK)
         local = ckpt__fd_path(h5path, sizeof h5path, fd, c->my_file);
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
+        ckpt__pad_release(c->tempfd, c->pad_name, pad);
         ckpt__close(fd);
         free(ds);
         return rc;
@@ -1180,6 +1227,7 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
         if (file >= 0)
             H5Fclose(file);
+        ckpt__pad_release(c->tempfd, c->pad_name, pad);
         ckpt__close(fd);
         free(ds);
         return rc;
@@ -1322,6 +1370,11 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         if (ds[i].id >= 0)
             H5Dclose(ds[i].id);
     free(ds);
+    /* MPI-IO reports a full disk as a plain I/O error: say what it was when the disk is full. */
+    if (local == CKPT_EIO && disk_full(c->tempfd))
+        local = ckpt__error_wrap(CKPT_ENOSPC, "no space left on device in %s", c->chief_temp);
+    /* The metadata flush below gets the pad's room back (ckpt__pad_create). */
+    ckpt__pad_release(c->tempfd, c->pad_name, pad);
     /* H5Fflush on an MPI-IO file is MPI_File_sync on every rank: the data is durable after it. */
     errno = 0;
     if (H5Fflush(file, H5F_SCOPE_GLOBAL) < 0 && local == CKPT_OK)

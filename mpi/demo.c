@@ -80,6 +80,7 @@ typedef struct options {
     int64_t crash_rank, crash_step;
     int async;
     int64_t deadline_reserve, step_sleep_ms;
+    int hold;
 } options;
 
 /* This rank's data-loader position: what the registered saver "data_loader" stores. */
@@ -112,7 +113,7 @@ static void usage(FILE *f)
             "usage: mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S]\n"
             "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank]\n"
             "         [--crash-rank R --crash-step T] [--async] [--deadline-reserve S]\n"
-            "         [--step-sleep MS]\n"
+            "         [--step-sleep MS] [--hold]\n"
             "  --dir DIR              training-state directory (checkpoints in DIR/chief/)\n"
             "  --epochs E             epochs to train (default 3)\n"
             "  --steps-per-epoch S    steps per epoch (default 10)\n"
@@ -129,6 +130,10 @@ static void usage(FILE *f)
             "  --deadline-reserve S   stop (final checkpoint, exit 75) S seconds before the deadline\n"
             "                         in MPICKPT_DEADLINE or SLURM_JOB_END_TIME (default 30)\n"
             "  --step-sleep MS        sleep MS milliseconds in every step (default 0)\n"
+            "  --hold                 a fresh run (nothing restored) stops at its first\n"
+            "                         checkpoint once it is committed and waits there until it\n"
+            "                         is preempted (to preempt a run at a known step, whatever\n"
+            "                         the machine's speed); a resumed run never holds\n"
             "  SIGTERM or SIGUSR1 (Slurm's --signal, scancel --signal): final checkpoint at the\n"
             "  current step, then exit 75 (CKPT_EXIT_PREEMPTED) on every rank\n");
 }
@@ -152,7 +157,7 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
 {
     FILE *err = verbose ? stderr : fopen("/dev/null", "w");
     int rc = 0;
-    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0 };
+    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0, 0 };
     if (!err)
         err = stderr;
     for (int i = 1; i < argc && rc == 0; i++) {
@@ -164,6 +169,9 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
             break;
         } else if (!strcmp(a, "--async")) {
             o->async = 1;
+            continue;
+        } else if (!strcmp(a, "--hold")) {
+            o->hold = 1;
             continue;
         } else if (!strcmp(a, "--dir")) {
             if (!v || !*v) {
@@ -570,6 +578,7 @@ int main(int argc, char **argv)
 
     /* Restore (or start fresh), then check every restored value. */
     int64_t epoch0 = 0, step0 = 1; /* where training continues: epoch and global step */
+    int fresh = 0;                 /* nothing was restored (the same on every rank) */
     if (status == 0) {
         poison(&d);
         int restored = 0;
@@ -577,6 +586,7 @@ int main(int argc, char **argv)
         if (rc != CKPT_OK) {
             status = lib_error(d.rank, rc, 1);
         } else if (!restored) {
+            fresh = 1;
             if (d.rank == 0)
                 printf("fresh start\n");
             set_step(&d, 0);
@@ -647,6 +657,18 @@ int main(int argc, char **argv)
             }
             /* The step boundary: did any rank get a signal, or is the deadline near? */
             rc = ckpt_preempt_check(MPI_COMM_WORLD, &preempted);
+            /* --hold: a fresh run waits at its first checkpoint, once committed (its line is
+             * out), until a signal or the deadline preempts it; every rank keeps joining the
+             * collective check. */
+            if (rc == CKPT_OK && preempted == CKPT_PREEMPT_NONE && o.hold && fresh && backed_up) {
+                status = flush_pending(&d);
+                if (status != 0)
+                    break;
+                while (rc == CKPT_OK && preempted == CKPT_PREEMPT_NONE) {
+                    sleep_ms(20);
+                    rc = ckpt_preempt_check(MPI_COMM_WORLD, &preempted);
+                }
+            }
             if (rc != CKPT_OK) {
                 status = lib_error(d.rank, rc, 0);
                 break;

@@ -14,6 +14,7 @@
 #include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
+#include "jsonstr.h"
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
 #include "mpickpt/crc32c.h"
@@ -1667,12 +1668,15 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
     }
     double busy = mx[1] + mx[2] + mx[3] + mx[4];
     double since = j->since_prev;
+    /* The prefix is the caller's bytes: escaped, and made valid UTF-8, or the line is no JSON. */
+    fputs("{\"prefix\":", f);
+    ckpt__json_write_string(f, j->c.base);
     fprintf(f,
-            "{\"prefix\":\"%s\",\"mode\":\"%s\",\"bytes\":%llu,\"ranks\":%d,\"blocking_s\":%.6f,"
+            ",\"mode\":\"%s\",\"bytes\":%llu,\"ranks\":%d,\"blocking_s\":%.6f,"
             "\"write_s\":%.6f,\"agree_s\":%.6f,\"merge_s\":%.6f,\"commit_s\":%.6f,"
             "\"gbps\":%.4f,\"since_prev_s\":%.6f,\"training_time_saved_s\":%.6f,"
             "\"timestamp\":%.3f}\n",
-            j->c.base, j->s->async ? "async" : "sync", (unsigned long long)bytes, j->s->size, mx[0],
+            j->s->async ? "async" : "sync", (unsigned long long)bytes, j->s->size, mx[0],
             mx[1], mx[2], mx[3], mx[4], busy > 0 ? (double)bytes / busy / 1e9 : 0.0, since,
             j->s->async && busy > mx[0] ? busy - mx[0] : 0.0, now_seconds());
     fclose(f);

@@ -1,5 +1,7 @@
 #include "json.h"
 
+#include "jsonstr.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -49,21 +51,7 @@ void json_array_end(json_writer *w) { json_close(w, ']'); }
 
 void json_write_escaped(FILE *out, const char *s)
 {
-    static const char hex[] = "0123456789abcdef";
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            fputc('\\', out);
-            fputc(*p, out);
-        } else if (*p < 0x20) {
-            fputs("\\u00", out);
-            fputc(hex[*p >> 4], out);
-            fputc(hex[*p & 0xf], out);
-        } else {
-            fputc(*p, out);
-        }
-    }
-    fputc('"', out);
+    ckpt__json_write_string(out, s);
 }
 
 void json_key(json_writer *w, const char *key)

@@ -2,8 +2,12 @@
  *
  * Output is compact (no whitespace). The writer inserts the commas between members and elements
  * itself, so callers only say what comes next: object/array begin and end, keys and values.
- * Strings are written byte for byte except '"', '\\' and control characters below 0x20, which are
- * escaped; other bytes (UTF-8 or not) pass through unchanged, so names round-trip exactly. */
+ * Every document is valid JSON in valid UTF-8, whatever bytes the strings hold: '"', '\\' and
+ * control characters below 0x20 are escaped, well-formed UTF-8 (DEL and the C1 controls included)
+ * passes through unchanged, so names that are UTF-8 round-trip exactly, and each byte that is not
+ * part of a well-formed UTF-8 sequence (a stray 0xff, a truncated or overlong sequence, an encoded
+ * surrogate, a code point above U+10FFFF) becomes \ufffd, U+FFFD. Keys are written the same way.
+ * (lib/jsonstr.c does the escaping; the saver's metrics.jsonl uses it too.) */
 #ifndef MPICKPT_CLI_JSON_H
 #define MPICKPT_CLI_JSON_H
 
@@ -47,8 +51,8 @@ void json_double(json_writer *w, double v, int digits);
  * infinities as in json_double(). */
 void json_real(json_writer *w, double v);
 
-/* Writes `s` as a JSON string literal (with quotes) to `out`. Exposed for callers that print JSON
- * fragments without a writer. */
+/* Writes `s` as a JSON string literal (with quotes) to `out`, escaped and made valid UTF-8 as
+ * described above. Exposed for callers that print JSON fragments without a writer. */
 void json_write_escaped(FILE *out, const char *s);
 
 #endif

@@ -21,7 +21,8 @@
  *   close         (a) close right after an async save waits, commits, returns OK; (b) with
  *                 close_timeout_s = 0.001 and a 64 MiB/rank save in flight, close returns
  *                 CKPT_ETIMEDOUT on every rank and the save is NOT committed (checked once the
- *                 writer thread finished on its own). (b) leaks the saver by design: it runs last.
+ *                 writer thread exited on its own, seen in /proc/self/task). (b) leaks the saver by
+ *                 design: it runs last.
  *   close_partial only the last rank has the tiny close timeout: every rank must still return the
  *                 same status and nothing may be committed (leaks the last rank's saver).
  *   back2back     10 saves in a row without sync (async from MPICKPT_ASYNC=1): each returns only
@@ -35,7 +36,9 @@
  *                 exactly; a restore issued while a backup is in flight waits for it.
  *   metrics       ckpt_saver_last_metrics after sync (prefix, bytes, ranks, phases, async);
  *                 metrics.jsonl has one valid JSON line per committed save (checked by Debian's
- *                 python3); blocking_s < write + agree + merge + commit.
+ *                 python3), the last one holding the values last_metrics gave;
+ *                 training_time_saved_s is the background time beyond blocking_s. No duration is
+ *                 compared with another or with a constant (a loaded machine changes them all).
  *   kill_write    (driven by tests/scripts/test_async_kill.sh, ARG = victim rank) commits ckpt-1,
  *                 then the victim is SIGKILLed inside the writer thread of the next async save.
  *   kill_restore  (ARG = the writer's rank count) restore_or_initialize gets ckpt-1 exactly; the
@@ -53,6 +56,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -785,8 +789,38 @@ static void case_enospc(int reserve)
 /* ======================================================================================== */
 /* 3. close with a save in flight                                                            */
 
-/* Waits (up to 60 s) until the writer thread of the save at `prefix` finished on every rank:
- * its temp files are gone (the chief's <prefix>_temp, a worker's file in workertemp_<r>). */
+/* The ids of this process's threads (/proc/self/task) into ids[0..max); returns how many. */
+static int thread_ids(long *ids, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < max)
+        if (isdigit((unsigned char)de->d_name[0]))
+            ids[n++] = atol(de->d_name);
+    closedir(d);
+    return n;
+}
+
+static int has_id(const long *ids, int n, long id)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+#define MAX_THREADS 256
+/* The threads an async save started (its writer thread): the ids that appeared during the call. */
+static long g_writer_ids[MAX_THREADS];
+static int g_nwriter_ids;
+
+/* Waits (hang guard: 60 s) until the writer thread of the save at `prefix` is done on every rank:
+ * its temp files are gone (the chief's <prefix>_temp, a worker's file in workertemp_<r>), and the
+ * threads the save started (g_writer_ids) have exited, so that nothing of the abandoned save runs
+ * (or is inside MPI) when the test goes on and finalizes. */
 static void wait_writer_done(const char *dir, const char *prefix, const char *what)
 {
     char chief_temp[2600], mine[2800];
@@ -806,8 +840,18 @@ static void wait_writer_done(const char *dir, const char *prefix, const char *wh
     }
     CHECK_MSG(gone, "%s: the writer thread's temp files are still there after 60 s (%s%s%s)", what,
               chief_temp, mine[0] ? ", " : "", mine);
-    MPI_Barrier(MPI_COMM_WORLD);
-    sleep_s(0.3); /* the writer thread returns right after its cleanup */
+    long now_ids[MAX_THREADS];
+    int alive = 0;
+    while (now_s() - t0 < 60) {
+        int n = thread_ids(now_ids, MAX_THREADS);
+        alive = 0;
+        for (int i = 0; i < g_nwriter_ids; i++)
+            alive += has_id(now_ids, n, g_writer_ids[i]);
+        if (!alive)
+            break;
+        sleep_s(0.02);
+    }
+    CHECK_MSG(alive == 0, "%s: %d thread(s) the save started still run after 60 s", what, alive);
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 0)
         printf("  writer finished about %.2f s after close returned\n", now_s() - t0);
@@ -854,10 +898,20 @@ static void case_close(int partial)
     register_or_die(&m2, b);
     am_fill(&m2, 7);
     info.step = 7;
-    coll(ckpt_saver_write(b, q, &info), CKPT_OK, "close (b): async write of 'abandoned'");
+    long before[MAX_THREADS], after[MAX_THREADS];
+    int nbefore = thread_ids(before, MAX_THREADS);
+    int rc = ckpt_saver_write(b, q, &info);
+    int nafter = thread_ids(after, MAX_THREADS);
+    g_nwriter_ids = 0;
+    for (int i = 0; i < nafter; i++)
+        if (!has_id(before, nbefore, after[i]))
+            g_writer_ids[g_nwriter_ids++] = after[i];
+    coll(rc, CKPT_OK, "close (b): async write of 'abandoned'");
+    CHECK_MSG(g_nwriter_ids == 1, "close (b): the async save started %d threads, expected its "
+              "writer thread only", g_nwriter_ids);
     t0 = now_s();
-    int rc = ckpt_saver_close(b);
-    double waited = now_s() - t0;
+    rc = ckpt_saver_close(b);
+    double waited = now_s() - t0; /* printed only: how long it took says nothing on a loaded box */
     char gmsg[4096];
     snprintf(gmsg, sizeof gmsg, "%s",
              rc != CKPT_OK && ckpt_error_last() ? ckpt_error_last()->message : "");
@@ -898,7 +952,8 @@ static void case_close(int partial)
         CHECK_MSG(contains_ci(gmsg, "running") || contains_ci(gmsg, "incomplete") ||
                       contains_ci(gmsg, "timed out") || contains_ci(gmsg, "timeout"),
                   "close (b): the message does not say the save was still running: %s", gmsg);
-    CHECK_MSG(!tiny || waited < 5.0, "close (b): close took %.2f s with a 0.001 s timeout", waited);
+    /* That close did not wait for the save is what ETIMEDOUT says (checked above), and that the
+     * save was abandoned is checked below: it never commits, even after its thread is done. */
 
     /* The writer thread goes on alone; it must not commit. */
     wait_writer_done(dir, q, "close (b)");
@@ -1254,9 +1309,10 @@ static void case_training(void)
 /* 8. metrics                                                                                */
 
 static const char metrics_py[] =
-    "import json, sys\n"
+    "import json, math, sys\n"
     "path, n, ranks, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])\n"
     "prefixes = sys.argv[5].split(',')\n"
+    "last = [float(x) for x in sys.argv[6].split(',')]\n"
     "bad = 0\n"
     "def fail(m):\n"
     "    global bad\n"
@@ -1284,13 +1340,26 @@ static const char metrics_py[] =
     "        fail('line %d: ranks %r, want %d' % (i + 1, r.get('ranks'), ranks))\n"
     "    if r.get('bytes') != nbytes:\n"
     "        fail('line %d: bytes %r, want %d' % (i + 1, r.get('bytes'), nbytes))\n"
-    "    for k in phases:\n"
+    "    for k in phases + ('gbps', 'since_prev_s', 'training_time_saved_s'):\n"
     "        v = r.get(k)\n"
-    "        if not isinstance(v, (int, float)) or v < 0:\n"
-    "            fail('line %d: %s = %r' % (i + 1, k, v))\n"
-    "    if i > 0 and not (isinstance(r.get('since_prev_s'), (int, float)) and r['since_prev_s'] > 0):\n"
-    "        fail('line %d: since_prev_s = %r, want > 0 (time since the previous save started)' %\n"
-    "             (i + 1, r.get('since_prev_s')))\n"
+    "        if (not isinstance(v, (int, float)) or isinstance(v, bool) or\n"
+    "                not math.isfinite(v) or v < 0):\n"
+    "            fail('line %d: %s = %r, want a finite number >= 0' % (i + 1, k, v))\n"
+    "    if i == 0 and r.get('since_prev_s') != 0:\n"
+    "        fail('line 1: since_prev_s = %r, want 0 (the first save of the saver)' %\n"
+    "             r.get('since_prev_s'))\n"
+    "    try:\n"
+    "        bg = r['write_s'] + r['agree_s'] + r['merge_s'] + r['commit_s']\n"
+    "        # async: what the training did not wait for; each field is rounded to 1e-6\n"
+    "        if abs(r['training_time_saved_s'] - max(0.0, bg - r['blocking_s'])) > 1e-5:\n"
+    "            fail('line %d: training_time_saved_s %r is not the background time beyond'\n"
+    "                 ' blocking_s (%r)' % (i + 1, r['training_time_saved_s'],\n"
+    "                                       bg - r['blocking_s']))\n"
+    "    except (KeyError, TypeError):\n"
+    "        pass\n"
+    "if recs and [recs[-1].get(k) for k in phases] != last:\n"
+    "    fail('last line: phases %r, want those of ckpt_saver_last_metrics %r' %\n"
+    "         ([recs[-1].get(k) for k in phases], last))\n"
     "print('metrics.jsonl: %d lines checked, %d problem(s)' % (len(recs), bad))\n"
     "sys.exit(1 if bad else 0)\n";
 
@@ -1331,7 +1400,6 @@ static void case_metrics(void)
     for (int k = 2; k <= 3; k++) {
         am_fill(&m, k);
         info.step = k;
-        sleep_s(0.05);
         coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: save");
         coll(ckpt_saver_sync(s), CKPT_OK, "metrics: sync");
     }
@@ -1353,15 +1421,17 @@ static void case_metrics(void)
     CHECK_MSG(mt.bytes == want, "metrics: bytes %" PRIu64 ", want %" PRIu64, mt.bytes, want);
     double phases[5] = { mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s, mt.commit_s };
     for (int i = 0; i < 5; i++)
-        CHECK_MSG(phases[i] >= 0, "metrics: phase %d = %g < 0", i, phases[i]);
+        CHECK_MSG(isfinite(phases[i]) && phases[i] >= 0, "metrics: phase %d = %g, want a finite "
+                  "number >= 0", i, phases[i]);
     double bg = mt.write_s + mt.agree_s + mt.merge_s + mt.commit_s;
     if (g_rank == 0)
         printf("  %s: %" PRIu64 " bytes on %d ranks: blocking %.4f s; write %.4f agree %.4f merge "
                "%.4f commit %.4f (background %.4f s)\n",
                mt.prefix, mt.bytes, mt.ranks, mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s,
                mt.commit_s, bg);
-    CHECK_MSG(mt.blocking_s < bg, "metrics: blocking_s %.4f is not below the background time %.4f",
-              mt.blocking_s, bg);
+    /* No comparison of blocking_s with the background time: which is longer depends on the load.
+     * That an async save does not block for the write is checked by behaviour (snapshot,
+     * back2back: the caller changes its buffers while the save is written). */
     /* every rank has the same metrics (maxima over ranks) */
     double mx[6] = { mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s, mt.commit_s,
                      (double)mt.bytes },
@@ -1404,8 +1474,11 @@ static void case_metrics(void)
         if (f) {
             fputs(metrics_py, f);
             fclose(f);
-            snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' 3 %d %" PRIu64 " ck-1,ck-2,ck-3",
-                     py, jl, g_size, want);
+            snprintf(cmd, sizeof cmd,
+                     "/usr/bin/python3 '%s' '%s' 3 %d %" PRIu64 " ck-1,ck-2,ck-3 "
+                     "%.6f,%.6f,%.6f,%.6f,%.6f",
+                     py, jl, g_size, want, mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s,
+                     mt.commit_s);
             int st = system(cmd);
             CHECK_MSG(st == 0, "metrics: %s failed (status %d)", cmd, st);
             unlink(py);

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     CHECK_REASON(CKPT_PREEMPT_NONE);
 
     /* A deadline in the future: NONE, unless the reserve reaches back to now (last rank). */
-    CHECK_OK(ckpt_preempt_set_deadline(now + 3600, 60));
+    CHECK_OK(ckpt_preempt_set_deadline(now + 86400, 60));
     CHECK_REASON(CKPT_PREEMPT_NONE);
     if (rank == last)
         CHECK_OK(ckpt_preempt_set_deadline(now + 100, 200));
@@ -118,10 +118,12 @@ int main(int argc, char **argv)
     setenv("MPICKPT_DEADLINE", buf, 1);
     CHECK_OK(ckpt_preempt_set_deadline(-1, 30));
     CHECK_REASON(CKPT_PREEMPT_NONE);
-    /* ... and the reserve counts: a deadline 20 s ahead with a 30 s reserve is due now. */
-    snprintf(buf, sizeof buf, "%.0f", now + 20);
+    /* ... and the reserve counts: a deadline a day ahead with a reserve of a day and 30 s is due
+     * now; without the reserve it is not. (A day, not seconds: a NONE must not depend on how fast
+     * a loaded machine gets here from `now`.) */
+    snprintf(buf, sizeof buf, "%.0f", now + 86400);
     setenv("MPICKPT_DEADLINE", buf, 1);
-    CHECK_OK(ckpt_preempt_set_deadline(-1, 30));
+    CHECK_OK(ckpt_preempt_set_deadline(-1, 86400 + 30));
     CHECK_REASON(CKPT_PREEMPT_DEADLINE);
     CHECK_OK(ckpt_preempt_set_deadline(-1, 0));
     CHECK_REASON(CKPT_PREEMPT_NONE);

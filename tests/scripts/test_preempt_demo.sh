@@ -4,19 +4,24 @@
 #   MPICKPT_DEMO=.../mpickpt-demo MPICKPT_CLI=.../mpickpt MPIEXEC=mpirun MPICKPT_SOURCE_DIR=... \
 #     test_preempt_demo.sh OUTDIR
 #
+# The runs preempted by a signal use the demo's --hold: a fresh run waits at its first checkpoint
+# (step 4) until it is preempted, so the signal always arrives at that step, however slow the
+# machine or the test is (no race between the run's end and the signal).
 # 1. SIGUSR1 to mpirun (which forwards it to the ranks) once the run committed a checkpoint: exit 75,
-#    `checkpoint ... epoch=E step=T` then `preempted epoch=E step=T reason=signal`, no `done`;
+#    `checkpoint ... epoch=0 step=4` then `preempted epoch=0 step=4 reason=signal`, no `done`;
 #    `mpickpt list` has that checkpoint as the latest; a resume on another rank count continues
-#    from exactly that step (`resumed epoch=E step=T`), verifies every value and finishes.
+#    from exactly that step (`resumed epoch=0 step=4`), verifies every value and finishes.
 # 2. SIGTERM to one rank only (what Slurm and srun deliver to tasks): every rank stops, exit 75.
 # 3. Deadline: MPICKPT_DEADLINE 3 s ahead with --deadline-reserve 1 stops the run by itself
-#    (`reason=deadline`, exit 75) well before its end; a deadline already past stops it after the
-#    first step; the resume without a deadline finishes.
+#    (`reason=deadline`, exit 75) before its end (--step-sleep makes the run take at least 7.2 s;
+#    a slower machine only reaches the deadline at an earlier step); a deadline already past
+#    stops it after the first step; the resume without a deadline finishes.
 # 4. jobs/run-mpirun.sh: SIGUSR1 to the launcher -> the job is preempted (75) and relaunched
-#    (MPICKPT_RESTART_COUNT=1), resumes from that step and finishes, exit 0; SIGTERM to the launcher
+#    (MPICKPT_RESTART_COUNT=1; the resumed run does not hold), resumes from that step and
+#    finishes, exit 0; SIGTERM to the launcher
 #    -> preempted, not relaunched, exit 75; RESTARTS=0 and a job preempted by its deadline -> 75.
 # 5. Options: --step-sleep / --deadline-reserve take non-negative integers (exit 2 otherwise) and
-#    are in --help.
+#    are in --help, with --hold.
 # Every run: checkpoint steps strictly increase (a preemption right after a backup takes no second
 # one), no sanitizer report.
 set -euo pipefail
@@ -45,9 +50,12 @@ MPIEXEC = os.environ["MPIEXEC"]
 LAUNCHER = os.path.join(os.environ["MPICKPT_SOURCE_DIR"], "jobs", "run-mpirun.sh")
 OUT = sys.argv[1]
 # 4 epochs x 6 steps, a backup every 4 steps and at each epoch end; 300 ms per step when slowed
-# down (about 7 s in all: long enough to be preempted on demand).
+# down (at least 7.2 s in all, for the deadline). HOLD: wait at the first checkpoint (0, 4) until
+# preempted.
 SMALL = ["--epochs", "4", "--steps-per-epoch", "6", "--ckpt-every", "4", "--keep", "3", "--mb", "1"]
 SLOW = ["--step-sleep", "300"]
+HOLD = ["--hold"]
+FIRST = (0, 4)  # where a held run is preempted
 SCHEDULE = [(0, 4), (0, 6), (1, 8), (1, 12), (2, 16), (2, 18), (3, 20), (3, 24)]
 CKPT_RE = re.compile(r"^checkpoint prefix=(\S+) epoch=(\d+) step=(\d+) "
                      r"blocking_s=(\d+\.\d+) write_s=(\d+\.\d+)$")
@@ -202,13 +210,13 @@ def children(pid):
 try:
     # ---- 1. SIGUSR1 to mpirun -> final checkpoint, exit 75, list, resume on 2 ranks ----
     d1 = os.path.join(OUT, "usr1")
-    r = demo(3, "--dir", d1, *SMALL, *SLOW)
+    r = demo(3, "--dir", d1, *SMALL, *HOLD)
     check(r.wait_for(r"^checkpoint "), f"no checkpoint line before preempting:\n{r.stdout()}")
     r.p.send_signal(signal.SIGUSR1)
     rc, so, se = r.finish()
     check(rc == 75, f"SIGUSR1: exit {rc}, expected 75\n{so}\n{se[-3000:]}")
     et = preempted(so, "signal")
-    check(et and et[1] < 24, f"preempted at {et}: too late to prove anything")
+    check(et == FIRST, f"preempted at {et}, expected {FIRST} (held there)")
     latest, entries = listing(d1)
     check(et and entries and entries[-1] == et, f"mpickpt list after SIGUSR1: {entries}, want {et}")
     if et:
@@ -216,7 +224,7 @@ try:
 
     # ---- 2. SIGTERM to one rank only ----
     d2 = os.path.join(OUT, "term_one_rank")
-    r = demo(3, "--dir", d2, *SMALL, *SLOW)
+    r = demo(3, "--dir", d2, *SMALL, *HOLD)
     check(r.wait_for(r"^checkpoint "), f"no checkpoint line:\n{r.stdout()}")
     ranks = children(r.p.pid)
     check(len(ranks) == 3, f"ranks of mpirun {r.p.pid}: {ranks}")
@@ -225,6 +233,7 @@ try:
     rc, so, se = r.finish()
     check(rc == 75, f"SIGTERM to one rank: exit {rc}\n{so}\n{se[-3000:]}")
     et = preempted(so, "signal")
+    check(et == FIRST, f"SIGTERM to one rank: preempted at {et}, expected {FIRST}")
     if et:
         expect_resume(4, d2, et)
 
@@ -236,6 +245,7 @@ try:
     check(rc == 75, f"deadline: exit {rc}\n{so}\n{se[-3000:]}")
     et = preempted(so, "deadline")
     check(et and et[1] < 24, f"deadline: preempted at {et}, the run should have stopped early")
+    # (always: the deadline is due at most 2 s after the launch; the sleeps alone take 7.2 s)
     if et:
         expect_resume(2, d3, et)
     d3b = os.path.join(OUT, "deadline_past")
@@ -249,7 +259,7 @@ try:
 
     # ---- 4. jobs/run-mpirun.sh ----
     d4 = os.path.join(OUT, "launcher_usr1")
-    r = Run([LAUNCHER, DEMO, "--dir", d4, *SMALL, *SLOW], env={"NP": "2", "RESTARTS": "2"})
+    r = Run([LAUNCHER, DEMO, "--dir", d4, *SMALL, *HOLD], env={"NP": "2", "RESTARTS": "2"})
     check(r.wait_for(r"^checkpoint "), f"launcher: no checkpoint line:\n{r.stdout()}")
     r.p.send_signal(signal.SIGUSR1)
     rc, so, se = r.finish()
@@ -259,19 +269,21 @@ try:
     p = lines(so, "preempted ")
     m = PRE_RE.match(p[0]) if len(p) == 1 else None
     if check(m and m.group(3) == "signal", f"launcher: one 'preempted ... reason=signal':\n{so}"):
+        check((int(m.group(1)), int(m.group(2))) == FIRST, f"launcher: preempted at {p[0]!r}")
         check(f"resumed epoch={m.group(1)} step={m.group(2)} from=" in so,
               f"launcher: the relaunch did not resume at the preempted step:\n{so}")
     check(lines(so, "done") == ["done epoch=3 step=24"], f"launcher: done line:\n{so}")
     check("verification failed" not in so + se, "launcher: verification failed")
 
     d5 = os.path.join(OUT, "launcher_term")
-    r = Run([LAUNCHER, DEMO, "--dir", d5, *SMALL, *SLOW], env={"NP": "2", "RESTARTS": "2"})
+    r = Run([LAUNCHER, DEMO, "--dir", d5, *SMALL, *HOLD], env={"NP": "2", "RESTARTS": "2"})
     check(r.wait_for(r"^checkpoint "), f"launcher: no checkpoint line:\n{r.stdout()}")
     r.p.send_signal(signal.SIGTERM)
     rc, so, se = r.finish()
     check(rc == 75, f"launcher + SIGTERM: exit {rc}\n{so}\n{se[-3000:]}")
     check("launch 2" not in se, f"launcher + SIGTERM relaunched:\n{se}")
     et = preempted(so, "signal")
+    check(et == FIRST, f"launcher + SIGTERM: preempted at {et}, expected {FIRST}")
     if et:
         expect_resume(2, d5, et)
 
@@ -288,7 +300,8 @@ try:
         rc, so, se = demo(1, "--dir", os.path.join(OUT, "bad"), opt, "-1").finish()
         check(rc == 2 and opt in se, f"{opt} -1: exit {rc}\n{se}")
     rc, so, se = demo(1, "--help").finish()
-    check(rc == 0 and "--step-sleep MS" in so and "--deadline-reserve S" in so, f"--help:\n{so}")
+    check(rc == 0 and "--step-sleep MS" in so and "--deadline-reserve S" in so and "--hold" in so,
+          f"--help:\n{so}")
 finally:
     for p in list(live):
         try:

@@ -7,11 +7,13 @@
 # 1. starts a private single-node Slurm in OUTDIR/slurm (jobs/slurm/local-slurm.sh; always stopped
 #    on exit, and by its watcher should this script be killed);
 # 2. submits jobs/slurm/demo-mpirun.sbatch (or demo-srun.sbatch: srun --mpi=pmix) on 2 tasks, a
-#    small model slowed down by --step-sleep to run ~10 s;
+#    small model that holds at its first checkpoint (epoch 0, step 5) until it is preempted
+#    (--hold: the signal cannot come too late, however slow the machine);
 # 3. once it is RUNNING and has committed a checkpoint, preempts it: scancel --signal=USR1 --batch;
 # 4. checks that it took its final checkpoint (`preempted epoch=E step=T`, the latest in `mpickpt
 #    list`), requeued itself (PENDING, Restarts=1), then (StartTime=now, 2 s after the requeue,
-#    skips the rest of the cred_expire wait) ran again with SLURM_RESTART_COUNT=1, resumed at exactly E/T, verified every value, finished
+#    skips the rest of the cred_expire wait) ran again with SLURM_RESTART_COUNT=1 (a resumed run
+#    does not hold), resumed at exactly E/T = 0/5, verified every value, finished
 #    (`done`), and the job COMPLETED with exit code 0. No accounting (sacct) is needed.
 # Needs root and the packages of `jobs/deps.sh slurm`.
 set -uo pipefail
@@ -86,7 +88,7 @@ export SLURM_CONF
 
 # The job's settings (sbatch passes this environment on).
 export DEMO_DIR=$out/demo MPICKPT_BUILD_DIR=$MPICKPT_BINARY_DIR
-export DEMO_ARGS="--epochs 3 --steps-per-epoch 10 --ckpt-every 5 --keep 3 --mb 1 --step-sleep 300"
+export DEMO_ARGS="--epochs 3 --steps-per-epoch 10 --ckpt-every 5 --keep 3 --mb 1 --hold"
 unset MPICKPT_DEADLINE SLURM_JOB_END_TIME
 log=$out/job.out
 job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script") || {
@@ -123,6 +125,7 @@ pre=$(grep -E '^preempted epoch=[0-9]+ step=[0-9]+ reason=signal$' "$log" | head
 E=$(sed -E 's/^preempted epoch=([0-9]+) step=([0-9]+).*/\1/' <<<"$pre")
 T=$(sed -E 's/^preempted epoch=([0-9]+) step=([0-9]+).*/\2/' <<<"$pre")
 check "$([ -n "$pre" ]; echo $?)" "no 'preempted epoch=E step=T reason=signal' line in $log"
+check "$([ "$E $T" = "0 5" ]; echo $?)" "preempted at epoch=$E step=$T, expected the held first checkpoint 0 5"
 if [ $ok = 1 ]; then
   # Between the two runs: the checkpoint of the preempted step is the latest committed one.
   latest=$(listing)

@@ -2,7 +2,7 @@
  * CLI and foreign-reader tests (tests/scripts/test_cli.sh recomputes every value in Python, so
  * keep the formulas there in sync with these).
  *
- *   make_ckpt PREFIX [--counter N] [--epoch E] [--step S]
+ *   make_ckpt PREFIX [--counter N] [--epoch E] [--step S] [--name NAME]...
  *
  * Tensors (i is the row-major flat index):
  *   dtype/float16 [3,5]       (i - 7) * 0.5
@@ -26,6 +26,8 @@
  *   partitioned/cols [3,8]    int16 i - 12, as 2 pieces: columns 0-2 and 3-7
  *   weird "name" \ 100% /é [3] int32 -1000 i
  *   "ctrl/tab\there\nnewline\x01\x1f\x7f" [2] int8 {1, -1}  (control characters in a name)
+ *   NAME [2] int32 {k, -k}    for the k-th --name option (k = 1, 2, ...): any bytes the caller
+ *                             wants in a name, valid UTF-8 or not (test_cli_hostile.py)
  */
 #include "mpickpt/checkpoint.h"
 
@@ -240,13 +242,31 @@ static void add_special(void)
     add_full(CTRL_NAME, CKPT_INT8, &s2, ctrl);
 }
 
-/* Parses "--name VALUE" options into opts; returns 0 or -1 on bad usage. */
+/* Adds the tensors of the --name options, in their order. */
+static void add_named(int argc, char **argv)
+{
+    int32_t k = 0;
+    int64_t d2[] = {2};
+    ckpt_shape s2 = make_shape(1, d2);
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--name") != 0)
+            continue;
+        k++;
+        int32_t v[2] = {k, -k};
+        add_full(argv[i + 1], CKPT_INT32, &s2, v);
+    }
+}
+
+/* Parses "--option VALUE" pairs into opts (--name is added by add_named()); returns 0 or -1 on
+ * bad usage. */
 static int parse_options(int argc, char **argv, ckpt_writer_options *opts)
 {
     for (int i = 2; i < argc; i += 2) {
         char *end;
         if (i + 1 >= argc)
             return -1;
+        if (strcmp(argv[i], "--name") == 0)
+            continue;
         long long v = strtoll(argv[i + 1], &end, 10);
         if (*argv[i + 1] == '\0' || *end != '\0')
             return -1;
@@ -266,13 +286,15 @@ int main(int argc, char **argv)
 {
     ckpt_writer_options opts = CKPT_WRITER_OPTIONS_INIT;
     if (argc < 2 || parse_options(argc, argv, &opts) != 0) {
-        fprintf(stderr, "usage: make_ckpt PREFIX [--counter N] [--epoch E] [--step S]\n");
+        fprintf(stderr, "usage: make_ckpt PREFIX [--counter N] [--epoch E] [--step S] "
+                        "[--name NAME]...\n");
         return 2;
     }
     must(ckpt_writer_open(&writer, argv[1], &opts), argv[1]);
     add_floats();
     add_integers();
     add_special();
+    add_named(argc, argv);
     must(ckpt_writer_commit(writer), "commit");
     ckpt_writer_free(writer);
     return 0;

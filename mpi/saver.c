@@ -127,6 +127,14 @@ static double now_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Durations are measured on the monotonic clock: a clock step (NTP) cannot make one negative. */
+static double mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* ---- create / free / registration ------------------------------------------------------------ */
 
 int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts)
@@ -1751,7 +1759,7 @@ static int run_job(save_job *j)
     ckpt_saver *s = j->s;
     save_ctx *c = &j->c;
     int rc, local;
-    double t0 = now_seconds();
+    double t0 = mono_seconds();
 
     /* the temp dirs and space first, agreed by every rank before any HDF5 call */
     int rfd = -1;
@@ -1778,13 +1786,13 @@ static int run_job(save_job *j)
         local = write_per_rank(s, c);
         ckpt__h5_unlock();
     }
-    double t1 = now_seconds();
+    double t1 = mono_seconds();
     /* agree */
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "agree");
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK)
         goto out;
-    double t2 = now_seconds();
+    double t2 = mono_seconds();
 
     /* merge */
     local = s->rank == 0 ? CKPT_OK : ckpt__fault(s->rank, "merge");
@@ -1824,7 +1832,7 @@ static int run_job(save_job *j)
         local = ckpt__error(CKPT_ETIMEDOUT, "rank %d: the saver was closed before this save "
                                             "finished; it was not committed",
                             s->rank);
-    double t3 = now_seconds();
+    double t3 = mono_seconds();
     rc = ckpt_mpi_agree(c->comm, local);
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
@@ -1835,7 +1843,7 @@ static int run_job(save_job *j)
     }
     ckpt__index_merged_free(&idx);
     free_frags(frags, frag_arena);
-    double t4 = now_seconds();
+    double t4 = mono_seconds();
     j->t_write = t1 - t0;
     j->t_agree = t2 - t1;
     j->t_merge = t3 - t2;
@@ -1856,7 +1864,7 @@ static int run_job(save_job *j)
         /* metrics: the maximum over ranks of each phase, the sum of the bytes; a sync save
          * blocked its caller for all of it */
         if (!s->async)
-            j->t_block = now_seconds() - j->t_start;
+            j->t_block = mono_seconds() - j->t_start;
         double mine[5] = { j->t_block, j->t_write, j->t_agree, j->t_merge, j->t_commit }, mx[5];
         uint64_t total = 0;
         if (MPI_Allreduce(mine, mx, 5, MPI_DOUBLE, MPI_MAX, c->comm) == MPI_SUCCESS &&
@@ -1993,13 +2001,13 @@ static int wait_job(ckpt_saver *s, double timeout)
 /* Runs a prepared job inline (sync) or hands it to the writer thread (async). */
 static int start_job(ckpt_saver *s, save_job *j)
 {
-    j->t_block = now_seconds() - j->t_start;
+    j->t_block = mono_seconds() - j->t_start;
     j->since_prev = s->last_save_start > 0 ? j->t_start - s->last_save_start : 0.0;
     if (!s->async) {
         int rc = run_job(j);
         if (rc == CKPT_OK && j->counter > s->counter)
             s->counter = j->counter;
-        j->t_block = now_seconds() - j->t_start;
+        j->t_block = mono_seconds() - j->t_start;
         s->last_save_start = j->t_start;
         free_job(j);
         return rc;
@@ -2021,7 +2029,7 @@ static int start_job(ckpt_saver *s, save_job *j)
 int ckpt__saver_save_hook(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
                           int64_t counter, ckpt__commit_hook hook, void *payload)
 {
-    double t_start = now_seconds();
+    double t_start = mono_seconds();
     /* At most one save in flight: wait for the previous one; its failure is this call's error. */
     int rc = wait_job(s, -1);
     if (rc == CKPT_OK)

@@ -1,3 +1,4 @@
+#include "env.h"
 #include "internal.h"
 #include "mpickpt/log.h"
 
@@ -11,18 +12,13 @@ static void *g_payload;
 static int g_level = -1; /* -1: not set yet, read MPICKPT_LOG on first use */
 static int g_rank = -1;
 
+/* A bad MPICKPT_LOG is reported by ckpt_saver_create() and the tool (ckpt__env_log_level); the
+ * logger itself, which cannot fail, then keeps the default level. */
 static int env_level(void)
 {
-    const char *e = getenv("MPICKPT_LOG");
-    if (!e)
-        return CKPT_LOG_WARN;
-    if (!strcmp(e, "error"))
-        return CKPT_LOG_ERROR;
-    if (!strcmp(e, "info"))
-        return CKPT_LOG_INFO;
-    if (!strcmp(e, "debug"))
-        return CKPT_LOG_DEBUG;
-    return CKPT_LOG_WARN;
+    int level;
+    ckpt__log_level_parse(&level);
+    return level;
 }
 
 void ckpt_log_set(ckpt_log_cb cb, ckpt_log_level level, void *payload)

@@ -1,5 +1,6 @@
 #include "mpi_internal.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,31 +16,60 @@ int ckpt__mpi_error(int mpi_rc, const char *what)
     return ckpt__error(CKPT_EMPI, "%s failed: %s", what, text);
 }
 
-int ckpt__fault(int rank, const char *step)
+/* Parses MPICKPT_FAULT strictly: "<rank>:<step>" or "<rank>:<step>:kill", step one of the
+ * protocol's. CKPT_OK with *target = -1 when unset. */
+int ckpt__fault_spec(int *target, char *step, size_t step_size, int *kill)
 {
+    static const char *const steps[] = { "plan", "write", "agree", "merge", "commit" };
     const char *spec = getenv("MPICKPT_FAULT");
+    *target = -1;
+    *kill = 0;
+    step[0] = '\0';
     if (!spec || !*spec)
         return CKPT_OK;
     char buf[128];
-    snprintf(buf, sizeof buf, "%s", spec);
-    char *colon = strchr(buf, ':');
-    if (!colon)
-        return CKPT_OK;
-    *colon = '\0';
-    char *end = NULL;
-    long target = strtol(buf, &end, 10);
-    if (end == buf || *end || target != rank)
-        return CKPT_OK;
-    char *what = colon + 1, *mode = strchr(what, ':');
-    if (mode)
+    int n = snprintf(buf, sizeof buf, "%s", spec);
+    char *colon = strchr(buf, ':'), *end = NULL;
+    int ok = n > 0 && (size_t)n < sizeof buf && colon && colon != buf;
+    long t = -1;
+    if (ok) {
+        *colon = '\0';
+        errno = 0;
+        t = strtol(buf, &end, 10);
+        ok = !errno && *end == '\0' && t >= 0 && t <= 0x7fffffffL && buf[0] != '-' &&
+             buf[0] != '+' && buf[0] != ' ';
+    }
+    char *what = ok ? colon + 1 : NULL, *mode = what ? strchr(what, ':') : NULL;
+    if (mode) {
         *mode++ = '\0';
-    if (strcmp(what, step) != 0)
-        return CKPT_OK;
-    if (mode && strcmp(mode, "kill") == 0) {
+        ok = strcmp(mode, "kill") == 0;
+    }
+    int known = 0;
+    for (size_t i = 0; ok && i < CKPT__ARRAY_LEN(steps); i++)
+        known |= strcmp(what, steps[i]) == 0;
+    if (!ok || !known)
+        return ckpt__error(CKPT_EINVAL,
+                           "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill] with a step among "
+                           "plan, write, agree, merge, commit",
+                           spec);
+    *target = (int)t;
+    *kill = mode != NULL;
+    snprintf(step, step_size, "%s", what);
+    return CKPT_OK;
+}
+
+int ckpt__fault(int rank, const char *step)
+{
+    int target, kill;
+    char at[16];
+    int rc = ckpt__fault_spec(&target, at, sizeof at, &kill);
+    if (rc != CKPT_OK || target != rank || strcmp(at, step) != 0)
+        return rc;
+    if (kill) {
         fprintf(stderr, "[mpickpt rank %d] MPICKPT_FAULT: killing this rank at %s\n", rank, step);
         fflush(stderr);
         raise(SIGKILL);
     }
     return ckpt__error(CKPT_EIO, "injected fault at %s on rank %d (MPICKPT_FAULT=%s)", step, rank,
-                       spec);
+                       getenv("MPICKPT_FAULT"));
 }

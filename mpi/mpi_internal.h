@@ -17,6 +17,10 @@ int ckpt__mpi_error(int mpi_rc, const char *what);
  * "<rank>:<step>:kill" makes it die with SIGKILL there. Returns CKPT_OK when not targeted.
  */
 int ckpt__fault(int rank, const char *step);
+/* MPICKPT_FAULT parsed strictly (CKPT_EINVAL naming the value when malformed); *target = -1 when
+ * unset. ckpt__fault() returns that error too, so a malformed value fails the save it was meant
+ * for instead of silently injecting nothing. */
+int ckpt__fault_spec(int *target, char *step, size_t step_size, int *kill);
 
 /* Saver internals the manager needs. */
 struct ckpt_saver;

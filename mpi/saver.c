@@ -11,6 +11,7 @@
 #include "mpickpt/saver.h"
 
 #include "arena.h"
+#include "env.h"
 #include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
@@ -100,6 +101,7 @@ struct ckpt_saver {
     } *borrowers;
     size_t nborrowers;
     int hook_running;
+    int reserve; /* the up-front space reservation (MPICKPT_RESERVE), decided by rank 0 */
 };
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -137,6 +139,87 @@ static double mono_seconds(void)
 
 /* ---- create / free / registration ------------------------------------------------------------ */
 
+/* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */
+enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_N };
+
+/* This rank's settings from its options (they win) and its environment, every variable parsed
+ * strictly; MPICKPT_LOG and MPICKPT_FAULT are checked here too, so that a typo fails the job at
+ * its start. */
+static int local_settings(const ckpt_saver_options *o, int64_t *set)
+{
+    static const char *const layouts[] = { "per-rank", "shared" };
+    static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED };
+    int layout, async, reserve, level, target, kill;
+    int64_t pack;
+    char step[16];
+    int rc;
+    if ((rc = ckpt__env_choice(&layout, "MPICKPT_LAYOUT", layouts, layout_values, 2,
+                               CKPT_LAYOUT_PER_RANK)) ||
+        (rc = ckpt__env_bool(&async, "MPICKPT_ASYNC", 0)) ||
+        (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
+        (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
+                              CKPT_PACK_MAX_BYTES_DEFAULT)) ||
+        (rc = ckpt__env_log_level(&level)) ||
+        (rc = ckpt__fault_spec(&target, step, sizeof step, &kill)))
+        return rc;
+    if (o->layout != CKPT_LAYOUT_UNKNOWN && o->layout != CKPT_LAYOUT_SHARED &&
+        o->layout != CKPT_LAYOUT_PER_RANK)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown layout %d", (int)o->layout);
+    set[SET_LAYOUT] = o->layout != CKPT_LAYOUT_UNKNOWN ? (int64_t)o->layout : (int64_t)layout;
+    set[SET_ASYNC] = o->async != 0 || async;
+    set[SET_COLLECTIVE] = o->collective_io != 0;
+    /* MPICKPT_PACK_BYTES=0: never pack */
+    set[SET_PACK] = o->pack_max_bytes != 0 ? o->pack_max_bytes : pack > 0 ? pack : -1;
+    set[SET_SHARD] = o->max_shard_bytes;
+    set[SET_RESERVE] = reserve;
+    return CKPT_OK;
+}
+
+/*
+ * Settings that decide which collective path a save takes (layout, async, collective I/O, packing,
+ * sharding, the space reservation) must be the same on every rank, or one rank ends up in the
+ * shared writer's collective H5Fcreate while another writes its own file. Rank 0 decides and
+ * broadcasts: options that differ from rank 0's are a programming error (CKPT_EMISMATCH on every
+ * rank); a rank whose environment differs is told and follows rank 0. Collective.
+ */
+static int decide_settings(ckpt_saver *s)
+{
+    int64_t mine[SET_N], buf[2 * SET_N];
+    int local = local_settings(&s->opts, mine);
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK)
+        return rc;
+    const ckpt_saver_options *o = &s->opts;
+    int64_t raw[SET_N] = { o->layout, o->async != 0, o->collective_io != 0, o->pack_max_bytes,
+                           o->max_shard_bytes, 0 };
+    memcpy(buf, raw, sizeof raw);
+    memcpy(buf + SET_N, mine, sizeof mine);
+    if (MPI_Bcast(buf, 2 * SET_N, MPI_INT64_T, 0, s->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the saver's settings failed");
+    static const char *const what[SET_N] = { "layout", "async", "collective_io",
+                                             "pack_max_bytes", "max_shard_bytes", "reserve" };
+    for (int i = 0; i < SET_N - 1 && local == CKPT_OK; i++)
+        if (raw[i] != buf[i])
+            local = ckpt__error(CKPT_EMISMATCH,
+                                "rank %d: ckpt_saver_options.%s is %lld, rank 0 passed %lld (the "
+                                "options must be the same on every rank)",
+                                s->rank, what[i], (long long)raw[i], (long long)buf[i]);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        return rc;
+    for (int i = 0; i < SET_N; i++)
+        if (mine[i] != buf[SET_N + i])
+            ckpt__log(CKPT_LOG_WARN, "rank %d: MPICKPT_* environment gives %s = %lld, rank 0's "
+                                     "gives %lld: using rank 0's",
+                      s->rank, what[i], (long long)mine[i], (long long)buf[SET_N + i]);
+    s->layout = (ckpt_layout)buf[SET_N + SET_LAYOUT];
+    s->async = (int)buf[SET_N + SET_ASYNC];
+    s->opts.collective_io = (int)buf[SET_N + SET_COLLECTIVE];
+    s->opts.pack_max_bytes = buf[SET_N + SET_PACK];
+    s->opts.max_shard_bytes = buf[SET_N + SET_SHARD];
+    s->reserve = (int)buf[SET_N + SET_RESERVE];
+    return CKPT_OK;
+}
+
 int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts)
 {
     *out = NULL;
@@ -172,21 +255,17 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     if (opts) /* a version-1 caller's struct ends before pack_max_bytes */
         memcpy(&s->opts, opts,
                opts->version >= 2 ? sizeof *opts : offsetof(ckpt_saver_options, pack_max_bytes));
-    if (s->opts.pack_max_bytes == 0) {
-        const char *penv = getenv("MPICKPT_PACK_BYTES");
-        char *end = NULL;
-        long long v = penv && *penv ? strtoll(penv, &end, 10) : 0;
-        if (end && *end == '\0') /* MPICKPT_PACK_BYTES=0: never pack */
-            s->opts.pack_max_bytes = v > 0 ? (int64_t)v : -1;
-        else
-            s->opts.pack_max_bytes = CKPT_PACK_MAX_BYTES_DEFAULT;
-    }
     s->async_comm = MPI_COMM_NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);
-    const char *aenv = getenv("MPICKPT_ASYNC");
-    s->async = s->opts.async != 0 || (aenv && strcmp(aenv, "1") == 0);
+    if ((rc = decide_settings(s)) != CKPT_OK) {
+        MPI_Comm_free(&s->comm);
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        free(s);
+        return rc;
+    }
     if (s->async) {
         /* The writer thread makes MPI calls while the application makes its own. */
         int level = MPI_THREAD_SINGLE;
@@ -215,12 +294,6 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
             return rc;
         }
     }
-    s->layout = s->opts.layout;
-    const char *env = getenv("MPICKPT_LAYOUT");
-    if (s->layout == CKPT_LAYOUT_UNKNOWN && env && strcmp(env, "shared") == 0)
-        s->layout = CKPT_LAYOUT_SHARED;
-    if (s->layout == CKPT_LAYOUT_UNKNOWN)
-        s->layout = CKPT_LAYOUT_PER_RANK;
     s->dirty = 1;
     mpickpt__index__init(&s->plan);
     *out = s;
@@ -1701,8 +1774,7 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
 static int reserve_space(ckpt_saver *s, save_ctx *c, int *fd)
 {
     *fd = -1;
-    const char *env = getenv("MPICKPT_RESERVE");
-    if (env && strcmp(env, "0") == 0)
+    if (!s->reserve)
         return CKPT_OK;
     uint64_t need = 0;
     for (size_t j = 0; j < s->npieces; j++)

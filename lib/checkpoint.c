@@ -784,6 +784,30 @@ out:
     return CKPT_OK;
 }
 
+/* Every piece located without reading its bytes: its data file opened, its dataset opened and
+ * checked (how it is stored, its type, its extent), as a read would before reading. */
+static int reader_check_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    int bad = 0;
+    for (size_t i = 0; i < r->idx->n_tensors; i++) {
+        const Mpickpt__Tensor *t = r->idx->tensors[i];
+        for (size_t j = 0; j < t->n_pieces; j++) {
+            piece_loc loc;
+            int rc = locate_piece(r, t, t->pieces[j], &loc);
+            if (rc != CKPT_OK) {
+                bad++;
+                const ckpt_error *e = ckpt_error_last();
+                if (cb && cb(t->name, j, t->pieces[j]->file, rc, e ? e->message : "", payload))
+                    goto out;
+            }
+        }
+    }
+out:
+    if (bad)
+        return ckpt__error(CKPT_ECORRUPT, "%s: %d bad piece(s)", r->index_path, bad);
+    return CKPT_OK;
+}
+
 static void reader_free_impl(ckpt_reader *r)
 {
     if (!r)
@@ -846,6 +870,14 @@ int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
 {
     ckpt__h5_lock();
     int rc = reader_verify_impl(r, cb, payload);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt_reader_check(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    ckpt__h5_lock();
+    int rc = reader_check_impl(r, cb, payload);
     ckpt__h5_unlock();
     return rc;
 }

@@ -189,6 +189,17 @@ typedef int (*ckpt_verify_cb)(const char *tensor, size_t piece, const char *file
  */
 CKPT_EXTERN int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload);
 
+/**
+ * Checks every piece of every tensor without reading its values: its data file opens, and its
+ * dataset is stored the way the format writes it (see docs/format.md: contiguous, unfiltered,
+ * in the data file itself, reached through hard links only) with the dtype and an extent that
+ * holds the piece. Reads HDF5 metadata only, so it costs about one dataset open per piece, not a
+ * pass over the data; ckpt_reader_read() and ckpt_reader_verify() make the same checks before
+ * reading. Returns CKPT_OK when all are good, else CKPT_ECORRUPT (after reporting each bad piece
+ * through @p cb, which may be NULL; return non-zero from it to stop).
+ */
+CKPT_EXTERN int ckpt_reader_check(ckpt_reader *r, ckpt_verify_cb cb, void *payload);
+
 /** Closes the reader. NULL is a no-op. */
 CKPT_EXTERN void ckpt_reader_free(ckpt_reader *r);
 

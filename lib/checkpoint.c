@@ -256,15 +256,18 @@ static void close_ds(ckpt_reader *r)
     r->ds_name = NULL;
 }
 
-/* Opens dataset `name` of file slot `slot` unless it is the one open already. */
+/* Opens dataset `name` of file slot `slot` unless it is the one open already. Only a dataset
+ * stored the way the format writes it opens (ckpt__h5_open_dataset: hard links, contiguous, in
+ * the data file itself), so every read of it, pread or H5Dread, reads that file and no other. */
 static int open_ds(ckpt_reader *r, size_t slot, const char *name)
 {
     if (r->ds >= 0 && r->ds_slot == slot && strcmp(r->ds_name, name) == 0)
         return CKPT_OK;
     close_ds(r);
-    hid_t d = H5Dopen2(r->files[slot], name, H5P_DEFAULT);
-    if (d < 0)
-        return ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s", name);
+    hid_t d;
+    int rc = ckpt__h5_open_dataset(&d, r->files[slot], name, r->idx->files[slot]->name);
+    if (rc != CKPT_OK)
+        return rc;
     hid_t space = H5Dget_space(d);
     int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
     if (nd < 0 || nd > CKPT_MAX_DIMS || H5Sget_simple_extent_dims(space, r->ds_dims, NULL) != nd) {

@@ -173,8 +173,9 @@ CKPT_EXTERN int ckpt_reader_piece_packing(int *packed, uint64_t *pack_offset,
  * assembled from every stored piece that overlaps it. Each overlapping piece is read whole and
  * checked against its CRC-32C before any of its bytes are used.
  * Errors: CKPT_ENOTFOUND (no such tensor), CKPT_EMISMATCH (dtype differs), CKPT_EINVAL (slice
- * outside the shape or out_size wrong), CKPT_ECORRUPT (checksum or HDF5 failure; names the
- * tensor, piece and file).
+ * outside the shape or out_size wrong), CKPT_ECORRUPT (checksum or HDF5 failure, or a dataset
+ * not stored the way the format writes it, e.g. external storage or a link to another file, which
+ * is refused before any of its bytes are read; names the tensor, piece and file).
  */
 CKPT_EXTERN int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype,
                                  const ckpt_slice *slice, void *out, size_t out_size);

@@ -319,15 +319,18 @@ static void close_ds(ckpt_reader *r)
     r->ds_name = NULL;
 }
 
-/* Opens dataset `name` of file slot `slot` unless it is the one open already. */
+/* Opens dataset `name` of file slot `slot` unless it is the one open already. Only a dataset
+ * stored the way the format writes it opens (ckpt__h5_open_dataset: hard links, contiguous, in
+ * the data file itself), so every read of it, pread or H5Dread, reads that file and no other. */
 static int open_ds(ckpt_reader *r, size_t slot, const char *name)
 {
     if (r->ds >= 0 && r->ds_slot == slot && strcmp(r->ds_name, name) == 0)
         return CKPT_OK;
     close_ds(r);
-    hid_t d = H5Dopen2(r->files[slot], name, H5P_DEFAULT);
-    if (d < 0)
-        return ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s", name);
+    hid_t d;
+    int rc = ckpt__h5_open_dataset(&d, r->files[slot], name, r->idx->files[slot]->name);
+    if (rc != CKPT_OK)
+        return rc;
     hid_t space = H5Dget_space(d);
     int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
     if (nd < 0 || nd > CKPT_MAX_DIMS || H5Sget_simple_extent_dims(space, r->ds_dims, NULL) != nd) {
@@ -861,6 +864,30 @@ out:
     return CKPT_OK;
 }
 
+/* Every piece located without reading its bytes: its data file opened, its dataset opened and
+ * checked (how it is stored, its type, its extent), as a read would before reading. */
+static int reader_check_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    int bad = 0;
+    for (size_t i = 0; i < r->idx->n_tensors; i++) {
+        const Mpickpt__Tensor *t = r->idx->tensors[i];
+        for (size_t j = 0; j < t->n_pieces; j++) {
+            piece_loc loc;
+            int rc = locate_piece(r, t, t->pieces[j], &loc);
+            if (rc != CKPT_OK) {
+                bad++;
+                const ckpt_error *e = ckpt_error_last();
+                if (cb && cb(t->name, j, t->pieces[j]->file, rc, e ? e->message : "", payload))
+                    goto out;
+            }
+        }
+    }
+out:
+    if (bad)
+        return ckpt__error(CKPT_ECORRUPT, "%s: %d bad piece(s)", r->index_path, bad);
+    return CKPT_OK;
+}
+
 static void reader_free_impl(ckpt_reader *r)
 {
     if (!r)
@@ -924,6 +951,14 @@ int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
 {
     ckpt__h5_lock();
     int rc = reader_verify_impl(r, cb, payload);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt_reader_check(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+{
+    ckpt__h5_lock();
+    int rc = reader_check_impl(r, cb, payload);
     ckpt__h5_unlock();
     return rc;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static pthread_once_t h5_once = PTHREAD_ONCE_INIT;
@@ -358,6 +359,136 @@ cleanup:
 int ckpt__h5_check(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel)
 {
     return check_dataset(dset, dtype, sel);
+}
+
+static const char *link_kind(H5L_type_t t)
+{
+    switch (t) {
+    case H5L_TYPE_SOFT: return "a soft link";
+    case H5L_TYPE_EXTERNAL: return "an external link";
+    default: return "a user-defined link";
+    }
+}
+
+/* Checks that every link of `path` is a hard link, from the root down, so that no lookup ever
+ * follows anything else: H5Lget_info() traverses the links before the last one of the name it
+ * is given (each already checked here) and reports the last one without following it. */
+static int check_links(hid_t file, const char *path, const char *fname)
+{
+    size_t len = strlen(path);
+    char *prefix = malloc(len + 1);
+    if (!prefix)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    memcpy(prefix, path, len + 1);
+    int rc = CKPT_OK;
+    for (size_t i = 1, start = 1; i <= len && rc == CKPT_OK; i++) {
+        if (path[i] != '/' && path[i] != '\0')
+            continue;
+        size_t n = i - start;
+        const char *comp = path + start;
+        start = i + 1;
+        if (n == 0)
+            continue; /* "//" is one separator for HDF5 */
+        if ((n == 1 && comp[0] == '.') || (n == 2 && comp[0] == '.' && comp[1] == '.')) {
+            rc = ckpt__error(CKPT_ECORRUPT, "dataset path %s in %s has a '%.*s' component", path,
+                             fname, (int)n, comp);
+            break;
+        }
+        prefix[i] = '\0';
+        H5L_info_t li;
+        if (H5Lget_info(file, prefix, &li, H5P_DEFAULT) < 0)
+            rc = ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s in %s", path, fname);
+        else if (li.type != H5L_TYPE_HARD && i == len)
+            rc = ckpt__error(CKPT_ECORRUPT,
+                             "dataset %s in %s is %s; mpickpt follows only hard links", path, fname,
+                             link_kind(li.type));
+        else if (li.type != H5L_TYPE_HARD)
+            rc = ckpt__error(CKPT_ECORRUPT,
+                             "dataset %s in %s: its group %s is %s; mpickpt follows only hard "
+                             "links",
+                             path, fname, prefix, link_kind(li.type));
+        prefix[i] = path[i];
+    }
+    free(prefix);
+    return rc;
+}
+
+/* Checks, from the dataset's creation properties only, that its raw data is one contiguous
+ * extent of its own file, unfiltered. */
+static int check_storage(hid_t dset, const char *path, const char *fname)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
+    if (dcpl < 0)
+        return ckpt__h5_error(CKPT_ECORRUPT, "creation properties of dataset %s in %s", path,
+                              fname);
+    int rc = CKPT_OK;
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    int nfilters = H5Pget_nfilters(dcpl);
+    int nexternal = H5Pget_external_count(dcpl);
+    if (layout < 0 || nfilters < 0 || nexternal < 0)
+        rc = ckpt__h5_error(CKPT_ECORRUPT, "creation properties of dataset %s in %s", path, fname);
+    else if (layout == H5D_VIRTUAL)
+        rc = ckpt__error(CKPT_ECORRUPT,
+                         "dataset %s in %s is a virtual dataset (its data is in other files); "
+                         "mpickpt reads only data stored in the file itself",
+                         path, fname);
+    else if (layout == H5D_CHUNKED || layout == H5D_COMPACT)
+        rc = ckpt__error(CKPT_ECORRUPT,
+                         "dataset %s in %s has a %s layout%s; mpickpt reads only contiguous "
+                         "datasets",
+                         path, fname, layout == H5D_CHUNKED ? "chunked" : "compact",
+                         nfilters > 0 ? " with filters" : "");
+    else if (layout != H5D_CONTIGUOUS)
+        rc = ckpt__error(CKPT_ECORRUPT, "dataset %s in %s has an unknown layout (%d)", path, fname,
+                         (int)layout);
+    else if (nexternal != 0)
+        rc = ckpt__error(CKPT_ECORRUPT,
+                         "dataset %s in %s has external storage; mpickpt reads only data stored "
+                         "in the file itself",
+                         path, fname);
+    else if (nfilters != 0)
+        rc = ckpt__error(CKPT_ECORRUPT,
+                         "dataset %s in %s has filters; mpickpt reads only unfiltered datasets",
+                         path, fname);
+    H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return rc;
+}
+
+int ckpt__h5_open_dataset(hid_t *out, hid_t file, const char *path, const char *fname)
+{
+    *out = H5I_INVALID_HID;
+    if (path[0] != '/')
+        return ckpt__error(CKPT_ECORRUPT, "dataset path %s in %s is not absolute", path, fname);
+    int rc = check_links(file, path, fname);
+    if (rc != CKPT_OK)
+        return rc;
+    /* Every link is hard: this looks at an object header of `file` itself. */
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t oi;
+    herr_t hr = H5Oget_info_by_name3(file, path, &oi, H5O_INFO_BASIC, H5P_DEFAULT);
+#else
+    H5O_info_t oi;
+    herr_t hr = H5Oget_info_by_name2(file, path, &oi, H5O_INFO_BASIC, H5P_DEFAULT);
+#endif
+    if (hr < 0)
+        return ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s in %s", path, fname);
+    if (oi.type != H5O_TYPE_DATASET)
+        return ckpt__error(CKPT_ECORRUPT, "dataset %s in %s is %s, not a dataset", path, fname,
+                           oi.type == H5O_TYPE_GROUP            ? "a group"
+                           : oi.type == H5O_TYPE_NAMED_DATATYPE ? "a named datatype"
+                                                                : "an unknown object");
+    /* Opening reads the dataset's own header: no external file, FIFO or source dataset of a
+     * virtual one is opened until its data or (for a virtual one) its extent is asked for. */
+    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+    if (d < 0)
+        return ckpt__h5_error(CKPT_ECORRUPT, "no dataset %s in %s", path, fname);
+    if ((rc = check_storage(d, path, fname)) != CKPT_OK) {
+        H5Dclose(d);
+        return rc;
+    }
+    *out = d;
+    return CKPT_OK;
 }
 
 int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size)

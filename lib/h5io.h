@@ -52,6 +52,20 @@ int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char
  * to write); `dxpl` may be H5P_DEFAULT. */
 int ckpt__h5_write(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, const void *buf, hid_t dxpl);
 
+/*
+ * Opens dataset `path` (absolute, e.g. "/tensors/w" or "/packs/rank-3") of `file`, a data file
+ * named `fname` in messages, accepting only what the format writes: every link on the path (the
+ * group's and the dataset's) a hard link, the object a dataset, and its creation properties a
+ * contiguous layout with no external storage and no filter. Anything else (soft, external or
+ * user-defined links, a group, virtual, chunked or compact datasets, external storage, filters)
+ * is CKPT_ECORRUPT naming the file, the path and what was found, before HDF5 is asked anything
+ * that could open another file (links are looked at with H5Lget_info, which does not follow the
+ * last one; the layout is checked before any H5Dget_space). A dataset that passes keeps its raw
+ * data in `file` itself: H5Dread and pread at H5Dget_offset can read nothing else.
+ * On success *out is the open dataset (the caller closes it).
+ */
+int ckpt__h5_open_dataset(hid_t *out, hid_t file, const char *path, const char *fname);
+
 /* Reads the box `sel` of `dset` into `buf`. Checks first that the dataset's rank and HDF5 type are
  * what the index says and that the box lies inside its extent (CKPT_ECORRUPT otherwise). */
 int ckpt__h5_read(hid_t dset, ckpt_dtype dtype, const ckpt_slice *sel, void *buf, hid_t dxpl);

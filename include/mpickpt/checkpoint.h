@@ -173,8 +173,9 @@ CKPT_EXTERN int ckpt_reader_piece_packing(int *packed, uint64_t *pack_offset,
  * assembled from every stored piece that overlaps it. Each overlapping piece is read whole and
  * checked against its CRC-32C before any of its bytes are used.
  * Errors: CKPT_ENOTFOUND (no such tensor), CKPT_EMISMATCH (dtype differs), CKPT_EINVAL (slice
- * outside the shape or out_size wrong), CKPT_ECORRUPT (checksum or HDF5 failure; names the
- * tensor, piece and file).
+ * outside the shape or out_size wrong), CKPT_ECORRUPT (checksum or HDF5 failure, or a dataset
+ * not stored the way the format writes it, e.g. external storage or a link to another file, which
+ * is refused before any of its bytes are read; names the tensor, piece and file).
  */
 CKPT_EXTERN int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype,
                                  const ckpt_slice *slice, void *out, size_t out_size);
@@ -188,6 +189,17 @@ typedef int (*ckpt_verify_cb)(const char *tensor, size_t piece, const char *file
  * are good, else CKPT_ECORRUPT (after reporting each bad piece through @p cb, which may be NULL).
  */
 CKPT_EXTERN int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload);
+
+/**
+ * Checks every piece of every tensor without reading its values: its data file opens, and its
+ * dataset is stored the way the format writes it (see docs/format.md: contiguous, unfiltered,
+ * in the data file itself, reached through hard links only) with the dtype and an extent that
+ * holds the piece. Reads HDF5 metadata only, so it costs about one dataset open per piece, not a
+ * pass over the data; ckpt_reader_read() and ckpt_reader_verify() make the same checks before
+ * reading. Returns CKPT_OK when all are good, else CKPT_ECORRUPT (after reporting each bad piece
+ * through @p cb, which may be NULL; return non-zero from it to stop).
+ */
+CKPT_EXTERN int ckpt_reader_check(ckpt_reader *r, ckpt_verify_cb cb, void *payload);
 
 /** Closes the reader. NULL is a no-op. */
 CKPT_EXTERN void ckpt_reader_free(ckpt_reader *r);

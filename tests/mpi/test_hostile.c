@@ -1,0 +1,169 @@
+/* Issue 12, "files that lie", at restore: a collective restore of a checkpoint whose data file has
+ * a dataset with external storage in /etc/passwd, the index's sizes and CRC-32Cs rewritten to
+ * match what HDF5 would return for it.
+ *
+ *   mpirun -np N test_hostile OUTDIR
+ *
+ * Each rank registers rows [2r, 2r+2) of "w" (int32 [2N, 8]) and a tensor of its own, "f_r<r>"
+ * (int32 [4]), and saves them (per-rank layout). Then rank 0 rewrites its data file: once with the
+ * small pieces packed (its dataset /packs/rank-0, both of its pieces in it, replaced), once with
+ * packing off (its dataset of "w" replaced). ckpt_saver_restore must fail with CKPT_ECORRUPT and
+ * the same message on every rank, naming the dataset and the external storage; rank 0's buffers
+ * must be untouched and no rank's buffers may hold a run of /etc/passwd's bytes. */
+#include "hostile_h5.h"
+#include "mpi_check.h"
+#include "mpickpt.h"
+#include "mpickpt/saver.h"
+
+#include <string.h>
+
+#define COLS 8
+#define SENTINEL 0x5A
+
+static int g_rank, g_size;
+
+static unsigned long str_hash(const char *s)
+{
+    unsigned long h = 5381;
+    for (; s && *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+/* A collective's status and message must be the same on every rank. */
+static void check_agreed(int rc, const char *what)
+{
+    int v[2] = {rc, -rc}, r[2];
+    MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    CHECK_MSG(r[0] == -r[1], "%s: ranks disagree on the status: min %d max %d (here %d)", what,
+              r[0], -r[1], rc);
+    const ckpt_error *e = ckpt_error_last();
+    unsigned long h = rc == CKPT_OK ? 0 : str_hash(e ? e->message : ""), hmin, hmax;
+    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
+    CHECK_MSG(hmin == hmax, "%s: ranks disagree on the error message; here: %s", what,
+              rc == CKPT_OK ? "(ok)" : (e ? e->message : "(none)"));
+}
+
+/* The data file and dataset that hold rank 0's piece of "w" in the index at `prefix`. */
+static int rank0_dataset(const char *prefix, char *file, size_t fsize, char *dset, size_t dsize)
+{
+    char ipath[4200];
+    snprintf(ipath, sizeof ipath, "%s.index", prefix);
+    Mpickpt__Index *idx = NULL;
+    if (ckpt__index_load(&idx, ipath) != CKPT_OK)
+        return -1;
+    int found = -1;
+    for (size_t i = 0; i < idx->n_tensors && found; i++)
+        for (size_t j = 0; j < idx->tensors[i]->n_pieces && found; j++) {
+            const Mpickpt__Piece *p = idx->tensors[i]->pieces[j];
+            if (strcmp(idx->tensors[i]->name, "w") == 0 && p->rank == 0) {
+                snprintf(file, fsize, "%s", p->file);
+                snprintf(dset, dsize, "%s", p->dataset);
+                found = 0;
+            }
+        }
+    mpickpt__index__free_unpacked(idx, NULL);
+    return found;
+}
+
+static void run_case(const char *outdir, int packed, const uint8_t *secret, size_t slen)
+{
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/ck-%s", outdir, packed ? "packed" : "unpacked");
+    check_case(1, "restore of an external-storage dataset (%s)", packed ? "packed" : "unpacked");
+
+    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
+    o.layout = CKPT_LAYOUT_PER_RANK;
+    o.pack_max_bytes = packed ? 0 : -1;
+    ckpt_saver *s = NULL;
+    CHECK_OK(ckpt_saver_create(&s, MPI_COMM_WORLD, &o));
+    if (!s)
+        return;
+    int32_t w[2 * COLS], f[4];
+    for (int i = 0; i < 2 * COLS; i++)
+        w[i] = (g_rank * 2 * COLS + i) * 10 + 7;
+    for (int i = 0; i < 4; i++)
+        f[i] = -(g_rank * 100 + i);
+    int64_t dw[2] = {2 * (int64_t)g_size, COLS}, df = 4, st[2] = {2 * (int64_t)g_rank, 0};
+    int64_t ct[2] = {2, COLS};
+    ckpt_shape sw, sf;
+    ckpt_slice mine;
+    ckpt_shape_init(&sw, 2, dw);
+    ckpt_shape_init(&sf, 1, &df);
+    ckpt_slice_init(&mine, 2, st, ct);
+    char fname[64];
+    snprintf(fname, sizeof fname, "f_r%d", g_rank);
+    CHECK_OK(ckpt_saver_add_slice(s, "w", CKPT_INT32, &sw, &mine, w));
+    CHECK_OK(ckpt_saver_add_full(s, fname, CKPT_INT32, &sf, f));
+    int rc = ckpt_saver_write(s, prefix, NULL);
+    CHECK_OK(rc);
+    check_agreed(rc, "write");
+
+    /* Rank 0 makes its data file lie; every rank learns whether that worked. */
+    int made = 0;
+    if (g_rank == 0 && rc == CKPT_OK) {
+        char file[256], dset[1024], data[4600], ipath[4200];
+        uint8_t *bytes = NULL;
+        size_t n = 0;
+        snprintf(ipath, sizeof ipath, "%s.index", prefix);
+        made = rank0_dataset(prefix, file, sizeof file, dset, sizeof dset) == 0 &&
+               strncmp(dset, packed ? "/packs/" : "/tensors/", packed ? 7 : 9) == 0;
+        CHECK_MSG(made, "rank 0's piece of w is not where expected (packed %d)", packed);
+        snprintf(data, sizeof data, "%s/%s", outdir, file);
+        made = made && hostile_apply(data, dset, H_EXT_PASSWD, NULL, &bytes, &n) == 0 &&
+               hostile_fix_index(ipath, file, data, dset, bytes, n) == 0;
+        CHECK_MSG(made, "cannot rewrite %s", data);
+        free(bytes);
+    }
+    MPI_Bcast(&made, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (made) {
+        memset(w, SENTINEL, sizeof w);
+        memset(f, SENTINEL, sizeof f);
+        rc = ckpt_saver_restore(s, prefix, NULL, NULL);
+        CHECK_RC(rc, CKPT_ECORRUPT);
+        check_agreed(rc, "restore");
+        const ckpt_error *e = ckpt_error_last();
+        const char *msg = e ? e->message : "";
+        CHECK_MSG(strstr(msg, "has external storage") &&
+                      strstr(msg, packed ? "/packs/rank-0" : "/tensors/w"),
+                  "restore: message should name the dataset and its external storage: %s", msg);
+        CHECK_MSG(!hostile_holds_secret(w, sizeof w, secret, slen, 8) &&
+                      !hostile_holds_secret(f, sizeof f, secret, slen, 8),
+                  "restore left bytes of %s in a registered buffer", HOSTILE_SECRET);
+        if (g_rank == 0) {
+            int untouched = 1;
+            for (size_t i = 0; i < sizeof w; i++)
+                untouched &= ((uint8_t *)w)[i] == SENTINEL;
+            for (size_t i = 0; i < sizeof f; i++)
+                untouched &= ((uint8_t *)f)[i] == SENTINEL;
+            CHECK_MSG(untouched, "restore wrote into rank 0's buffers");
+        }
+    }
+    ckpt_saver_free(s);
+}
+
+int main(int argc, char **argv)
+{
+    check_mpi_init(&argc, &argv, &g_rank, &g_size);
+    if (argc != 2) {
+        if (g_rank == 0)
+            fprintf(stderr, "usage: test_hostile OUTDIR\n");
+        MPI_Finalize();
+        return 2;
+    }
+    size_t slen = 0;
+    uint8_t *secret = hostile_slurp(HOSTILE_SECRET, &slen);
+    CHECK(secret != NULL && slen >= 128);
+    if (secret) {
+        run_case(argv[1], 1, secret, slen);
+        run_case(argv[1], 0, secret, slen);
+        size_t now_len = 0;
+        uint8_t *now = hostile_slurp(HOSTILE_SECRET, &now_len);
+        CHECK_MSG(now && now_len == slen && memcmp(now, secret, slen) == 0, "%s changed",
+                  HOSTILE_SECRET);
+        free(now);
+    }
+    free(secret);
+    return check_mpi_done("test_hostile");
+}

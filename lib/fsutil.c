@@ -569,17 +569,6 @@ static int open_parent(int *dirfd, char *dir, size_t dsize, char *base, size_t b
     return ckpt__ckptdir_open(dirfd, NULL, dir, 0);
 }
 
-int ckpt__fsync_path(const char *path)
-{
-    /* O_NONBLOCK: a FIFO planted under this name must not block the fsync of a directory. */
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt__errno(errno, "open for fsync", path);
-    int rc = ckpt__fsync_fd(fd, path);
-    close(fd);
-    return rc;
-}
-
 int ckpt__fsync_parent(const char *path)
 {
     char dir[4096], base[4096];
@@ -626,17 +615,6 @@ int ckpt__rmtree(const char *path)
     if (rc != CKPT_OK)
         return rc;
     rc = ckpt__rmtree_at(fd, base, dir);
-    close(fd);
-    return rc;
-}
-
-int ckpt__file_size(uint64_t *out, const char *path)
-{
-    char dir[4096], base[4096];
-    int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
-    if (rc != CKPT_OK)
-        return rc;
-    rc = ckpt__stat_regular(out, fd, base, dir);
     close(fd);
     return rc;
 }

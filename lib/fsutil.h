@@ -130,10 +130,7 @@ int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown);
 int ckpt__write_file_atomic(const char *path, const void *data, size_t len);
 int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max);
 int ckpt__rmtree(const char *path); /* a missing path or parent is fine */
-int ckpt__file_size(uint64_t *out, const char *path); /* a regular file only */
 int ckpt__fsync_parent(const char *path);
-/* fsync of a file or directory by path; the last component is not followed. */
-int ckpt__fsync_path(const char *path);
 
 /* Reads `len` bytes at `off` of `fd` into `buf` and extends the CRC-32C in *crc over them (start
  * it at 0), checksumming each chunk right after reading it (one pass over memory).

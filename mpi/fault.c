@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int ckpt__mpi_error(int mpi_rc, const char *what)
@@ -16,14 +17,14 @@ int ckpt__mpi_error(int mpi_rc, const char *what)
     return ckpt__error(CKPT_EMPI, "%s failed: %s", what, text);
 }
 
-/* Parses MPICKPT_FAULT strictly: "<rank>:<step>" or "<rank>:<step>:kill", step one of the
- * protocol's. CKPT_OK with *target = -1 when unset. */
-int ckpt__fault_spec(int *target, char *step, size_t step_size, int *kill)
+/* Parses MPICKPT_FAULT strictly: "<rank>:<step>" or "<rank>:<step>:kill|hold", step one of the
+ * protocol's. CKPT_OK with *target = -1 when unset; *mode 0 (fail), 1 (kill) or 2 (hold). */
+int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
 {
     static const char *const steps[] = { "plan", "write", "agree", "merge", "commit" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
-    *kill = 0;
+    *mode = 0;
     step[0] = '\0';
     if (!spec || !*spec)
         return CKPT_OK;
@@ -39,37 +40,52 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *kill)
         ok = !errno && *end == '\0' && t >= 0 && t <= 0x7fffffffL && buf[0] != '-' &&
              buf[0] != '+' && buf[0] != ' ';
     }
-    char *what = ok ? colon + 1 : NULL, *mode = what ? strchr(what, ':') : NULL;
-    if (mode) {
-        *mode++ = '\0';
-        ok = strcmp(mode, "kill") == 0;
+    char *what = ok ? colon + 1 : NULL, *how = what ? strchr(what, ':') : NULL;
+    if (how) {
+        *how++ = '\0';
+        ok = strcmp(how, "kill") == 0 || strcmp(how, "hold") == 0;
     }
     int known = 0;
     for (size_t i = 0; ok && i < CKPT__ARRAY_LEN(steps); i++)
         known |= strcmp(what, steps[i]) == 0;
     if (!ok || !known)
         return ckpt__error(CKPT_EINVAL,
-                           "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill] with a step among "
-                           "plan, write, agree, merge, commit",
+                           "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
+                           "among plan, write, agree, merge, commit",
                            spec);
     *target = (int)t;
-    *kill = mode != NULL;
+    *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;
     snprintf(step, step_size, "%s", what);
     return CKPT_OK;
 }
 
 int ckpt__fault(int rank, const char *step)
 {
-    int target, kill;
+    int target, mode;
     char at[16];
-    int rc = ckpt__fault_spec(&target, at, sizeof at, &kill);
-    if (rc != CKPT_OK || target != rank || strcmp(at, step) != 0)
+    int rc = ckpt__fault_spec(&target, at, sizeof at, &mode);
+    if (rc != CKPT_OK || target != rank || strcmp(at, step) != 0 || mode == 2)
         return rc;
-    if (kill) {
+    if (mode == 1) {
         fprintf(stderr, "[mpickpt rank %d] MPICKPT_FAULT: killing this rank at %s\n", rank, step);
         fflush(stderr);
         raise(SIGKILL);
     }
     return ckpt__error(CKPT_EIO, "injected fault at %s on rank %d (MPICKPT_FAULT=%s)", step, rank,
                        getenv("MPICKPT_FAULT"));
+}
+
+void ckpt__fault_hold(int rank, const char *step, atomic_int *release)
+{
+    int target, mode;
+    char at[16];
+    if (ckpt__fault_spec(&target, at, sizeof at, &mode) != CKPT_OK) {
+        ckpt_error_clear(); /* reported by ckpt__fault() at the same step */
+        return;
+    }
+    if (mode != 2 || target != rank || strcmp(at, step) != 0)
+        return;
+    const struct timespec ms = { 0, 1000000 };
+    for (int i = 0; i < 60000 && !atomic_load(release); i++)
+        nanosleep(&ms, NULL);
 }

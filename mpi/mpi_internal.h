@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <mpi.h>
+#include <stdatomic.h>
 
 #pragma GCC visibility push(default)
 
@@ -18,9 +19,13 @@ int ckpt__mpi_error(int mpi_rc, const char *what);
  */
 int ckpt__fault(int rank, const char *step);
 /* MPICKPT_FAULT parsed strictly (CKPT_EINVAL naming the value when malformed); *target = -1 when
- * unset. ckpt__fault() returns that error too, so a malformed value fails the save it was meant
- * for instead of silently injecting nothing. */
-int ckpt__fault_spec(int *target, char *step, size_t step_size, int *kill);
+ * unset; *mode 0 = fail, 1 = kill, 2 = hold. ckpt__fault() returns that error too, so a malformed
+ * value fails the save it was meant for instead of silently injecting nothing. */
+int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode);
+
+/* "<rank>:<step>:hold" (tests of async close): `rank` waits at `step` until *release is set (the
+ * saver was closed and gave up on the save), at most 60 s. */
+void ckpt__fault_hold(int rank, const char *step, atomic_int *release);
 
 /* Saver internals the manager needs. */
 struct ckpt_saver;

@@ -149,9 +149,10 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
 {
     static const char *const layouts[] = { "per-rank", "shared" };
     static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED };
-    int layout, async, reserve, level, target, kill;
+    int layout, async, reserve, level, target;
     int64_t pack;
     char step[16];
+    int mode;
     int rc;
     if ((rc = ckpt__env_choice(&layout, "MPICKPT_LAYOUT", layouts, layout_values, 2,
                                CKPT_LAYOUT_PER_RANK)) ||
@@ -160,7 +161,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
                               CKPT_PACK_MAX_BYTES_DEFAULT)) ||
         (rc = ckpt__env_log_level(&level)) ||
-        (rc = ckpt__fault_spec(&target, step, sizeof step, &kill)))
+        (rc = ckpt__fault_spec(&target, step, sizeof step, &mode)))
         return rc;
     if (o->layout != CKPT_LAYOUT_UNKNOWN && o->layout != CKPT_LAYOUT_SHARED &&
         o->layout != CKPT_LAYOUT_PER_RANK)
@@ -1833,6 +1834,7 @@ static int run_job(save_job *j)
     int rc, local;
     double t0 = mono_seconds();
 
+    ckpt__fault_hold(s->rank, "write", &s->abandon); /* tests: held until the saver gives up */
     /* the temp dirs and space first, agreed by every rank before any HDF5 call */
     int rfd = -1;
     local = open_temp(s, c);

@@ -9,6 +9,7 @@
  * Adding a command: write `static int cmd_NAME(const cli_command *cmd, int argc, char **argv)`,
  * declare it next to the others and add one row to `commands[]`. Parse options with cli_parse(),
  * report library errors with cli_lib_error() and usage errors with cli_usage_error(). */
+#include "fsutil.h"
 #include "json.h"
 
 #include "mpickpt/checkpoint.h"
@@ -16,6 +17,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
 
@@ -2326,9 +2329,23 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     char *path = stats_path(cmd, argv[0]);
     if (!path)
         return EXIT_BAD;
-    FILE *f = fopen(path, "r");
+    /* metrics.jsonl sits in a checkpoint directory that others can write: opened without
+     * following a link and refused unless it is a regular file (a FIFO would block). */
+    char mdir[4096], mbase[4096];
+    int dfd = -1, fd = -1;
+    int orc = ckpt__split_path(mdir, sizeof mdir, mbase, sizeof mbase, path);
+    if (orc == CKPT_OK)
+        orc = ckpt__ckptdir_open(&dfd, NULL, mdir, 0);
+    if (orc == CKPT_OK)
+        orc = ckpt__file_open(&fd, NULL, dfd, mbase, O_RDONLY, mdir);
+    ckpt__close(dfd);
+    FILE *f = orc == CKPT_OK ? fdopen(fd, "r") : NULL;
     if (!f) {
-        fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, path, strerror(errno));
+        if (orc == CKPT_OK)
+            close(fd);
+        const ckpt_error *e = ckpt_error_last();
+        fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, path,
+                orc != CKPT_OK && e ? e->message : strerror(errno));
         free(path);
         return EXIT_BAD;
     }

@@ -62,10 +62,15 @@ int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
  * Validates an index: header (version, world size, layout), files (safe names, unique), tensors
  * (sorted and unique names, dtype, shape, kind) and pieces (slice inside the shape, owning rank,
  * file listed, dataset path, byte count; no duplicate or overlapping slices; pieces cover the whole
- * tensor). Problems are reported with `bad` (CKPT_ECORRUPT for a file read from disk,
+ * tensor). O(d n log n) in the number n of pieces of d dimensions. Problems are reported with `bad` (CKPT_ECORRUPT for a file read from disk,
  * CKPT_EMISMATCH for a merge of what ranks registered), naming the tensor and the ranks involved.
  */
 int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
+
+/* Caps the work ckpt__index_validate() spends naming an overlapping pair when a tensor's pieces do
+ * not tile it (in piece-dimension visits; 0: the default, about 64 million); past the cap the
+ * message only says that the pieces overlap or leave a gap. For tests; not thread-safe. */
+void ckpt__index_set_search_budget(uint64_t visits);
 
 /*
  * Merges per-rank fragments into `out` (whose header the caller sets): tensors of the same name are

@@ -237,6 +237,31 @@ static void fmt_vrow(char *buf, size_t n, const ckpt_shape *sh, const struct vro
     fmt_slice(buf, n, sh, &s);
 }
 
+/* Writes the `len` bytes of `s` into buf (size >= 8) for a message: printable ASCII as is, every
+ * other byte and the backslash as \xNN; cut with "..." when it does not fit. */
+static const char *escape_bytes(char *buf, size_t size, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (o + 8 > size) { /* room for one escape, "..." and the NUL */
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 /*
  * ---- exact tiling in O(d n log n) -------------------------------------------------------------
  *
@@ -684,6 +709,11 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
     size_t nlen = strnlen(name, 4097);
     if (nlen == 0 || nlen > 4096)
         return ckpt__error(bad, "%s: tensor with an empty or over-long name", what);
+    if (!ckpt__utf8_valid(name, nlen)) {
+        char esc[1024];
+        return ckpt__error(bad, "%s: tensor name '%s' is not valid UTF-8", what,
+                           escape_bytes(esc, sizeof esc, name, nlen));
+    }
     if (!ckpt_dtype_valid(t->dtype))
         return ckpt__error(bad, "%s: tensor '%s' has invalid dtype %d", what, name, (int)t->dtype);
     if ((int)t->kind < (int)CKPT_KIND_FULL || (int)t->kind > (int)CKPT_KIND_BLOB)
@@ -853,13 +883,14 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
         }
     for (size_t i = 0; i < idx->n_tensors; i++) {
         const Mpickpt__Tensor *t = idx->tensors[i];
+        /* first: the name is then known to be non-empty UTF-8, fit to compare and print */
+        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad, what);
+        if (rc != CKPT_OK)
+            goto done;
         if (i > 0 && strcmp(idx->tensors[i - 1]->name, t->name) >= 0) {
             rc = ckpt__error(bad, "%s: tensors not sorted or '%s' listed twice", what, t->name);
             goto done;
         }
-        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad, what);
-        if (rc != CKPT_OK)
-            goto done;
     }
 done:
     free(files);

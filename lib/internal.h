@@ -5,6 +5,8 @@
 #include "mpickpt/common.h"
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Internal functions are exported from the shared library (the ckpt__ prefix marks them private)
  * so that libmpickpt, the programs and the unit tests can use them. */
@@ -31,6 +33,12 @@ static inline int ckpt__add_size(size_t *out, size_t a, size_t b)
 }
 
 #define CKPT__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/*
+ * 1 when the `len` bytes at `s` are well-formed UTF-8 (strict: no overlong forms, no surrogates,
+ * nothing above U+10FFFF, no truncated sequence), else 0. `s` may be NULL when len is 0.
+ */
+int ckpt__utf8_valid(const char *s, size_t len);
 
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"

@@ -1,7 +1,8 @@
 /* Index validation at scale and on hostile input (issue 12): the tiling check on 40,000 and
  * 1,000,000 pieces of one tensor split along dim 0, along an inner axis and as 2-D/3-D grids, each
  * broken four ways (a piece moved by one element, duplicated, dropped, enlarged); crossing pieces
- * and a capped culprit search; random tilings against an element-by-element oracle.
+ * and a capped culprit search; random tilings against an element-by-element oracle; UTF-8 tensor
+ * names.
  *
  * Speed is shown by finishing inside the CTest TIMEOUT (the quadratic check took minutes for the
  * inner-axis split at 40,000 pieces and hours at 1,000,000); nothing here measures time. */
@@ -518,8 +519,113 @@ static void test_degenerate(void)
     layout_free(&l);
 }
 
+/* ---- names ------------------------------------------------------------------------------------- */
+
+static void test_utf8(void)
+{
+    static const struct {
+        const char *s;
+        int ok;
+    } cases[] = {
+        { "", 1 },
+        { "plain/ascii_name:0", 1 },
+        { "gr\xc3\xb6\xc3\x9f" "e/\xe6\x97\xa5\xe6\x9c\xac/\xf0\x9f\x99\x82", 1 }, /* größe/日本/🙂 */
+        { "\xc2\x80", 1 },                 /* U+0080 */
+        { "\xdf\xbf", 1 },                 /* U+07FF */
+        { "\xe0\xa0\x80", 1 },             /* U+0800 */
+        { "\xed\x9f\xbf", 1 },             /* U+D7FF */
+        { "\xee\x80\x80", 1 },             /* U+E000 */
+        { "\xef\xbf\xbf", 1 },             /* U+FFFF */
+        { "\xf0\x90\x80\x80", 1 },         /* U+10000 */
+        { "\xf4\x8f\xbf\xbf", 1 },         /* U+10FFFF */
+        { "\xc0\xaf", 0 },                 /* overlong '/' */
+        { "\xc1\xbf", 0 },                 /* overlong */
+        { "\xe0\x80\xaf", 0 },             /* overlong */
+        { "\xe0\x9f\xbf", 0 },             /* overlong */
+        { "\xf0\x80\x80\xaf", 0 },         /* overlong */
+        { "\xf0\x8f\xbf\xbf", 0 },         /* overlong */
+        { "\xed\xa0\x80", 0 },             /* surrogate U+D800 */
+        { "\xed\xbf\xbf", 0 },             /* surrogate U+DFFF */
+        { "\xf4\x90\x80\x80", 0 },         /* U+110000 */
+        { "\xf5\x80\x80\x80", 0 },
+        { "\xff", 0 },
+        { "\xfe", 0 },
+        { "abc\x80", 0 },                  /* lone continuation byte */
+        { "\xbf" "abc", 0 },
+        { "ab\xc3", 0 },                   /* truncated */
+        { "ab\xe6\x97", 0 },
+        { "ab\xf0\x9f\x99", 0 },
+        { "\xe6\x97" "a", 0 },             /* continuation missing */
+        { "\xf0\x9f\x99" "abcdefgh", 0 },
+        { "0123456789abcdef\xc3\xa9" "0123456789abcdef", 1 },
+        { "0123456789abcdef\xc3" "0123456789abcdef", 0 },
+    };
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(cases); i++)
+        CHECK_MSG(ckpt__utf8_valid(cases[i].s, strlen(cases[i].s)) == cases[i].ok,
+                  "case %zu: utf8_valid(\"%s\") != %d", i, cases[i].s, cases[i].ok);
+    CHECK(ckpt__utf8_valid(NULL, 0));
+    CHECK(ckpt__utf8_valid("\xc3\xa9", 1) == 0); /* the length counts, not the NUL */
+    CHECK(ckpt__utf8_valid("a\0b", 3) == 1);
+
+    /* in an index: refused with the bytes escaped; from disk CKPT_ECORRUPT */
+    int64_t shape[1] = { 4 };
+    layout l;
+    layout_alloc(&l, 1, shape, 1);
+    l.pieces[0].count[0] = 4;
+    set_bytes(&l, &l.pieces[0]);
+    static const char *bad[] = { "w\xc0\xaf", "w\xed\xa0\x80", "w\x80", "w\xe6\x97", "w\xff" };
+    static const char *esc[] = { "w\\xc0\\xaf", "w\\xed\\xa0\\x80", "w\\x80", "w\\xe6\\x97",
+                                 "w\\xff" };
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(bad); i++) {
+        snprintf(tensor_name, sizeof tensor_name, "%s", bad[i]);
+        CHECK_RC(validate(&l), CKPT_ECORRUPT);
+        CHECK_MSG(strstr(last_msg(), "not valid UTF-8") && strstr(last_msg(), esc[i]),
+                  "bad name %zu: %s", i, last_msg());
+        size_t len = mpickpt__index__get_packed_size(&l.idx);
+        uint8_t *buf = malloc(len);
+        mpickpt__index__pack(&l.idx, buf);
+        Mpickpt__Index *got = NULL;
+        CHECK_RC(ckpt__index_parse(&got, buf, len, "disk.index", NULL, 1), CKPT_ECORRUPT);
+        CHECK(got == NULL && strstr(last_msg(), "disk.index"));
+        free(buf);
+    }
+    snprintf(tensor_name, sizeof tensor_name, "%s", cases[2].s);
+    CHECK_RC(validate(&l), CKPT_OK);
+    snprintf(tensor_name, sizeof tensor_name, "x");
+    layout_free(&l);
+
+    /* in a merge of registrations: CKPT_EMISMATCH */
+    Mpickpt__Fragment f = MPICKPT__FRAGMENT__INIT;
+    size_t cap = 0;
+    ckpt_shape s;
+    ckpt_slice full;
+    ckpt_shape_init(&s, 1, shape);
+    ckpt_slice_full(&full, &s);
+    CHECK_OK(ckpt__fragment_add(&f, &cap, cases[2].s, CKPT_UINT8, &s, CKPT_KIND_FULL, &full, "d0",
+                                "/tensors/gr%C3%B6%C3%9Fe%2F", &full, 4, 0));
+    CHECK_OK(ckpt__fragment_add(&f, &cap, "w\xff", CKPT_UINT8, &s, CKPT_KIND_FULL, &full, "d0",
+                                "/tensors/w%FF", &full, 4, 0));
+    CHECK_OK(ckpt__fragment_add_file(&f, "d0", 8));
+    Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
+    hdr.format_version = 1;
+    hdr.world_size = 1;
+    hdr.layout = MPICKPT__LAYOUT__LAYOUT_PER_RANK;
+    Mpickpt__Index idx = MPICKPT__INDEX__INIT;
+    idx.header = &hdr;
+    Mpickpt__Fragment *fr[1] = { &f };
+    CHECK_RC(ckpt__index_merge(&idx, fr, 1), CKPT_EMISMATCH);
+    CHECK_MSG(strstr(last_msg(), "'w\\xff' is not valid UTF-8"), "%s", last_msg());
+    ckpt__index_merged_free(&idx);
+    f.n_tensors = 1; /* the valid multi-byte name alone */
+    CHECK_OK(ckpt__index_merge(&idx, fr, 1));
+    ckpt__index_merged_free(&idx);
+    f.n_tensors = 2;
+    ckpt__fragment_free_built(&f);
+}
+
 int main(void)
 {
+    test_utf8();
     test_degenerate();
     test_random();
     test_hostile();

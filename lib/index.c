@@ -262,6 +262,19 @@ static const char *escape_bytes(char *buf, size_t size, const char *s, size_t le
     return buf;
 }
 
+/* The dataset paths mpickpt writes (ckpt__h5_dataset_path, the saver's pack datasets; format 1
+ * and 2 alike): "/tensors/<c>", or "/packs/<c>" for a packed piece, where <c> is one non-empty
+ * component ("%XX"-escaped name, "#s0_s1..." suffix), neither "." nor "..". */
+static int dataset_path_ok(const char *ds, int packed)
+{
+    const char *prefix = packed ? "/packs/" : "/tensors/";
+    size_t n = strlen(prefix);
+    if (!ds || strncmp(ds, prefix, n) != 0)
+        return 0;
+    const char *c = ds + n;
+    return c[0] != '\0' && !strchr(c, '/') && strcmp(c, ".") != 0 && strcmp(c, "..") != 0;
+}
+
 /*
  * ---- exact tiling in O(d n log n) -------------------------------------------------------------
  *
@@ -761,8 +774,7 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
             return ckpt__error(bad, "%s: tensor '%s' piece %zu names data file '%s' not listed in "
                                     "the index",
                                what, name, j, p->file ? p->file : "");
-        if (!p->dataset || strncmp(p->dataset, p->packed ? "/packs/" : "/tensors/",
-                                   p->packed ? 7 : 9) != 0 || strstr(p->dataset, "/.."))
+        if (!dataset_path_ok(p->dataset, p->packed))
             return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset path", what, name, j);
         ckpt_slice_num_elements(&n, &s);
         if (p->packed) {

@@ -2,7 +2,7 @@
  * 1,000,000 pieces of one tensor split along dim 0, along an inner axis and as 2-D/3-D grids, each
  * broken four ways (a piece moved by one element, duplicated, dropped, enlarged); crossing pieces
  * and a capped culprit search; random tilings against an element-by-element oracle; UTF-8 tensor
- * names.
+ * names; dataset paths.
  *
  * Speed is shown by finishing inside the CTest TIMEOUT (the quadratic check took minutes for the
  * inner-axis split at 40,000 pieces and hours at 1,000,000); nothing here measures time. */
@@ -519,7 +519,7 @@ static void test_degenerate(void)
     layout_free(&l);
 }
 
-/* ---- names ------------------------------------------------------------------------------------- */
+/* ---- names, dataset paths ------------------------------------------------------------------------ */
 
 static void test_utf8(void)
 {
@@ -623,9 +623,66 @@ static void test_utf8(void)
     ckpt__fragment_free_built(&f);
 }
 
+static void test_dataset_paths(void)
+{
+    int64_t shape[1] = { 4 };
+    layout l;
+    layout_alloc(&l, 1, shape, 1);
+    l.pieces[0].count[0] = 4;
+    set_bytes(&l, &l.pieces[0]);
+    static const struct {
+        const char *path;
+        int packed, ok;
+    } cases[] = {
+        { "/tensors/x", 0, 1 },
+        { "/tensors/model%2Fdense%2Fkernel", 0, 1 },
+        { "/tensors/w#4_0", 0, 1 },
+        { "/tensors/%2E..", 0, 1 },
+        { "/packs/rank-0", 1, 1 },
+        { "/packs/rank-12345", 1, 1 },
+        { "/tensors/", 0, 0 },
+        { "/tensors", 0, 0 },
+        { "/tensors/.", 0, 0 },
+        { "/tensors/..", 0, 0 },
+        { "/tensors/../x", 0, 0 },
+        { "/tensors/a/b", 0, 0 },
+        { "/tensors/a/", 0, 0 },
+        { "/tensors//x", 0, 0 },
+        { "/tensors/x/..", 0, 0 },
+        { "tensors/x", 0, 0 },
+        { "//tensors/x", 0, 0 },
+        { "/other/x", 0, 0 },
+        { "", 0, 0 },
+        { "/packs/rank-0", 0, 0 },   /* a pack path without packed */
+        { "/tensors/x", 1, 0 },      /* packed outside /packs/ */
+        { "/packs/", 1, 0 },
+        { "/packs/.", 1, 0 },
+        { "/packs/..", 1, 0 },
+        { "/packs/a/b", 1, 0 },
+        { "/packs/../tensors/x", 1, 0 },
+    };
+    l.header.format_version = 2;
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(cases); i++) {
+        char path[128];
+        snprintf(path, sizeof path, "%s", cases[i].path);
+        l.pieces[0].dataset = path;
+        l.pieces[0].packed = cases[i].packed;
+        int rc = validate(&l);
+        CHECK_MSG(rc == (cases[i].ok ? CKPT_OK : CKPT_ECORRUPT), "'%s' (packed %d): %d %s",
+                  cases[i].path, cases[i].packed, rc, last_msg());
+        if (!cases[i].ok)
+            CHECK_MSG(strstr(last_msg(), "bad dataset path"), "%s", last_msg());
+    }
+    l.pieces[0].dataset = NULL;
+    l.pieces[0].packed = 0;
+    CHECK_RC(validate(&l), CKPT_ECORRUPT);
+    layout_free(&l);
+}
+
 int main(void)
 {
     test_utf8();
+    test_dataset_paths();
     test_degenerate();
     test_random();
     test_hostile();

@@ -860,6 +860,9 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
         return ckpt__error(bad, "%s: world size %d", what, h->world_size);
     if (h->layout != MPICKPT__LAYOUT__LAYOUT_SHARED && h->layout != MPICKPT__LAYOUT__LAYOUT_PER_RANK)
         return ckpt__error(bad, "%s: unknown layout %d", what, (int)h->layout);
+    if (h->save_counter < 0 || h->save_counter > CKPT__COUNTER_MAX)
+        return ckpt__error(bad, "%s: save counter %lld outside [0, %lld]", what,
+                           (long long)h->save_counter, (long long)CKPT__COUNTER_MAX);
 
     int rc = CKPT_OK;
     const char **files = malloc((idx->n_files + 1) * sizeof *files);

@@ -2,7 +2,7 @@
  * 1,000,000 pieces of one tensor split along dim 0, along an inner axis and as 2-D/3-D grids, each
  * broken four ways (a piece moved by one element, duplicated, dropped, enlarged); crossing pieces
  * and a capped culprit search; random tilings against an element-by-element oracle; UTF-8 tensor
- * names; dataset paths.
+ * names; dataset paths; the save counter's bounds.
  *
  * Speed is shown by finishing inside the CTest TIMEOUT (the quadratic check took minutes for the
  * inner-axis split at 40,000 pieces and hours at 1,000,000); nothing here measures time. */
@@ -519,7 +519,7 @@ static void test_degenerate(void)
     layout_free(&l);
 }
 
-/* ---- names, dataset paths ------------------------------------------------------------------------ */
+/* ---- names, dataset paths, save counter --------------------------------------------------------- */
 
 static void test_utf8(void)
 {
@@ -679,10 +679,39 @@ static void test_dataset_paths(void)
     layout_free(&l);
 }
 
+static void test_counter(void)
+{
+    int64_t shape[1] = { 4 };
+    layout l;
+    layout_alloc(&l, 1, shape, 1);
+    l.pieces[0].count[0] = 4;
+    set_bytes(&l, &l.pieces[0]);
+    static const struct {
+        int64_t counter;
+        int ok;
+    } cases[] = {
+        { 0, 1 }, { 1, 1 }, { CKPT__COUNTER_MAX, 1 }, { CKPT__COUNTER_MAX + 1, 0 }, { -1, 0 },
+        { INT64_MAX, 0 }, { INT64_MIN, 0 },
+    };
+    CHECK_EQ_INT(CKPT__COUNTER_MAX, 1000000000000000LL);
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(cases); i++) {
+        l.header.save_counter = cases[i].counter;
+        int rc = validate(&l);
+        CHECK_MSG(rc == (cases[i].ok ? CKPT_OK : CKPT_ECORRUPT), "counter %lld: %d %s",
+                  (long long)cases[i].counter, rc, last_msg());
+        if (!cases[i].ok)
+            CHECK_MSG(strstr(last_msg(), "save counter"), "%s", last_msg());
+    }
+    l.header.save_counter = -1; /* a merge refuses it as a mismatch */
+    CHECK_RC(ckpt__index_validate(&l.idx, CKPT_EMISMATCH, "merge"), CKPT_EMISMATCH);
+    layout_free(&l);
+}
+
 int main(void)
 {
     test_utf8();
     test_dataset_paths();
+    test_counter();
     test_degenerate();
     test_random();
     test_hostile();

@@ -899,7 +899,8 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
     for (size_t i = 0; i < idx->n_tensors; i++) {
         const Mpickpt__Tensor *t = idx->tensors[i];
         /* first: the name is then known to be non-empty UTF-8, fit to compare and print */
-        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad, what);
+        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad,
+                             what);
         if (rc != CKPT_OK)
             goto done;
         if (i > 0 && strcmp(idx->tensors[i - 1]->name, t->name) >= 0) {

@@ -63,8 +63,9 @@ int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
  * CKPT__COUNTER_MAX]), files (safe names, unique), tensors (UTF-8 names, sorted and unique,
  * dtype, shape, kind) and pieces (slice inside the shape, owning rank, file listed, dataset path
  * "/tensors/<one component>" or "/packs/<one component>", byte count; no duplicate or overlapping
- * slices; pieces cover the whole tensor). O(d n log n) in the number n of pieces of d dimensions. Problems are reported with `bad` (CKPT_ECORRUPT for a file read from disk,
- * CKPT_EMISMATCH for a merge of what ranks registered), naming the tensor and the ranks involved.
+ * slices; pieces cover the whole tensor). Problems are reported with `bad` (CKPT_ECORRUPT for a
+ * file read from disk, CKPT_EMISMATCH for a merge of what ranks registered), naming the tensor and
+ * the ranks involved. O(d n log n) for n pieces of d dimensions.
  */
 int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
 

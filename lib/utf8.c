@@ -30,7 +30,7 @@ int ckpt__utf8_valid(const char *s, size_t len)
             p++;
             continue;
         }
-        size_t more;                 /* continuation bytes after the lead */
+        size_t more;                   /* continuation bytes after the lead */
         unsigned lo = 0x80, hi = 0xBF; /* range of the first continuation byte */
         if (c >= 0xC2 && c <= 0xDF) {
             more = 1;

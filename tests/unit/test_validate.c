@@ -22,15 +22,15 @@ static const char *last_msg(void)
     return e && e->message ? e->message : "";
 }
 
-/* ---- an index with one tensor, built by hand --------------------------------------------------- */
+/* ---- an index with one tensor, built by hand ------------------------------------------------ */
 
 typedef struct layout {
     int nd;
     int64_t shape[CKPT_MAX_DIMS];
-    size_t n;                /* pieces of the valid tiling */
-    Mpickpt__Piece *pieces;  /* n + 1: the last one is spare (for a duplicate) */
-    Mpickpt__Piece **ptrs;   /* n + 1 */
-    int64_t *coords;         /* 3 * nd per piece: start, count, dataset_start */
+    size_t n;               /* pieces of the valid tiling */
+    Mpickpt__Piece *pieces; /* n + 1: the last one is spare (for a duplicate) */
+    Mpickpt__Piece **ptrs;  /* n + 1 */
+    int64_t *coords;        /* 3 * nd per piece: start, count, dataset_start */
     Mpickpt__Tensor tensor;
     Mpickpt__Tensor *tensors[1];
     Mpickpt__DataFile file;
@@ -157,7 +157,7 @@ static void spec_of(char *buf, size_t n, const layout *l, const Mpickpt__Piece *
     ckpt_slice_spec_format(buf, n, &sh, &s);
 }
 
-/* ---- the valid tiling and its four breakages ---------------------------------------------------- */
+/* ---- the valid tiling and its four breakages ------------------------------------------------ */
 
 /* `what` names the layout; `split` is a dimension with more than one piece, `m` a piece that is
  * not the last along `split` (so moving or growing it by one element stays inside the shape). */
@@ -320,7 +320,7 @@ static void test_hostile(void)
     layout_free(&l);
 }
 
-/* ---- random tilings against an oracle ----------------------------------------------------------- */
+/* ---- random tilings against an oracle ------------------------------------------------------- */
 
 static uint64_t rng = 0x9E3779B97F4A7C15u;
 
@@ -519,7 +519,7 @@ static void test_degenerate(void)
     layout_free(&l);
 }
 
-/* ---- names, dataset paths, save counter --------------------------------------------------------- */
+/* ---- names, dataset paths, save counter ----------------------------------------------------- */
 
 static void test_utf8(void)
 {
@@ -529,7 +529,8 @@ static void test_utf8(void)
     } cases[] = {
         { "", 1 },
         { "plain/ascii_name:0", 1 },
-        { "gr\xc3\xb6\xc3\x9f" "e/\xe6\x97\xa5\xe6\x9c\xac/\xf0\x9f\x99\x82", 1 }, /* größe/日本/🙂 */
+        /* größe/日本/🙂 */
+        { "gr\xc3\xb6\xc3\x9f" "e/\xe6\x97\xa5\xe6\x9c\xac/\xf0\x9f\x99\x82", 1 },
         { "\xc2\x80", 1 },                 /* U+0080 */
         { "\xdf\xbf", 1 },                 /* U+07FF */
         { "\xe0\xa0\x80", 1 },             /* U+0800 */

@@ -5,6 +5,8 @@
 #include "mpickpt/common.h"
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Internal functions are exported from the shared library (the ckpt__ prefix marks them private)
  * so that libmpickpt, the programs and the unit tests can use them. */
@@ -32,9 +34,19 @@ static inline int ckpt__add_size(size_t *out, size_t a, size_t b)
 
 #define CKPT__ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Largest save counter mpickpt accepts from disk or a peer (10^15): checkpoints are numbered
- * "<name>-<counter>" and the next save adds one, so a counter read back can never overflow. */
+/*
+ * Largest save counter a checkpoint may carry (10^15). The manager and the saver number
+ * checkpoints `<name>-<counter>` and take the next number as the largest one seen plus 1, so a
+ * counter read from disk beyond this bound is treated as corrupt (the index validator rejects it)
+ * and `counter + 1` can never overflow. At one save per second this lasts 31 million years.
+ */
 #define CKPT__COUNTER_MAX ((int64_t)1000000000000000)
+
+/*
+ * 1 when the `len` bytes at `s` are well-formed UTF-8 (strict: no overlong forms, no surrogates,
+ * nothing above U+10FFFF, no truncated sequence), else 0. `s` may be NULL when len is 0.
+ */
+int ckpt__utf8_valid(const char *s, size_t len);
 
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"

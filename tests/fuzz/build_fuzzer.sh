@@ -54,8 +54,8 @@ mkdir -p "$(dirname "$out")"
     -I"$src/include" -I"$src/lib" -I"$build/proto" \
     $(pkg-config --cflags libprotobuf-c) \
     "$src/tests/fuzz/fuzz_index.c" \
-    "$src/lib/index.c" "$src/lib/slice.c" "$src/lib/crc32c.c" "$src/lib/dtype.c" \
-    "$src/lib/error.c" "$src/lib/fsutil.c" \
+    "$src/lib/index.c" "$src/lib/utf8.c" "$src/lib/slice.c" "$src/lib/crc32c.c" \
+    "$src/lib/dtype.c" "$src/lib/error.c" "$src/lib/fsutil.c" \
     "$pb_c" \
     $(pkg-config --libs libprotobuf-c) \
     -o "$out"

@@ -1,0 +1,60 @@
+/* Strict UTF-8 validation for tensor names (data that ends up in messages, HDF5 attributes and
+ * JSON output, so it must be text every consumer can decode). */
+#include "internal.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/*
+ * The well-formed byte sequences of the Unicode standard (chapter 3, table 3-7; RFC 3629): the
+ * second byte's range depends on the lead byte, which is what excludes overlong forms (C0, C1,
+ * E0 80..9F, F0 80..8F), UTF-16 surrogates (ED A0..BF) and code points above U+10FFFF (F4 90..,
+ * F5..FF).
+ */
+int ckpt__utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        /* Names are mostly ASCII: skip it eight bytes at a time. */
+        while (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (w & 0x8080808080808080u)
+                break;
+            p += 8;
+        }
+        if (p == end)
+            break;
+        unsigned c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        size_t more;                   /* continuation bytes after the lead */
+        unsigned lo = 0x80, hi = 0xBF; /* range of the first continuation byte */
+        if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                lo = 0xA0; /* below: overlong */
+            else if (c == 0xED)
+                hi = 0x9F; /* above: surrogates D800..DFFF */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                lo = 0x90; /* below: overlong */
+            else if (c == 0xF4)
+                hi = 0x8F; /* above: past U+10FFFF */
+        } else {
+            return 0; /* a lone continuation byte, C0/C1 (overlong) or F5..FF */
+        }
+        if ((size_t)(end - p) <= more || p[1] < lo || p[1] > hi)
+            return 0;
+        for (size_t i = 2; i <= more; i++)
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+        p += more + 1;
+    }
+    return 1;
+}

@@ -50,6 +50,9 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
     if (opts && opts->version != CKPT_WRITER_OPTIONS_VERSION)
         return ckpt__error(CKPT_EINVAL, "ckpt_writer_options version %u, expected %d",
                            opts->version, CKPT_WRITER_OPTIONS_VERSION);
+    if (opts && (opts->save_counter < 0 || opts->save_counter > CKPT__COUNTER_MAX))
+        return ckpt__error(CKPT_EINVAL, "ckpt_writer_options.save_counter %lld is outside 0..%lld",
+                           (long long)opts->save_counter, (long long)CKPT__COUNTER_MAX);
     ckpt_writer *w = calloc(1, sizeof *w);
     if (!w)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
@@ -121,9 +124,13 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
 {
     if (!w || w->file < 0 || w->committed)
         return ckpt__error(CKPT_EINVAL, "writer is closed");
+    if (!name || !*name || !ckpt__utf8_valid(name, strlen(name))) {
+        char esc[256];
+        return ckpt__error(CKPT_EINVAL, "tensor name '%s' is empty or not valid UTF-8",
+                           name ? ckpt__escape_bytes(esc, sizeof esc, name, strlen(name)) : "");
+    }
     if (!ckpt_dtype_valid(dtype))
-        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name ? name : "",
-                           (int)dtype);
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name, (int)dtype);
     ckpt_slice full, zero;
     int64_t n, total;
     int rc;

@@ -231,31 +231,6 @@ static void fmt_vrow(char *buf, size_t n, const ckpt_shape *sh, const struct vro
     fmt_slice(buf, n, sh, &s);
 }
 
-/* Writes the `len` bytes of `s` into buf (size >= 8) for a message: printable ASCII as is, every
- * other byte and the backslash as \xNN; cut with "..." when it does not fit. */
-static const char *escape_bytes(char *buf, size_t size, const char *s, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (o + 8 > size) { /* room for one escape, "..." and the NUL */
-            memcpy(buf + o, "...", 4);
-            return buf;
-        }
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            buf[o++] = (char)c;
-        } else {
-            buf[o++] = '\\';
-            buf[o++] = 'x';
-            buf[o++] = hex[c >> 4];
-            buf[o++] = hex[c & 15];
-        }
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
 /* The dataset paths mpickpt writes (ckpt__h5_dataset_path, the saver's pack datasets; format 1
  * and 2 alike): "/tensors/<c>", or "/packs/<c>" for a packed piece, where <c> is one non-empty
  * component ("%XX"-escaped name, "#s0_s1..." suffix), neither "." nor "..". */
@@ -719,7 +694,7 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
     if (!ckpt__utf8_valid(name, nlen)) {
         char esc[1024];
         return ckpt__error(bad, "%s: tensor name '%s' is not valid UTF-8", what,
-                           escape_bytes(esc, sizeof esc, name, nlen));
+                           ckpt__escape_bytes(esc, sizeof esc, name, nlen));
     }
     if (!ckpt_dtype_valid(t->dtype))
         return ckpt__error(bad, "%s: tensor '%s' has invalid dtype %d", what, name, (int)t->dtype);

@@ -48,6 +48,14 @@ static inline int ckpt__add_size(size_t *out, size_t a, size_t b)
  */
 int ckpt__utf8_valid(const char *s, size_t len);
 
+/* Length (2-4) of the well-formed UTF-8 sequence of a code point >= U+0080 starting at p (at most
+ * `avail` bytes; SIZE_MAX for a NUL-terminated string, which is never read past), or 0. */
+size_t ckpt__utf8_seq_len(const unsigned char *p, size_t avail);
+
+/* `len` bytes of `s` in buf (size >= 8) for a message: printable ASCII as is, every other byte and
+ * the backslash as \xNN, cut with "..." when it does not fit. Returns buf. */
+const char *ckpt__escape_bytes(char *buf, size_t size, const char *s, size_t len);
+
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"
 void ckpt__log(ckpt_log_level level, const char *fmt, ...) CKPT_PRINTF(2, 3);

@@ -13,15 +13,6 @@
 #pragma GCC visibility push(default)
 
 /*
- * Length (2-4) of the well-formed UTF-8 sequence of a code point >= U+0080 that starts at p, or 0
- * when the bytes at p do not start one: a continuation or never-used byte (0x80-0xc1, 0xf5-0xff),
- * a missing or wrong continuation byte, an overlong form, a surrogate (U+D800-U+DFFF) or a code
- * point above U+10FFFF (Unicode's Table 3-7). Stops at the first byte that does not fit, so it
- * never reads past a NUL terminator.
- */
-size_t ckpt__utf8_seq_len(const unsigned char *p);
-
-/*
  * Writes the NUL-terminated byte string s to out as a JSON string literal, quotes included.
  * '"' and '\\' are escaped, control characters below 0x20 become \u00XX, well-formed UTF-8
  * (DEL and the C1 controls included) passes through unchanged, and every byte that is not part

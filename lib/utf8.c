@@ -9,8 +9,39 @@
  * The well-formed byte sequences of the Unicode standard (chapter 3, table 3-7; RFC 3629): the
  * second byte's range depends on the lead byte, which is what excludes overlong forms (C0, C1,
  * E0 80..9F, F0 80..8F), UTF-16 surrogates (ED A0..BF) and code points above U+10FFFF (F4 90..,
- * F5..FF).
+ * F5..FF). Bytes are examined in order and the first that does not fit ends the look, so a NUL
+ * terminator is never read past.
  */
+size_t ckpt__utf8_seq_len(const unsigned char *p, size_t avail)
+{
+    unsigned c = p[0];
+    size_t n;                      /* bytes of the sequence */
+    unsigned lo = 0x80, hi = 0xBF; /* range of the first continuation byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* below: overlong */
+        else if (c == 0xED)
+            hi = 0x9F; /* above: surrogates D800..DFFF */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90; /* below: overlong */
+        else if (c == 0xF4)
+            hi = 0x8F; /* above: past U+10FFFF */
+    } else {
+        return 0; /* ASCII, a lone continuation byte, C0/C1 (overlong) or F5..FF */
+    }
+    if (avail < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    return n;
+}
+
 int ckpt__utf8_valid(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s, *end = p + len;
@@ -25,36 +56,39 @@ int ckpt__utf8_valid(const char *s, size_t len)
         }
         if (p == end)
             break;
-        unsigned c = *p;
-        if (c < 0x80) {
+        if (*p < 0x80) {
             p++;
             continue;
         }
-        size_t more;                   /* continuation bytes after the lead */
-        unsigned lo = 0x80, hi = 0xBF; /* range of the first continuation byte */
-        if (c >= 0xC2 && c <= 0xDF) {
-            more = 1;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            more = 2;
-            if (c == 0xE0)
-                lo = 0xA0; /* below: overlong */
-            else if (c == 0xED)
-                hi = 0x9F; /* above: surrogates D800..DFFF */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            more = 3;
-            if (c == 0xF0)
-                lo = 0x90; /* below: overlong */
-            else if (c == 0xF4)
-                hi = 0x8F; /* above: past U+10FFFF */
-        } else {
-            return 0; /* a lone continuation byte, C0/C1 (overlong) or F5..FF */
-        }
-        if ((size_t)(end - p) <= more || p[1] < lo || p[1] > hi)
+        size_t n = ckpt__utf8_seq_len(p, (size_t)(end - p));
+        if (n == 0)
             return 0;
-        for (size_t i = 2; i <= more; i++)
-            if ((p[i] & 0xC0) != 0x80)
-                return 0;
-        p += more + 1;
+        p += n;
     }
     return 1;
+}
+
+/* Writes the `len` bytes of `s` into buf (size >= 8) for a message: printable ASCII as is, every
+ * other byte and the backslash as \xNN; cut with "..." when it does not fit. */
+const char *ckpt__escape_bytes(char *buf, size_t size, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (o + 8 > size) { /* room for one escape, "..." and the NUL */
+            memcpy(buf + o, "...", 4);
+            return buf;
+        }
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            buf[o++] = (char)c;
+        } else {
+            buf[o++] = '\\';
+            buf[o++] = 'x';
+            buf[o++] = hex[c >> 4];
+            buf[o++] = hex[c & 15];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
 }

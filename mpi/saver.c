@@ -366,6 +366,12 @@ static int add_reg(ckpt_saver *s, const char *name, const char *stored, ckpt_dty
 {
     if (!s || !name || !*name || strlen(stored) > 4096)
         return ckpt__error(CKPT_EINVAL, "tensor name is empty or longer than 4096 bytes");
+    if (!ckpt__utf8_valid(name, strlen(name))) {
+        /* names end up in the index, HDF5 attributes and JSON: text every reader can decode */
+        char esc[256];
+        return ckpt__error(CKPT_EINVAL, "tensor name '%s' is not valid UTF-8",
+                           ckpt__escape_bytes(esc, sizeof esc, name, strlen(name)));
+    }
     if (!ckpt_dtype_valid(dtype))
         return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name, (int)dtype);
     int64_t n;
@@ -758,24 +764,22 @@ static int make_plan(ckpt_saver *s)
     s->plan_frags = frags;
     s->plan_arena = arena;
     s->plan_nfrags = (size_t)s->size;
-    Mpickpt__Header *h = malloc(sizeof *h);
-    if (!h) {
-        free_plan(s);
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    mpickpt__header__init(h);
-    h->format_version = CKPT_FORMAT_VERSION;
-    h->world_size = s->size;
-    h->layout = (Mpickpt__Layout)s->layout;
-    s->plan.header = h;
+    Mpickpt__Header h = MPICKPT__HEADER__INIT;
+    h.format_version = CKPT_FORMAT_VERSION;
+    h.world_size = s->size;
+    h.layout = (Mpickpt__Layout)s->layout;
+    s->plan.header = &h;
     rc = ckpt__index_merge(&s->plan, s->plan_frags, s->plan_nfrags);
     if (rc == CKPT_OK)
         rc = check_replicated(s);
     s->plan.header = NULL;
-    free(h);
-    if (rc != CKPT_OK) {
+    if (rc != CKPT_OK)
+        ckpt__error_wrap(rc, "plan");
+    /* Every rank validated the same plan, but agree anyway: the tiling check is randomized (a
+     * wrong plan could in principle pass on one rank only) and no rank may go on alone. */
+    if ((rc = ckpt_mpi_agree(s->comm, rc)) != CKPT_OK) {
         free_plan(s);
-        return ckpt__error_wrap(rc, "plan");
+        return rc;
     }
     s->have_plan = 1;
     s->dirty = 0;

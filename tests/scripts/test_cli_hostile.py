@@ -4,14 +4,16 @@
     MPICKPT_WRITE_PREFIX=.../write_prefix MPIEXEC=mpirun /usr/bin/python3 test_cli_hostile.py OUTDIR
 
 Checkpoints (make_ckpt) live in a directory whose name holds a 0xff byte, a '"' and a '\\'; their
-tensors are named with quotes, backslashes, control characters, multi-byte UTF-8 and byte strings
-that are not UTF-8 (a stray 0xff, overlong forms, encoded surrogates, code points above U+10FFFF,
-truncated sequences). Every --json command (inspect, dump, list, diff, stats) runs on them, also
-where it fails (missing checkpoint, corrupt index, missing data file, damaged state file, no
-metrics): stdout must decode as strict UTF-8, every line must parse with json.loads and hold no
-lone surrogate, and each name must come back exactly when it was valid UTF-8, else with every byte
-of an ill-formed sequence replaced by U+FFFD. verify and gc have no --json: they run on the same
-directory for their exit codes. The saver's metrics.jsonl (write_prefix, one rank, a prefix with
+tensors are named with quotes, backslashes, control characters and multi-byte UTF-8. Tensor names
+must be valid UTF-8: make_ckpt (the library's ckpt_writer_add) refuses byte strings that are not
+(a stray 0xff, overlong forms, encoded surrogates, code points above U+10FFFF, truncated
+sequences), and an index crafted to hold one is refused as corrupt by every command. Every --json
+command (inspect, dump, list, diff, stats) runs on them, also where it fails (missing checkpoint,
+corrupt index, missing data file, damaged state file, no metrics): stdout must decode as strict
+UTF-8, every line must parse with json.loads and hold no lone surrogate, and each name must come
+back exactly; paths that are not UTF-8 come back with every byte of an ill-formed sequence
+replaced by U+FFFD. verify and gc have no --json: they run on the same directory for their exit
+codes. The saver's metrics.jsonl (write_prefix, one rank, a prefix with
 '"', '\\' and 0xff) must be JSON and `mpickpt stats --json` must read it.
 
 Run by Debian's /usr/bin/python3; exits 1 when a check fails.
@@ -114,13 +116,24 @@ def one_doc(docs, what):
     return good[0] if good else {}
 
 
-def make(prefix, *names, counter=1):
+def make(prefix, *names, counter=1, must_fail=False):
     args = [MAKE, prefix, b"--counter", str(counter).encode()]
     for n in names:
         args += [b"--name", n]
     p = subprocess.run(args, capture_output=True)
+    if must_fail:
+        return p
     if p.returncode != 0:
         sys.exit(f"make_ckpt {prefix!r} failed: {p.stderr.decode(errors='replace')}")
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
 
 
 # Names that are valid UTF-8 (round-trip exactly) and byte strings that are not.
@@ -136,7 +149,7 @@ INVALID = [
     b"trunc4\xf0\x9f\x98", b"cont\x80\xbf", b"mixed\xe2\x82A\xc3\xa9\xff\xe2\x82\xac",
     b"\xff\"q\\\x01", b"lead\xe2\x82\xe2\x82\xac",
 ]
-NAMES = [n.encode() for n in VALID] + INVALID
+NAMES = [n.encode() for n in VALID]
 for b in INVALID:  # the list above must really be ill-formed
     try:
         b.decode("utf-8")
@@ -151,7 +164,7 @@ A = os.path.join(DIR, b"ckpt-1")
 B = os.path.join(DIR, b"ckpt-2")
 make(A, *NAMES, counter=1)
 # B: the first name only in A, a name only in B, the rest with values shifted by one position
-ONLY_B = b"only-b\xff\xc3\xa9"
+ONLY_B = b"only-b\xc3\xa9"
 make(B, *(NAMES[1:] + [ONLY_B]), counter=2)
 subprocess.run([MAKE_STATE, DIR], check=True, capture_output=True)
 
@@ -166,17 +179,61 @@ for v in VALID:
 check(all(isinstance(p.get("file"), str) and isinstance(p.get("dataset"), str)
           for t in doc.get("tensors", []) for p in t.get("pieces", [])), "inspect: piece strings")
 
+# ---- names that are not UTF-8 are refused at registration, naming the bytes ----
+for raw in INVALID:
+    p = make(os.path.join(DIR, b"refused"), raw, must_fail=True)
+    check(p.returncode != 0 and b"not valid UTF-8" in p.stderr,
+          f"make_ckpt accepted the name {raw!r}: exit {p.returncode} {p.stderr!r}")
+    check(not os.path.exists(os.path.join(DIR, b"refused.index")), f"{raw!r}: an index was written")
+
+# ---- an index crafted to hold such a name (same length as a valid one, container CRC fixed) is
+# refused as corrupt; stdout stays valid JSON (nothing) ----
+X = os.path.join(DIR, b"crafted")
+make(X, b"NAME\xc3\xa9")
+with open(X + b".index", "rb") as f:
+    data = bytearray(f.read())
+for bad in (b"NAME\xff\xfe", b"NAME\xc0\xaf", b"NAM\xed\xa0\x80"):
+    i = data.find(b"NAME\xc3\xa9") if b"NAME\xc3\xa9" in data else data.find(b"NAM")
+    patched = bytearray(data)
+    at = patched.find(b"NAME\xc3\xa9")
+    check(at > 0, "test bug: the name is not in the index")
+    patched[at:at + 6] = bad
+    patched[-4:] = crc32c(bytes(patched[:-4])).to_bytes(4, "little")
+    with open(X + b".index", "wb") as f:
+        f.write(patched)
+    for args in ([b"inspect", b"--json", X], [b"dump", b"--json", X, b"x"]):
+        rc, docs, se = run(*args, rc=1)
+        check(docs == [] and b"UTF-8" in se, f"{args!r} with the name {bad!r}: {docs!r} {se!r}")
+    run(b"verify", X, rc=1, json_out=False)
+
 # ---- random byte strings of single bytes around UTF-8's boundaries and of whole sequences (so
-# that valid and ill-formed ones touch): inspect lists them in byte order, each exactly as
-# Python's strict decoder reads it, with one U+FFFD per byte it rejects ----
+# that valid and ill-formed ones touch): the valid ones round-trip exactly, in byte order, and
+# ill-formed ones are refused ----
 rng = random.Random(20251121)
 TOKENS = [bytes([b]) for b in (0x01, 0x1f, 0x22, 0x5c, 0x41, 0x7f, 0x80, 0x8f, 0x90, 0x9f, 0xa0,
                                0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec, 0xed, 0xee, 0xef,
                                0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xf7, 0xf8, 0xfe, 0xff)]
 TOKENS += [c.encode() for c in ("\u0080", "\u07ff", "\u0800", "\ud7ff", "\ue000", "\ufffd",
                                 "\uffff", "\U00010000", "\U0010ffff", "\u00e9", "\u20ac")]
-RANDOM = sorted({b"r" + b"".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 8)))
+ALL_RANDOM = sorted({b"r" + b"".join(rng.choice(TOKENS) for _ in range(rng.randint(1, 8)))
+                     for _ in range(600)})
+
+
+def is_utf8(b):
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+# valid ones: from the tokens that are whole sequences (or ASCII) only
+VALID_TOKENS = [t for t in TOKENS if is_utf8(t)]
+RANDOM = sorted({b"r" + b"".join(rng.choice(VALID_TOKENS) for _ in range(rng.randint(1, 8)))
                  for _ in range(400)})
+for raw in [b for b in ALL_RANDOM if not is_utf8(b)][:40]:
+    p = make(os.path.join(DIR, b"refused"), raw, must_fail=True)
+    check(p.returncode != 0 and b"not valid UTF-8" in p.stderr, f"make_ckpt accepted {raw!r}")
 R = os.path.join(DIR, b"random-\xff")
 make(R, *RANDOM)
 rc, docs, _ = run(b"inspect", b"--json", R, rc=0)
@@ -185,8 +242,7 @@ got = [n for n in got if isinstance(n, str) and n.startswith("r")]
 want = [expected(b) for b in RANDOM]
 check(got == want, "inspect R: names differ from the strict decoder's: " +
       repr([(g, w) for g, w in zip(got, want) if g != w][:5]) + f" ({len(got)} vs {len(want)})")
-check(sum("\ufffd" in w for w in want) > 100 and sum(any(ord(c) > 0x7f and c != "\ufffd"
-                                                         for c in w) for w in want) > 100,
+check(len(RANDOM) > 100 and sum(any(ord(c) > 0x7f for c in w) for w in want) > 100,
       "test bug: RANDOM is not varied enough")
 
 # ---- dump --json of every hostile name: the name and the values (k, -k) ----
@@ -251,7 +307,7 @@ for f in os.listdir(DIR):
         os.unlink(os.path.join(DIR, f))
 rc, docs, se = run(b"inspect", b"--json", m, rc=1)
 d = one_doc(docs, "inspect without data")
-check(expected(INVALID[0]) in [t.get("name") for t in d.get("tensors", [])],
+check(expected(NAMES[0]) in [t.get("name") for t in d.get("tensors", [])],
       f"inspect without data: {d!r}"[:600])
 
 # list: the state file names checkpoints that are gone or damaged (warnings on stderr)

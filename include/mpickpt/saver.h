@@ -105,6 +105,8 @@ CKPT_EXTERN int ckpt_saver_sync(ckpt_saver *s);
 /**
  * Registers a tensor this rank owns whole (kind full). @p data is read at every save and written
  * at restore; it must stay valid while registered. Local (not collective).
+ * Every registration's @p name is a non-empty, valid UTF-8 string of at most 4096 bytes
+ * (CKPT_EINVAL otherwise).
  */
 CKPT_EXTERN int ckpt_saver_add_full(ckpt_saver *s, const char *name, ckpt_dtype dtype,
                                     const ckpt_shape *shape, void *data);

@@ -526,6 +526,21 @@ static void case_writer(void)
     ckpt_writer_free(w);
     CHECK(is_link_to(p, v.dir));
 
+    /* (f) <work>/chief belongs to someone else: not written into */
+    PATHF(dir, "%s/f", base);
+    mkdir_or_die(dir);
+    mkdir_or_die(PATHF(p, "%s/chief", dir));
+    if (geteuid() != 0 || chown(p, 4242, 4242) != 0) {
+        printf("  (f) skipped: cannot give %s to another user (needs root)\n", p);
+    } else {
+        w = NULL;
+        CHECK_RC(ckpt_writer_open(&w, PATHF(prefix, "%s/chief/ck", dir), NULL), CKPT_ECORRUPT);
+        CHECK_MSG(strstr(last_msg(), "chief") && strstr(last_msg(), "4242"),
+                  "the refusal should name chief and its owner: %s", last_msg());
+        ckpt_writer_free(w);
+        CHECK_EQ_INT(count_entries(p), 0);
+    }
+
     CHECK_VICTIM(&v);
 }
 

@@ -346,11 +346,13 @@ done:
 /* ---- load / store ---------------------------------------------------------------------------- */
 
 int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
-                        const char *name, const char *path)
+                        const char *name, const char *dir)
 {
     size_t len = 0;
+    char path[4400];
     *buf = NULL;
-    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, path);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, dir);
     if (rc == CKPT_OK)
         rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
     if (rc != CKPT_OK) {

@@ -273,7 +273,7 @@ static int checkpoint_bytes_at(uint64_t *out, int dirfd, const char *dir, const 
     char shown[4400];
     snprintf(shown, sizeof shown, "%s/%s", dir, iname);
     *out = 0;
-    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, dir);
     uint64_t total = 0;
     Mpickpt__Index *idx = NULL;
     if (rc == CKPT_OK) {
@@ -439,7 +439,7 @@ static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const cha
     snprintf(shown, sizeof shown, "%s/%s", dir, iname);
     memset(ent, 0, sizeof *ent);
     snprintf(ent->prefix, sizeof ent->prefix, "%.*s", (int)(strlen(iname) - 6), iname);
-    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, dir);
     if (rc == CKPT_OK)
         rc = ckpt__index_parse(&idx, payload, plen, shown, NULL, 1);
     if (rc == CKPT_OK) {

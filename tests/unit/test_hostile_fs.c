@@ -936,6 +936,12 @@ static void case_scan(void)
     for (size_t i = 0; i < CKPT__ARRAY_LEN(skipped); i++)
         CHECK_MSG(log_count(&cap, skipped[i]) == 1, "expected one warning naming '%s', got %d",
                   skipped[i], log_count(&cap, skipped[i]));
+    /* ...by its own path, saying what it is */
+    CHECK_MSG(log_count(&cap, "/dir/fifo.index is a FIFO") == 1 &&
+                  log_count(&cap, "/dir/dir.index is a directory") == 1 &&
+                  log_count(&cap, "/dir/link.index is a symbolic link") == 1 &&
+                  log_count(&cap, ".index/") == 0,
+              "the warnings should name each file by its path");
     CHECK_MSG(cap.n == (int)CKPT__ARRAY_LEN(skipped), "expected %zu warnings, got %d",
               CKPT__ARRAY_LEN(skipped), cap.n);
     for (int i = 0; i < cap.n; i++)

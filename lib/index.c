@@ -75,7 +75,7 @@ int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *b
 {
     if (len < CKPT__CONTAINER_HEAD + CKPT__CONTAINER_TAIL || memcmp(buf, magic, 8) != 0)
         return ckpt__error(CKPT_ECORRUPT, "%s: not an mpickpt %s file (bad magic or %zu bytes)",
-                           path, magic[5] == 'X' ? "index" : "state", len);
+                           path, memcmp(magic, CKPT__MAGIC_INDEX, 8) == 0 ? "index" : "state", len);
     uint32_t version = get32(buf + 8);
     if (version > CKPT__CONTAINER_VERSION)
         return ckpt__error(CKPT_EVERSION,

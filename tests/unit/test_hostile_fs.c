@@ -942,6 +942,8 @@ static void case_scan(void)
                   log_count(&cap, "/dir/link.index is a symbolic link") == 1 &&
                   log_count(&cap, ".index/") == 0,
               "the warnings should name each file by its path");
+    CHECK_MSG(log_count(&cap, "/dir/x y.index: not an mpickpt index file") == 1,
+              "the warning for 'x y.index' should say it is not an index file");
     CHECK_MSG(cap.n == (int)CKPT__ARRAY_LEN(skipped), "expected %zu warnings, got %d",
               CKPT__ARRAY_LEN(skipped), cap.n);
     for (int i = 0; i < cap.n; i++)

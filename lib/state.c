@@ -625,7 +625,7 @@ static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const cha
                   path, first);
         return CKPT_OK;
     }
-    int rc = CKPT_OK;
+    int rc = CKPT_OK, left = 0;
     if (!g->dry_run) {
         rewinddir(d);
         while ((e = readdir(d)) != NULL) {
@@ -635,15 +635,20 @@ static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const cha
                 rc = ckpt__errno(errno, "unlink", e->d_name);
         }
         if (rc == CKPT_OK && unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived: not ours */
+            left = 1; /* the name is not ours any more: left, with a warning, and not an error
+                       * (the manager's save would fail on it) */
+            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived */
                 ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it is no longer empty", path);
+            else if (errno == ENOTDIR) /* replaced by a link or a file since it was opened */
+                ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it was replaced while gc emptied it",
+                          path);
             else
                 rc = ckpt__errno(errno, "rmdir", path);
         }
     }
     closedir(d);
     close(fd);
-    if (rc == CKPT_OK) {
+    if (rc == CKPT_OK && !left) {
         if (g->cb)
             g->cb(path, why, g->payload);
         g->count++;

@@ -3,9 +3,9 @@
 
     MPICKPT_CLI=.../mpickpt MPICKPT_MAKE_CKPT=.../make_ckpt test_hostile_fs_cli.py OUTDIR
 
-inspect, verify, dump, list and gc on a checkpoint whose index is a FIFO, whose data file is a
-FIFO, in a directory whose state file is a FIFO, and gc on a directory that is not a checkpoint
-directory. Every call runs under `timeout 20`: a tool that opens
+inspect, verify, dump, list, gc and stats on a checkpoint whose index is a FIFO, whose data file
+is a FIFO, in a directory whose state file (or metrics.jsonl) is a FIFO or a link, and gc on a
+directory that is not a checkpoint directory. Every call runs under `timeout 20`: a tool that opens
 a FIFO without O_NONBLOCK blocks there, and exit status 124 says so. Each command must come back
 on its own with the expected status and a message naming the file; nothing may change on disk
 (FIFOs stay FIFOs, links stay links, the user's files stay), and each case's victim directory
@@ -206,6 +206,48 @@ run("gc", w, rc=0, what=case + " (chief)")
 check(is_fifo(os.path.join(w, "chief", "checkpoint")), f"{case} (chief): the FIFO is gone")
 check(snapshot(d) == before, f"{case}: the directory changed")
 check(is_fifo(os.path.join(d, "checkpoint")), f"{case}: the FIFO is gone")
+v.check(case)
+
+# ---- metrics.jsonl is a FIFO, or a link out of the directory ------------------------------------
+case = "metrics"
+v = Victim(os.path.join(OUT, case + "-victim"))
+line = json.dumps({"prefix": "ck-7", "mode": "sync", "bytes": 1048576, "ranks": 1,
+                   "blocking_s": 0.5, "write_s": 0.4, "agree_s": 0.01, "merge_s": 0.02,
+                   "commit_s": 0.07, "gbps": 0.002, "since_prev_s": 0, "training_time_saved_s": 0,
+                   "timestamp": 1763700000.25}, separators=(",", ":"))
+d = copy_ck(case + "-ok")
+with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+    f.write(line + "\n")
+rc, so, _ = run("stats", d, rc=0, what=case)
+check("ck-7" in so and "saves                  1" in so, f"{case}: stats of a good file: {so[:1000]}")
+d = copy_ck(case + "-fifo")
+fifo(os.path.join(d, "metrics.jsonl"))
+v.plant(d)
+before = snapshot(d)
+run("stats", d, rc=1, names=(f"{d}/metrics.jsonl", "FIFO"), what=case)
+run("stats", "--json", d, rc=1, names=(f"{d}/metrics.jsonl", "FIFO"), what=case)
+check(snapshot(d) == before, f"{case}: the directory changed")
+# DIR/chief/metrics.jsonl
+w = os.path.join(OUT, case + "-work")
+os.makedirs(os.path.join(w, "chief"))
+fifo(os.path.join(w, "chief", "metrics.jsonl"))
+run("stats", w, rc=1, names=(f"{w}/chief/metrics.jsonl", "FIFO"), what=case + " (chief)")
+check(is_fifo(os.path.join(w, "chief", "metrics.jsonl")), f"{case} (chief): the FIFO is gone")
+# a link planted in the directory, to a file of someone else's: not followed, nothing of it shown
+d = copy_ck(case + "-link")
+secret = os.path.join(v.path, "notes.txt")
+os.symlink(secret, os.path.join(d, "metrics.jsonl"))
+rc, so, se = run("stats", d, rc=1, names=(f"{d}/metrics.jsonl", "symbolic link"), what=case)
+check("victim sentinel" not in so + se, f"{case}: stats showed the link's target: {so}{se}")
+# a chief/ that is a link to a directory elsewhere holding a metrics.jsonl: not followed
+w = os.path.join(OUT, case + "-work-link")
+os.makedirs(w)
+elsewhere = os.path.join(OUT, case + "-elsewhere")
+os.makedirs(elsewhere)
+with open(os.path.join(elsewhere, "metrics.jsonl"), "w") as f:
+    f.write(line + "\n")
+os.symlink(elsewhere, os.path.join(w, "chief"))
+run("stats", w, rc=1, names=(f"{w}/chief", "symbolic link"), what=case + " (chief link)")
 v.check(case)
 
 # ---- gc on a directory that is not a checkpoint directory ---------------------------------------

@@ -442,6 +442,16 @@ static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const cha
     int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, dir);
     if (rc == CKPT_OK)
         rc = ckpt__index_parse(&idx, payload, plen, shown, NULL, 1);
+    /* An entry is listed in a state file: a header no state may hold (state_check) would make
+     * the scan's state unwritable, and every save of a manager that rebuilt its list by a scan
+     * fail. Such an index is not a checkpoint mpickpt committed. */
+    if (rc == CKPT_OK && (idx->header->save_counter < 0 ||
+                          idx->header->save_counter > CKPT__COUNTER_MAX))
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: its header says save counter %lld, outside 0..%lld",
+                         shown, (long long)idx->header->save_counter,
+                         (long long)CKPT__COUNTER_MAX);
+    else if (rc == CKPT_OK && !isfinite(idx->header->timestamp))
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: its header has no valid time", shown);
     if (rc == CKPT_OK) {
         ent->save_counter = idx->header->save_counter;
         ent->epoch = idx->header->epoch;
@@ -451,8 +461,9 @@ static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const cha
         ent->bytes = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
         for (size_t i = 0; i < idx->n_files; i++)
             ent->bytes += idx->files[i]->bytes;
-        mpickpt__index__free_unpacked(idx, NULL);
     }
+    if (idx)
+        mpickpt__index__free_unpacked(idx, NULL);
     free(buf);
     return rc;
 }

@@ -326,8 +326,8 @@ static int write_ck(const char *prefix, int64_t counter, int overwrite)
 {
     ckpt_writer_options o = CKPT_WRITER_OPTIONS_INIT;
     o.save_counter = counter;
-    o.epoch = counter + 10;
-    o.step = counter * 100;
+    o.epoch = counter % 1000 + 10; /* (counters may be INT64_MAX here) */
+    o.step = counter % 1000 * 100;
     o.overwrite = overwrite;
     ckpt_writer *w = NULL;
     int rc = ckpt_writer_open(&w, prefix, &o);
@@ -336,7 +336,7 @@ static int write_ck(const char *prefix, int64_t counter, int overwrite)
     for (int i = 0; i < 12; i++)
         wv[i] = w_value(counter, i);
     for (int i = 0; i < 5; i++)
-        bv[i] = counter * 1000 + i;
+        bv[i] = counter % 1000 * 1000 + i;
     int64_t dw[2] = {3, 4}, db[1] = {5};
     ckpt_shape sw, sb;
     ckpt_shape_init(&sw, 2, dw);
@@ -368,7 +368,7 @@ static int reads_back(const char *prefix, int64_t counter)
     for (int i = 0; ok && i < 12; i++)
         ok = wv[i] == w_value(counter, i);
     for (int i = 0; ok && i < 5; i++)
-        ok = bv[i] == counter * 1000 + i;
+        ok = bv[i] == counter % 1000 * 1000 + i;
     if (!ok)
         fprintf(stderr, "  %s does not read back (%s): %s\n", prefix, ckpt_strerror(rc),
                 last_msg());
@@ -684,8 +684,8 @@ static ckpt_state_entry entry(const char *prefix, int64_t counter, double ts)
     memset(&e, 0, sizeof e);
     snprintf(e.prefix, sizeof e.prefix, "%s", prefix);
     e.save_counter = counter;
-    e.epoch = counter + 10;
-    e.step = counter * 100 + 7;
+    e.epoch = counter % 1000 + 10; /* (counters may be INT64_MAX here) */
+    e.step = counter % 1000 * 100 + 7;
     e.timestamp = ts;
     e.bytes = (uint64_t)counter * 4096 + 17;
     e.end_of_epoch = (int)(counter % 2);
@@ -870,6 +870,31 @@ static void case_state(void)
  * 4. Scanning a directory with damaged, foreign and hostile *.index entries
  * ============================================================================================= */
 
+/* Copies index `src` to `dst` with its header's timestamp set to NaN (a valid container). */
+static int write_nan_time_index(const char *src, const char *dst)
+{
+    uint8_t *buf = NULL, *out = NULL;
+    size_t len = 0, olen = 0, plen = 0;
+    const uint8_t *payload = NULL;
+    Mpickpt__Index *idx = NULL;
+    int rc = get_file(src, &buf, &len) == 0 ? CKPT_OK : CKPT_EIO;
+    if (rc == CKPT_OK)
+        rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX, src);
+    if (rc == CKPT_OK && !(idx = mpickpt__index__unpack(NULL, plen, payload)))
+        rc = CKPT_ECORRUPT;
+    if (rc == CKPT_OK && idx->header) {
+        idx->header->timestamp = NAN;
+        rc = ckpt__container_pack(&out, &olen, CKPT__MAGIC_INDEX, &idx->base);
+    }
+    if (rc == CKPT_OK && put_file(dst, out, olen) != 0)
+        rc = CKPT_EIO;
+    if (idx)
+        mpickpt__index__free_unpacked(idx, NULL);
+    free(out);
+    free(buf);
+    return rc;
+}
+
 static void case_scan(void)
 {
     char base[4200], dir[8400], p[8400], q[8400], prefix[8400];
@@ -954,6 +979,60 @@ static void case_scan(void)
     CHECK(file_equals(PATHF(p, "%s/trunc.index", dir), idx, idx_len / 2));
     CHECK(reads_back(PATHF(prefix, "%s/ck-2", dir), 2));
     free(idx);
+
+    /* (b) valid indexes whose header cannot be listed in a state file: a save counter outside
+     * 0..10^15, no valid time. Listed, they would make a state ckpt_state_write refuses (the
+     * manager rebuilds its state by this scan, then every save would fail): skipped, with a
+     * warning, like any index that does not load. */
+    PATHF(dir, "%s/counters", base);
+    mkdir_or_die(dir);
+    static const struct {
+        const char *name;
+        int64_t counter;
+    } hdr[] = {{"ck-1", 1}, {"neg", -5}, {"big", INT64_MAX}, {"past", CKPT__COUNTER_MAX + 1},
+               {"edge", CKPT__COUNTER_MAX}};
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(hdr); i++)
+        CHECK_OK(write_ck(PATHF(prefix, "%s/%s", dir, hdr[i].name), hdr[i].counter, 0));
+    CHECK_OK(write_nan_time_index(PATHF(p, "%s/ck-1.index", dir), PATHF(q, "%s/nan.index", dir)));
+    memset(&cap, 0, sizeof cap);
+    ckpt_log_set(log_capture, CKPT_LOG_WARN, &cap);
+    st = NULL;
+    CHECK_OK(ckpt_state_scan(&st, dir));
+    ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
+    for (int i = 0; i < cap.n; i++)
+        printf("  warning: %s\n", cap.msg[i]);
+    CHECK(st && st->num_entries == 2 && strcmp(st->entries[0].prefix, "ck-1") == 0 &&
+          strcmp(st->entries[st->num_entries - 1].prefix, "edge") == 0 &&
+          st->save_counter == CKPT__COUNTER_MAX);
+    static const char *const bad_hdr[] = {"/neg.index:", "/big.index:", "/past.index:",
+                                          "/nan.index:"};
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(bad_hdr); i++)
+        CHECK_MSG(log_count(&cap, bad_hdr[i]) == 1, "expected one warning naming '%s'",
+                  bad_hdr[i]);
+    CHECK_EQ_INT(cap.n, 4);
+    CHECK_MSG(log_count(&cap, "-5") == 1 && log_count(&cap, "9223372036854775807") == 1 &&
+                  log_count(&cap, "1000000000000001") == 1,
+              "each warning should say which save counter");
+    /* what the scan found is a state that can be written and read back */
+    if (st)
+        CHECK_OK(ckpt_state_write(st, dir));
+    ckpt_state_free(st);
+    st = NULL;
+    CHECK_OK(ckpt_state_read(&st, dir));
+    CHECK(st && st->num_entries == 2 && strcmp(st->latest, "edge") == 0);
+    ckpt_state_free(st);
+    /* the manager's scan for "<name>-<N>.index" newer than its state file */
+    CHECK_OK(write_ck(PATHF(prefix, "%s/ckpt-3", dir), 3, 0));
+    CHECK_OK(write_ck(PATHF(prefix, "%s/ckpt-9999999999999999", dir), 9999999999999999LL, 0));
+    memset(&cap, 0, sizeof cap);
+    ckpt_log_set(log_capture, CKPT_LOG_WARN, &cap);
+    st = NULL;
+    CHECK_OK(ckpt__state_scan_newer(&st, dir, "ckpt", 0));
+    ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
+    CHECK(st && st->num_entries == 1 && strcmp(st->entries[0].prefix, "ckpt-3") == 0);
+    CHECK_MSG(log_count(&cap, "/ckpt-9999999999999999.index:") == 1,
+              "expected a warning naming ckpt-9999999999999999.index");
+    ckpt_state_free(st);
     CHECK_VICTIM(&v);
 }
 

@@ -409,9 +409,13 @@ int ckpt_checkpoint_delete(const char *prefix)
         if (!data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
             continue;
         /* unlinkat removes the entry (a planted link included), never what it points to */
-        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && rc == CKPT_OK) {
+        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            rc = ckpt__errno(errno, "unlink", path);
+            if (errno == EISDIR) /* someone's directory under a data file name: not ours */
+                ckpt__log(CKPT_LOG_WARN, "left %s: a directory, not a data file of %s", path,
+                          base);
+            else if (rc == CKPT_OK)
+                rc = ckpt__errno(errno, "unlink", path);
         }
     }
     closedir(d);

@@ -1385,6 +1385,25 @@ static void case_ownership(void)
     CHECK(file_equals(PATHF(p, "%s/chief/notes.txt", work), "my notes\n", 9));
     CHECK(file_equals(PATHF(p, "%s/workertemp_7/part-00000-of-00001", work), "mine\n", 5));
 
+    /* (d2) delete_backup of a work directory whose chief/ is a link to someone's checkpoint
+     * directory: refused, naming it; the link's target untouched */
+    char theirs[8400];
+    PATHF(theirs, "%s/theirs", base);
+    mkdir_or_die(theirs);
+    CHECK_OK(write_ck(PATHF(prefix, "%s/ck-1", theirs), 1, 0));
+    PATHF(work, "%s/work3", base);
+    mkdir_or_die(work);
+    CHECK(symlink(theirs, PATHF(p, "%s/chief", work)) == 0);
+    CHECK_RC(ckpt__remove_backup_dir(work), CKPT_ECORRUPT);
+    CHECK_MSG(strstr(last_msg(), "chief") && strstr(last_msg(), "symbolic link"),
+              "the refusal should name chief and say it is a symbolic link: %s", last_msg());
+    CHECK(is_link_to(p, theirs));
+    CHECK(reads_back(prefix, 1));
+    {
+        const char *want[] = {"ck-1.index", "ck-1.data-00000-of-00001", NULL};
+        CHECK(holds_exactly(theirs, want));
+    }
+
     /* (e) deleting a checkpoint (retention) among entries that carry its data file names but
      * are not its data files: a link (the entry goes, never its target) and a directory (left,
      * with a warning: a failure here would fail the save that applied retention) */

@@ -219,7 +219,8 @@ d = copy_ck(case + "-ok")
 with open(os.path.join(d, "metrics.jsonl"), "w") as f:
     f.write(line + "\n")
 rc, so, _ = run("stats", d, rc=0, what=case)
-check("ck-7" in so and "saves                  1" in so, f"{case}: stats of a good file: {so[:1000]}")
+check("ck-7" in so and "saves                  1" in so,
+      f"{case}: stats of a good file: {so[:1000]}")
 d = copy_ck(case + "-fifo")
 fifo(os.path.join(d, "metrics.jsonl"))
 v.plant(d)

@@ -314,7 +314,7 @@ static int victim_intact(const victim *v, int quiet)
         victim_free(v);                                                                        \
     } while (0)
 
-/* ---- checkpoints ------------------------------------------------------------------------------ */
+/* ---- checkpoints ----------------------------------------------------------------------------- */
 
 static float w_value(int64_t counter, int i)
 {
@@ -376,7 +376,7 @@ static int reads_back(const char *prefix, int64_t counter)
     return ok;
 }
 
-/* ---- log capture ------------------------------------------------------------------------------- */
+/* ---- log capture ----------------------------------------------------------------------------- */
 
 typedef struct logcap {
     int n;

@@ -128,15 +128,18 @@ int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const ch
         return ckpt__error(errno == ENOENT ? CKPT_ENOTFOUND : CKPT_ECORRUPT,
                            "refusing to use %s/%s: %s (it changed while mpickpt opened it)", shown,
                            name, strerror(errno));
-    if (fstat(d, &st) != 0 || (create && st.st_uid != geteuid())) {
+    if (fstat(d, &st) != 0) {
         int err = errno;
         close(d);
-        if (create && err == 0)
-            return ckpt__error(CKPT_ECORRUPT,
-                               "refusing to write into %s/%s: it belongs to uid %u, not to this "
-                               "process (uid %u); remove it",
-                               shown, name, (unsigned)st.st_uid, (unsigned)geteuid());
         return ckpt__errno(err, "stat", name);
+    }
+    /* (errno cannot tell this case apart: it still holds mkdirat's EEXIST) */
+    if (create && st.st_uid != geteuid()) {
+        close(d);
+        return ckpt__error(CKPT_ECORRUPT,
+                           "refusing to write into %s/%s: it belongs to uid %u, not to this "
+                           "process (uid %u); remove it",
+                           shown, name, (unsigned)st.st_uid, (unsigned)geteuid());
     }
     *fd = d;
     return CKPT_OK;

@@ -79,7 +79,7 @@ int ckpt__container_open(const uint8_t **payload, size_t *plen, const uint8_t *b
 {
     if (len < CKPT__CONTAINER_HEAD + CKPT__CONTAINER_TAIL || memcmp(buf, magic, 8) != 0)
         return ckpt__error(CKPT_ECORRUPT, "%s: not an mpickpt %s file (bad magic or %zu bytes)",
-                           path, magic[5] == 'X' ? "index" : "state", len);
+                           path, memcmp(magic, CKPT__MAGIC_INDEX, 8) == 0 ? "index" : "state", len);
     uint32_t version = get32(buf + 8);
     if (version > CKPT__CONTAINER_VERSION)
         return ckpt__error(CKPT_EVERSION,
@@ -886,11 +886,13 @@ done:
 /* ---- load / store ---------------------------------------------------------------------------- */
 
 int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
-                        const char *name, const char *path)
+                        const char *name, const char *dir)
 {
     size_t len = 0;
+    char path[4400];
     *buf = NULL;
-    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, path);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, dir);
     if (rc == CKPT_OK)
         rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
     if (rc != CKPT_OK) {

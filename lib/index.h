@@ -46,9 +46,9 @@ int ckpt__index_load(Mpickpt__Index **out, const char *path);
 /* Reads an index file and checks its container: *payload (inside *buf, which the caller frees)
  * holds the protobuf message, *plen bytes. Errors as ckpt__index_load's. */
 int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path);
-/* The same for entry `name` of directory dirfd; `path` names it in messages. */
+/* The same for entry `name` of directory dirfd; `dir` names that directory in messages. */
 int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
-                        const char *name, const char *path);
+                        const char *name, const char *dir);
 
 /* Unpacks an index payload with `alloc` (NULL: malloc) and, with `validate`, validates it;
  * messages name `path`. */

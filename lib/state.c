@@ -273,7 +273,7 @@ static int checkpoint_bytes_at(uint64_t *out, int dirfd, const char *dir, const 
     char shown[4400];
     snprintf(shown, sizeof shown, "%s/%s", dir, iname);
     *out = 0;
-    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, dir);
     uint64_t total = 0;
     Mpickpt__Index *idx = NULL;
     if (rc == CKPT_OK) {
@@ -409,9 +409,13 @@ int ckpt_checkpoint_delete(const char *prefix)
         if (!data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
             continue;
         /* unlinkat removes the entry (a planted link included), never what it points to */
-        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && rc == CKPT_OK) {
+        if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            rc = ckpt__errno(errno, "unlink", path);
+            if (errno == EISDIR) /* someone's directory under a data file name: not ours */
+                ckpt__log(CKPT_LOG_WARN, "left %s: a directory, not a data file of %s", path,
+                          base);
+            else if (rc == CKPT_OK)
+                rc = ckpt__errno(errno, "unlink", path);
         }
     }
     closedir(d);
@@ -439,9 +443,19 @@ static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const cha
     snprintf(shown, sizeof shown, "%s/%s", dir, iname);
     memset(ent, 0, sizeof *ent);
     snprintf(ent->prefix, sizeof ent->prefix, "%.*s", (int)(strlen(iname) - 6), iname);
-    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, shown);
+    int rc = ckpt__index_read_at(&buf, &payload, &plen, dirfd, iname, dir);
     if (rc == CKPT_OK)
         rc = ckpt__index_parse(&idx, payload, plen, shown, NULL, 1);
+    /* An entry is listed in a state file: a header no state may hold (state_check) would make
+     * the scan's state unwritable, and every save of a manager that rebuilt its list by a scan
+     * fail. Such an index is not a checkpoint mpickpt committed. */
+    if (rc == CKPT_OK && (idx->header->save_counter < 0 ||
+                          idx->header->save_counter > CKPT__COUNTER_MAX))
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: its header says save counter %lld, outside 0..%lld",
+                         shown, (long long)idx->header->save_counter,
+                         (long long)CKPT__COUNTER_MAX);
+    else if (rc == CKPT_OK && !isfinite(idx->header->timestamp))
+        rc = ckpt__error(CKPT_ECORRUPT, "%s: its header has no valid time", shown);
     if (rc == CKPT_OK) {
         ent->save_counter = idx->header->save_counter;
         ent->epoch = idx->header->epoch;
@@ -451,8 +465,9 @@ static int scan_one(ckpt_state_entry *ent, int dirfd, const char *dir, const cha
         ent->bytes = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
         for (size_t i = 0; i < idx->n_files; i++)
             ent->bytes += idx->files[i]->bytes;
-        mpickpt__index__free_unpacked(idx, NULL);
     }
+    if (idx)
+        mpickpt__index__free_unpacked(idx, NULL);
     free(buf);
     return rc;
 }
@@ -625,7 +640,7 @@ static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const cha
                   path, first);
         return CKPT_OK;
     }
-    int rc = CKPT_OK;
+    int rc = CKPT_OK, left = 0;
     if (!g->dry_run) {
         rewinddir(d);
         while ((e = readdir(d)) != NULL) {
@@ -635,15 +650,20 @@ static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const cha
                 rc = ckpt__errno(errno, "unlink", e->d_name);
         }
         if (rc == CKPT_OK && unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived: not ours */
+            left = 1; /* the name is not ours any more: left, with a warning, and not an error
+                       * (the manager's save would fail on it) */
+            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived */
                 ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it is no longer empty", path);
+            else if (errno == ENOTDIR) /* replaced by a link or a file since it was opened */
+                ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it was replaced while gc emptied it",
+                          path);
             else
                 rc = ckpt__errno(errno, "rmdir", path);
         }
     }
     closedir(d);
     close(fd);
-    if (rc == CKPT_OK) {
+    if (rc == CKPT_OK && !left) {
         if (g->cb)
             g->cb(path, why, g->payload);
         g->count++;

@@ -57,7 +57,10 @@ CKPT_EXTERN void ckpt_state_free(ckpt_state *state);
 /**
  * Scans @p dir for committed checkpoints (`*.index` files whose index loads), oldest first by save
  * counter then name, and fills entries from their headers (bytes = index + data files). Damaged
- * ones are skipped. For recovery when the state file is missing or damaged, and for `mpickpt list`.
+ * ones, entries that are not regular files, names that are not checkpoint names, and indexes whose
+ * header no state file may hold (a save counter outside 0..10^15, a time that is not a number)
+ * are skipped, each with a warning through the log. For recovery when the state file is missing
+ * or damaged, and for `mpickpt list`.
  * *out is allocated even on failure and must be freed.
  */
 CKPT_EXTERN int ckpt_state_scan(ckpt_state **out, const char *dir);

@@ -2209,34 +2209,62 @@ static double median(double *v, size_t n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The metrics file of a stats operand (malloc'd): the operand itself when it is a file, else
- * DIR/metrics.jsonl, else DIR/chief/metrics.jsonl. NULL after printing why. */
-static char *stats_path(const cli_command *cmd, const char *arg)
+/* Opens the metrics file of a stats operand for reading; *path (malloc'd) names it. A FILE
+ * operand is the user's own path. For a DIR operand, DIR/metrics.jsonl, else
+ * DIR/chief/metrics.jsonl, is reached below DIR by descriptor: a link there is not followed and
+ * anything but a regular file is refused, so a FIFO planted in a shared directory cannot block
+ * the tool (DESIGN §12). NULL after printing why. */
+static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
 {
     struct stat sb;
+    *path = NULL;
     if (stat(arg, &sb) != 0) {
         fprintf(stderr, "mpickpt: %s: cannot access %s: %s\n", cmd->name, arg, strerror(errno));
         return NULL;
     }
-    if (!S_ISDIR(sb.st_mode))
-        return path_join("", arg);
-    char *dir = dir_operand(arg);
-    char *path = dir ? path_join(dir, "metrics.jsonl") : NULL;
-    if (path && stat(path, &sb) != 0) {
-        free(path);
-        path = path_join(dir, "chief/metrics.jsonl");
-        if (path && stat(path, &sb) != 0) {
-            fprintf(stderr, "mpickpt: %s: no metrics.jsonl in %s or %s/chief (the saver's chief "
-                            "appends one line per committed save)\n", cmd->name, dir, dir);
-            free(path);
-            free(dir);
-            return NULL;
-        }
+    if (!S_ISDIR(sb.st_mode)) {
+        FILE *f = NULL;
+        if (!(*path = path_join("", arg)))
+            fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        else if (!(f = fopen(arg, "r")))
+            fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, arg,
+                    strerror(errno));
+        return f;
     }
-    if (!path)
+    char *dir = dir_operand(arg);
+    char *chief = dir ? path_join(dir, "chief") : NULL;
+    if (!chief) {
         fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+        free(dir);
+        return NULL;
+    }
+    int dfd = -1, cfd = -1, fd = -1;
+    const char *name = "metrics.jsonl";
+    int rc = ckpt__dir_open(&dfd, dir);
+    if (rc == CKPT_OK && (rc = ckpt__file_open(&fd, NULL, dfd, name, O_RDONLY, dir)) ==
+                             CKPT_ENOTFOUND) {
+        name = "chief/metrics.jsonl";
+        if ((rc = ckpt__subdir_open(&cfd, dfd, "chief", 0, dir)) == CKPT_OK)
+            rc = ckpt__file_open(&fd, NULL, cfd, "metrics.jsonl", O_RDONLY, chief);
+    }
+    ckpt__close(cfd);
+    ckpt__close(dfd);
+    FILE *f = NULL;
+    if (rc == CKPT_ENOTFOUND)
+        fprintf(stderr, "mpickpt: %s: no metrics.jsonl in %s or %s (the saver's chief appends "
+                        "one line per committed save)\n", cmd->name, dir, chief);
+    else if (rc != CKPT_OK)
+        cli_lib_error(cmd, rc);
+    else if (!(*path = path_join(dir, name)) || !(f = fdopen(fd, "r")))
+        fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    if (!f) {
+        ckpt__close(fd);
+        free(*path);
+        *path = NULL;
+    }
+    free(chief);
     free(dir);
-    return path;
+    return f;
 }
 
 static void stats_print_text(const char *path, const stats_row *rows, size_t n, size_t skipped,
@@ -2326,29 +2354,10 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     int rc = cli_parse_dir(cmd, argc, argv, "--json", &json, 0);
     if (rc >= 0)
         return rc;
-    char *path = stats_path(cmd, argv[0]);
-    if (!path)
+    char *path;
+    FILE *f = stats_open(cmd, argv[0], &path);
+    if (!f)
         return EXIT_BAD;
-    /* metrics.jsonl sits in a checkpoint directory that others can write: opened without
-     * following a link and refused unless it is a regular file (a FIFO would block). */
-    char mdir[4096], mbase[4096];
-    int dfd = -1, fd = -1;
-    int orc = ckpt__split_path(mdir, sizeof mdir, mbase, sizeof mbase, path);
-    if (orc == CKPT_OK)
-        orc = ckpt__ckptdir_open(&dfd, NULL, mdir, 0);
-    if (orc == CKPT_OK)
-        orc = ckpt__file_open(&fd, NULL, dfd, mbase, O_RDONLY, mdir);
-    ckpt__close(dfd);
-    FILE *f = orc == CKPT_OK ? fdopen(fd, "r") : NULL;
-    if (!f) {
-        if (orc == CKPT_OK)
-            close(fd);
-        const ckpt_error *e = ckpt_error_last();
-        fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, path,
-                orc != CKPT_OK && e ? e->message : strerror(errno));
-        free(path);
-        return EXIT_BAD;
-    }
 
     stats_row *rows = NULL;
     size_t n = 0, cap = 0, skipped = 0, lineno = 0;

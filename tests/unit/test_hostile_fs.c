@@ -322,10 +322,14 @@ static float w_value(int64_t counter, int i)
 }
 
 /* Writes checkpoint `prefix`: w float32 [3,4] and b int64 [5], values from `counter`. */
+static int set_index_counter(const char *prefix, int64_t counter);
+
 static int write_ck(const char *prefix, int64_t counter, int overwrite)
 {
     ckpt_writer_options o = CKPT_WRITER_OPTIONS_INIT;
-    o.save_counter = counter;
+    /* the writer refuses a counter outside 0..CKPT__COUNTER_MAX: such an index is crafted after */
+    int crafted = counter < 0 || counter > CKPT__COUNTER_MAX;
+    o.save_counter = crafted ? 0 : counter;
     o.epoch = counter % 1000 + 10; /* (counters may be INT64_MAX here) */
     o.step = counter % 1000 * 100;
     o.overwrite = overwrite;
@@ -348,6 +352,8 @@ static int write_ck(const char *prefix, int64_t counter, int overwrite)
     if (rc == CKPT_OK)
         rc = ckpt_writer_commit(w);
     ckpt_writer_free(w);
+    if (rc == CKPT_OK && crafted)
+        rc = set_index_counter(prefix, counter);
     return rc;
 }
 
@@ -887,6 +893,34 @@ static int write_nan_time_index(const char *src, const char *dst)
         rc = ckpt__container_pack(&out, &olen, CKPT__MAGIC_INDEX, &idx->base);
     }
     if (rc == CKPT_OK && put_file(dst, out, olen) != 0)
+        rc = CKPT_EIO;
+    if (idx)
+        mpickpt__index__free_unpacked(idx, NULL);
+    free(out);
+    free(buf);
+    return rc;
+}
+
+/* Rewrites the header's save counter of checkpoint `prefix` (container and CRC kept valid): an
+ * index no writer of ours makes. */
+static int set_index_counter(const char *prefix, int64_t counter)
+{
+    char path[8400];
+    snprintf(path, sizeof path, "%s.index", prefix);
+    uint8_t *buf = NULL, *out = NULL;
+    size_t len = 0, olen = 0, plen = 0;
+    const uint8_t *payload = NULL;
+    Mpickpt__Index *idx = NULL;
+    int rc = get_file(path, &buf, &len) == 0 ? CKPT_OK : CKPT_EIO;
+    if (rc == CKPT_OK)
+        rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX, path);
+    if (rc == CKPT_OK && !(idx = mpickpt__index__unpack(NULL, plen, payload)))
+        rc = CKPT_ECORRUPT;
+    if (rc == CKPT_OK && idx->header) {
+        idx->header->save_counter = counter;
+        rc = ckpt__container_pack(&out, &olen, CKPT__MAGIC_INDEX, &idx->base);
+    }
+    if (rc == CKPT_OK && put_file(path, out, olen) != 0)
         rc = CKPT_EIO;
     if (idx)
         mpickpt__index__free_unpacked(idx, NULL);

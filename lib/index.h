@@ -30,6 +30,8 @@
 uint32_t ckpt__index_format_version(const Mpickpt__Index *idx);
 /* Upper bound on an index or state file we agree to load (a sanity limit, not a format one). */
 #define CKPT__MAX_INDEX_BYTES ((size_t)1 << 32)
+/* The same for a state file: a few hundred bytes per checkpoint it lists. */
+#define CKPT__MAX_STATE_BYTES ((size_t)64 << 20)
 
 /* Packs `msg` into a malloc'd container. */
 int ckpt__container_pack(uint8_t **out, size_t *len, const char magic[8],

@@ -216,7 +216,7 @@ int ckpt_state_read(ckpt_state **out, const char *dir)
     *out = NULL;
     int rc = ckpt__path(path, sizeof path, "%s/" STATE_FILE, dir);
     if (rc == CKPT_OK)
-        rc = ckpt__read_file(&buf, &len, path, CKPT__MAX_INDEX_BYTES);
+        rc = ckpt__read_file(&buf, &len, path, CKPT__MAX_STATE_BYTES);
     if (rc == CKPT_OK)
         rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_STATE, path);
     if (rc == CKPT_OK)

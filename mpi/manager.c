@@ -525,16 +525,22 @@ int ckpt_training_restore(ckpt_training *t, int *restored)
     return rc;
 }
 
+/* n + 1, saturated: epoch and step come from an index someone else may have written. */
+static int64_t next_of(int64_t n)
+{
+    return n < INT64_MAX ? n + 1 : INT64_MAX;
+}
+
 int64_t ckpt_training_initial_epoch(const ckpt_training *t, int64_t initial)
 {
     if (!t->restored.restored)
         return initial;
-    return t->restored.end_of_epoch ? t->restored.epoch + 1 : t->restored.epoch;
+    return t->restored.end_of_epoch ? next_of(t->restored.epoch) : t->restored.epoch;
 }
 
 int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial)
 {
-    return t->restored.restored ? t->restored.step + 1 : initial;
+    return t->restored.restored ? next_of(t->restored.step) : initial;
 }
 
 int ckpt_training_delete_backup(ckpt_training *t)

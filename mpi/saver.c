@@ -1460,7 +1460,13 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     /* MPI-IO reports a full disk as a plain I/O error: say what it was when the disk is full. */
     if (local == CKPT_EIO && disk_full(c->tempfd))
         local = ckpt__error_wrap(CKPT_ENOSPC, "no space left on device in %s", c->chief_temp);
-    /* The metadata flush below gets the pad's room back (ckpt__pad_create). */
+    /* The metadata flush below gets the pad's room back (ckpt__pad_create), but only once every
+     * rank is done writing data: with independent I/O a rank still writing on a full disk takes
+     * every block the pad frees, the chief's metadata write then fails, its H5Fflush returns
+     * before the collective MPI_File_sync the other ranks wait in, and the job hangs. */
+    if (MPI_Barrier(c->comm) != MPI_SUCCESS && local == CKPT_OK)
+        local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Barrier before the metadata flush failed",
+                            s->rank);
     ckpt__pad_release(c->tempfd, c->pad_name, pad);
     /* H5Fflush on an MPI-IO file is MPI_File_sync on every rank: the data is durable after it. */
     errno = 0;

@@ -1,0 +1,1742 @@
+/* Hostile MPI conditions for the guarantees of issue 12 (DESIGN §4-6, §8, §12).
+ *
+ * usage: test_hostile_mpi OUTDIR CASE [ARG...]
+ *
+ *   fallback_per_rank sync|async
+ *       (N >= 2 ranks) checkpoint A = ckpt-1 written by ranks 0..N-2 (an MPI_Comm_split
+ *       sub-communicator) through a manager, then B = ckpt-2 by all N ranks in the same directory
+ *       (the manager numbers past A). Every rank registers partitioned tensors, a replicated one,
+ *       a per-component replica and a blob whose restore callback records what it got. One byte
+ *       of rank 0's rows of "w" is flipped in B's data (at H5Dget_offset: index and sizes stay
+ *       valid), every buffer gets a sentinel, and restore_or_initialize (skip_missing_per_rank)
+ *       must fall back to A (skipped == 1): A's values everywhere on ranks 0..N-2; on rank N-1 the
+ *       component keeps its sentinel and the blob callback is never called (nothing of B); the
+ *       tensors hold A's values on every rank.
+ *   async_lifetime
+ *       (a) MPICKPT_ASYNC=1 in the environment, a program written for sync saves 4 backups
+ *       (max_to_keep 2) through ckpt_training_back_up and frees the training state, then the saver,
+ *       right after the last one (the demo's order): the state file lists ckpt-4 last, exactly
+ *       ckpt-3 and ckpt-4 are on disk, it restores. (b) the same through ckpt_manager_save, the
+ *       saver freed first, then the manager. (c) a save in flight whose saver's close timed out
+ *       (CKPT_ETIMEDOUT, the saver left allocated as saver.h documents), then the manager freed:
+ *       no crash, the abandoned save is not committed, the state still lists the previous one.
+ *       ASan turns a use of the freed manager by the writer thread into a failure.
+ *   enospc_sync shared|per-rank reserve|noreserve
+ *       a synchronous saver and manager on a small tmpfs (mounted by rank 0 as root; exit 77 when
+ *       it cannot): ckpt-1 fits, ckpt-2 does not: CKPT_ENOSPC (or CKPT_EIO saying no space) on
+ *       every rank, ckpt-1 stays the latest and restores exactly, no temp files and no space
+ *       left held; after a remount with room the next save commits; the process finalizes
+ *       cleanly.
+ *       noreserve: MPICKPT_RESERVE=0, the full disk is met inside HDF5 / MPI-IO.
+ *   settings
+ *       bad MPICKPT_* values -> CKPT_EINVAL on every rank naming the variable and the value (also
+ *       when only rank 1 has it); divergent valid MPICKPT_LAYOUT / MPICKPT_PACK_BYTES -> rank 0's
+ *       setting is what the checkpoint shows; ckpt_saver_options differing on one rank ->
+ *       CKPT_EMISMATCH on every rank; a valid MPICKPT_FAULT still injects.
+ *   utf8_names
+ *       ill-formed UTF-8 tensor names are refused (CKPT_EINVAL naming the name with its bad bytes
+ *       escaped as \xHH) at registration or, at the latest, by the first save on every rank;
+ *       valid multi-byte names save and restore byte-exact.
+ *
+ * Every library call's status is compared over the ranks of its communicator (same code and same
+ * message everywhere) and with the expected one; every check runs on every rank. No duration is
+ * compared with anything: the per-case watchdog (mpi_check.h) and ctest's TIMEOUT only catch hangs.
+ */
+#include "mpi_check.h"
+#include "mpickpt.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_rank, g_size;
+static char g_out[2048];
+static char g_msg[4096]; /* the message of the last error seen by coll() */
+
+#define begin_case(...) check_case(1, __VA_ARGS__)
+
+/* ---- status checks ---------------------------------------------------------------------- */
+
+static unsigned long hash_str(const char *p)
+{
+    unsigned long h = 5381;
+    for (; p && *p; p++)
+        h = h * 33 + (unsigned char)*p;
+    return h;
+}
+
+static int comm_rank(MPI_Comm comm)
+{
+    int r = 0;
+    MPI_Comm_rank(comm, &r);
+    return r;
+}
+
+/* The status `rc` of a collective over `comm`, right after it returned: the same code and (on
+ * error) the same message on every rank of `comm`, equal to `expected`. Returns 1 when all of that
+ * holds on every rank. The message is kept in g_msg. Collective over `comm`. */
+static int coll_on(MPI_Comm comm, int rc, int expected, const char *what)
+{
+    const ckpt_error *e = ckpt_error_last();
+    snprintf(g_msg, sizeof g_msg, "%s", rc != CKPT_OK && e && e->message ? e->message : "");
+    int ecode = e ? e->code : 0;
+    int v[2] = { rc, -rc }, r[2];
+    MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, comm);
+    int ok = r[0] == -r[1];
+    CHECK_MSG(ok, "%s: ranks returned different codes (min %d %s, max %d %s); this rank %d: %s",
+              what, r[0], ckpt_strerror(r[0]), -r[1], ckpt_strerror(-r[1]), rc, g_msg);
+    CHECK_MSG(rc == expected, "%s: returned %d (%s), expected %d (%s)%s%s", what, rc,
+              ckpt_strerror(rc), expected, ckpt_strerror(expected), rc ? ": " : "", g_msg);
+    ok &= rc == expected;
+    /* the messages are compared when every rank failed with the same code (every rank joins the
+     * reduction whatever its own status) */
+    unsigned long h = rc != CKPT_OK ? hash_str(g_msg) : 0, hm[2] = { h, ~h }, hr[2];
+    MPI_Allreduce(hm, hr, 2, MPI_UNSIGNED_LONG, MPI_MIN, comm);
+    if (rc != CKPT_OK) {
+        CHECK_MSG(ecode == rc, "%s: ckpt_error_last() code %d, returned %d", what, ecode, rc);
+        int same = hr[0] == ~hr[1];
+        CHECK_MSG(same || r[0] != -r[1], "%s: ranks hold different messages; this rank: %s",
+                  what, g_msg);
+        ok &= same;
+    }
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
+    if (comm_rank(comm) == 0 && rc != CKPT_OK)
+        printf("  %s -> %s: %s\n", what, ckpt_strerror(rc), g_msg);
+    fflush(stdout);
+    return all;
+}
+
+static int coll(int rc, int expected, const char *what)
+{
+    return coll_on(MPI_COMM_WORLD, rc, expected, what);
+}
+
+/* 1 on every rank when `ok` holds on every rank. */
+static int all_true(int ok)
+{
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+static int contains_ci(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (const char *p = hay; *p; p++)
+        if (strncasecmp(p, needle, n) == 0)
+            return 1;
+    return 0;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* ---- log capture ---------------------------------------------------------------------------- */
+
+#define LOG_MAX 128
+static char g_logs[LOG_MAX][1024];
+static int g_nlogs;
+
+static void log_cb(ckpt_log_level level, const char *message, void *payload)
+{
+    (void)payload;
+    if (getenv("MPICKPT_TEST_VERBOSE"))
+        fprintf(stderr, "[rank %d] log %d: %s\n", g_rank, (int)level, message);
+    if (level <= CKPT_LOG_WARN && g_nlogs < LOG_MAX)
+        snprintf(g_logs[g_nlogs++], sizeof g_logs[0], "%s", message ? message : "");
+}
+
+/* The first captured warning containing every one of the NULL-terminated `words`, or NULL. */
+static const char *logs_find(const char *const *words)
+{
+    for (int i = 0; i < g_nlogs; i++) {
+        int all = 1;
+        for (const char *const *w = words; *w; w++)
+            all &= contains_ci(g_logs[i], *w);
+        if (all)
+            return g_logs[i];
+    }
+    return NULL;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static int index_exists(const char *prefix)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s.index", prefix);
+    return exists(p);
+}
+
+/* Rank 0 creates `dir` (and its parents); collective. */
+static void make_dir(const char *dir)
+{
+    if (g_rank == 0) {
+        char cmd[4400];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        CHECK_MSG(system(cmd) == 0, "cannot create %s", dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Rank 0 lists `dir`: only committed checkpoints (an index; data files with their index), the
+ * state file, metrics.jsonl, empty workertemp_* directories and `allow` (a name, may be NULL) may
+ * be there. Collective. */
+static void check_dir_clean(const char *dir, const char *allow, const char *what)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank != 0)
+        return;
+    DIR *d = opendir(dir);
+    CHECK_MSG(d != NULL, "%s: cannot list %s", what, dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        char path[4600];
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strcmp(n, "checkpoint") == 0 ||
+            strcmp(n, "metrics.jsonl") == 0 || ends_with(n, ".index") ||
+            (allow && strcmp(n, allow) == 0))
+            continue;
+        if (strncmp(n, "workertemp_", 11) == 0) {
+            DIR *w = opendir(path);
+            CHECK_MSG(w != NULL, "%s: %s is not a directory", what, path);
+            struct dirent *we;
+            while (w && (we = readdir(w)) != NULL)
+                CHECK_MSG(strcmp(we->d_name, ".") == 0 || strcmp(we->d_name, "..") == 0,
+                          "%s: left in %s: %s", what, path, we->d_name);
+            if (w)
+                closedir(w);
+        } else if (strstr(n, ".data-") != NULL) {
+            char base[4600];
+            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(strstr(n, ".data-") - n), n);
+            CHECK_MSG(index_exists(base), "%s: data file without an index: %s", what, path);
+        } else {
+            CHECK_MSG(0, "%s: left behind: %s", what, path);
+        }
+    }
+    closedir(d);
+}
+
+/* Number of "<stem>-<N>.index" files in `dir` (rank 0's view). */
+static int count_indexes(const char *dir, const char *stem)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    size_t sl = strlen(stem);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, stem, sl) == 0 && de->d_name[sl] == '-' &&
+            ends_with(de->d_name, ".index"))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- a model whose every value is a function of (tensor, global index, step) -------------- */
+
+#define W_ROWS 29
+#define W_COLS 6
+#define C_ROWS 4
+#define C_COLS 11
+#define BIAS_N 5
+#define RNG_N 3
+#define BIG_COLS 256 /* uint32: 1 KiB per row */
+#define SENT_BYTE 0xA5
+#define RNG_SENTINEL UINT64_C(0x5A5A5A5A5A5A5A5A)
+#define MAX_REPORT 5
+
+typedef struct model {
+    int n, r; /* rank r of the n ranks that register */
+    int64_t step;
+    int64_t w_row0, w_rows;
+    float *w; /* [w_rows, W_COLS] of "w" [W_ROWS, W_COLS] (rows partitioned) */
+    int64_t c_col0, c_cols;
+    int64_t *c; /* [C_ROWS, c_cols] of "cols" [C_ROWS, C_COLS] (columns partitioned) */
+    float bias[BIAS_N];     /* "bias": replicated */
+    uint64_t rng[RNG_N];    /* "rng": replicated per component */
+    int64_t big_rows_total; /* "big" [big_rows_total, BIG_COLS] uint32 (rows), 0: none */
+    int64_t big_row0, big_rows;
+    uint32_t *big;
+    /* blob "loader" */
+    char blob_out[64];
+    int blob_calls;
+    char blob_got[64];
+    size_t blob_got_len;
+} model;
+
+static void part(int64_t total, int n, int r, int64_t *start, int64_t *count)
+{
+    int64_t b = (int64_t)r * total / n, e = (int64_t)(r + 1) * total / n;
+    *start = b;
+    *count = e - b;
+}
+
+static float w_value(int64_t flat, int64_t step)
+{
+    return (float)((double)(1000 + flat) * 0.5 + (double)step);
+}
+
+static int64_t c_value(int64_t flat, int64_t step)
+{
+    return -(2000000 + flat * 1000 + step);
+}
+
+static float bias_value(int64_t i, int64_t step)
+{
+    return (float)((double)(3000 + i) * 0.5 + (double)step);
+}
+
+static uint64_t rng_value(int comp, int64_t j, int64_t step)
+{
+    return (UINT64_C(1) << 63) + (uint64_t)comp * 1000000u + (uint64_t)j * 1000u + (uint64_t)step;
+}
+
+static uint32_t big_value(int64_t flat, int64_t step)
+{
+    uint64_t x = (uint64_t)flat * UINT64_C(0x9E3779B97F4A7C15) +
+                 (uint64_t)step * UINT64_C(0xD1B54A32D192ED03);
+    x ^= x >> 29;
+    return (uint32_t)x ^ (uint32_t)(x >> 32);
+}
+
+static int blob_save(const void **data, size_t *len, void *payload)
+{
+    model *m = payload;
+    int k = snprintf(m->blob_out, sizeof m->blob_out, "loader rank=%d step=%lld", m->r,
+                     (long long)m->step);
+    *data = m->blob_out;
+    *len = (size_t)k;
+    return CKPT_OK;
+}
+
+/* Records what it was given. */
+static int blob_restore(const void *data, size_t len, void *payload)
+{
+    model *m = payload;
+    m->blob_calls++;
+    m->blob_got_len = len;
+    memset(m->blob_got, 0, sizeof m->blob_got);
+    if (data)
+        memcpy(m->blob_got, data, len < sizeof m->blob_got - 1 ? len : sizeof m->blob_got - 1);
+    return CKPT_OK;
+}
+
+/* Rank r of n; `big_kib_per_rank` KiB of "big" per rank (0: none). Aborts when out of memory. */
+static void model_init(model *m, int n, int r, int64_t big_kib_per_rank)
+{
+    memset(m, 0, sizeof *m);
+    m->n = n;
+    m->r = r;
+    part(W_ROWS, n, r, &m->w_row0, &m->w_rows);
+    part(C_COLS, n, r, &m->c_col0, &m->c_cols);
+    m->w = calloc((size_t)(m->w_rows * W_COLS) + 1, sizeof *m->w);
+    m->c = calloc((size_t)(C_ROWS * m->c_cols) + 1, sizeof *m->c);
+    m->big_rows_total = big_kib_per_rank * n;
+    part(m->big_rows_total, n, r, &m->big_row0, &m->big_rows);
+    m->big = calloc((size_t)(m->big_rows * BIG_COLS) + 1, sizeof *m->big);
+    if (!m->w || !m->c || !m->big) {
+        fprintf(stderr, "[rank %d] out of memory\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+}
+
+static void model_free(model *m)
+{
+    free(m->w);
+    free(m->c);
+    free(m->big);
+    memset(m, 0, sizeof *m);
+}
+
+/* Registers everything this rank holds with `s`. Local. */
+static int model_register(model *m, ckpt_saver *s)
+{
+    int rc = CKPT_OK;
+    int64_t d[2] = { W_ROWS, W_COLS }, st[2] = { m->w_row0, 0 }, ct[2] = { m->w_rows, W_COLS };
+    ckpt_shape sh;
+    ckpt_slice sl;
+    ckpt_shape_init(&sh, 2, d);
+    ckpt_slice_init(&sl, 2, st, ct);
+    if (m->w_rows > 0 && (rc = ckpt_saver_add_slice(s, "w", CKPT_FLOAT32, &sh, &sl, m->w)))
+        return rc;
+    int64_t dc[2] = { C_ROWS, C_COLS }, sc[2] = { 0, m->c_col0 }, cc[2] = { C_ROWS, m->c_cols };
+    ckpt_shape_init(&sh, 2, dc);
+    ckpt_slice_init(&sl, 2, sc, cc);
+    if (m->c_cols > 0 && (rc = ckpt_saver_add_slice(s, "cols", CKPT_INT64, &sh, &sl, m->c)))
+        return rc;
+    int64_t db = BIAS_N, dr = RNG_N;
+    ckpt_shape_init(&sh, 1, &db);
+    if ((rc = ckpt_saver_add_replicated(s, "bias", CKPT_FLOAT32, &sh, m->bias,
+                                        CKPT_REPLICA_PRIMARY)))
+        return rc;
+    ckpt_shape_init(&sh, 1, &dr);
+    if ((rc = ckpt_saver_add_replicated(s, "rng", CKPT_UINT64, &sh, m->rng,
+                                        CKPT_REPLICA_PER_COMPONENT)))
+        return rc;
+    ckpt_blob_callbacks cb = { blob_save, blob_restore };
+    if ((rc = ckpt_saver_add_blob(s, "loader", &cb, m)))
+        return rc;
+    if (m->big_rows_total > 0 && m->big_rows > 0) {
+        int64_t dg[2] = { m->big_rows_total, BIG_COLS }, sg[2] = { m->big_row0, 0 },
+                cg[2] = { m->big_rows, BIG_COLS };
+        ckpt_shape_init(&sh, 2, dg);
+        ckpt_slice_init(&sl, 2, sg, cg);
+        if ((rc = ckpt_saver_add_slice(s, "big", CKPT_UINT32, &sh, &sl, m->big)))
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+static void register_or_die(model *m, ckpt_saver *s)
+{
+    int rc = model_register(m, s);
+    CHECK_OK(rc);
+    if (!all_true(rc == CKPT_OK))
+        MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+static void model_fill(model *m, int64_t step)
+{
+    m->step = step;
+    for (int64_t i = 0; i < m->w_rows * W_COLS; i++)
+        m->w[i] = w_value(m->w_row0 * W_COLS + i, step);
+    for (int64_t i = 0; i < C_ROWS; i++)
+        for (int64_t j = 0; j < m->c_cols; j++)
+            m->c[i * m->c_cols + j] = c_value(i * C_COLS + m->c_col0 + j, step);
+    for (int i = 0; i < BIAS_N; i++)
+        m->bias[i] = bias_value(i, step);
+    for (int j = 0; j < RNG_N; j++)
+        m->rng[j] = rng_value(m->r, j, step);
+    for (int64_t i = 0; i < m->big_rows * BIG_COLS; i++)
+        m->big[i] = big_value(m->big_row0 * BIG_COLS + i, step);
+}
+
+/* A sentinel in every buffer; the blob callback's record forgotten. */
+static void model_sentinel(model *m)
+{
+    memset(m->w, SENT_BYTE, (size_t)(m->w_rows * W_COLS) * sizeof *m->w);
+    memset(m->c, SENT_BYTE, (size_t)(C_ROWS * m->c_cols) * sizeof *m->c);
+    memset(m->bias, SENT_BYTE, sizeof m->bias);
+    for (int j = 0; j < RNG_N; j++)
+        m->rng[j] = RNG_SENTINEL;
+    memset(m->big, SENT_BYTE, (size_t)(m->big_rows * BIG_COLS) * sizeof *m->big);
+    m->blob_calls = 0;
+    m->blob_got_len = 0;
+    memset(m->blob_got, 0, sizeof m->blob_got);
+}
+
+#define MISMATCH_(...)                                                                         \
+    do {                                                                                       \
+        if (bad++ < MAX_REPORT) {                                                              \
+            fprintf(stderr, "[rank %d] %s: ", g_rank, what);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+        }                                                                                      \
+    } while (0)
+
+/* Every value this rank holds must be `step`'s. per_rank = 1: the "rng" component and the blob
+ * hold this rank's values of `step` (callback called exactly once with them); 0: the component
+ * still holds its sentinel and the callback was never called. Returns the number of mismatches. */
+static int model_check(const model *m, int64_t step, int per_rank, const char *what)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < m->w_rows * W_COLS; i++) {
+        int64_t flat = m->w_row0 * W_COLS + i;
+        if (m->w[i] != w_value(flat, step))
+            MISMATCH_("w[flat %lld] = %.9g, want %.9g", (long long)flat, (double)m->w[i],
+                      (double)w_value(flat, step));
+    }
+    for (int64_t i = 0; i < C_ROWS; i++)
+        for (int64_t j = 0; j < m->c_cols; j++) {
+            int64_t flat = i * C_COLS + m->c_col0 + j, got = m->c[i * m->c_cols + j];
+            if (got != c_value(flat, step))
+                MISMATCH_("cols[flat %lld] = %lld, want %lld", (long long)flat, (long long)got,
+                          (long long)c_value(flat, step));
+        }
+    for (int i = 0; i < BIAS_N; i++)
+        if (m->bias[i] != bias_value(i, step))
+            MISMATCH_("bias[%d] = %.9g, want %.9g", i, (double)m->bias[i],
+                      (double)bias_value(i, step));
+    for (int64_t i = 0; i < m->big_rows * BIG_COLS; i++) {
+        int64_t flat = m->big_row0 * BIG_COLS + i;
+        if (m->big[i] != big_value(flat, step))
+            MISMATCH_("big[flat %lld] = %u, want %u", (long long)flat, (unsigned)m->big[i],
+                      (unsigned)big_value(flat, step));
+    }
+    for (int j = 0; j < RNG_N; j++) {
+        uint64_t want = per_rank ? rng_value(m->r, j, step) : RNG_SENTINEL;
+        if (m->rng[j] != want)
+            MISMATCH_("rng[%d] (component %d) = %llu, want %llu (%s)", j, m->r,
+                      (unsigned long long)m->rng[j], (unsigned long long)want,
+                      per_rank ? "restored" : "its sentinel: no component for this rank");
+    }
+    if (per_rank) {
+        char want[64];
+        snprintf(want, sizeof want, "loader rank=%d step=%lld", m->r, (long long)step);
+        if (m->blob_calls != 1 || m->blob_got_len != strlen(want) || strcmp(m->blob_got, want))
+            MISMATCH_("blob restore callback called %d time(s), last with \"%s\", want once "
+                      "with \"%s\"",
+                      m->blob_calls, m->blob_got, want);
+    } else if (m->blob_calls != 0) {
+        MISMATCH_("blob restore callback called %d time(s) (last with \"%s\"), want never: the "
+                  "checkpoint restored has no blob for this rank",
+                  m->blob_calls, m->blob_got);
+    }
+    return bad;
+}
+
+/* model_check on every rank; a CHECK per rank, a total printed by rank 0. Collective. */
+static void check_values(const model *m, int64_t step, int per_rank, const char *what)
+{
+    int bad = model_check(m, step, per_rank, what);
+    CHECK_MSG(bad == 0, "%s: %d values differ from step %lld%s", what, bad, (long long)step,
+              per_rank ? "" : " (per-rank values: sentinel expected)");
+    int all = 0;
+    MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0 && all)
+        printf("  %s: %d wrong values over all ranks\n", what, all);
+}
+
+static ckpt_saver *new_saver_on(MPI_Comm comm, ckpt_layout layout, int async,
+                                double close_timeout_s)
+{
+    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
+    o.layout = layout;
+    o.async = async;
+    o.close_timeout_s = close_timeout_s;
+    ckpt_saver *s = NULL;
+    int rc = ckpt_saver_create(&s, comm, &o);
+    if (!coll_on(comm, rc, CKPT_OK, "ckpt_saver_create") || !s) {
+        fprintf(stderr, "[rank %d] cannot create a saver; giving up\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return s;
+}
+
+static ckpt_manager *new_manager(ckpt_saver *s, MPI_Comm comm, const char *dir, int max_to_keep,
+                                 int skip_missing)
+{
+    ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+    o.max_to_keep = max_to_keep;
+    o.skip_missing_per_rank = skip_missing;
+    ckpt_manager *m = NULL;
+    if (!coll_on(comm, ckpt_manager_create(&m, s, dir, &o), CKPT_OK, "ckpt_manager_create") ||
+        !m) {
+        fprintf(stderr, "[rank %d] cannot create a manager; giving up\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return m;
+}
+
+/* ======================================================================================== */
+/* 1. fallback_per_rank                                                                      */
+
+/* Flips one byte inside the stored elements of rank `victim`'s piece of tensor `tensor` (a
+ * float32 or wider) in checkpoint `prefix`: the file offset is H5Dget_offset of the piece's
+ * dataset plus the piece's place in it (its pack offset when packed), so the index, the sizes and
+ * the HDF5 structure stay valid and only the piece's CRC-32C can tell. Local; returns CKPT_OK. */
+static int flip_piece_byte(const char *prefix, const char *tensor, int victim, char *file_out,
+                           size_t file_size)
+{
+    ckpt_reader *rd = NULL;
+    int rc = ckpt_reader_open_index(&rd, prefix);
+    if (rc != CKPT_OK)
+        return rc;
+    size_t ti = 0;
+    ckpt_tensor_info t;
+    ckpt_piece_info pi;
+    int found = 0, packed = 0;
+    uint64_t pack_off = 0;
+    char path[4400] = "", dset[1024] = "";
+    ckpt_slice dsl;
+    memset(&dsl, 0, sizeof dsl);
+    size_t esize = 0;
+    if (ckpt_reader_find(&ti, rd, tensor) == CKPT_OK && ckpt_reader_tensor(&t, rd, ti) == CKPT_OK)
+        for (size_t j = 0; j < t.num_pieces && !found; j++)
+            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == victim &&
+                pi.bytes > 8 &&
+                ckpt_reader_piece_packing(&packed, &pack_off, rd, ti, j) == CKPT_OK) {
+                char dir[4096];
+                snprintf(dir, sizeof dir, "%s", prefix);
+                *strrchr(dir, '/') = '\0';
+                snprintf(path, sizeof path, "%s/%s", dir, pi.file);
+                snprintf(file_out, file_size, "%s", pi.file);
+                snprintf(dset, sizeof dset, "%s", pi.dataset);
+                dsl = pi.dataset_slice;
+                esize = ckpt_dtype_size(t.dtype);
+                found = 1;
+            }
+    ckpt_reader_free(rd);
+    if (!found)
+        return CKPT_ENOTFOUND;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = f >= 0 ? H5Dopen2(f, dset, H5P_DEFAULT) : H5I_INVALID_HID;
+    haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
+    if (off != HADDR_UNDEF && packed) {
+        off += (haddr_t)pack_off;
+    } else if (off != HADDR_UNDEF) {
+        /* row-major position of the piece's first element in its dataset */
+        hsize_t dims[32];
+        hid_t sp = H5Dget_space(d);
+        int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
+        if (sp >= 0)
+            H5Sclose(sp);
+        if (nd != dsl.ndims) {
+            off = HADDR_UNDEF;
+        } else {
+            uint64_t flat = 0;
+            for (int k = 0; k < nd; k++)
+                flat = flat * dims[k] + (uint64_t)dsl.start[k];
+            off += (haddr_t)(flat * esize);
+        }
+    }
+    if (d >= 0)
+        H5Dclose(d);
+    if (f >= 0)
+        H5Fclose(f);
+    if (off == HADDR_UNDEF)
+        return CKPT_ERROR;
+    off += (haddr_t)esize + 1; /* inside the piece's second element */
+    int fd = open(path, O_RDWR);
+    unsigned char b = 0;
+    if (fd < 0 || pread(fd, &b, 1, (off_t)off) != 1) {
+        if (fd >= 0)
+            close(fd);
+        return CKPT_EIO;
+    }
+    b ^= 0x21;
+    rc = pwrite(fd, &b, 1, (off_t)off) == 1 && fsync(fd) == 0 ? CKPT_OK : CKPT_EIO;
+    close(fd);
+    return rc;
+}
+
+static void case_fallback(int async)
+{
+    const char *mode = async ? "async" : "sync";
+    if (g_size < 2) {
+        if (g_rank == 0)
+            printf("fallback_per_rank needs 2 or more ranks\n");
+        CHECK(g_size >= 2);
+        return;
+    }
+    char dir[2200], name[4400], want[2400];
+    snprintf(dir, sizeof dir, "%s/train", g_out);
+    const int last = g_size - 1, in_a = g_rank < last;
+
+    /* A: ranks 0..N-2 */
+    begin_case("fallback_per_rank (%s, %d ranks): ckpt-1 written by ranks 0..%d", mode, g_size,
+               last - 1);
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, in_a ? 0 : MPI_UNDEFINED, g_rank, &sub);
+    if (in_a) {
+        model a;
+        model_init(&a, g_size - 1, g_rank, 0);
+        ckpt_saver *s = new_saver_on(sub, CKPT_LAYOUT_PER_RANK, async, 0);
+        int rc = model_register(&a, s);
+        CHECK_OK(rc);
+        ckpt_manager *mg = new_manager(s, sub, dir, 0, 0);
+        model_fill(&a, 1);
+        ckpt_manager_save_info info = { 1, 1, 1, 1 };
+        name[0] = '\0';
+        coll_on(sub, ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save A");
+        coll_on(sub, ckpt_saver_sync(s), CKPT_OK, "sync A");
+        CHECK_MSG(ends_with(name, "/ckpt-1"), "A saved as \"%s\", want .../ckpt-1", name);
+        ckpt_manager_free(mg);
+        coll_on(sub, ckpt_saver_close(s), CKPT_OK, "close A");
+        model_free(&a);
+        MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* B: all N ranks, same directory and name: the manager numbers past A */
+    begin_case("fallback_per_rank (%s): ckpt-2 written by all %d ranks", mode, g_size);
+    model m;
+    model_init(&m, g_size, g_rank, 0);
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_PER_RANK, async, 0);
+    register_or_die(&m, s);
+    ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 0, 1);
+    model_fill(&m, 2);
+    ckpt_manager_save_info info = { 2, 2, 1, 1 };
+    name[0] = '\0';
+    coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save B");
+    coll(ckpt_saver_sync(s), CKPT_OK, "sync B");
+    CHECK_MSG(ends_with(name, "/ckpt-2"), "B saved as \"%s\", want .../ckpt-2", name);
+    snprintf(want, sizeof want, "%s/ckpt-1", dir);
+    CHECK_MSG(index_exists(want), "%s.index is missing", want);
+    snprintf(want, sizeof want, "%s/ckpt-2", dir);
+    CHECK_MSG(index_exists(want), "%s.index is missing", want);
+
+    /* B fails only while data is read: rank 0's rows of "w" (rank 0 reads them back) */
+    begin_case("fallback_per_rank (%s): damage ckpt-2", mode);
+    int ok = 1;
+    char file[256] = "";
+    if (g_rank == 0) {
+        int rc = flip_piece_byte(want, "w", 0, file, sizeof file);
+        ok = rc == CKPT_OK;
+        CHECK_MSG(ok, "cannot flip a byte of rank 0's piece of w in %s (%d)", want, rc);
+        if (ok)
+            printf("  flipped a byte of rank 0's rows of w in %s\n", file);
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!ok) {
+        ckpt_manager_free(mg);
+        ckpt_saver_free(s);
+        model_free(&m);
+        return;
+    }
+
+    begin_case("fallback_per_rank (%s): restore falls back to ckpt-1", mode);
+    model_sentinel(&m);
+    g_nlogs = 0;
+    ckpt_manager_restored res;
+    memset(&res, 0, sizeof res);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore_or_initialize")) {
+        CHECK_EQ_INT(res.restored, 1);
+        CHECK_MSG(ends_with(res.prefix, "/ckpt-1"), "restored \"%s\", want .../ckpt-1",
+                  res.prefix);
+        CHECK_EQ_INT(res.skipped, 1);
+        CHECK_EQ_INT(res.world_size, g_size - 1);
+        CHECK_EQ_INT(res.save_counter, 1);
+        CHECK_EQ_INT(res.epoch, 1);
+        CHECK_EQ_INT(res.step, 1);
+    }
+    /* ranks 0..N-2: A's values everywhere; rank N-1: A's tensors, its component's sentinel, no
+     * callback (A has nothing of it, and nothing of B may be left) */
+    check_values(&m, 1, in_a, "after the fallback to ckpt-1");
+    if (g_rank == 0) {
+        static const char *const words[] = { "ckpt-2", NULL };
+        const char *w = logs_find(words);
+        CHECK_MSG(w != NULL, "no warning names the skipped ckpt-2");
+        if (w)
+            printf("  warning: %s\n", w);
+    }
+    ckpt_manager_free(mg);
+    coll(ckpt_saver_close(s), CKPT_OK, "close B");
+    model_free(&m);
+}
+
+/* ======================================================================================== */
+/* 2. async_lifetime                                                                         */
+
+/* A saver whose close timed out stays allocated on purpose (its writer thread may still use it);
+ * kept reachable with the buffers registered with it, so that LeakSanitizer does not report what
+ * the library leaves by design. A manager left allocated is reachable through the saver. */
+static ckpt_saver *g_leaked;
+static model g_leaked_model;
+
+#define MAX_THREADS 256
+
+/* The ids of this process's threads (/proc/self/task). */
+static int thread_ids(long *ids, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < max)
+        if (isdigit((unsigned char)de->d_name[0]))
+            ids[n++] = atol(de->d_name);
+    closedir(d);
+    return n;
+}
+
+static int has_id(const long *ids, int n, long id)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return 1;
+    return 0;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Waits until the threads in `ids` have exited (each polled; a hang guard of about 120 s, not a
+ * measurement), so that nothing of an abandoned save runs or is inside MPI when the test goes on
+ * and finalizes. Collective (barrier after). */
+static void wait_threads_gone(const long *ids, int n, const char *what)
+{
+    int alive = 0;
+    for (int polls = 0; polls < 6000; polls++) {
+        long now[MAX_THREADS];
+        int k = thread_ids(now, MAX_THREADS);
+        alive = 0;
+        for (int i = 0; i < n; i++)
+            alive += has_id(now, k, ids[i]);
+        if (!alive)
+            break;
+        sleep_s(0.02);
+    }
+    CHECK_MSG(alive == 0, "%s: %d thread(s) the save started are still running", what, alive);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* What must be on disk after saves ckpt-1..ckpt-<last> with max_to_keep 2 in `dir`: the state
+ * file lists ckpt-<last-1> and ckpt-<last> (the latter as the latest), exactly their indexes are
+ * there, nothing else is left. Rank 0 checks; collective. */
+static void check_kept_two(const char *dir, const char *allow, int last, const char *what)
+{
+    if (g_rank == 0) {
+        ckpt_state *st = NULL;
+        int rc = ckpt_state_read(&st, dir);
+        CHECK_MSG(rc == CKPT_OK, "%s: cannot read the state file of %s: %s", what, dir,
+                  rc ? ckpt_error_last()->message : "");
+        if (rc == CKPT_OK) {
+            char a[64], b[64];
+            snprintf(a, sizeof a, "ckpt-%d", last - 1);
+            snprintf(b, sizeof b, "ckpt-%d", last);
+            CHECK_MSG(strcmp(st->latest, b) == 0, "%s: the state file's latest is \"%s\", want %s",
+                      what, st->latest, b);
+            CHECK_MSG(st->num_entries == 2 && strcmp(st->entries[0].prefix, a) == 0 &&
+                          strcmp(st->entries[1].prefix, b) == 0,
+                      "%s: the state file lists %zu entries (%s, %s), want %s and %s", what,
+                      st->num_entries, st->num_entries > 0 ? st->entries[0].prefix : "-",
+                      st->num_entries > 1 ? st->entries[1].prefix : "-", a, b);
+        }
+        ckpt_state_free(st);
+        int n = count_indexes(dir, "ckpt");
+        CHECK_MSG(n == 2, "%s: %d checkpoint indexes in %s, want 2 (max_to_keep)", what, n, dir);
+        for (int k = 1; k <= last; k++) {
+            char p[2600];
+            snprintf(p, sizeof p, "%s/ckpt-%d", dir, k);
+            CHECK_MSG(index_exists(p) == (k >= last - 1), "%s: %s.index %s", what, p,
+                      k >= last - 1 ? "is missing" : "is still there (retention not applied)");
+        }
+    }
+    check_dir_clean(dir, allow, what);
+}
+
+/* A fresh synchronous saver and manager restore the newest checkpoint of `dir`: `counter`, with
+ * the values of `step` (a model with `kib` KiB of "big" per rank). */
+static void check_restores(const char *dir, int counter, int64_t step, int64_t kib,
+                           const char *what)
+{
+    model m;
+    model_init(&m, g_size, g_rank, kib);
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 0, 0);
+    register_or_die(&m, s);
+    ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 0, 0);
+    model_sentinel(&m);
+    ckpt_manager_restored res;
+    memset(&res, 0, sizeof res);
+    char w[600], want[64];
+    snprintf(w, sizeof w, "%s: restore", what);
+    snprintf(want, sizeof want, "/ckpt-%d", counter);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, w)) {
+        CHECK_MSG(res.restored == 1 && ends_with(res.prefix, want) && res.skipped == 0,
+                  "%s: restored %d \"%s\" (skipped %d), want %s", w, res.restored, res.prefix,
+                  res.skipped, want);
+        check_values(&m, step, 1, w);
+    }
+    ckpt_manager_free(mg);
+    coll(ckpt_saver_close(s), CKPT_OK, "close the restorer");
+    model_free(&m);
+}
+
+/* Rank 0 counts the lines of `dir`/metrics.jsonl that record an async save. */
+static int async_metric_lines(const char *dir)
+{
+    char p[2600], line[8192];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "\"mode\":\"async\"") != NULL;
+    fclose(f);
+    return n;
+}
+
+/* Prints (rank 0, not a check) whether ckpt-<counter> was still in flight: what the case is
+ * about, but a matter of timing. */
+static void note_in_flight(const char *dir, int counter, const char *when)
+{
+    if (g_rank != 0)
+        return;
+    char p[2600];
+    snprintf(p, sizeof p, "%s/ckpt-%d", dir, counter);
+    printf("  %s: ckpt-%d %s\n", when, counter,
+           index_exists(p) ? "was already committed (the case ran without a save in flight)"
+                           : "was still in flight");
+    fflush(stdout);
+}
+
+static void case_async_lifetime(void)
+{
+    const int64_t kib = 8 * 1024; /* 8 MiB of "big" per rank: the last save is still being
+                                     written when the program frees everything */
+    char dir[2200], chief[2300];
+    check_watchdog_s = 240;
+
+    /* (a) */
+    snprintf(dir, sizeof dir, "%s/a", g_out);
+    snprintf(chief, sizeof chief, "%s/chief", dir);
+    begin_case("async_lifetime (a): MPICKPT_ASYNC=1, training state freed, then the saver "
+               "(%d ranks)", g_size);
+    {
+        setenv("MPICKPT_ASYNC", "1", 1);
+        model m;
+        model_init(&m, g_size, g_rank, kib);
+        ckpt_saver *s = NULL;
+        /* a program written for synchronous saves: no options */
+        if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "(a) create"))
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        register_or_die(&m, s);
+        ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+        o.max_to_keep = 2;
+        ckpt_training *t = NULL;
+        if (!coll(ckpt_training_create(&t, s, dir, &o), CKPT_OK, "(a) training create"))
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        for (int e = 1; e <= 4; e++) {
+            model_fill(&m, e);
+            char w[64];
+            snprintf(w, sizeof w, "(a) back_up %d", e);
+            coll(ckpt_training_back_up(t, e, e, 1), CKPT_OK, w);
+        }
+        note_in_flight(chief, 4, "(a) the training state is freed");
+        ckpt_training_free(t);
+        ckpt_saver_free(s);
+        unsetenv("MPICKPT_ASYNC");
+        model_free(&m);
+        MPI_Barrier(MPI_COMM_WORLD);
+        check_kept_two(chief, NULL, 4, "(a) chief/");
+        check_dir_clean(dir, "chief", "(a) training dir");
+        if (g_rank == 0) {
+            int n = async_metric_lines(chief);
+            CHECK_MSG(n == 4, "(a) %d async saves in metrics.jsonl, want 4 (MPICKPT_ASYNC=1)", n);
+        }
+        check_restores(chief, 4, 4, kib, "(a)");
+    }
+
+    /* (b) */
+    snprintf(dir, sizeof dir, "%s/b", g_out);
+    begin_case("async_lifetime (b): the saver freed first, then the manager (%d ranks)", g_size);
+    {
+        model m;
+        model_init(&m, g_size, g_rank, kib);
+        ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 1, 0);
+        register_or_die(&m, s);
+        ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 2, 0);
+        for (int e = 1; e <= 4; e++) {
+            model_fill(&m, e);
+            ckpt_manager_save_info info = { e, e, 1, 1 };
+            char w[64];
+            snprintf(w, sizeof w, "(b) save %d", e);
+            coll(ckpt_manager_save(mg, &info, NULL, 0), CKPT_OK, w);
+        }
+        note_in_flight(dir, 4, "(b) the saver is freed");
+        ckpt_saver_free(s);
+        ckpt_manager_free(mg);
+        model_free(&m);
+        MPI_Barrier(MPI_COMM_WORLD);
+        check_kept_two(dir, NULL, 4, "(b)");
+        check_restores(dir, 4, 4, kib, "(b)");
+    }
+
+    /* (c) */
+    snprintf(dir, sizeof dir, "%s/c", g_out);
+    begin_case("async_lifetime (c): close times out with a save in flight, then the manager is "
+               "freed (%d ranks)", g_size);
+    {
+        model *m = &g_leaked_model;
+        model_init(m, g_size, g_rank, 4 * kib);
+        ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 1, 0.001);
+        register_or_die(m, s);
+        ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 2, 0);
+        model_fill(m, 1);
+        ckpt_manager_save_info info = { 1, 1, 1, 1 };
+        coll(ckpt_manager_save(mg, &info, NULL, 0), CKPT_OK, "(c) save 1");
+        coll(ckpt_saver_sync(s), CKPT_OK, "(c) sync 1");
+        model_fill(m, 2);
+        info.epoch = info.step = 2;
+        long before[MAX_THREADS], after[MAX_THREADS], started[MAX_THREADS];
+        int nbefore = thread_ids(before, MAX_THREADS);
+        int rc = ckpt_manager_save(mg, &info, NULL, 0);
+        int nafter = thread_ids(after, MAX_THREADS), nstarted = 0;
+        for (int i = 0; i < nafter; i++)
+            if (!has_id(before, nbefore, after[i]))
+                started[nstarted++] = after[i];
+        coll(rc, CKPT_OK, "(c) save 2 (async, 32 MiB per rank)");
+        rc = ckpt_saver_close(s);
+        if (rc == CKPT_ETIMEDOUT)
+            g_leaked = s; /* saver.h: not freed, the writer thread still uses it */
+        /* saver.h: CKPT_ETIMEDOUT when the save is still running at the timeout */
+        coll(rc, CKPT_ETIMEDOUT, "(c) close with a 1 ms timeout");
+        /* the manager whose save is in flight: whatever happens to it, no crash, no use after
+         * free (ASan), and it must not commit the abandoned save */
+        ckpt_manager_free(mg);
+        wait_threads_gone(started, nstarted, "(c)");
+        char p[2400];
+        snprintf(p, sizeof p, "%s/ckpt-2", dir);
+        CHECK_MSG(!index_exists(p), "(c) the abandoned save was committed: %s.index", p);
+        if (g_rank == 0) {
+            ckpt_state *st = NULL;
+            CHECK_OK(ckpt_state_read(&st, dir));
+            CHECK_MSG(st && strcmp(st->latest, "ckpt-1") == 0 && st->num_entries == 1,
+                      "(c) the state file's latest is \"%s\" (%zu entries), want ckpt-1 alone",
+                      st ? st->latest : "", st ? st->num_entries : 0);
+            ckpt_state_free(st);
+        }
+        check_dir_clean(dir, NULL, "(c) after the abandoned save");
+        check_restores(dir, 1, 1, 4 * kib, "(c)");
+        if (!g_leaked)
+            model_free(m);
+    }
+}
+
+/* ======================================================================================== */
+/* 3. enospc_sync                                                                            */
+
+static char g_mnt[2300];
+static int g_mounted;
+static int g_skipped; /* the case could not run here: exit 77 */
+
+static void umount_at_exit(void)
+{
+    if (g_mounted) {
+        char cmd[4800];
+        snprintf(cmd, sizeof cmd, "umount '%s' 2>/dev/null || umount -l '%s'", g_mnt, g_mnt);
+        if (system(cmd) != 0)
+            fprintf(stderr, "[rank 0] could not unmount %s\n", g_mnt);
+        g_mounted = 0;
+    }
+}
+
+static int is_mounted(const char *path)
+{
+    FILE *f = fopen("/proc/mounts", "r");
+    if (!f)
+        return 0;
+    char line[8192];
+    int hit = 0;
+    size_t n = strlen(path);
+    while (fgets(line, sizeof line, f)) {
+        char *p = strchr(line, ' ');
+        if (p && strncmp(p + 1, path, n) == 0 && p[1 + n] == ' ')
+            hit = 1;
+    }
+    fclose(f);
+    return hit;
+}
+
+/* Bytes in use on the file system of `path`. */
+static uint64_t fs_used(const char *path)
+{
+    struct statvfs v;
+    if (statvfs(path, &v) != 0)
+        return 0;
+    return (uint64_t)(v.f_blocks - v.f_bfree) * (uint64_t)v.f_frsize;
+}
+
+/* Rank 0 runs a shell command; its exit status is shared. */
+static int rank0_system(const char *cmd)
+{
+    int rc = 0;
+    if (g_rank == 0) {
+        int st = system(cmd);
+        rc = st == 0 ? 0 : (st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128));
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return rc;
+}
+
+static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int reserve)
+{
+    if (!reserve)
+        setenv("MPICKPT_RESERVE", "0", 1); /* decided at ckpt_saver_create */
+    char dir[2200];
+    snprintf(dir, sizeof dir, "%s/enospc", g_out);
+    snprintf(g_mnt, sizeof g_mnt, "%s/mnt", dir);
+    make_dir(g_mnt);
+    const int64_t kib_per_rank = 2048;
+    /* One checkpoint is about 2 MiB per rank: 3.5 MiB per rank holds one (and the reservation of
+     * its bytes + 1 MiB + 1/64 per rank, or HDF5's metadata pad), not two. */
+    long size_kib = (long)g_size * 3584 + 128;
+    begin_case("enospc_sync (%s, %s): mount a %ld KiB tmpfs (%d ranks)", layout_name,
+               reserve ? "reservation on" : "MPICKPT_RESERVE=0", size_kib, g_size);
+    char cmd[4800], reason[600] = "";
+    if (g_rank == 0) {
+        if (is_mounted(g_mnt)) { /* a previous run that could not clean up */
+            g_mounted = 1;
+            umount_at_exit();
+        }
+        if (geteuid() != 0) {
+            snprintf(reason, sizeof reason, "not root (euid %d)", (int)geteuid());
+        } else {
+            snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=%ldk tmpfs '%s'", size_kib, g_mnt);
+            int st = system(cmd);
+            if (st == 0 && is_mounted(g_mnt)) {
+                g_mounted = 1;
+                atexit(umount_at_exit);
+            } else {
+                snprintf(reason, sizeof reason, "'%s' failed (status %d)", cmd, st);
+            }
+        }
+    }
+    MPI_Bcast(reason, (int)sizeof reason, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (reason[0]) {
+        if (g_rank == 0)
+            printf("SKIP enospc_sync: cannot mount a tmpfs: %s\n", reason);
+        g_skipped = 1;
+        return;
+    }
+
+    char ck1[2600], ck2[2600], name[4400];
+    snprintf(ck1, sizeof ck1, "%s/ckpt-1", g_mnt);
+    snprintf(ck2, sizeof ck2, "%s/ckpt-2", g_mnt);
+    model m;
+    model_init(&m, g_size, g_rank, kib_per_rank);
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+    register_or_die(&m, s);
+    ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, g_mnt, 0, 0);
+
+    begin_case("enospc_sync: the first checkpoint fits");
+    model_fill(&m, 1);
+    ckpt_manager_save_info info = { 1, 1, 1, 1 };
+    name[0] = '\0';
+    coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save ckpt-1");
+    CHECK_MSG(strcmp(name, ck1) == 0, "saved \"%s\", want \"%s\"", name, ck1);
+    CHECK_MSG(index_exists(ck1), "%s.index is missing", ck1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    uint64_t used1 = fs_used(g_mnt);
+
+    /* a collective that one rank skips after its error hangs the others: fail fast */
+    check_watchdog_s = 60;
+    begin_case("enospc_sync: the second does not fit");
+    model_fill(&m, 2);
+    info.epoch = info.step = 2;
+    name[0] = '\0';
+    int rc = ckpt_manager_save(mg, &info, name, sizeof name);
+    int v[2] = { rc, -rc }, r[2];
+    MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    int expected = (r[0] == -r[1] && rc == CKPT_EIO) ? CKPT_EIO : CKPT_ENOSPC;
+    if (coll(rc, expected, "save ckpt-2 on a full file system")) {
+        CHECK_MSG(rc == CKPT_ENOSPC || contains_ci(g_msg, "no space"),
+                  "CKPT_EIO without the no-space cause in the message: %s", g_msg);
+        if (g_rank == 0 && rc != CKPT_ENOSPC)
+            printf("  NOTE: the full disk is reported as %s, not CKPT_ENOSPC\n",
+                   ckpt_strerror(rc));
+    }
+    CHECK_MSG(!index_exists(ck2), "the failed save committed %s", ck2);
+    char latest[4400] = "";
+    CHECK_OK(ckpt_manager_latest(mg, latest, sizeof latest));
+    CHECK_MSG(strcmp(latest, ck1) == 0, "the manager's latest is \"%s\", want \"%s\"", latest,
+              ck1);
+    CHECK_EQ_INT(ckpt_saver_counter(s), 1);
+    if (g_rank == 0) {
+        ckpt_state *st = NULL;
+        CHECK_OK(ckpt_state_read(&st, g_mnt));
+        CHECK_MSG(st && strcmp(st->latest, "ckpt-1") == 0 && st->num_entries == 1,
+                  "the state file's latest is \"%s\" (%zu entries), want ckpt-1 alone",
+                  st ? st->latest : "", st ? st->num_entries : 0);
+        ckpt_state_free(st);
+    }
+    check_dir_clean(g_mnt, NULL, "after the failed save");
+    if (g_rank == 0) {
+        /* the failed save's files are gone, and so must be the space they took (a file unlinked
+         * but still open, or a reservation or pad not given back, would hold it) */
+        uint64_t used2 = fs_used(g_mnt);
+        printf("  tmpfs in use: %llu KiB after ckpt-1, %llu KiB after the failed save\n",
+               (unsigned long long)(used1 >> 10), (unsigned long long)(used2 >> 10));
+        CHECK_MSG(used2 <= used1 + 64 * 1024,
+                  "the failed save still holds %llu KiB of the full file system",
+                  (unsigned long long)((used2 - used1) >> 10));
+    }
+    model_sentinel(&m);
+    ckpt_manager_restored res;
+    memset(&res, 0, sizeof res);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore after the failure")) {
+        CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck1) == 0 && res.skipped == 0,
+                  "restored %d \"%s\" (skipped %d), want %s", res.restored, res.prefix,
+                  res.skipped, ck1);
+        check_values(&m, 1, 1, "ckpt-1 after the failed save");
+    }
+
+    begin_case("enospc_sync: room again");
+    snprintf(cmd, sizeof cmd, "mount -o remount,size=%ldk '%s'", size_kib * 4, g_mnt);
+    rc = rank0_system(cmd);
+    CHECK_MSG(rc == 0, "'%s' failed (%d)", cmd, rc);
+    model_fill(&m, 3);
+    info.epoch = info.step = 3;
+    name[0] = '\0';
+    coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save with room");
+    CHECK_MSG(strcmp(name, ck2) == 0, "saved \"%s\", want \"%s\"", name, ck2);
+    CHECK_MSG(index_exists(ck2), "%s.index is missing", ck2);
+    check_dir_clean(g_mnt, NULL, "after the save with room");
+    if (g_rank == 0) {
+        size_t removed = 99;
+        CHECK_OK(ckpt_gc(g_mnt, 1, NULL, NULL, &removed));
+        CHECK_MSG(removed == 0, "gc --dry-run would remove %zu path(s)", removed);
+    }
+    model_sentinel(&m);
+    memset(&res, 0, sizeof res);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore ckpt-2")) {
+        CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck2) == 0,
+                  "restored %d \"%s\", want %s", res.restored, res.prefix, ck2);
+        check_values(&m, 3, 1, "ckpt-2");
+    }
+    ckpt_manager_free(mg);
+    coll(ckpt_saver_close(s), CKPT_OK, "close");
+    model_free(&m);
+    unsetenv("MPICKPT_RESERVE");
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        umount_at_exit();
+        CHECK_MSG(!is_mounted(g_mnt), "%s is still mounted", g_mnt);
+    }
+}
+
+/* ======================================================================================== */
+/* 4. settings                                                                               */
+
+static const char *const g_vars[] = { "MPICKPT_LAYOUT",     "MPICKPT_ASYNC", "MPICKPT_RESERVE",
+                                      "MPICKPT_PACK_BYTES", "MPICKPT_FAULT", "MPICKPT_LOG",
+                                      NULL };
+
+static void unset_all(void)
+{
+    for (const char *const *v = g_vars; *v; v++)
+        unsetenv(*v);
+}
+
+/* Closes a saver that every rank has (a collective call); a saver only some ranks got (a failed
+ * agreement, already reported) is left alone rather than hang the others. */
+static void close_if_all(ckpt_saver *s, const char *what)
+{
+    if (all_true(s != NULL)) {
+        char w[600];
+        snprintf(w, sizeof w, "%s: close", what);
+        coll(ckpt_saver_close(s), CKPT_OK, w);
+    }
+}
+
+/* `var`=`val` on every rank (only_rank < 0) or on rank `only_rank`: ckpt_saver_create fails with
+ * CKPT_EINVAL on every rank, the message naming the variable and the value. */
+static void settings_bad(const char *var, const char *val, int only_rank)
+{
+    char what[512];
+    if (only_rank >= 0)
+        snprintf(what, sizeof what, "%s='%s' on rank %d only", var, val, only_rank);
+    else
+        snprintf(what, sizeof what, "%s='%s' on every rank", var, val);
+    begin_case("settings: %s (%d ranks)", what, g_size);
+    if (only_rank < 0 || g_rank == only_rank)
+        setenv(var, val, 1);
+    ckpt_saver *s = NULL;
+    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, NULL);
+    unsetenv(var);
+    if (coll(rc, CKPT_EINVAL, what)) {
+        CHECK_MSG(strstr(g_msg, var) != NULL && strstr(g_msg, val) != NULL,
+                  "%s: the message does not name the variable and the value: %s", what, g_msg);
+        if (only_rank >= 0) {
+            char r[32];
+            snprintf(r, sizeof r, "rank %d", only_rank);
+            CHECK_MSG(strstr(g_msg, r) != NULL, "%s: the message does not name %s: %s", what, r,
+                      g_msg);
+        }
+    }
+    CHECK_MSG(rc == CKPT_OK || s == NULL, "%s: a failed create left *out set", what);
+    close_if_all(s, what);
+}
+
+/* The checkpoint at `prefix`, seen by this rank: its layout and data files, and whether its
+ * tensor pieces are packed (1 all, 0 none, -1 mixed). Returns the number of problems. */
+static int check_written(const char *prefix, ckpt_layout want_layout, int want_packed,
+                         const char *what)
+{
+    int bad = 0;
+    ckpt_reader *rd = NULL;
+    int rc = ckpt_reader_open(&rd, prefix);
+    CHECK_MSG(rc == CKPT_OK, "%s: ckpt_reader_open(%s): %s", what, prefix,
+              rc ? ckpt_error_last()->message : "");
+    if (rc != CKPT_OK)
+        return 1;
+    const ckpt_header *h = ckpt_reader_header(rd);
+    if (h->layout != want_layout || h->world_size != g_size) {
+        bad++;
+        CHECK_MSG(0, "%s: the index says layout %s, %d ranks; want %s (rank 0's), %d", what,
+                  ckpt_layout_name(h->layout), (int)h->world_size, ckpt_layout_name(want_layout),
+                  g_size);
+    }
+    /* the data files the layout makes */
+    int nfiles = want_layout == CKPT_LAYOUT_SHARED ? 1 : g_size;
+    for (int f = 0; f < g_size || f < 2; f++) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, f, nfiles);
+        int want = f < nfiles;
+        if (exists(p) != want) {
+            bad++;
+            CHECK_MSG(0, "%s: %s %s", what, p, want ? "is missing" : "exists");
+        }
+    }
+    if (want_layout == CKPT_LAYOUT_SHARED && g_size > 1) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, 0, g_size);
+        if (exists(p)) {
+            bad++;
+            CHECK_MSG(0, "%s: a per-rank data file exists: %s", what, p);
+        }
+    }
+    if (want_packed >= 0) {
+        int packed_n = 0, plain_n = 0;
+        for (size_t i = 0; i < ckpt_reader_num_tensors(rd); i++) {
+            ckpt_tensor_info t;
+            if (ckpt_reader_tensor(&t, rd, i) != CKPT_OK || t.kind == CKPT_KIND_BLOB)
+                continue;
+            for (size_t j = 0; j < t.num_pieces; j++) {
+                int packed = 0;
+                uint64_t off = 0;
+                if (ckpt_reader_piece_packing(&packed, &off, rd, i, j) == CKPT_OK) {
+                    packed_n += packed != 0;
+                    plain_n += packed == 0;
+                }
+            }
+        }
+        int got = packed_n && plain_n ? -1 : packed_n ? 1 : 0;
+        if (got != want_packed) {
+            bad++;
+            CHECK_MSG(0, "%s: %d pieces packed and %d not; want %s (rank 0's MPICKPT_PACK_BYTES)",
+                      what, packed_n, plain_n, want_packed ? "all packed" : "none packed");
+        }
+    }
+    ckpt_reader_free(rd);
+    return bad;
+}
+
+/* Rank 0 has MPICKPT_<var>=v0 (NULL: unset), rank 1 v1: the save follows rank 0. */
+static void settings_divergent(const char *var, const char *v0, const char *v1,
+                               ckpt_layout opt_layout, ckpt_layout want_layout, int want_packed,
+                               int idx)
+{
+    char what[512], prefix[2400];
+    snprintf(what, sizeof what, "%s divergent: rank 0 %s, rank 1 %s", var, v0 ? v0 : "(unset)",
+             v1);
+    begin_case("settings: %s (%d ranks)", what, g_size);
+    snprintf(prefix, sizeof prefix, "%s/settings/divergent%d", g_out, idx);
+    if (g_rank == 0 && v0)
+        setenv(var, v0, 1);
+    if (g_rank == 1)
+        setenv(var, v1, 1);
+    g_nlogs = 0;
+    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
+    o.layout = opt_layout;
+    ckpt_saver *s = NULL;
+    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, &o);
+    unsetenv(var);
+    if (!coll(rc, CKPT_OK, what)) {
+        close_if_all(s, what);
+        return;
+    }
+    model m;
+    model_init(&m, g_size, g_rank, 0);
+    register_or_die(&m, s);
+    model_fill(&m, 5);
+    ckpt_save_info info = { 5, 5, 1 };
+    char w[700];
+    snprintf(w, sizeof w, "%s: write", what);
+    if (coll(ckpt_saver_write(s, prefix, &info), CKPT_OK, w)) {
+        check_written(prefix, want_layout, want_packed, what);
+        if (g_rank == 1) {
+            static const char *const words[] = { "rank 0", NULL };
+            CHECK_MSG(logs_find(words) != NULL,
+                      "%s: rank 1 logged no warning that it follows rank 0's setting", what);
+        }
+        model_sentinel(&m);
+        snprintf(w, sizeof w, "%s: restore", what);
+        if (coll(ckpt_saver_restore(s, prefix, NULL, NULL), CKPT_OK, w))
+            check_values(&m, 5, 1, w);
+    }
+    close_if_all(s, what);
+    model_free(&m);
+}
+
+/* ckpt_saver_options that differ on the last rank: CKPT_EMISMATCH on every rank. */
+static void settings_options_differ(int field)
+{
+    const char *fname = field == 0 ? "layout" : "max_shard_bytes";
+    char what[256];
+    snprintf(what, sizeof what, "ckpt_saver_options.%s differs on rank %d", fname, g_size - 1);
+    begin_case("settings: %s", what);
+    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
+    o.layout = CKPT_LAYOUT_PER_RANK;
+    if (g_rank == g_size - 1) {
+        if (field == 0)
+            o.layout = CKPT_LAYOUT_SHARED;
+        else
+            o.max_shard_bytes = 4096;
+    }
+    ckpt_saver *s = NULL;
+    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, &o);
+    if (coll(rc, CKPT_EMISMATCH, what))
+        CHECK_MSG(strstr(g_msg, fname) != NULL, "%s: the message does not name %s: %s", what,
+                  fname, g_msg);
+    close_if_all(s, what);
+}
+
+static void case_settings(void)
+{
+    char dir[2200];
+    snprintf(dir, sizeof dir, "%s/settings", g_out);
+    make_dir(dir);
+    static const char *const bad[][2] = {
+        { "MPICKPT_LAYOUT", "sharde" },   { "MPICKPT_ASYNC", "maybe" },
+        { "MPICKPT_RESERVE", "2" },       { "MPICKPT_PACK_BYTES", "12x" },
+        { "MPICKPT_PACK_BYTES", "-5" },   { "MPICKPT_FAULT", "1:wrtie" },
+        { "MPICKPT_FAULT", "x:write" },   { "MPICKPT_LOG", "verbose" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        settings_bad(bad[i][0], bad[i][1], -1);
+    if (g_size >= 2) {
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+            settings_bad(bad[i][0], bad[i][1], 1);
+        /* layout from the environment (options leave it unset) */
+        settings_divergent("MPICKPT_LAYOUT", "per-rank", "shared", CKPT_LAYOUT_UNKNOWN,
+                           CKPT_LAYOUT_PER_RANK, -1, 1);
+        settings_divergent("MPICKPT_LAYOUT", NULL, "shared", CKPT_LAYOUT_UNKNOWN,
+                           CKPT_LAYOUT_PER_RANK, -1, 2);
+        settings_divergent("MPICKPT_LAYOUT", "shared", "per-rank", CKPT_LAYOUT_UNKNOWN,
+                           CKPT_LAYOUT_SHARED, -1, 3);
+        /* packing (per-rank layout): rank 0 never packs, rank 1 would, and the other way */
+        settings_divergent("MPICKPT_PACK_BYTES", "0", "1048576", CKPT_LAYOUT_PER_RANK,
+                           CKPT_LAYOUT_PER_RANK, 0, 4);
+        settings_divergent("MPICKPT_PACK_BYTES", "1048576", "0", CKPT_LAYOUT_PER_RANK,
+                           CKPT_LAYOUT_PER_RANK, 1, 5);
+        settings_options_differ(0);
+        settings_options_differ(1);
+    } else if (g_rank == 0) {
+        printf("settings: one rank, no rank 1: the per-rank cases need 2 or more\n");
+    }
+
+    /* a valid MPICKPT_FAULT still injects */
+    char spec[32], what[128], prefix[2400];
+    snprintf(spec, sizeof spec, "%d:write", g_size - 1);
+    snprintf(what, sizeof what, "MPICKPT_FAULT=%s still injects", spec);
+    snprintf(prefix, sizeof prefix, "%s/fault", dir);
+    begin_case("settings: %s", what);
+    setenv("MPICKPT_FAULT", spec, 1);
+    ckpt_saver *s = NULL;
+    if (coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, what)) {
+        model m;
+        model_init(&m, g_size, g_rank, 0);
+        register_or_die(&m, s);
+        model_fill(&m, 1);
+        if (coll(ckpt_saver_write(s, prefix, NULL), CKPT_EIO, what))
+            CHECK_MSG(strstr(g_msg, "injected fault") != NULL,
+                      "%s: the message does not say \"injected fault\": %s", what, g_msg);
+        CHECK_MSG(!index_exists(prefix), "%s: %s was committed", what, prefix);
+        close_if_all(s, what);
+        model_free(&m);
+    }
+    unsetenv("MPICKPT_FAULT");
+    check_dir_clean(dir, NULL, "settings");
+}
+
+/* ======================================================================================== */
+/* 5. utf8_names                                                                             */
+
+enum { FN_FULL, FN_SLICE, FN_REPLICATED, FN_COMPONENT, FN_BLOB, FN_N };
+static const char *const fn_names[FN_N] = { "ckpt_saver_add_full", "ckpt_saver_add_slice",
+                                            "ckpt_saver_add_replicated (primary)",
+                                            "ckpt_saver_add_replicated (per component)",
+                                            "ckpt_saver_add_blob" };
+
+typedef struct utf8_bufs {
+    float full[3];
+    float rows[2 * 3]; /* rows [2r, 2r+2) of [2n, 3] */
+    float repl[4];
+    uint64_t comp[2];
+    char blob_out[64];
+    int blob_calls;
+    char blob_got[64];
+} utf8_bufs;
+
+static int u_blob_save(const void **data, size_t *len, void *payload)
+{
+    utf8_bufs *b = payload;
+    int k = snprintf(b->blob_out, sizeof b->blob_out, "blob of rank %d", g_rank);
+    *data = b->blob_out;
+    *len = (size_t)k;
+    return CKPT_OK;
+}
+
+static int u_blob_restore(const void *data, size_t len, void *payload)
+{
+    utf8_bufs *b = payload;
+    b->blob_calls++;
+    memset(b->blob_got, 0, sizeof b->blob_got);
+    memcpy(b->blob_got, data, len < sizeof b->blob_got - 1 ? len : sizeof b->blob_got - 1);
+    return CKPT_OK;
+}
+
+static void u_fill(utf8_bufs *b, float v)
+{
+    for (int i = 0; i < 3; i++)
+        b->full[i] = v + (float)(g_rank * 10 + i);
+    for (int i = 0; i < 6; i++)
+        b->rows[i] = v + (float)(g_rank * 6 + i) * 0.5f;
+    for (int i = 0; i < 4; i++)
+        b->repl[i] = v * 2 + (float)i;
+    for (int i = 0; i < 2; i++)
+        b->comp[i] = (uint64_t)(v * 1000) + (uint64_t)g_rank * 7 + (uint64_t)i;
+}
+
+/* Registers `name` with function `fn` (a per-rank suffix for the full tensor, which every rank
+ * owns one of). */
+static int u_register(ckpt_saver *s, int fn, const char *name, utf8_bufs *b)
+{
+    char full_name[512];
+    int64_t d3 = 3, d4 = 4, d2 = 2, drows[2] = { 2 * (int64_t)g_size, 3 },
+            st[2] = { 2 * (int64_t)g_rank, 0 }, ct[2] = { 2, 3 };
+    ckpt_shape sh;
+    ckpt_slice sl;
+    ckpt_blob_callbacks cb = { u_blob_save, u_blob_restore };
+    switch (fn) {
+    case FN_FULL:
+        snprintf(full_name, sizeof full_name, "%s/full_r%d", name, g_rank);
+        ckpt_shape_init(&sh, 1, &d3);
+        return ckpt_saver_add_full(s, full_name, CKPT_FLOAT32, &sh, b->full);
+    case FN_SLICE:
+        ckpt_shape_init(&sh, 2, drows);
+        ckpt_slice_init(&sl, 2, st, ct);
+        return ckpt_saver_add_slice(s, name, CKPT_FLOAT32, &sh, &sl, b->rows);
+    case FN_REPLICATED:
+        ckpt_shape_init(&sh, 1, &d4);
+        return ckpt_saver_add_replicated(s, name, CKPT_FLOAT32, &sh, b->repl,
+                                         CKPT_REPLICA_PRIMARY);
+    case FN_COMPONENT:
+        ckpt_shape_init(&sh, 1, &d2);
+        return ckpt_saver_add_replicated(s, name, CKPT_UINT64, &sh, b->comp,
+                                         CKPT_REPLICA_PER_COMPONENT);
+    default:
+        return ckpt_saver_add_blob(s, name, &cb, b);
+    }
+}
+
+static void case_utf8_names(void)
+{
+    /* ill-formed: a stray continuation-less 0xff, an overlong '/', a UTF-16 surrogate */
+    static const char *const bad[] = { "w\xff", "\xc0\xaf", "\xed\xa0\x80" };
+    static const char *const esc[] = { "w\\xff", "\\xc0\\xaf", "\\xed\\xa0\\x80" };
+    char dir[2200], prefix[2400];
+    snprintf(dir, sizeof dir, "%s/utf8", g_out);
+    make_dir(dir);
+    static utf8_bufs b; /* registered with the saver below */
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 0, 0);
+    int at_registration = 0, at_save = 0, accepted = 0;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        for (int fn = 0; fn < FN_N; fn++) {
+            char what[256];
+            snprintf(what, sizeof what, "%s(\"%s\")", fn_names[fn], esc[k]);
+            begin_case("utf8_names: %s (%d ranks)", what, g_size);
+            ckpt_saver_clear(s);
+            u_fill(&b, 1);
+            /* something valid next to it, so that a save has data */
+            int rc = u_register(s, FN_REPLICATED, "valid", &b);
+            CHECK_OK(rc);
+            ckpt_error_clear();
+            rc = u_register(s, fn, bad[k], &b);
+            int v[2] = { rc, -rc }, r[2];
+            MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            CHECK_MSG(r[0] == -r[1], "%s: ranks returned different codes (%d..%d)", what, r[0],
+                      -r[1]);
+            if (r[0] != -r[1])
+                continue; /* every rank: r is agreed */
+            if (rc == CKPT_EINVAL) {
+                const ckpt_error *e = ckpt_error_last();
+                const char *msg = e && e->message ? e->message : "";
+                CHECK_MSG(contains_ci(msg, esc[k]),
+                          "%s: CKPT_EINVAL, but the message does not name the name escaped "
+                          "(%s): %s",
+                          what, esc[k], msg);
+                at_registration++;
+                continue;
+            }
+            CHECK_MSG(rc == CKPT_OK, "%s: returned %d (%s), want CKPT_EINVAL (or CKPT_OK and "
+                      "the first save refusing it)", what, rc, ckpt_strerror(rc));
+            if (!all_true(rc == CKPT_OK))
+                continue;
+            /* registration does not check: the first save must */
+            snprintf(prefix, sizeof prefix, "%s/bad%zu_%d", dir, k, fn);
+            char w[400];
+            snprintf(w, sizeof w, "%s accepted; the first save", what);
+            if (coll(ckpt_saver_write(s, prefix, NULL), CKPT_EINVAL, w)) {
+                CHECK_MSG(contains_ci(g_msg, esc[k]),
+                          "%s: CKPT_EINVAL, but the message does not name the name escaped (%s): "
+                          "%s",
+                          w, esc[k], g_msg);
+                at_save++;
+            } else {
+                accepted++;
+            }
+            CHECK_MSG(!index_exists(prefix), "%s: a checkpoint with an ill-formed name was "
+                      "committed: %s", w, prefix);
+        }
+    if (g_rank == 0)
+        printf("  ill-formed names refused at registration: %d, by the first save: %d, not "
+               "refused: %d (of %d)\n",
+               at_registration, at_save, accepted, (int)(sizeof bad / sizeof bad[0]) * FN_N);
+    check_dir_clean(dir, NULL, "utf8_names: after the refused names");
+
+    /* valid multi-byte names, byte-exact */
+    const char *base = "gr\xc3\xb6\xc3\x9f" "e/\xe6\x97\xa5\xe6\x9c\xac/\xf0\x9f\x99\x82";
+    char n_rep[256], n_comp[256], n_blob[256];
+    snprintf(n_rep, sizeof n_rep, "%s/bias", base);
+    snprintf(n_comp, sizeof n_comp, "%s/rng", base);
+    snprintf(n_blob, sizeof n_blob, "%s/blob", base);
+    begin_case("utf8_names: valid multi-byte names save and restore (%d ranks)", g_size);
+    ckpt_saver_clear(s);
+    int rc = u_register(s, FN_SLICE, base, &b);
+    if (rc == CKPT_OK)
+        rc = u_register(s, FN_FULL, base, &b);
+    if (rc == CKPT_OK)
+        rc = u_register(s, FN_REPLICATED, n_rep, &b);
+    if (rc == CKPT_OK)
+        rc = u_register(s, FN_COMPONENT, n_comp, &b);
+    if (rc == CKPT_OK)
+        rc = u_register(s, FN_BLOB, n_blob, &b);
+    CHECK_OK(rc);
+    snprintf(prefix, sizeof prefix, "%s/good", dir);
+    u_fill(&b, 3);
+    if (all_true(rc == CKPT_OK) &&
+        coll(ckpt_saver_write(s, prefix, NULL), CKPT_OK, "save with multi-byte names")) {
+        utf8_bufs want = b;
+        memset(&b.full, 0x5A, sizeof b.full);
+        memset(&b.rows, 0x5A, sizeof b.rows);
+        memset(&b.repl, 0x5A, sizeof b.repl);
+        memset(&b.comp, 0x5A, sizeof b.comp);
+        b.blob_calls = 0;
+        if (coll(ckpt_saver_restore(s, prefix, NULL, NULL), CKPT_OK,
+                 "restore with multi-byte names")) {
+            CHECK_MSG(memcmp(b.full, want.full, sizeof b.full) == 0, "full tensor differs");
+            CHECK_MSG(memcmp(b.rows, want.rows, sizeof b.rows) == 0, "partitioned rows differ");
+            CHECK_MSG(memcmp(b.repl, want.repl, sizeof b.repl) == 0, "replicated differs");
+            CHECK_MSG(memcmp(b.comp, want.comp, sizeof b.comp) == 0, "component differs");
+            char bw[64];
+            snprintf(bw, sizeof bw, "blob of rank %d", g_rank);
+            CHECK_MSG(b.blob_calls == 1 && strcmp(b.blob_got, bw) == 0,
+                      "blob callback called %d time(s) with \"%s\", want once with \"%s\"",
+                      b.blob_calls, b.blob_got, bw);
+        }
+        if (g_rank == 0) {
+            /* the index holds the names byte for byte */
+            ckpt_reader *rd = NULL;
+            CHECK_OK(ckpt_reader_open(&rd, prefix));
+            for (int r = 0; rd && r < g_size; r++) {
+                char names[5][300];
+                int nn = 0;
+                snprintf(names[nn++], sizeof names[0], "%s/full_r%d", base, r);
+                snprintf(names[nn++], sizeof names[0], "%s/rank_%d", n_blob, r);
+                if (r == 0) { /* rank 0's component goes under the plain name */
+                    snprintf(names[nn++], sizeof names[0], "%s", base);
+                    snprintf(names[nn++], sizeof names[0], "%s", n_rep);
+                    snprintf(names[nn++], sizeof names[0], "%s", n_comp);
+                } else {
+                    snprintf(names[nn++], sizeof names[0], "%s/parallel_component_%d", n_comp, r);
+                }
+                for (int i = 0; i < nn; i++) {
+                    size_t idx;
+                    CHECK_MSG(ckpt_reader_find(&idx, rd, names[i]) == CKPT_OK,
+                              "the index lacks \"%s\"", names[i]);
+                }
+            }
+            ckpt_reader_free(rd);
+        }
+    }
+    coll(ckpt_saver_close(s), CKPT_OK, "utf8_names: close");
+}
+
+/* ======================================================================================== */
+
+int main(int argc, char **argv)
+{
+    check_mpi_init(&argc, &argv, &g_rank, &g_size);
+    const char *c = argc >= 3 ? argv[2] : "";
+    int nargs = argc - 3;
+    int ok = (strcmp(c, "fallback_per_rank") == 0 && nargs == 1 &&
+              (strcmp(argv[3], "sync") == 0 || strcmp(argv[3], "async") == 0)) ||
+             (strcmp(c, "enospc_sync") == 0 && nargs == 2 &&
+              (strcmp(argv[3], "shared") == 0 || strcmp(argv[3], "per-rank") == 0) &&
+              (strcmp(argv[4], "reserve") == 0 || strcmp(argv[4], "noreserve") == 0)) ||
+             ((strcmp(c, "async_lifetime") == 0 || strcmp(c, "settings") == 0 ||
+               strcmp(c, "utf8_names") == 0) &&
+              nargs == 0);
+    if (!ok) {
+        if (g_rank == 0)
+            fprintf(stderr, "usage: test_hostile_mpi OUTDIR CASE [ARG...]\n"
+                            "  fallback_per_rank sync|async\n  async_lifetime\n"
+                            "  enospc_sync shared|per-rank reserve|noreserve\n  settings\n"
+                            "  utf8_names\n");
+        MPI_Finalize();
+        return 2;
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+        if (g_rank == 0)
+            fprintf(stderr, "test_hostile_mpi: MPI granted thread level %d, not "
+                            "MPI_THREAD_MULTIPLE\n", provided);
+        MPI_Finalize();
+        return 1;
+    }
+    snprintf(g_out, sizeof g_out, "%s", argv[1]);
+    unset_all(); /* only what this test sets */
+    ckpt_log_set(log_cb, CKPT_LOG_WARN, NULL);
+    make_dir(g_out);
+
+    char title[256];
+    if (strcmp(c, "fallback_per_rank") == 0) {
+        case_fallback(strcmp(argv[3], "async") == 0);
+        snprintf(title, sizeof title, "test_hostile_mpi fallback_per_rank %s", argv[3]);
+    } else if (strcmp(c, "async_lifetime") == 0) {
+        case_async_lifetime();
+        snprintf(title, sizeof title, "test_hostile_mpi async_lifetime");
+    } else if (strcmp(c, "enospc_sync") == 0) {
+        int shared = strcmp(argv[3], "shared") == 0;
+        case_enospc_sync(shared ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK, argv[3],
+                         strcmp(argv[4], "reserve") == 0);
+        snprintf(title, sizeof title, "test_hostile_mpi enospc_sync %s %s", argv[3], argv[4]);
+    } else if (strcmp(c, "settings") == 0) {
+        case_settings();
+        snprintf(title, sizeof title, "test_hostile_mpi settings");
+    } else {
+        case_utf8_names();
+        snprintf(title, sizeof title, "test_hostile_mpi utf8_names");
+    }
+    alarm(0);
+    if (g_skipped) {
+        MPI_Finalize();
+        return 77;
+    }
+    return check_mpi_done(title);
+}

@@ -1458,8 +1458,9 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
             H5Dclose(ds[i].id);
     free(ds);
     /* MPI-IO reports a full disk as a plain I/O error: say what it was when the disk is full. */
-    if (local == CKPT_EIO && disk_full(c->tempfd))
-        local = ckpt__error_wrap(CKPT_ENOSPC, "no space left on device in %s", c->chief_temp);
+    if (local == CKPT_ENOSPC || (local == CKPT_EIO && disk_full(c->tempfd)))
+        local = ckpt__error_wrap(CKPT_ENOSPC, "rank %d: no space left on device in %s", s->rank,
+                                 c->chief_temp);
     /* The metadata flush below gets the pad's room back (ckpt__pad_create), but only once every
      * rank is done writing data: with independent I/O a rank still writing on a full disk takes
      * every block the pad frees, the chief's metadata write then fails, its H5Fflush returns

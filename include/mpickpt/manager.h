@@ -47,7 +47,13 @@ typedef struct ckpt_manager_save_info {
 CKPT_EXTERN int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                                     const ckpt_manager_options *opts);
 
-/** Frees the manager (not the saver). NULL is a no-op. Local. */
+/**
+ * Frees the manager (not the saver). A save this manager started that is still in flight (async
+ * mode) is waited for first, so that its commit is recorded in the state file and retention runs;
+ * if the saver was already closed with that save still running (ckpt_saver_close() timed out), the
+ * save's call back into the manager is withdrawn, or, when it is already running, the manager is
+ * left allocated (a warning says so) for the process's exit. NULL is a no-op. Local.
+ */
 CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
 
 /**

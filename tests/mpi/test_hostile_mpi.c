@@ -33,6 +33,19 @@
  *       when only rank 1 has it); divergent valid MPICKPT_LAYOUT / MPICKPT_PACK_BYTES -> rank 0's
  *       setting is what the checkpoint shows; ckpt_saver_options differing on one rank ->
  *       CKPT_EMISMATCH on every rank; a valid MPICKPT_FAULT still injects.
+ *   dir per-rank|shared
+ *       a checkpoint directory others wrote into, under a collective saver and a manager:
+ *       workertemp_1 (N >= 2) and <base>_temp planted as links to a victim directory -> the save
+ *       fails with CKPT_ECORRUPT naming them on every rank, the victim is untouched, nothing is
+ *       committed; links planted under the data files' final names and under metrics.jsonl ->
+ *       the save commits, the link is replaced or left, never written through; a FIFO
+ *       metrics.jsonl does not block the save; a chief/ that is a link -> ckpt_training_create
+ *       fails naming it; a FIFO state file, a FIFO latest index -> the manager rebuilds its list
+ *       and falls back (no hang); stray indexes (a FIFO, ".index", garbage, another manager's)
+ *       next to a valid state file are not even looked at (no warning), and without one they are
+ *       skipped with warnings; a state file listing a checkpoint twice, with a negative counter,
+ *       or a counter at INT64_MAX is refused and rebuilt from the indexes: retention never
+ *       deletes a listed checkpoint and the next save is numbered past the indexes.
  *   utf8_names
  *       ill-formed UTF-8 tensor names are refused (CKPT_EINVAL naming the name with its bad bytes
  *       escaped as \xHH) at registration or, at the latest, by the first save on every rank;
@@ -42,6 +55,7 @@
  * message everywhere) and with the expected one; every check runs on every rank. No duration is
  * compared with anything: the per-case watchdog (mpi_check.h) and ctest's TIMEOUT only catch hangs.
  */
+#include "index.h" /* ckpt__state_pack: a state file no library call would write */
 #include "mpi_check.h"
 #include "mpickpt.h"
 
@@ -1220,6 +1234,351 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
 /* ======================================================================================== */
 /* 4. settings                                                                               */
 
+/* ======================================================================================== */
+/* 6. dir: a checkpoint directory others can write to                                        */
+
+/* Rank 0 writes `text` to `path` (a victim's file). */
+static void put_text(const char *path, const char *text)
+{
+    if (g_rank == 0) {
+        FILE *f = fopen(path, "w");
+        CHECK_MSG(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* 1 when `path` holds exactly `text` (rank 0's view, broadcast). */
+static int has_text(const char *path, const char *text)
+{
+    int ok = 0;
+    if (g_rank == 0) {
+        char buf[512] = "";
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        ok = f && strcmp(buf, text) == 0;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return ok;
+}
+
+/* Number of entries of directory `dir` (rank 0's view, broadcast), -1 when it cannot be read. */
+static int entries(const char *dir)
+{
+    int n = -1;
+    if (g_rank == 0) {
+        DIR *d = opendir(dir);
+        if (d) {
+            n = 0;
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL)
+                n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+            closedir(d);
+        }
+    }
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return n;
+}
+
+/* Rank 0 runs `fn` on `path` (symlink, mkfifo, unlink); collective. */
+static void rank0_link(const char *target, const char *path)
+{
+    if (g_rank == 0) {
+        unlink(path);
+        CHECK_MSG(symlink(target, path) == 0, "symlink %s -> %s: %s", path, target, strerror(errno));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void rank0_fifo(const char *path)
+{
+    if (g_rank == 0) {
+        unlink(path);
+        CHECK_MSG(mkfifo(path, 0644) == 0, "mkfifo %s: %s", path, strerror(errno));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void rank0_unlink(const char *path)
+{
+    if (g_rank == 0)
+        CHECK_MSG(unlink(path) == 0 || errno == ENOENT, "unlink %s: %s", path, strerror(errno));
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* A manager save of step `step`, expecting `expected`. */
+static int mgr_save(ckpt_manager *mg, model *m, int64_t step, int expected, const char *what)
+{
+    model_fill(m, step);
+    ckpt_manager_save_info si = { 0, step, 0, 1 };
+    char out[4400] = "";
+    return coll(ckpt_manager_save(mg, &si, out, sizeof out), expected, what);
+}
+
+/* Restores the latest through the manager: it must be `counter` with step `step`. */
+static void mgr_restore(ckpt_manager *mg, model *m, int64_t counter, int64_t step, int skipped,
+                        const char *what)
+{
+    model_sentinel(m);
+    ckpt_manager_restored r;
+    if (coll(ckpt_manager_restore_or_initialize(mg, &r), CKPT_OK, what)) {
+        CHECK_MSG(r.restored && r.save_counter == counter && r.step == step && r.skipped == skipped,
+                  "%s: restored %d counter %lld step %lld skipped %d, want counter %lld step %lld "
+                  "skipped %d",
+                  what, r.restored, (long long)r.save_counter, (long long)r.step, r.skipped,
+                  (long long)counter, (long long)step, skipped);
+        if (r.restored)
+            check_values(m, step, 1, what);
+    }
+}
+
+/* Writes a state file into `dir` with the given entries (counters, prefixes "ckpt-<c>"), listing
+ * `latest` as the latest, bypassing the library's checks (as someone else's tool would). */
+static void write_raw_state(const char *dir, const int64_t *counters, int n, const char *latest,
+                            int64_t save_counter)
+{
+    if (g_rank == 0) {
+        ckpt_state *st = NULL;
+        CHECK_OK(ckpt_state_new(&st));
+        for (int i = 0; st && i < n; i++) {
+            ckpt_state_entry e;
+            memset(&e, 0, sizeof e);
+            snprintf(e.prefix, sizeof e.prefix, "ckpt-%lld", (long long)counters[i]);
+            e.save_counter = counters[i];
+            e.step = counters[i] * 10;
+            e.timestamp = 1.0e9 + (double)i;
+            CHECK_OK(ckpt_state_append(st, &e));
+        }
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        if (st) {
+            snprintf(st->latest, sizeof st->latest, "%s", latest);
+            st->save_counter = save_counter;
+            CHECK_OK(ckpt__state_pack(&buf, &len, st, 1));
+        }
+        char p[4400];
+        snprintf(p, sizeof p, "%s/checkpoint", dir);
+        FILE *f = fopen(p, "wb");
+        CHECK_MSG(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0, "cannot write %s", p);
+        free(buf);
+        ckpt_state_free(st);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void case_dir(ckpt_layout layout, const char *layout_name)
+{
+    char dir[2400], victim[2400], vfile[2600], p[2800], q[2800], prefix[2600], what[256];
+    snprintf(dir, sizeof dir, "%s/dir_%s", g_out, layout_name);
+    snprintf(victim, sizeof victim, "%s/victim_%s", g_out, layout_name);
+    snprintf(vfile, sizeof vfile, "%s/victim.txt", victim);
+    make_dir(dir);
+    make_dir(victim);
+    put_text(vfile, "the victim's own bytes\n");
+    model m;
+    model_init(&m, g_size, g_rank, 4);
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+    register_or_die(&m, s);
+    ckpt_save_info info = { 0, 1, 0 };
+    snprintf(prefix, sizeof prefix, "%s/ck", dir);
+
+    /* planted workertemp_1 (a non-chief rank's temp dir) */
+    if (g_size >= 2 && layout == CKPT_LAYOUT_PER_RANK) {
+        begin_case("dir %s: workertemp_1 is a link to a victim directory", layout_name);
+        snprintf(p, sizeof p, "%s/workertemp_1", dir);
+        rank0_link(victim, p);
+        model_fill(&m, 1);
+        if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
+                 "save through a planted workertemp_1"))
+            CHECK_MSG(strstr(g_msg, "workertemp_1") && contains_ci(g_msg, "link"),
+                      "the message does not name workertemp_1 as a link: %s", g_msg);
+        CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+                  "the victim directory changed");
+        snprintf(q, sizeof q, "%s-1", prefix);
+        CHECK_MSG(all_true(!index_exists(q)), "%s was committed", q);
+        rank0_unlink(p);
+    }
+    /* planted <base>_temp (the chief's temp dir) */
+    begin_case("dir %s: ck-1_temp is a link to a victim directory", layout_name);
+    snprintf(p, sizeof p, "%s-1_temp", prefix);
+    rank0_link(victim, p);
+    model_fill(&m, 1);
+    if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
+             "save through a planted ck-1_temp"))
+        CHECK_MSG(strstr(g_msg, "ck-1_temp") && contains_ci(g_msg, "link"),
+                  "the message does not name ck-1_temp as a link: %s", g_msg);
+    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+              "the victim directory changed");
+    rank0_unlink(p);
+
+    /* links under the data files' final names and under metrics.jsonl: replaced or left, never
+     * written through */
+    begin_case("dir %s: links planted under the final names", layout_name);
+    int nfiles = layout == CKPT_LAYOUT_SHARED ? 1 : g_size;
+    for (int r = 0; r < nfiles; r++) {
+        snprintf(p, sizeof p, "%s-1.data-%05d-of-%05d", prefix, r, nfiles);
+        rank0_link(vfile, p);
+    }
+    snprintf(q, sizeof q, "%s/metrics.jsonl", dir);
+    rank0_link(vfile, q);
+    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save with planted links");
+    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+              "the victim file changed");
+    for (int r = 0; g_rank == 0 && r < nfiles; r++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s-1.data-%05d-of-%05d", prefix, r, nfiles);
+        CHECK_MSG(lstat(p, &st) == 0 && S_ISREG(st.st_mode), "%s is not the data file", p);
+    }
+    snprintf(p, sizeof p, "%s-1", prefix);
+    model_sentinel(&m);
+    if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-1"))
+        check_values(&m, 1, 1, "ck-1");
+    /* a FIFO metrics.jsonl: the save does not block on it (the watchdog would fire) */
+    rank0_fifo(q);
+    info.step = 2;
+    model_fill(&m, 2);
+    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save with a FIFO metrics.jsonl");
+    rank0_unlink(q);
+    ckpt_saver_free(s);
+
+    /* a chief/ that is a link */
+    begin_case("dir %s: chief/ is a link", layout_name);
+    snprintf(p, sizeof p, "%s/work", dir);
+    make_dir(p);
+    snprintf(q, sizeof q, "%s/chief", p);
+    rank0_link(victim, q);
+    s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+    register_or_die(&m, s);
+    ckpt_training *t = NULL;
+    if (coll(ckpt_training_create(&t, s, p, NULL), CKPT_ECORRUPT, "training state over a linked "
+                                                                  "chief/"))
+        CHECK_MSG(strstr(g_msg, "chief") && contains_ci(g_msg, "link"),
+                  "the message does not name chief as a link: %s", g_msg);
+    ckpt_training_free(t);
+    CHECK_MSG(entries(victim) == 1, "the victim directory changed");
+
+    /* a manager's directory: FIFO state file, FIFO latest index. Each directory gets a saver of
+     * its own: the manager numbers past the saver's counter too. */
+    begin_case("dir %s: FIFOs in place of the state file and the latest index", layout_name);
+    char md[2600];
+    snprintf(md, sizeof md, "%s/mgr", dir);
+    ckpt_saver_free(s);
+    s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+    register_or_die(&m, s);
+    ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, md, 0, 0);
+    for (int64_t k = 1; k <= 3; k++)
+        mgr_save(mg, &m, k * 10, CKPT_OK, "manager save");
+    ckpt_manager_free(mg);
+    snprintf(p, sizeof p, "%s/checkpoint", md);
+    snprintf(q, sizeof q, "%s/kept-state", md);
+    if (g_rank == 0)
+        CHECK_MSG(rename(p, q) == 0, "rename %s: %s", p, strerror(errno));
+    rank0_fifo(p);
+    g_nlogs = 0;
+    mg = new_manager(s, MPI_COMM_WORLD, md, 0, 0);
+    static const char *const fifo_state[] = { "checkpoint", "FIFO", NULL };
+    CHECK_MSG(g_rank != 0 || logs_find(fifo_state), "no warning names the FIFO state file");
+    mgr_restore(mg, &m, 3, 30, 0, "restore with a FIFO state file");
+    ckpt_manager_free(mg);
+    /* the valid state file back (it lists ckpt-3), ckpt-3's index a FIFO */
+    if (g_rank == 0)
+        CHECK_MSG(unlink(p) == 0 && rename(q, p) == 0, "cannot put the state file back");
+    snprintf(q, sizeof q, "%s/ckpt-3.index", md);
+    rank0_fifo(q);
+    mg = new_manager(s, MPI_COMM_WORLD, md, 0, 0);
+    mgr_restore(mg, &m, 2, 20, 1, "restore past a FIFO latest index");
+    ckpt_manager_free(mg);
+    rank0_unlink(q);
+
+    /* stray indexes next to a valid state file: not looked at */
+    begin_case("dir %s: stray indexes", layout_name);
+    char sd[2600];
+    snprintf(sd, sizeof sd, "%s/stray", dir);
+    ckpt_saver_free(s);
+    s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+    register_or_die(&m, s);
+    mg = new_manager(s, MPI_COMM_WORLD, sd, 0, 0);
+    mgr_save(mg, &m, 10, CKPT_OK, "stray: ckpt-1");
+    mgr_save(mg, &m, 20, CKPT_OK, "stray: ckpt-2");
+    ckpt_manager_free(mg);
+    snprintf(p, sizeof p, "%s/zz-stray.index", sd);
+    rank0_fifo(p);
+    snprintf(p, sizeof p, "%s/.index", sd);
+    put_text(p, "not an index");
+    snprintf(p, sizeof p, "%s/garbage name.index", sd);
+    put_text(p, "MPCKIDX\001 and then nothing");
+    g_nlogs = 0;
+    mg = new_manager(s, MPI_COMM_WORLD, sd, 0, 0);
+    CHECK_MSG(g_nlogs == 0, "a valid state file: %d warning(s), the first: %s", g_nlogs,
+              g_nlogs ? g_logs[0] : "");
+    mgr_restore(mg, &m, 2, 20, 0, "stray: restore with a valid state file");
+    mgr_save(mg, &m, 30, CKPT_OK, "stray: ckpt-3");
+    ckpt_manager_free(mg);
+    snprintf(p, sizeof p, "%s/checkpoint", sd);
+    rank0_unlink(p);
+    g_nlogs = 0;
+    mg = new_manager(s, MPI_COMM_WORLD, sd, 0, 0);
+    static const char *const w1[] = { "zz-stray.index", NULL }, *const w2[] = { "/.index", NULL },
+                             *const w3[] = { "garbage name.index", NULL };
+    CHECK_MSG(g_rank != 0 || (logs_find(w1) && logs_find(w2) && logs_find(w3)),
+              "without a state file: a warning per stray index expected (%d warnings)", g_nlogs);
+    mgr_restore(mg, &m, 3, 30, 0, "stray: restore without a state file");
+    ckpt_manager_free(mg);
+
+    /* state files that lie */
+    static const struct {
+        const char *name;
+        int64_t counters[4];
+        int n;
+        const char *latest;
+        int64_t save_counter;
+    } lies[] = {
+        { "the latest listed twice", { 1, 2, 2 }, 3, "ckpt-2", 2 },
+        { "a negative counter", { -4, 2 }, 2, "ckpt-2", 2 },
+        { "a counter at INT64_MAX", { 1, 2 }, 2, "ckpt-2", INT64_MAX },
+        { "out of order", { 2, 1 }, 2, "ckpt-1", 2 },
+    };
+    for (size_t i = 0; i < sizeof lies / sizeof lies[0]; i++) {
+        begin_case("dir %s: a state file with %s", layout_name, lies[i].name);
+        char ld[2600];
+        snprintf(ld, sizeof ld, "%s/lie%zu", dir, i);
+        ckpt_saver_free(s);
+        s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
+        register_or_die(&m, s);
+        mg = new_manager(s, MPI_COMM_WORLD, ld, 2, 0);
+        mgr_save(mg, &m, 10, CKPT_OK, "lie: ckpt-1");
+        mgr_save(mg, &m, 20, CKPT_OK, "lie: ckpt-2");
+        ckpt_manager_free(mg);
+        write_raw_state(ld, lies[i].counters, lies[i].n, lies[i].latest, lies[i].save_counter);
+        g_nlogs = 0;
+        mg = new_manager(s, MPI_COMM_WORLD, ld, 2, 0);
+        static const char *const rebuilt[] = { "rebuilt", NULL };
+        CHECK_MSG(g_rank != 0 || logs_find(rebuilt), "%s: no warning that the list was rebuilt",
+                  lies[i].name);
+        snprintf(what, sizeof what, "%s: the save after", lies[i].name);
+        mgr_save(mg, &m, 30, CKPT_OK, what);
+        /* retention (max_to_keep 2) kept exactly ckpt-2 and ckpt-3, both restorable */
+        const ckpt_state *st = ckpt_manager_state(mg);
+        CHECK_MSG(st && st->num_entries == 2 && strcmp(st->entries[0].prefix, "ckpt-2") == 0 &&
+                      strcmp(st->entries[1].prefix, "ckpt-3") == 0 &&
+                      strcmp(st->latest, "ckpt-3") == 0,
+                  "%s: the state lists %zu entries, latest %s", lies[i].name,
+                  st ? st->num_entries : 0, st ? st->latest : "?");
+        CHECK_MSG(all_true(count_indexes(ld, "ckpt") == 2 || g_rank != 0),
+                  "%s: %d indexes on disk, want 2", lies[i].name, count_indexes(ld, "ckpt"));
+        snprintf(p, sizeof p, "%s/ckpt-2", ld);
+        model_sentinel(&m);
+        if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ckpt-2"))
+            check_values(&m, 20, 1, "ckpt-2 after retention");
+        mgr_restore(mg, &m, 3, 30, 0, what);
+        ckpt_manager_free(mg);
+    }
+    ckpt_saver_free(s);
+    model_free(&m);
+}
+
 static const char *const g_vars[] = { "MPICKPT_LAYOUT",     "MPICKPT_ASYNC", "MPICKPT_RESERVE",
                                       "MPICKPT_PACK_BYTES", "MPICKPT_FAULT", "MPICKPT_LOG",
                                       NULL };
@@ -1688,6 +2047,8 @@ int main(int argc, char **argv)
              (strcmp(c, "enospc_sync") == 0 && nargs == 2 &&
               (strcmp(argv[3], "shared") == 0 || strcmp(argv[3], "per-rank") == 0) &&
               (strcmp(argv[4], "reserve") == 0 || strcmp(argv[4], "noreserve") == 0)) ||
+             (strcmp(c, "dir") == 0 && nargs == 1 &&
+              (strcmp(argv[3], "shared") == 0 || strcmp(argv[3], "per-rank") == 0)) ||
              ((strcmp(c, "async_lifetime") == 0 || strcmp(c, "settings") == 0 ||
                strcmp(c, "utf8_names") == 0) &&
               nargs == 0);
@@ -1696,7 +2057,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: test_hostile_mpi OUTDIR CASE [ARG...]\n"
                             "  fallback_per_rank sync|async\n  async_lifetime\n"
                             "  enospc_sync shared|per-rank reserve|noreserve\n  settings\n"
-                            "  utf8_names\n");
+                            "  utf8_names\n  dir shared|per-rank\n");
         MPI_Finalize();
         return 2;
     }
@@ -1726,6 +2087,10 @@ int main(int argc, char **argv)
         case_enospc_sync(shared ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK, argv[3],
                          strcmp(argv[4], "reserve") == 0);
         snprintf(title, sizeof title, "test_hostile_mpi enospc_sync %s %s", argv[3], argv[4]);
+    } else if (strcmp(c, "dir") == 0) {
+        int shared = strcmp(argv[3], "shared") == 0;
+        case_dir(shared ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK, argv[3]);
+        snprintf(title, sizeof title, "test_hostile_mpi dir %s", argv[3]);
     } else if (strcmp(c, "settings") == 0) {
         case_settings();
         snprintf(title, sizeof title, "test_hostile_mpi settings");

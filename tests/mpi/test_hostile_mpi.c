@@ -57,6 +57,7 @@
  */
 #include "index.h" /* ckpt__state_pack: a state file no library call would write */
 #include "mpi_check.h"
+#include "tmpfs.h"
 #include "mpickpt.h"
 
 #include <ctype.h>
@@ -1032,58 +1033,7 @@ static void case_async_lifetime(void)
 /* ======================================================================================== */
 /* 3. enospc_sync                                                                            */
 
-static char g_mnt[2300];
-static int g_mounted;
 static int g_skipped; /* the case could not run here: exit 77 */
-
-static void umount_at_exit(void)
-{
-    if (g_mounted) {
-        char cmd[4800];
-        snprintf(cmd, sizeof cmd, "umount '%s' 2>/dev/null || umount -l '%s'", g_mnt, g_mnt);
-        if (system(cmd) != 0)
-            fprintf(stderr, "[rank 0] could not unmount %s\n", g_mnt);
-        g_mounted = 0;
-    }
-}
-
-static int is_mounted(const char *path)
-{
-    FILE *f = fopen("/proc/mounts", "r");
-    if (!f)
-        return 0;
-    char line[8192];
-    int hit = 0;
-    size_t n = strlen(path);
-    while (fgets(line, sizeof line, f)) {
-        char *p = strchr(line, ' ');
-        if (p && strncmp(p + 1, path, n) == 0 && p[1 + n] == ' ')
-            hit = 1;
-    }
-    fclose(f);
-    return hit;
-}
-
-/* Bytes in use on the file system of `path`. */
-static uint64_t fs_used(const char *path)
-{
-    struct statvfs v;
-    if (statvfs(path, &v) != 0)
-        return 0;
-    return (uint64_t)(v.f_blocks - v.f_bfree) * (uint64_t)v.f_frsize;
-}
-
-/* Rank 0 runs a shell command; its exit status is shared. */
-static int rank0_system(const char *cmd)
-{
-    int rc = 0;
-    if (g_rank == 0) {
-        int st = system(cmd);
-        rc = st == 0 ? 0 : (st == -1 ? -1 : (WIFEXITED(st) ? WEXITSTATUS(st) : 128));
-    }
-    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    return rc;
-}
 
 static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int reserve)
 {
@@ -1099,26 +1049,8 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
     long size_kib = (long)g_size * 3584 + 128;
     begin_case("enospc_sync (%s, %s): mount a %ld KiB tmpfs (%d ranks)", layout_name,
                reserve ? "reservation on" : "MPICKPT_RESERVE=0", size_kib, g_size);
-    char cmd[4800], reason[600] = "";
-    if (g_rank == 0) {
-        if (is_mounted(g_mnt)) { /* a previous run that could not clean up */
-            g_mounted = 1;
-            umount_at_exit();
-        }
-        if (geteuid() != 0) {
-            snprintf(reason, sizeof reason, "not root (euid %d)", (int)geteuid());
-        } else {
-            snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=%ldk tmpfs '%s'", size_kib, g_mnt);
-            int st = system(cmd);
-            if (st == 0 && is_mounted(g_mnt)) {
-                g_mounted = 1;
-                atexit(umount_at_exit);
-            } else {
-                snprintf(reason, sizeof reason, "'%s' failed (status %d)", cmd, st);
-            }
-        }
-    }
-    MPI_Bcast(reason, (int)sizeof reason, MPI_CHAR, 0, MPI_COMM_WORLD);
+    char cmd[4800], reason[600];
+    tmpfs_mount(g_rank, size_kib, reason, sizeof reason);
     if (reason[0]) {
         if (g_rank == 0)
             printf("SKIP enospc_sync: cannot mount a tmpfs: %s\n", reason);
@@ -1199,7 +1131,7 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
 
     begin_case("enospc_sync: room again");
     snprintf(cmd, sizeof cmd, "mount -o remount,size=%ldk '%s'", size_kib * 4, g_mnt);
-    rc = rank0_system(cmd);
+    rc = rank0_system(g_rank, cmd);
     CHECK_MSG(rc == 0, "'%s' failed (%d)", cmd, rc);
     model_fill(&m, 3);
     info.epoch = info.step = 3;

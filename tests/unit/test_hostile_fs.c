@@ -877,7 +877,10 @@ static void case_state(void)
  * ============================================================================================= */
 
 /* Copies index `src` to `dst` with its header's timestamp set to NaN (a valid container). */
-static int write_nan_time_index(const char *src, const char *dst)
+/* Copies index `src` to `dst` with its header changed by `edit` (container and CRC kept valid,
+ * no validation): an index that no writer of ours makes. */
+static int rewrite_index(const char *src, const char *dst, void (*edit)(Mpickpt__Header *, int64_t),
+                         int64_t arg)
 {
     uint8_t *buf = NULL, *out = NULL;
     size_t len = 0, olen = 0, plen = 0;
@@ -889,7 +892,7 @@ static int write_nan_time_index(const char *src, const char *dst)
     if (rc == CKPT_OK && !(idx = mpickpt__index__unpack(NULL, plen, payload)))
         rc = CKPT_ECORRUPT;
     if (rc == CKPT_OK && idx->header) {
-        idx->header->timestamp = NAN;
+        edit(idx->header, arg);
         rc = ckpt__container_pack(&out, &olen, CKPT__MAGIC_INDEX, &idx->base);
     }
     if (rc == CKPT_OK && put_file(dst, out, olen) != 0)
@@ -901,33 +904,30 @@ static int write_nan_time_index(const char *src, const char *dst)
     return rc;
 }
 
-/* Rewrites the header's save counter of checkpoint `prefix` (container and CRC kept valid): an
- * index no writer of ours makes. */
+static void edit_nan_time(Mpickpt__Header *h, int64_t unused)
+{
+    (void)unused;
+    h->timestamp = NAN;
+}
+
+static void edit_counter(Mpickpt__Header *h, int64_t counter)
+{
+    h->save_counter = counter;
+}
+
+static int write_nan_time_index(const char *src, const char *dst)
+{
+    return rewrite_index(src, dst, edit_nan_time, 0);
+}
+
+/* Rewrites the header's save counter of checkpoint `prefix`. */
 static int set_index_counter(const char *prefix, int64_t counter)
 {
     char path[8400];
     snprintf(path, sizeof path, "%s.index", prefix);
-    uint8_t *buf = NULL, *out = NULL;
-    size_t len = 0, olen = 0, plen = 0;
-    const uint8_t *payload = NULL;
-    Mpickpt__Index *idx = NULL;
-    int rc = get_file(path, &buf, &len) == 0 ? CKPT_OK : CKPT_EIO;
-    if (rc == CKPT_OK)
-        rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX, path);
-    if (rc == CKPT_OK && !(idx = mpickpt__index__unpack(NULL, plen, payload)))
-        rc = CKPT_ECORRUPT;
-    if (rc == CKPT_OK && idx->header) {
-        idx->header->save_counter = counter;
-        rc = ckpt__container_pack(&out, &olen, CKPT__MAGIC_INDEX, &idx->base);
-    }
-    if (rc == CKPT_OK && put_file(path, out, olen) != 0)
-        rc = CKPT_EIO;
-    if (idx)
-        mpickpt__index__free_unpacked(idx, NULL);
-    free(out);
-    free(buf);
-    return rc;
+    return rewrite_index(path, path, edit_counter, counter);
 }
+
 
 static void case_scan(void)
 {

@@ -1,0 +1,391 @@
+/* mpickpt._mpickpt.Manager and Training: the checkpoint manager and the worker training state
+ * (mpickpt/manager.h) over a Saver object, which they keep alive. Every method but the local
+ * getters is collective over the saver's communicator. */
+#include "pyckpt.h"
+
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *saver; /* the Saver object (a reference) */
+    ckpt_manager *m;
+} ManagerObject;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *saver;
+    ckpt_training *t;
+} TrainingObject;
+
+static PyObject *restored_dict(const ckpt_manager_restored *r)
+{
+    return Py_BuildValue("{s:O,s:s,s:L,s:L,s:L,s:O,s:i,s:i}", "restored",
+                         r->restored ? Py_True : Py_False, "prefix", r->prefix, "save_counter",
+                         (long long)r->save_counter, "epoch", (long long)r->epoch, "step",
+                         (long long)r->step, "end_of_epoch", r->end_of_epoch ? Py_True : Py_False,
+                         "world_size", (int)r->world_size, "skipped", r->skipped);
+}
+
+static PyObject *state_dict(const ckpt_state *st)
+{
+    PyObject *entries = PyList_New(0);
+    if (!entries)
+        return NULL;
+    for (size_t i = 0; st && i < st->num_entries; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        PyObject *d = Py_BuildValue("{s:s,s:L,s:L,s:L,s:d,s:K,s:O,s:O}", "prefix", e->prefix,
+                                    "save_counter", (long long)e->save_counter, "epoch",
+                                    (long long)e->epoch, "step", (long long)e->step, "timestamp",
+                                    e->timestamp, "bytes", (unsigned long long)e->bytes,
+                                    "end_of_epoch", e->end_of_epoch ? Py_True : Py_False,
+                                    "preserved", e->preserved ? Py_True : Py_False);
+        if (!d || PyList_Append(entries, d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(entries);
+            return NULL;
+        }
+        Py_DECREF(d);
+    }
+    PyObject *out = Py_BuildValue("{s:s,s:L,s:O}", "latest", st ? st->latest : "",
+                                  "save_counter", st ? (long long)st->save_counter : 0LL,
+                                  "entries", entries);
+    Py_DECREF(entries);
+    return out;
+}
+
+/* ---- Manager ---------------------------------------------------------------------------------- */
+
+static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "saver", "directory", "max_to_keep", "keep_every_n_hours",
+                             "min_step_interval", "name", "skip_missing_per_rank", NULL };
+    PyObject *saver;
+    PyObject *dir_obj;
+    int keep = 5, skip = 0;
+    double hours = 0;
+    long long minstep = 0;
+    const char *name = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|idLzp:Manager", names, &saver,
+                                     PyUnicode_FSConverter, &dir_obj, &keep, &hours, &minstep,
+                                     &name, &skip))
+        return -1;
+    ckpt_saver *s = pyckpt_saver_get(saver);
+    if (!s || self->m) {
+        if (s)
+            PyErr_SetString(PyExc_RuntimeError, "Manager.__init__ called twice");
+        Py_DECREF(dir_obj);
+        return -1;
+    }
+    ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+    o.max_to_keep = keep;
+    o.keep_every_n_hours = hours;
+    o.min_step_interval = minstep;
+    o.name = name;
+    o.skip_missing_per_rank = skip;
+    const char *dir = PyBytes_AS_STRING(dir_obj);
+    int rc;
+    ckpt_manager *m = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_manager_create(&m, s, dir, &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(dir_obj);
+    if (rc != CKPT_OK) {
+        pyckpt_raise(rc, NULL);
+        return -1;
+    }
+    self->m = m;
+    Py_INCREF(saver);
+    self->saver = saver;
+    return 0;
+}
+
+/* The manager, usable only while its saver is open. */
+static int manager_ready(ManagerObject *o)
+{
+    if (!o->m) {
+        PyErr_SetString(PyExc_ValueError, "the manager is closed");
+        return -1;
+    }
+    return pyckpt_saver_get(o->saver) ? 0 : -1;
+}
+
+static void manager_free(ManagerObject *o)
+{
+    if (o->m) {
+        ckpt_manager *m = o->m;
+        o->m = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        ckpt_manager_free(m); /* waits for a save in flight that it started */
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void Manager_dealloc(ManagerObject *self)
+{
+    manager_free(self);
+    Py_CLEAR(self->saver);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Manager_save(ManagerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "epoch", "step", "end_of_epoch", "force", NULL };
+    long long epoch = 0, step = 0;
+    int eoe = 0, force = 0;
+    if (manager_ready(self) < 0 ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "|LLpp:save", names, &epoch, &step, &eoe, &force))
+        return NULL;
+    ckpt_manager_save_info si = { epoch, step, eoe, force };
+    char out[4400] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_manager_save(self->m, &si, out, sizeof out);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    if (!out[0])
+        Py_RETURN_NONE; /* skipped (min_step_interval) */
+    return PyUnicode_DecodeFSDefault(out);
+}
+
+static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (manager_ready(self) < 0)
+        return NULL;
+    ckpt_manager_restored r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_manager_restore_or_initialize(self->m, &r);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return restored_dict(&r);
+}
+
+static PyObject *Manager_latest(ManagerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (manager_ready(self) < 0)
+        return NULL;
+    char out[4400];
+    int rc = ckpt_manager_latest(self->m, out, sizeof out);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return PyUnicode_DecodeFSDefault(out);
+}
+
+static PyObject *Manager_state(ManagerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (manager_ready(self) < 0)
+        return NULL;
+    return state_dict(ckpt_manager_state(self->m));
+}
+
+static PyObject *Manager_close(ManagerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    manager_free(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Manager_methods[] = {
+    { "save", (PyCFunction)(void (*)(void))Manager_save, METH_VARARGS | METH_KEYWORDS,
+      "save(epoch=0, step=0, end_of_epoch=False, force=False) -> path, or None when skipped" },
+    { "restore_or_initialize", (PyCFunction)Manager_restore_or_initialize, METH_NOARGS,
+      "restores the newest valid checkpoint -> info (restored False: none)" },
+    { "latest", (PyCFunction)Manager_latest, METH_NOARGS, "the latest checkpoint's path, or ''" },
+    { "state", (PyCFunction)Manager_state, METH_NOARGS, "the kept checkpoints (a dict)" },
+    { "close", (PyCFunction)Manager_close, METH_NOARGS,
+      "frees the manager, after a save in flight that it started" },
+    { NULL, NULL, 0, NULL }
+};
+
+PyTypeObject pyckpt_ManagerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mpickpt._mpickpt.Manager",
+    .tp_basicsize = sizeof(ManagerObject),
+    .tp_dealloc = (destructor)Manager_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Manager(saver, directory, max_to_keep=5, keep_every_n_hours=0.0, "
+              "min_step_interval=0, name=None, skip_missing_per_rank=False); collective",
+    .tp_methods = Manager_methods,
+    .tp_init = (initproc)Manager_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- Training --------------------------------------------------------------------------------- */
+
+static int Training_init(TrainingObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "saver", "directory", "max_to_keep", "skip_missing_per_rank", NULL };
+    PyObject *saver, *dir_obj;
+    int keep = 1, skip = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|ip:Training", names, &saver,
+                                     PyUnicode_FSConverter, &dir_obj, &keep, &skip))
+        return -1;
+    ckpt_saver *s = pyckpt_saver_get(saver);
+    if (!s || self->t) {
+        if (s)
+            PyErr_SetString(PyExc_RuntimeError, "Training.__init__ called twice");
+        Py_DECREF(dir_obj);
+        return -1;
+    }
+    ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+    o.max_to_keep = keep;
+    o.skip_missing_per_rank = skip;
+    const char *dir = PyBytes_AS_STRING(dir_obj);
+    int rc;
+    ckpt_training *t = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_training_create(&t, s, dir, &o);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(dir_obj);
+    if (rc != CKPT_OK) {
+        pyckpt_raise(rc, NULL);
+        return -1;
+    }
+    self->t = t;
+    Py_INCREF(saver);
+    self->saver = saver;
+    return 0;
+}
+
+static int training_ready(TrainingObject *o)
+{
+    if (!o->t) {
+        PyErr_SetString(PyExc_ValueError, "the training state is closed");
+        return -1;
+    }
+    return pyckpt_saver_get(o->saver) ? 0 : -1;
+}
+
+static void training_free(TrainingObject *o)
+{
+    if (o->t) {
+        ckpt_training *t = o->t;
+        o->t = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        ckpt_training_free(t);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void Training_dealloc(TrainingObject *self)
+{
+    training_free(self);
+    Py_CLEAR(self->saver);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Training_back_up(TrainingObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "epoch", "step", "end_of_epoch", NULL };
+    long long epoch = 0, step = 0;
+    int eoe = 1;
+    if (training_ready(self) < 0 ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "L|Lp:back_up", names, &epoch, &step, &eoe))
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_training_back_up(self->t, epoch, step, eoe);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Training_restore(TrainingObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (training_ready(self) < 0)
+        return NULL;
+    int restored = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_training_restore(self->t, &restored);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return restored_dict(ckpt_training_restored(self->t));
+}
+
+static PyObject *Training_initial_epoch(TrainingObject *self, PyObject *args)
+{
+    long long initial = 0;
+    if (training_ready(self) < 0 || !PyArg_ParseTuple(args, "|L:initial_epoch", &initial))
+        return NULL;
+    return PyLong_FromLongLong((long long)ckpt_training_initial_epoch(self->t, initial));
+}
+
+static PyObject *Training_initial_step(TrainingObject *self, PyObject *args)
+{
+    long long initial = 0;
+    if (training_ready(self) < 0 || !PyArg_ParseTuple(args, "|L:initial_step", &initial))
+        return NULL;
+    return PyLong_FromLongLong((long long)ckpt_training_initial_step(self->t, initial));
+}
+
+static PyObject *Training_delete_backup(TrainingObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (training_ready(self) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_training_delete_backup(self->t);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Training_state(TrainingObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (training_ready(self) < 0)
+        return NULL;
+    return state_dict(ckpt_manager_state(ckpt_training_manager(self->t)));
+}
+
+static PyObject *Training_close(TrainingObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    training_free(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Training_methods[] = {
+    { "back_up", (PyCFunction)(void (*)(void))Training_back_up, METH_VARARGS | METH_KEYWORDS,
+      "back_up(epoch, step=0, end_of_epoch=True)" },
+    { "restore", (PyCFunction)Training_restore, METH_NOARGS, "-> info (restored False: none)" },
+    { "initial_epoch", (PyCFunction)Training_initial_epoch, METH_VARARGS,
+      "initial_epoch(initial=0)" },
+    { "initial_step", (PyCFunction)Training_initial_step, METH_VARARGS,
+      "initial_step(initial=0)" },
+    { "delete_backup", (PyCFunction)Training_delete_backup, METH_NOARGS,
+      "removes the backup directory" },
+    { "state", (PyCFunction)Training_state, METH_NOARGS, "the kept backups (a dict)" },
+    { "close", (PyCFunction)Training_close, METH_NOARGS, "frees the training state" },
+    { NULL, NULL, 0, NULL }
+};
+
+PyTypeObject pyckpt_TrainingType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mpickpt._mpickpt.Training",
+    .tp_basicsize = sizeof(TrainingObject),
+    .tp_dealloc = (destructor)Training_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Training(saver, directory, max_to_keep=1, skip_missing_per_rank=False): the "
+              "worker training state (chief/ and workertemp_<rank>); collective",
+    .tp_methods = Training_methods,
+    .tp_init = (initproc)Training_init,
+    .tp_new = PyType_GenericNew,
+};
+
+int pyckpt_manager_init(PyObject *module)
+{
+    if (PyType_Ready(&pyckpt_ManagerType) < 0 || PyType_Ready(&pyckpt_TrainingType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(module, "Manager", (PyObject *)&pyckpt_ManagerType) < 0)
+        return -1;
+    return PyModule_AddObjectRef(module, "Training", (PyObject *)&pyckpt_TrainingType);
+}

@@ -1,0 +1,311 @@
+/* mpickpt._mpickpt: module init, the exception hierarchy, communicators, dtypes, preemption. */
+#include "pyckpt.h"
+
+#include <mpi4py/mpi4py.h>
+
+#include <signal.h>
+
+/* mpickpt.Error and its subclasses, one per status a caller acts on. */
+static PyObject *g_error, *g_notfound, *g_corrupt, *g_mismatch, *g_nospace, *g_invalid,
+    *g_version, *g_exists, *g_timedout, *g_mpi;
+static int g_mpi4py_ready;
+
+PyObject *pyckpt_raise(int code, const char *fallback)
+{
+    PyObject *cls = g_error;
+    switch (code) {
+    case CKPT_ENOTFOUND: cls = g_notfound; break;
+    case CKPT_ECORRUPT: cls = g_corrupt; break;
+    case CKPT_EMISMATCH: cls = g_mismatch; break;
+    case CKPT_ENOSPC: cls = g_nospace; break;
+    case CKPT_EINVAL: cls = g_invalid; break;
+    case CKPT_EVERSION: cls = g_version; break;
+    case CKPT_EEXISTS: cls = g_exists; break;
+    case CKPT_ETIMEDOUT: cls = g_timedout; break;
+    case CKPT_EMPI: cls = g_mpi; break;
+    default: break;
+    }
+    const ckpt_error *e = ckpt_error_last();
+    const char *msg = e && e->code == code && e->message && e->message[0] ? e->message
+                      : fallback                                          ? fallback
+                                                                          : ckpt_strerror(code);
+    PyErr_SetString(cls, msg); /* the class's `code` attribute is the status */
+    return NULL;
+}
+
+int pyckpt_comm(PyObject *obj, MPI_Comm *out)
+{
+    if (!g_mpi4py_ready) {
+        /* Imported here, not at module import: mpickpt.open() reads checkpoints without MPI. */
+        if (import_mpi4py() < 0)
+            return -1;
+        g_mpi4py_ready = 1;
+    }
+    if (obj == NULL || obj == Py_None) {
+        int init = 0;
+        MPI_Initialized(&init);
+        if (!init) {
+            PyErr_SetString(g_mpi, "MPI is not initialized (import mpi4py.MPI first)");
+            return -1;
+        }
+        *out = MPI_COMM_WORLD;
+        return 0;
+    }
+    MPI_Comm *c = PyMPIComm_Get(obj);
+    if (!c)
+        return -1;
+    if (*c == MPI_COMM_NULL) {
+        PyErr_SetString(PyExc_ValueError, "the communicator is MPI.COMM_NULL");
+        return -1;
+    }
+    *out = *c;
+    return 0;
+}
+
+int pyckpt_dtype(PyObject *obj, ckpt_dtype *out)
+{
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (!ckpt_dtype_valid((ckpt_dtype)v)) {
+        PyErr_Format(PyExc_ValueError, "invalid dtype code %ld", v);
+        return -1;
+    }
+    *out = (ckpt_dtype)v;
+    return 0;
+}
+
+int pyckpt_shape(PyObject *seq, ckpt_shape *out, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, "a shape must be a sequence of ints");
+    if (!fast)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    int64_t dims[CKPT_MAX_DIMS];
+    if (n > CKPT_MAX_DIMS) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "%s: %zd dimensions, at most %d", what, n, CKPT_MAX_DIMS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (v < 0) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "%s: negative dimension %lld", what, v);
+            return -1;
+        }
+        dims[i] = (int64_t)v;
+    }
+    Py_DECREF(fast);
+    if (ckpt_shape_init(out, (int)n, dims) != CKPT_OK) {
+        pyckpt_raise(CKPT_EINVAL, what);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- preemption ---------------------------------------------------------------------------- */
+
+static PyObject *py_preempt_install(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = { "signals", NULL };
+    PyObject *sigs = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:preempt_install", names, &sigs))
+        return NULL;
+    int list[16], n = 0;
+    if (sigs != Py_None) {
+        PyObject *fast = PySequence_Fast(sigs, "signals must be a sequence of signal numbers");
+        if (!fast)
+            return NULL;
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(fast);
+        if (m < 1 || m > 16) {
+            Py_DECREF(fast);
+            PyErr_SetString(PyExc_ValueError, "give 1 to 16 signals");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < m; i++) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(fast);
+                return NULL;
+            }
+            list[n++] = (int)v;
+        }
+        Py_DECREF(fast);
+    }
+    int rc = ckpt_preempt_install(n ? list : NULL, n);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_preempt_check(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = { "comm", NULL };
+    PyObject *co = Py_None;
+    MPI_Comm comm;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:preempt_check", names, &co) ||
+        pyckpt_comm(co, &comm) < 0)
+        return NULL;
+    ckpt_preempt_reason reason = CKPT_PREEMPT_NONE;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_preempt_check(comm, &reason);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return PyLong_FromLong((long)reason);
+}
+
+static PyObject *py_preempt_set_deadline(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = { "deadline", "reserve_s", NULL };
+    double deadline = -1, reserve = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|dd:preempt_set_deadline", names, &deadline,
+                                     &reserve))
+        return NULL;
+    int rc = ckpt_preempt_set_deadline(deadline, reserve);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_preempt_signalled(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(ckpt_preempt_signalled());
+}
+
+static PyObject *py_preempt_reset(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    ckpt_preempt_reset();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_version(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyUnicode_FromString(ckpt_version());
+}
+
+static PyObject *py_dtype_size(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    ckpt_dtype dt;
+    if (pyckpt_dtype(arg, &dt) < 0)
+        return NULL;
+    return PyLong_FromSize_t(ckpt_dtype_size(dt));
+}
+
+static PyMethodDef module_methods[] = {
+    { "preempt_install", (PyCFunction)(void (*)(void))py_preempt_install,
+      METH_VARARGS | METH_KEYWORDS,
+      "preempt_install(signals=None): handlers that only set a flag (default SIGTERM, SIGUSR1)" },
+    { "preempt_check", (PyCFunction)(void (*)(void))py_preempt_check,
+      METH_VARARGS | METH_KEYWORDS,
+      "preempt_check(comm=None) -> reason (0 none, 1 signal, 2 deadline); collective" },
+    { "preempt_set_deadline", (PyCFunction)(void (*)(void))py_preempt_set_deadline,
+      METH_VARARGS | METH_KEYWORDS,
+      "preempt_set_deadline(deadline=-1, reserve_s=0): -1 reads MPICKPT_DEADLINE" },
+    { "preempt_signalled", py_preempt_signalled, METH_NOARGS, "1 when this rank was signalled" },
+    { "preempt_reset", py_preempt_reset, METH_NOARGS, "clears the flag" },
+    { "version", py_version, METH_NOARGS, "the C library's version" },
+    { "dtype_size", py_dtype_size, METH_O, "bytes per element of a dtype code" },
+    { NULL, NULL, 0, NULL }
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "mpickpt._mpickpt",
+    "The C core of mpickpt's Python package (use the mpickpt package, not this module).", -1,
+    module_methods, NULL, NULL, NULL, NULL
+};
+
+/* Creates exception class `name` deriving from `bases`, with a class attribute `code` (the C
+ * status it stands for), and adds it to the module. */
+static PyObject *new_error(PyObject *m, const char *name, PyObject *bases, int code,
+                           const char *doc)
+{
+    char full[128];
+    snprintf(full, sizeof full, "mpickpt.%s", name);
+    PyObject *dict = Py_BuildValue("{s:i}", "code", code);
+    PyObject *cls = dict ? PyErr_NewExceptionWithDoc(full, doc, bases, dict) : NULL;
+    Py_XDECREF(dict);
+    if (!cls || PyModule_AddObjectRef(m, name, cls) < 0) {
+        Py_XDECREF(cls);
+        return NULL;
+    }
+    return cls; /* kept for the module's life */
+}
+
+PyMODINIT_FUNC PyInit__mpickpt(void); /* the one exported symbol */
+PyMODINIT_FUNC PyInit__mpickpt(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    PyObject *b = NULL;
+    if (!(g_error = new_error(m, "Error", PyExc_Exception, CKPT_ERROR,
+                              "An mpickpt call failed; str() is the library's message (the same "
+                              "on every rank for collective calls), `code` the C status.")))
+        goto fail;
+#define SUB(var, name, extra, code, doc)                                                        \
+    do {                                                                                       \
+        b = extra ? PyTuple_Pack(2, g_error, extra) : PyTuple_Pack(1, g_error);                \
+        if (!b || !(var = new_error(m, name, b, code, doc)))                                   \
+            goto fail;                                                                         \
+        Py_CLEAR(b);                                                                           \
+    } while (0)
+    SUB(g_notfound, "NotFoundError", PyExc_LookupError, CKPT_ENOTFOUND,
+        "A checkpoint, file or tensor does not exist (CKPT_ENOTFOUND).");
+    SUB(g_corrupt, "CorruptError", (PyObject *)NULL, CKPT_ECORRUPT,
+        "Data on disk is malformed, truncated or fails its checksum (CKPT_ECORRUPT).");
+    SUB(g_mismatch, "MismatchError", PyExc_ValueError, CKPT_EMISMATCH,
+        "A dtype, shape, slice or registration disagrees with the checkpoint (CKPT_EMISMATCH).");
+    SUB(g_nospace, "NoSpaceError", PyExc_OSError, CKPT_ENOSPC,
+        "No space left on the device (CKPT_ENOSPC).");
+    SUB(g_invalid, "InvalidArgumentError", PyExc_ValueError, CKPT_EINVAL,
+        "An invalid argument or usage (CKPT_EINVAL).");
+    SUB(g_version, "VersionError", (PyObject *)NULL, CKPT_EVERSION,
+        "Written by an unknown (future) format version (CKPT_EVERSION).");
+    SUB(g_exists, "ExistsError", (PyObject *)NULL, CKPT_EEXISTS,
+        "The target already exists (CKPT_EEXISTS).");
+    SUB(g_timedout, "TimeoutError", (PyObject *)NULL, CKPT_ETIMEDOUT,
+        "Gave up waiting, e.g. for a background save at close (CKPT_ETIMEDOUT).");
+    SUB(g_mpi, "MPIError", (PyObject *)NULL, CKPT_EMPI,
+        "An MPI call failed or MPI is not usable (CKPT_EMPI).");
+#undef SUB
+    static const struct {
+        const char *name;
+        long value;
+    } consts[] = {
+        { "FLOAT16", CKPT_FLOAT16 },   { "BFLOAT16", CKPT_BFLOAT16 }, { "FLOAT32", CKPT_FLOAT32 },
+        { "FLOAT64", CKPT_FLOAT64 },   { "INT8", CKPT_INT8 },         { "INT16", CKPT_INT16 },
+        { "INT32", CKPT_INT32 },       { "INT64", CKPT_INT64 },       { "UINT8", CKPT_UINT8 },
+        { "UINT16", CKPT_UINT16 },     { "UINT32", CKPT_UINT32 },     { "UINT64", CKPT_UINT64 },
+        { "BOOL", CKPT_BOOL },         { "LAYOUT_DEFAULT", CKPT_LAYOUT_UNKNOWN },
+        { "LAYOUT_SHARED", CKPT_LAYOUT_SHARED },  { "LAYOUT_PER_RANK", CKPT_LAYOUT_PER_RANK },
+        { "EXIT_PREEMPTED", CKPT_EXIT_PREEMPTED }, { "PREEMPT_NONE", CKPT_PREEMPT_NONE },
+        { "PREEMPT_SIGNAL", CKPT_PREEMPT_SIGNAL }, { "PREEMPT_DEADLINE", CKPT_PREEMPT_DEADLINE },
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0)
+            goto fail;
+    if (pyckpt_saver_init(m) < 0 || pyckpt_manager_init(m) < 0 || pyckpt_reader_init(m) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_XDECREF(b);
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,421 @@
+"""mpickpt: checkpoint and restore the state of a distributed training job under MPI.
+
+A thin layer over the C library (a CPython extension, ``mpickpt._mpickpt``): arrays (NumPy arrays,
+PyTorch CPU tensors) are saved and restored in place, zero-copy; plain values are stored as JSON,
+never pickle; every call is collective over an mpi4py communicator (default ``MPI.COMM_WORLD``) and
+raises the same error on every rank. See docs/python.md.
+
+    mgr = mpickpt.CheckpointManager("/scratch/run1", max_to_keep=3)
+    state = {"model": model.state_dict(), "optim": optimizer.state_dict(), "epoch": 0}
+    info = mgr.restore_or_initialize(state)         # in place; None when nothing was saved
+    ...
+    mgr.save(step, state)
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import weakref
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _mpickpt as _C
+from ._mpickpt import (CorruptError, Error, ExistsError, InvalidArgumentError, MismatchError,
+                       MPIError, NoSpaceError, NotFoundError, TimeoutError, VersionError)
+from ._state import Registered, agree, collective, restore_finish, restore_prepare, save_prepare
+from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
+from . import preemption
+
+__all__ = [
+    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "preemption",
+    "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
+    "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "MPIError",
+    "EXIT_PREEMPTED", "__version__",
+]
+
+__version__ = _C.version()
+EXIT_PREEMPTED = _C.EXIT_PREEMPTED
+
+_LAYOUTS = {None: _C.LAYOUT_DEFAULT, "per-rank": _C.LAYOUT_PER_RANK, "shared": _C.LAYOUT_SHARED}
+
+# Savers still open at exit are closed (an async save in flight is waited for) before mpi4py
+# finalizes MPI: the handler is registered after mpi4py.MPI was imported, so it runs first.
+_open = weakref.WeakSet()
+_exit_hook = False
+
+
+def _close_all() -> None:
+    for obj in list(_open):
+        try:
+            obj.close()
+        except Error:
+            pass
+
+
+def _comm_of(comm: Any) -> Any:
+    """The caller's communicator (default MPI.COMM_WORLD), duplicated for mpickpt's own use."""
+    global _exit_hook
+    from mpi4py import MPI
+
+    if comm is None:
+        comm = MPI.COMM_WORLD
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm must be an mpi4py communicator, not {type(comm).__name__}")
+    if not _exit_hook:
+        atexit.register(_close_all)
+        _exit_hook = True
+    return comm.Dup()
+
+
+def _layout(layout: Optional[str]) -> int:
+    if layout not in _LAYOUTS:
+        raise InvalidArgumentError(f"layout {layout!r}: use None, 'per-rank' or 'shared'")
+    return _LAYOUTS[layout]
+
+
+class _Base:
+    """A saver with a registered state; closed at exit at the latest."""
+
+    def __init__(self, comm: Any, async_save: bool, layout: Optional[str],
+                 skip_missing_per_rank: bool) -> None:
+        self._saver = None
+        self._reg = Registered()
+        self._skip = bool(skip_missing_per_rank)
+        code = _layout(layout)
+        self._comm = _comm_of(comm)
+        try:
+            self._saver = _C.Saver(self._comm, layout=code, async_save=bool(async_save))
+        except BaseException:
+            self._comm.Free()
+            raise
+        _open.add(self)
+
+    @property
+    def comm(self) -> Any:
+        """The (duplicated) communicator mpickpt uses."""
+        return self._comm
+
+    def wait_until_finished(self) -> None:
+        """Waits for an async save in flight; raises its failure (on every rank)."""
+        self._saver.sync()
+
+    def reached_preemption(self, step: Optional[int] = None) -> bool:
+        """Collective: True on every rank when a preemption signal or the deadline arrived
+        (install handlers first: mpickpt.preemption.install())."""
+        return preemption.reached_preemption(step, self._comm)
+
+    def _close(self, inner: Any) -> None:
+        if self._saver is None:
+            return
+        try:
+            if inner is not None:
+                inner.close()
+            self._saver.close()
+        finally:
+            self._saver = None
+            _open.discard(self)
+            self._comm.Free()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class CheckpointManager(_Base):
+    """Numbered checkpoints of a state tree in `directory` (``<directory>/ckpt-<N>``), like
+    TensorFlow's and Orbax's CheckpointManager. Collective over `comm`.
+
+    max_to_keep: newest checkpoints kept (None or <= 0: all); keep_every_n_hours: also keep one
+    per this many hours; async_save: save() returns once the arrays are copied, a background
+    thread writes; layout: 'per-rank' (default) or 'shared' (one HDF5 file); skip_missing_per_rank:
+    restoring on more ranks than wrote, leave the extra ranks' PerRank values as they are."""
+
+    def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,
+                 keep_every_n_hours: Optional[float] = None, async_save: bool = False,
+                 layout: Optional[str] = None, skip_missing_per_rank: bool = False,
+                 name: str = "ckpt") -> None:
+        super().__init__(comm, async_save, layout, skip_missing_per_rank)
+        self._dir = os.fspath(directory)
+        try:
+            self._mgr = _C.Manager(self._saver, self._dir,
+                                   max_to_keep=max_to_keep if max_to_keep else 0,
+                                   keep_every_n_hours=keep_every_n_hours or 0.0, name=name,
+                                   skip_missing_per_rank=self._skip)
+        except BaseException:
+            self._close(None)
+            raise
+
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    def save(self, step: int, state: Mapping[str, Any], epoch: Optional[int] = None,
+             end_of_epoch: bool = False, force: bool = False) -> Optional[str]:
+        """Saves `state` as the next checkpoint; returns its path. Collective. With async_save
+        it returns once the arrays are copied (the state may change at once); a failure of the
+        background write is raised by the next call, on every rank."""
+        save_prepare(self._comm, self._reg, self._saver, state)
+        return self._mgr.save(epoch=int(epoch or 0), step=int(step),
+                              end_of_epoch=bool(end_of_epoch), force=bool(force))
+
+    def _entries(self) -> List[Dict[str, Any]]:
+        return self._mgr.state()["entries"]
+
+    def all_steps(self) -> List[int]:
+        """The steps of the kept checkpoints, oldest first."""
+        return [e["step"] for e in self._entries()]
+
+    def latest_step(self) -> Optional[int]:
+        """The step of the latest checkpoint, or None."""
+        entries = self._entries()
+        return entries[-1]["step"] if entries else None
+
+    def _restore_step(self, state: Mapping[str, Any], step: int) -> Dict[str, Any]:
+        matches = [e for e in self._entries() if e["step"] == step]
+        if not matches:
+            raise NotFoundError(f"no checkpoint of step {step} in {self._dir} (steps: "
+                                f"{self.all_steps()})")
+        prefix = os.path.join(self._dir, matches[-1]["prefix"])
+        info = self._saver.restore(prefix, skip_missing_per_rank=self._skip)
+        restore_finish(self._comm, self._reg, self._saver, self._skip, prefix)
+        return {"restored": True, "prefix": prefix, "skipped": 0, **info}
+
+    def restore(self, state: Mapping[str, Any], step: Optional[int] = None) -> Dict[str, Any]:
+        """Restores into `state` in place: the newest valid checkpoint (damaged ones are skipped
+        with a warning, and counted in info['skipped']) or the one of `step`. Returns info
+        (prefix, step, epoch, world_size, ...). NotFoundError when there is none. Collective."""
+        restore_prepare(self._comm, self._reg, self._saver, state)
+        if step is not None:
+            return self._restore_step(state, int(step))
+        info = self._mgr.restore_or_initialize()
+        if not info["restored"]:
+            raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} damaged)")
+        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
+        return info
+
+    def restore_or_initialize(self, state: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+        """restore(state), or None when there is nothing to restore: the caller initializes
+        (every array of the state: a damaged checkpoint may have left values in them)."""
+        restore_prepare(self._comm, self._reg, self._saver, state)
+        info = self._mgr.restore_or_initialize()
+        if not info["restored"]:
+            return None
+        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
+        return info
+
+    def close(self) -> None:
+        """Waits for a save in flight, then frees everything. Collective."""
+        if self._saver is not None:
+            self._close(self._mgr)
+            self._mgr = None
+
+
+class TrainingState(_Base):
+    """The worker training state of TensorFlow's BackupAndRestore: backups of `state` in
+    ``<directory>/chief`` (in-flight parts of other ranks in ``workertemp_<rank>``), one kept; the
+    chief's epoch and step broadcast at restore. Collective over `comm`."""
+
+    def __init__(self, directory: str, state: Mapping[str, Any], comm: Any = None,
+                 async_save: bool = False, layout: Optional[str] = None,
+                 skip_missing_per_rank: bool = False) -> None:
+        super().__init__(comm, async_save, layout, skip_missing_per_rank)
+        self._dir = os.fspath(directory)
+        self._state = state
+        try:
+            self._t = _C.Training(self._saver, self._dir, skip_missing_per_rank=self._skip)
+        except BaseException:
+            self._close(None)
+            raise
+
+    def back_up(self, epoch: int, step: Optional[int] = None) -> None:
+        """Backs up the state: at the end of `epoch`, or inside it at `step`. Collective."""
+        save_prepare(self._comm, self._reg, self._saver, self._state)
+        self._t.back_up(int(epoch), int(step or 0), step is None)
+
+    def restore(self) -> Optional[Dict[str, Any]]:
+        """Restores the backup into the state in place; None when there is none. Collective."""
+        restore_prepare(self._comm, self._reg, self._saver, self._state)
+        info = self._t.restore()
+        if not info["restored"]:
+            return None
+        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
+        return info
+
+    @property
+    def initial_epoch(self) -> int:
+        """The epoch to start at: the backup's + 1 (end of epoch) or the backup's (mid-epoch)."""
+        return self._t.initial_epoch(0)
+
+    @property
+    def initial_step(self) -> int:
+        """The step to start at: the backup's + 1, or 0."""
+        return self._t.initial_step(0)
+
+    def delete_backup(self) -> None:
+        """Removes the backup directory (training finished). Collective."""
+        self._t.delete_backup()
+
+    def close(self) -> None:
+        if self._saver is not None:
+            self._close(self._t)
+            self._t = None
+
+
+# ---- read-only access, without MPI ----------------------------------------------------------------
+
+class Array:
+    """A tensor of a checkpoint, read when indexed: ``a[10:20]``, ``a[...]``, ``np.asarray(a)``.
+    bfloat16 values come as their uint16 bits (``dtype_name`` says 'bfloat16')."""
+
+    def __init__(self, reader: Any, info: Dict[str, Any]) -> None:
+        self._r = reader
+        self.name: str = info["name"]
+        self.shape: Tuple[int, ...] = tuple(info["shape"])
+        self._code: int = info["dtype"]
+        self.dtype = CODE_NUMPY[self._code]
+        self.dtype_name: str = CODE_NAMES[self._code]
+        self.kind: str = info["kind"]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a scalar")
+        return self.shape[0]
+
+    def read(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        self._r.read(self.name, out, self._code)
+        return out
+
+    def __array__(self, dtype: Any = None) -> np.ndarray:
+        a = self.read()
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        box = _box(key, self.shape)
+        if box is None:  # steps, fancy indexing: read all, let NumPy index
+            return self.read()[key]
+        offsets, counts, squeeze = box
+        out = np.empty(counts, dtype=self.dtype)
+        if out.size:
+            self._r.read(self.name, out, self._code, offsets, counts)
+        return out.reshape([c for c, s in zip(counts, squeeze) if not s])
+
+    def to_torch(self) -> Any:
+        """The whole tensor as a PyTorch tensor of its own dtype (bfloat16 included)."""
+        import torch
+
+        a = self.read()
+        if self.dtype_name == "bfloat16":  # its bits: torch.from_numpy knows int16, not uint16
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def __repr__(self) -> str:
+        return f"<mpickpt.Array {self.name!r} {self.dtype_name}{list(self.shape)}>"
+
+
+def _box(key: Any, shape: Tuple[int, ...]) -> Optional[Tuple[List[int], List[int], List[bool]]]:
+    """Offsets, counts and which axes an int index drops, for basic indexing with step 1."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        return None
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1:]
+    key = key + (slice(None),) * (len(shape) - len(key))
+    if len(key) != len(shape):
+        raise IndexError(f"{len(key)} indices for a {len(shape)}-d tensor")
+    offsets, counts, squeeze = [], [], []
+    for k, n in zip(key, shape):
+        if isinstance(k, (int, np.integer)):
+            i = int(k) + n if int(k) < 0 else int(k)
+            if not 0 <= i < n:
+                raise IndexError(f"index {int(k)} is out of bounds for an axis of size {n}")
+            offsets.append(i), counts.append(1), squeeze.append(True)
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step != 1:
+                return None
+            offsets.append(start), counts.append(max(0, stop - start)), squeeze.append(False)
+        else:
+            return None
+    return offsets, counts, squeeze
+
+
+class Checkpoint(Mapping[str, Array]):
+    """A read-only view of one checkpoint: names to lazily read arrays, ``.meta`` (epoch, step,
+    world size, ...), ``.json`` (the plain values the Python package stored). No MPI."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = os.fspath(prefix)
+        self._r = _C.Reader(self.prefix)
+        self.meta: Dict[str, Any] = self._r.header()
+        self._arrays = {t["name"]: Array(self._r, t) for t in self._r.tensors()
+                        if not t["name"].startswith(RESERVED + "/")}
+
+    def __getitem__(self, name: str) -> Array:
+        try:
+            return self._arrays[name]
+        except KeyError:
+            raise NotFoundError(f"no tensor '{name}' in {self.prefix}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def _json(self, rank: int) -> Optional[Dict[str, Any]]:
+        import json
+
+        name = f"{JSON_BLOB}/rank_{rank}"
+        try:
+            info = next(t for t in self._r.tensors() if t["name"] == name)
+        except StopIteration:
+            return None
+        raw = np.empty(info["shape"], dtype=np.uint8)
+        self._r.read(name, raw, _C.UINT8)
+        return json.loads(raw.tobytes())
+
+    @property
+    def json(self) -> Dict[str, Any]:
+        """The replicated plain values (as rank 0 wrote them), by name."""
+        doc = self._json(0)
+        return dict(doc["replicated"]) if doc else {}
+
+    def json_of_rank(self, rank: int) -> Optional[Dict[str, Any]]:
+        """Rank `rank`'s PerRank plain values, or None when the writer had no such rank."""
+        doc = self._json(rank)
+        return dict(doc["per_rank"]) if doc else None
+
+    def verify(self) -> None:
+        """Recomputes every checksum; CorruptError naming the first bad piece."""
+        self._r.verify()
+
+    def close(self) -> None:
+        self._r.close()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<mpickpt.Checkpoint {self.prefix!r}: {len(self)} tensors, step "
+                f"{self.meta['step']}, {self.meta['world_size']} ranks>")
+
+
+def open(prefix: str) -> Checkpoint:  # noqa: A001 - the name users know (h5py.File, np.load)
+    """A read-only view of the checkpoint at `prefix` (``<dir>/ckpt-3``), without MPI."""
+    return Checkpoint(prefix)

@@ -1,0 +1,171 @@
+"""Registering a state tree with a saver, and putting restored plain values back.
+
+Every collective call is preceded by an agreement: a rank whose local preparation failed (a
+non-contiguous tensor, an unsupported leaf) makes every rank raise the same error, instead of the
+others entering a collective it will never join.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+from . import _mpickpt as _C
+from ._tree import JSON_BLOB, Leaf, array_view, check_put_back, flatten, iter_json, put_back
+
+T = TypeVar("T")
+
+_ERRORS = {cls.__name__: cls for cls in (
+    _C.Error, _C.NotFoundError, _C.CorruptError, _C.MismatchError, _C.NoSpaceError,
+    _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.MPIError)}
+
+
+def agree(comm: Any, exc: Optional[BaseException]) -> None:
+    """Collective over comm: returns when no rank failed; otherwise every rank raises the same
+    mpickpt error, with the message of the lowest failing rank (prefixed with it)."""
+    from mpi4py import MPI
+
+    failed = comm.allreduce(0 if exc is None else 1, op=MPI.SUM)
+    if not failed:
+        return
+    lowest = comm.allreduce(comm.rank if exc is not None else comm.size, op=MPI.MIN)
+    payload = None
+    if comm.rank == lowest:
+        name = type(exc).__name__
+        if name not in _ERRORS:
+            name = "InvalidArgumentError" if isinstance(exc, (ValueError, TypeError)) else "Error"
+        payload = (name, f"rank {lowest}: {exc}")
+    name, msg = comm.bcast(payload, root=lowest)
+    err = _ERRORS[name](msg)
+    if exc is not None and comm.rank == lowest:
+        raise err from exc
+    raise err
+
+
+def collective(comm: Any, local: Callable[[], T]) -> T:
+    """Runs `local` on every rank, then agrees on its outcome (see agree)."""
+    try:
+        result = local()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - any local failure must reach every rank
+        agree(comm, e)
+        raise AssertionError("unreachable")
+    agree(comm, None)
+    return result
+
+
+class Registered:
+    """What a saver holds for one state tree: its leaves, and the signature that tells whether the
+    next save or restore can reuse the registrations (and the saver's cached plan)."""
+
+    def __init__(self) -> None:
+        self.signature: Optional[Tuple] = None
+        self.leaves: List[Leaf] = []
+        self.views: List[Any] = []  # keeps the NumPy views alive (the saver holds them too)
+
+    def prepare(self, saver: Any, state: Any) -> List[Leaf]:
+        """Flattens `state` and (re)registers it with `saver` when its layout or buffers changed.
+        Local; raises on a bad leaf before anything is registered."""
+        leaves = flatten(state)
+        arrays = []
+        sig = []
+        for leaf in leaves:
+            if not leaf.is_array:
+                sig.append((leaf.name, "json", leaf.per_rank))
+                continue
+            view, code, shape = array_view(leaf.value, leaf.name)
+            if leaf.shard is not None:
+                sh = leaf.shard
+                if len(sh.global_shape) != len(shape):
+                    raise _C.InvalidArgumentError(
+                        f"tensor '{leaf.name}': a {len(shape)}-d block of a "
+                        f"{len(sh.global_shape)}-d global shape")
+                kind = ("slice", sh.global_shape, sh.offsets)
+            else:
+                kind = ("component" if leaf.per_rank else "replicated",)
+            arrays.append((leaf, view, code, shape, kind))
+            sig.append((leaf.name, kind, code, shape, view.__array_interface__["data"][0]))
+        signature = tuple(sig)
+        self.leaves = leaves
+        if signature == self.signature:
+            return leaves
+        saver.clear()  # waits for a save in flight first
+        self.signature = None
+        self.views = []
+        for leaf, view, code, shape, kind in arrays:
+            if kind[0] == "slice":
+                saver.add_slice(leaf.name, view, code, kind[1], kind[2], shape)
+            else:
+                saver.add_replicated(leaf.name, view, code, shape, kind[0] == "component")
+            self.views.append(view)
+        saver.add_blob(JSON_BLOB)
+        self.signature = signature
+        return leaves
+
+    def json_bytes(self) -> bytes:
+        """This rank's plain values: {"replicated": {...}, "per_rank": {...}}."""
+        doc: Dict[str, Dict[str, Any]] = {"replicated": {}, "per_rank": {}}
+        for leaf in iter_json(self.leaves):
+            doc["per_rank" if leaf.per_rank else "replicated"][leaf.name] = leaf.value
+        return json.dumps({"mpickpt_json": 1, **doc}, sort_keys=True, allow_nan=True).encode()
+
+
+def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
+    """Collective: registers `state` and sets this rank's plain values for the next save."""
+    def local() -> None:
+        reg.prepare(saver, state)
+        saver.set_blob(JSON_BLOB, reg.json_bytes())
+
+    collective(comm, local)
+
+
+def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
+    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs."""
+    def local() -> None:
+        reg.prepare(saver, state)
+        saver.reset_blobs()
+
+    collective(comm, local)
+
+
+def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
+                   where: str) -> None:
+    """Collective, after a successful C restore: puts the plain values back into the state.
+    Replicated values come from rank 0's record (every rank gets the same), per-rank ones from
+    this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank."""
+    mine = saver.get_blob(JSON_BLOB)
+    first = comm.bcast(mine if comm.rank == 0 else None, root=0)
+
+    def local() -> None:
+        leaves = list(iter_json(reg.leaves))
+        if not leaves:
+            return
+        if first is None:
+            raise _C.NotFoundError(
+                f"{where} holds no plain values (it was not written by the Python package), but "
+                f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
+        try:
+            replicated = json.loads(first)["replicated"]
+            own = json.loads(mine)["per_rank"] if mine is not None else None
+        except (ValueError, KeyError, TypeError) as e:
+            raise _C.CorruptError(f"{where}: its record of plain values does not parse ({e})")
+        updates = []  # every value is found and checked before any is put back
+        for leaf in leaves:
+            if leaf.per_rank:
+                if own is None:
+                    if skip_missing_per_rank:
+                        continue
+                    raise _C.NotFoundError(
+                        f"'{leaf.name}' is per-rank and {where} was written by fewer ranks (no "
+                        "values of this rank); set skip_missing_per_rank to keep this rank's own")
+                table = own
+            else:
+                table = replicated
+            if leaf.name not in table:
+                raise _C.NotFoundError(f"'{leaf.name}' is not in {where}")
+            check_put_back(leaf, table[leaf.name])
+            updates.append((leaf, table[leaf.name]))
+        for leaf, value in updates:
+            put_back(leaf, value)
+
+    collective(comm, local)

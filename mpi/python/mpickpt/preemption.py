@@ -1,0 +1,46 @@
+"""Preemption: Slurm (``--signal``, ``scancel --signal``) or a deadline asks the job to stop; every
+rank takes the same final checkpoint and the job exits with EXIT_CODE, on which the batch scripts
+requeue it (jobs/slurm/, docs/operations.md).
+
+    mpickpt.preemption.install()                  # SIGTERM and SIGUSR1 set a flag
+    for step in range(start, steps):
+        ...
+        if mpickpt.preemption.reached_preemption(step):   # collective
+            mgr.save(step, state, force=True)
+            mgr.close()
+            sys.exit(mpickpt.preemption.EXIT_CODE)
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from . import _mpickpt as _C
+
+EXIT_CODE = _C.EXIT_PREEMPTED
+
+
+def install(signals: Optional[Sequence[int]] = None, deadline: Optional[float] = None,
+            reserve_s: float = 30.0) -> None:
+    """Installs handlers for `signals` (default SIGTERM and SIGUSR1) that only set a flag, and
+    sets the deadline: `deadline` (seconds since the epoch), else MPICKPT_DEADLINE or Slurm's end
+    time when set; the check says "stop" `reserve_s` seconds before it. Local."""
+    _C.preempt_install(list(signals) if signals is not None else None)
+    _C.preempt_set_deadline(-1.0 if deadline is None else float(deadline), float(reserve_s))
+
+
+def signalled() -> bool:
+    """True when this rank received one of the signals (local; use reached_preemption to act)."""
+    return bool(_C.preempt_signalled())
+
+
+def reached_preemption(step: Optional[int] = None, comm: Any = None) -> bool:
+    """Collective over `comm` (default MPI.COMM_WORLD): True on every rank when any rank was
+    signalled or the deadline is near; then take the final checkpoint and exit with EXIT_CODE.
+    `step` is for the caller's logs (Orbax's signature)."""
+    del step
+    return _C.preempt_check(comm) != _C.PREEMPT_NONE
+
+
+def reset() -> None:
+    """Clears this rank's flag (after a checkpoint that was not final)."""
+    _C.preempt_reset()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mpickpt needs, only those that are missing.
 #
-#   jobs/deps.sh [build|test|slurm|all]    (default: build)
-#     build  what building and running the library, CLI and demo needs
+#   jobs/deps.sh [build|python|test|slurm|all]    (default: build)
+#     build  what building and running the library, CLI, demo and Python package needs
+#     python build + PyTorch (jobs/demo-python.sh, jobs/train_torch.py)
 #     test   build + what the test suite needs (h5py to read files with a foreign HDF5 reader,
 #            clang's libFuzzer, fio for benchmarks baselines) + slurm
 #     slurm  build + a single-node Slurm with munge (jobs/slurm/local-slurm.sh, the `slurm` tests)
@@ -12,16 +13,21 @@
 set -euo pipefail
 
 BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler
-            libprotobuf-c-dev cmake pkg-config gcc make)
-TEST_PKGS=(python3 python3-h5py python3-numpy clang libclang-rt-14-dev fio)
+            libprotobuf-c-dev cmake pkg-config gcc make
+            # the Python package (mpi/python): the interpreter's headers, NumPy, mpi4py
+            python3 python3-dev python3-numpy python3-mpi4py)
+# PyTorch (CPU) for the Python examples, jobs/train_torch.py and the python tests
+PYTHON_PKGS=(python3-torch)
+TEST_PKGS=(python3-h5py clang libclang-rt-14-dev fio "${PYTHON_PKGS[@]}")
 SLURM_PKGS=(slurmctld slurmd slurm-client munge)
 
 what=${1:-build}
 case "$what" in
   build) pkgs=("${BUILD_PKGS[@]}") ;;
+  python) pkgs=("${BUILD_PKGS[@]}" "${PYTHON_PKGS[@]}") ;;
   slurm) pkgs=("${BUILD_PKGS[@]}" "${SLURM_PKGS[@]}") ;;
   test|all) pkgs=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${SLURM_PKGS[@]}") ;;
-  *) echo "usage: $0 [build|test|slurm|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [build|python|test|slurm|all]" >&2; exit 2 ;;
 esac
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

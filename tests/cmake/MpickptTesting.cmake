@@ -97,3 +97,59 @@ function(ckpt_add_mpi_program NAME)
   target_link_libraries(${NAME} PRIVATE mpickpt HDF5::HDF5)
   set_target_properties(${NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 endfunction()
+
+# ckpt_add_python_test(NAME <name> SCRIPT <file.py> [NP <n...>] [ARGS ...] [TIMEOUT s] [LABELS ...])
+#   The Python package's tests: `mpirun -np N /usr/bin/python3 SCRIPT ARGS` for every N (no NP: the
+#   interpreter alone, no mpirun), PYTHONPATH=build/python, LABELS python (and mpi), a private
+#   output directory emptied first (@OUTDIR@ in ARGS, MPICKPT_TEST_DIR). In the sanitizer build
+#   the interpreter, which is not instrumented, runs with the compiler's libasan preloaded so that
+#   the instrumented extension and libraries load; leak checking is off there (CPython, NumPy and
+#   PyTorch keep memory at exit, and every stack runs through the interpreter, so no suppression
+#   could tell mpickpt's own leaks apart): ASan still catches invalid accesses.
+function(ckpt_add_python_test)
+  cmake_parse_arguments(T "" "NAME;SCRIPT;TIMEOUT" "NP;ARGS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 180)
+  endif()
+  set(_env "${MPICKPT_TEST_ENV};PYTHONPATH=${MPICKPT_PYTHON_DIR}")
+  if(MPICKPT_SANITIZE)
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                    OUTPUT_VARIABLE _asan OUTPUT_STRIP_TRAILING_WHITESPACE)
+    list(FILTER _env EXCLUDE REGEX "^ASAN_OPTIONS=")
+    list(APPEND _env "LD_PRELOAD=${_asan}"
+         "ASAN_OPTIONS=detect_leaks=0:fast_unwind_on_malloc=0:strict_string_checks=1")
+  endif()
+  set(_nps ${T_NP})
+  if(NOT _nps)
+    set(_nps 0)
+  endif()
+  foreach(np IN LISTS _nps)
+    if(np EQUAL 0)
+      set(_name ${T_NAME})
+    else()
+      set(_name ${T_NAME}.np${np})
+    endif()
+    set(_dir ${MPICKPT_TEST_OUT}/${_name})
+    string(REPLACE "@OUTDIR@" "${_dir}" _args "${T_ARGS}")
+    string(REPLACE "@NP@" "${np}" _args "${_args}")
+    if(np EQUAL 0)
+      add_test(NAME ${_name} COMMAND ${MPICKPT_PYTHON_EXE} ${T_SCRIPT} ${_args})
+      set(_labels python ${T_LABELS})
+      set(_procs 1)
+    else()
+      add_test(NAME ${_name}
+        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} ${MPIEXEC_PREFLAGS}
+                ${MPICKPT_PYTHON_EXE} ${MPIEXEC_POSTFLAGS} ${T_SCRIPT} ${_args})
+      set(_labels python mpi ${T_LABELS})
+      set(_procs ${np})
+      if(_procs GREATER 2)
+        set(_procs 2)
+      endif()
+    endif()
+    add_test(NAME ${_name}.clean COMMAND ${CMAKE_COMMAND} -DDIR=${_dir} -P ${MPICKPT_FRESH_DIR})
+    set_tests_properties(${_name}.clean PROPERTIES FIXTURES_SETUP ${_name}.fx LABELS fixture)
+    set_tests_properties(${_name} PROPERTIES FIXTURES_REQUIRED ${_name}.fx
+      LABELS "${_labels}" TIMEOUT ${T_TIMEOUT} PROCESSORS ${_procs}
+      ENVIRONMENT "${_env};MPICKPT_TEST_DIR=${_dir}")
+  endforeach()
+endfunction()

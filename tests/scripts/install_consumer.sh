@@ -33,4 +33,26 @@ cc -std=c11 $san -o "$work/consumer-pc" "$src/tests/consumer/consumer.c" \
 mpirun -np 2 "$work/consumer-pc"
 # The installed CLI runs from the prefix (finds its library through its RPATH).
 "$prefix/bin/mpickpt" --version
+
+# 3. The Python package, when the build made it: installed into the interpreter's site directory
+# under the prefix, importable from there alone (its extension finds libmpickpt through its RPATH),
+# and usable under mpirun.
+if [ -n "${MPICKPT_PYTHON_SITE:-}" ]; then
+  site=$prefix/$MPICKPT_PYTHON_SITE
+  [ -f "$site/mpickpt/__init__.py" ] && ls "$site"/mpickpt/_mpickpt*.so >/dev/null ||
+    { echo "install is missing the Python package in $site"; ls -R "$prefix"; exit 1; }
+  if [ -z "$san" ]; then # a sanitizer build's extension needs libasan preloaded (tests do that)
+    (cd "$work" && PYTHONPATH=$site mpirun -np 2 /usr/bin/python3 -c "
+import os, numpy as np, mpickpt
+from mpi4py import MPI
+assert os.path.dirname(mpickpt.__file__) == os.path.join('$site', 'mpickpt'), mpickpt.__file__
+a = np.arange(6, dtype=np.float64)
+with mpickpt.CheckpointManager('$work/pyck') as m:
+    m.save(1, {'a': a}); a[:] = 0; m.restore({'a': a})
+assert a.tolist() == [0, 1, 2, 3, 4, 5], a
+print('installed python package: ok' if MPI.COMM_WORLD.rank == 0 else '', end='')
+")
+    echo
+  fi
+fi
 echo "install_consumer: ok"

@@ -110,13 +110,43 @@ class Registered:
         return json.dumps({"mpickpt_json": 1, **doc}, sort_keys=True, allow_nan=True).encode()
 
 
+def _ranks(ranks: List[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def agree_replicated_names(comm: Any, names: List[str]) -> None:
+    """Collective: every rank has the same replicated plain values (by name), else every rank
+    raises the same MismatchError naming one that some rank lacks. Restore reads them from rank
+    0's record: one that only another rank saved could never be restored, so the save refuses it
+    as the C plan refuses an array registered on some ranks only."""
+    import hashlib
+
+    import numpy as np
+    from mpi4py import MPI
+
+    digest = hashlib.blake2b("\0".join(sorted(names)).encode(), digest_size=8).digest()
+    h = int.from_bytes(digest, "little", signed=True) >> 1  # -h fits in an int64
+    both = np.array([h, -h], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MIN)
+    if both[0] == -both[1]:
+        return
+    everyone = [set(n) for n in comm.allgather(names)]
+    name = min(set().union(*everyone) - set.intersection(*everyone))
+    have = [r for r, n in enumerate(everyone) if name in n]
+    lack = [r for r, n in enumerate(everyone) if name not in n]
+    raise _C.MismatchError(
+        f"the plain value '{name}' is on {_ranks(have)} but not on {_ranks(lack)}: replicated "
+        "values must have the same keys on every rank (wrap a rank's own in mpickpt.PerRank)")
+
+
 def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     """Collective: registers `state` and sets this rank's plain values for the next save."""
-    def local() -> None:
+    def local() -> List[str]:
         reg.prepare(saver, state)
         saver.set_blob(JSON_BLOB, reg.json_bytes())
+        return [leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank]
 
-    collective(comm, local)
+    agree_replicated_names(comm, collective(comm, local))
 
 
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:

@@ -62,11 +62,23 @@ class Registered:
         self.signature: Optional[Tuple] = None
         self.leaves: List[Leaf] = []
         self.views: List[Any] = []  # keeps the NumPy views alive (the saver holds them too)
+        self.has_blob = False  # the record of plain values is registered
 
-    def prepare(self, saver: Any, state: Any) -> List[Leaf]:
+    def prepare(self, saver: Any, state: Any, restore_rank: Optional[int] = None) -> List[Leaf]:
         """Flattens `state` and (re)registers it with `saver` when its layout or buffers changed.
-        Local; raises on a bad leaf before anything is registered."""
+        Local; raises on a bad leaf before anything is registered.
+
+        A save registers this rank's record of plain values everywhere. A restore (restore_rank:
+        this rank) registers it only where it is read: on rank 0 when the state has plain values
+        (the replicated ones are broadcast from there) and on a rank with PerRank plain values.
+        The record is per-rank data: registered on a rank the writer did not have, it would make
+        every restore onto more ranks fail, even of a state of shards and replicated values."""
         leaves = flatten(state)
+        if restore_rank is None:
+            blob = True
+        else:
+            plain = [leaf for leaf in leaves if not leaf.is_array]
+            blob = any(leaf.per_rank for leaf in plain) or (restore_rank == 0 and bool(plain))
         arrays = []
         sig = []
         for leaf in leaves:
@@ -85,12 +97,14 @@ class Registered:
                 kind = ("component" if leaf.per_rank else "replicated",)
             arrays.append((leaf, view, code, shape, kind))
             sig.append((leaf.name, kind, code, shape, view.__array_interface__["data"][0]))
+        sig.append(("record of plain values", blob))
         signature = tuple(sig)
         self.leaves = leaves
         if signature == self.signature:
             return leaves
         saver.clear()  # waits for a save in flight first
         self.signature = None
+        self.has_blob = False
         self.views = []
         for leaf, view, code, shape, kind in arrays:
             if kind[0] == "slice":
@@ -98,7 +112,9 @@ class Registered:
             else:
                 saver.add_replicated(leaf.name, view, code, shape, kind[0] == "component")
             self.views.append(view)
-        saver.add_blob(JSON_BLOB)
+        if blob:
+            saver.add_blob(JSON_BLOB)
+        self.has_blob = blob
         self.signature = signature
         return leaves
 
@@ -152,7 +168,7 @@ def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     """Collective: registers `state` (restore writes into its arrays) and forgets old blobs."""
     def local() -> None:
-        reg.prepare(saver, state)
+        reg.prepare(saver, state, restore_rank=comm.rank)
         saver.reset_blobs()
 
     collective(comm, local)
@@ -163,7 +179,7 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
     """Collective, after a successful C restore: puts the plain values back into the state.
     Replicated values come from rank 0's record (every rank gets the same), per-rank ones from
     this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank."""
-    mine = saver.get_blob(JSON_BLOB)
+    mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
     def local() -> None:

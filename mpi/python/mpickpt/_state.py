@@ -2,12 +2,17 @@
 
 Every collective call is preceded by an agreement: a rank whose local preparation failed (a
 non-contiguous tensor, an unsupported leaf) makes every rank raise the same error, instead of the
-others entering a collective it will never join.
+others entering a collective it will never join. For the same reason a KeyboardInterrupt is held
+back until a collective call is over (uninterruptible).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+import signal
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _mpickpt as _C
 from ._tree import JSON_BLOB, Leaf, array_view, check_put_back, flatten, iter_json, put_back
@@ -17,6 +22,43 @@ T = TypeVar("T")
 _ERRORS = {cls.__name__: cls for cls in (
     _C.Error, _C.NotFoundError, _C.CorruptError, _C.MismatchError, _C.NoSpaceError,
     _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.MPIError)}
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Holds SIGINT back while the block runs, then hands it to the handler that was installed
+    (KeyboardInterrupt by default). A rank that left a collective call half-way, between two of
+    its collectives or before the C call, would leave the others waiting in it forever; the C call
+    itself is never cut (the signal only sets a flag while it runs). Only the main thread of the
+    main interpreter receives Python signal handlers: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: List[int] = []
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is None:  # installed outside Python: leave it alone
+            raise ValueError
+        signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)
+
+
+def uninterruptible(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorates a collective method: a KeyboardInterrupt waits until it returned."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> T:
+        with deferred_interrupts():
+            return fn(*args, **kw)
+
+    return wrapper
 
 
 def agree(comm: Any, exc: Optional[BaseException]) -> None:

@@ -17,27 +17,10 @@ import sys
 import numpy as np
 
 import pycheck as pc
+from nm_values import EPOCH, LAYOUTS, SHARDS, STEP, global_values, per_rank
 from pycheck import check, check_bits, expect_error, rank, size
 
 import mpickpt
-
-# name: (global shape, dtype, how it is split: "1d" | "rows" | "cols" | "grid")
-SHARDS = {
-    "v1": ((23,), np.float64, "1d"),
-    "rows": ((11, 6), np.float32, "rows"),
-    "cols": ((5, 13), np.int32, "cols"),
-    "grid": ((9, 10), np.int16, "grid"),
-    "tiny": ((3,), np.uint8, "1d"),
-}
-LAYOUTS = ("per-rank", "shared")
-STEP = 42
-
-
-def global_values(name):
-    shape, dtype, _ = SHARDS[name]
-    n = math.prod(shape)
-    v = (np.arange(n, dtype=np.int64) * 7 + 3 * len(name)) % 251 - 100
-    return (v * 0.5 if np.dtype(dtype).kind == "f" else v).astype(dtype).reshape(shape)
 
 
 def split(n, parts, i):
@@ -68,11 +51,6 @@ def block(a, offsets, counts):
     return a[tuple(slice(o, o + c) for o, c in zip(offsets, counts))]
 
 
-def per_rank(r):
-    return (np.full(4, 100 + r, dtype=np.int64), {"rank": r, "pos": 1000 * r + 7, "tag": f"r{r}"},
-            r * 1.5)
-
-
 def make_state(fill, per_rank_values=True):
     """The state of this rank on `size` ranks: the right values (fill False) or sentinels."""
     state = {"rep": np.arange(6.0) if not fill else np.zeros(6), "epoch": 5 if not fill else 0}
@@ -96,9 +74,9 @@ def make_state(fill, per_rank_values=True):
 def write():
     for layout in LAYOUTS:
         with mpickpt.CheckpointManager(pc.outdir(layout), layout=layout) as mgr:
-            mgr.save(STEP, make_state(False), epoch=5)
+            mgr.save(STEP, make_state(False), epoch=EPOCH)
         with mpickpt.CheckpointManager(pc.outdir(layout + "-shared-only"), layout=layout) as mgr:
-            mgr.save(STEP, make_state(False, per_rank_values=False), epoch=5)
+            mgr.save(STEP, make_state(False, per_rank_values=False), epoch=EPOCH)
     pc.say(f"wrote both layouts at {size} ranks")
 
 
@@ -131,7 +109,7 @@ def read(writer_dir, writers):
             check_per_rank(state, False, f"{layout}: after the refused restore")
         with mpickpt.CheckpointManager(d, skip_missing_per_rank=size > writers) as mgr:
             info = mgr.restore(state)
-        check(info["world_size"] == writers and info["step"] == STEP and info["epoch"] == 5,
+        check(info["world_size"] == writers and info["step"] == STEP and info["epoch"] == EPOCH,
               f"info {info}")
         check_shards(state, f"{layout} {writers}->{size}")
         check_per_rank(state, rank < writers, f"{layout} {writers}->{size}")

@@ -50,6 +50,8 @@ def read_all(prefix, layout):
               (WRITERS, STEP, EPOCH, layout, 1), f"meta {m}")
         names = set(SHARDS) | {"rep", "pr_arr", "pr_arr/parallel_component_1"}
         check(set(ck) == names and len(ck) == len(names), f"names {sorted(ck)}")
+        check("v1" in ck and "nope" not in ck and ck.get("nope") is None, "in / get")
+        check(ck.get("v1") is ck["v1"], "get of a name")
         e = raises(mpickpt.NotFoundError, lambda: ck["nope"], "'nope'", prefix)
         check(isinstance(e, LookupError), "NotFoundError is a LookupError")
         for name in SHARDS:

@@ -381,6 +381,14 @@ class Checkpoint(Mapping[str, Array]):
         except KeyError:
             raise NotFoundError(f"no tensor '{name}' in {self.prefix}") from None
 
+    # A missing name raises NotFoundError, which is a LookupError but not the KeyError that
+    # Mapping's `in` and get() catch: they answer from the names instead.
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._arrays.get(name, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)
 

@@ -15,7 +15,6 @@
 Usage: mpirun -np N python3 test_trees.py OUTDIR"""
 import copy
 import math
-import os
 
 import numpy as np
 
@@ -109,7 +108,7 @@ def model_and_optimizer():
     pc.say("model and Adam state ok")
 
 
-# ---- JSON leaves ----------------------------------------------------------------------------------
+# ---- JSON leaves ---------------------------------------------------------------------------------
 
 PLAIN = {
     "none": None, "t": True, "f": False, "zero": 0, "i": -42, "big": 2**70,
@@ -175,7 +174,7 @@ def json_leaves():
     pc.say("JSON leaves ok")
 
 
-# ---- names ----------------------------------------------------------------------------------------
+# ---- names ---------------------------------------------------------------------------------------
 
 def awkward_keys():
     d = pc.outdir("keys")

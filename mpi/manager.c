@@ -239,6 +239,32 @@ const ckpt_state *ckpt_manager_state(const ckpt_manager *m)
     return m->state;
 }
 
+int ckpt_manager_state_copy(ckpt_state **out, const ckpt_manager *m)
+{
+    *out = NULL;
+    ckpt_state *c = NULL;
+    int rc = ckpt_state_new(&c);
+    if (rc != CKPT_OK)
+        return rc;
+    ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
+    pthread_mutex_lock(&mm->lock);
+    const ckpt_state *st = m->state; /* not to be read once unlocked: a commit may free it */
+    size_t n = st->num_entries;
+    *c = *st;
+    c->entries = n ? malloc(n * sizeof *c->entries) : NULL;
+    if (c->entries)
+        memcpy(c->entries, st->entries, n * sizeof *c->entries);
+    else
+        c->num_entries = 0;
+    pthread_mutex_unlock(&mm->lock);
+    if (n && !c->entries) {
+        ckpt_state_free(c);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
 /*
  * Retention on the chief (TensorFlow's CheckpointManager semantics): the newest max_to_keep are
  * kept; an older one is kept anyway ("preserved") when keep_every_n_hours passed since the last

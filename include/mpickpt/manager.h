@@ -69,8 +69,18 @@ CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info 
 /** Full path of the latest checkpoint into @p out ("" when none). Local (synchronized view). */
 CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
 
-/** The kept checkpoints, oldest first. Valid until the next manager call. Local. */
+/**
+ * The kept checkpoints, oldest first. Valid until the next manager call, and only while no async
+ * save is in flight (its commit replaces the state): use ckpt_manager_state_copy() then. Local.
+ */
 CKPT_EXTERN const ckpt_state *ckpt_manager_state(const ckpt_manager *m);
+
+/**
+ * A copy of the kept checkpoints, oldest first, taken under the lock that an async save's commit
+ * holds while it updates them: safe while a save is in flight. Free it with ckpt_state_free().
+ * Local.
+ */
+CKPT_EXTERN int ckpt_manager_state_copy(ckpt_state **out, const ckpt_manager *m);
 
 /** Result of ckpt_manager_restore_or_initialize(). */
 typedef struct ckpt_manager_restored {

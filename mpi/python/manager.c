@@ -175,12 +175,25 @@ static PyObject *Manager_latest(ManagerObject *self, PyObject *noargs)
     return PyUnicode_DecodeFSDefault(out);
 }
 
+/* The manager's kept checkpoints as a dict: a copy, since an async save's commit may replace
+ * them at any time (the writer thread does not need the GIL). */
+static PyObject *kept_dict(ckpt_manager *m)
+{
+    ckpt_state *st = NULL;
+    int rc = ckpt_manager_state_copy(&st, m);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    PyObject *d = state_dict(st);
+    ckpt_state_free(st);
+    return d;
+}
+
 static PyObject *Manager_state(ManagerObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (manager_ready(self) < 0)
         return NULL;
-    return state_dict(ckpt_manager_state(self->m));
+    return kept_dict(self->m);
 }
 
 static PyObject *Manager_close(ManagerObject *self, PyObject *noargs)
@@ -344,7 +357,7 @@ static PyObject *Training_state(TrainingObject *self, PyObject *noargs)
     (void)noargs;
     if (training_ready(self) < 0)
         return NULL;
-    return state_dict(ckpt_manager_state(ckpt_training_manager(self->t)));
+    return kept_dict(ckpt_training_manager(self->t));
 }
 
 static PyObject *Training_close(TrainingObject *self, PyObject *noargs)

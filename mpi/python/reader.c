@@ -3,6 +3,8 @@
  * arrays). */
 #include "pyckpt.h"
 
+#include <stdio.h>
+
 typedef struct {
     PyObject_HEAD
     ckpt_reader *r;
@@ -143,15 +145,43 @@ static PyObject *Reader_read(ReaderObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* What verify() found: the first bad piece's message and how many were bad. */
+typedef struct {
+    char first[1024];
+    size_t bad;
+} verify_found;
+
+/* Runs without the GIL: C strings only. */
+static int verify_cb(const char *tensor, size_t piece, const char *file, int code,
+                     const char *message, void *payload)
+{
+    (void)tensor;
+    (void)piece;
+    (void)file;
+    (void)code;
+    verify_found *f = payload;
+    if (f->bad++ == 0)
+        snprintf(f->first, sizeof f->first, "%s", message ? message : "");
+    return 0;
+}
+
 static PyObject *Reader_verify(ReaderObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (reader_open(self) < 0)
         return NULL;
     int rc;
+    verify_found found = { "", 0 };
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_reader_verify(self->r, NULL, NULL);
+    rc = ckpt_reader_verify(self->r, verify_cb, &found);
     Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK && found.bad && found.first[0]) {
+        /* the library's own message only counts the bad pieces: name the first one */
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s (%zu bad piece(s) in all)", found.first, found.bad);
+        ckpt_error_clear();
+        return pyckpt_raise(rc, msg);
+    }
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
     Py_RETURN_NONE;

@@ -23,7 +23,8 @@ import numpy as np
 from . import _mpickpt as _C
 from ._mpickpt import (CorruptError, Error, ExistsError, InvalidArgumentError, MismatchError,
                        MPIError, NoSpaceError, NotFoundError, TimeoutError, VersionError)
-from ._state import Registered, agree, collective, restore_finish, restore_prepare, save_prepare
+from ._state import (Registered, agree, collective, restore_finish, restore_prepare, save_prepare,
+                     uninterruptible)
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
 from . import preemption
 
@@ -96,6 +97,7 @@ class _Base:
         """The (duplicated) communicator mpickpt uses."""
         return self._comm
 
+    @uninterruptible
     def wait_until_finished(self) -> None:
         """Waits for an async save in flight; raises its failure (on every rank)."""
         self._saver.sync()
@@ -136,6 +138,7 @@ class CheckpointManager(_Base):
     thread writes; layout: 'per-rank' (default) or 'shared' (one HDF5 file); skip_missing_per_rank:
     restoring on more ranks than wrote, leave the extra ranks' PerRank values as they are."""
 
+    @uninterruptible
     def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,
                  keep_every_n_hours: Optional[float] = None, async_save: bool = False,
                  layout: Optional[str] = None, skip_missing_per_rank: bool = False,
@@ -155,6 +158,7 @@ class CheckpointManager(_Base):
     def directory(self) -> str:
         return self._dir
 
+    @uninterruptible
     def save(self, step: int, state: Mapping[str, Any], epoch: Optional[int] = None,
              end_of_epoch: bool = False, force: bool = False) -> Optional[str]:
         """Saves `state` as the next checkpoint; returns its path. Collective. With async_save
@@ -186,6 +190,7 @@ class CheckpointManager(_Base):
         restore_finish(self._comm, self._reg, self._saver, self._skip, prefix)
         return {"restored": True, "prefix": prefix, "skipped": 0, **info}
 
+    @uninterruptible
     def restore(self, state: Mapping[str, Any], step: Optional[int] = None) -> Dict[str, Any]:
         """Restores into `state` in place: the newest valid checkpoint (damaged ones are skipped
         with a warning, and counted in info['skipped']) or the one of `step`. Returns info
@@ -199,6 +204,7 @@ class CheckpointManager(_Base):
         restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
         return info
 
+    @uninterruptible
     def restore_or_initialize(self, state: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         """restore(state), or None when there is nothing to restore: the caller initializes
         (every array of the state: a damaged checkpoint may have left values in them)."""
@@ -209,6 +215,7 @@ class CheckpointManager(_Base):
         restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
         return info
 
+    @uninterruptible
     def close(self) -> None:
         """Waits for a save in flight, then frees everything. Collective."""
         if self._saver is not None:
@@ -221,6 +228,7 @@ class TrainingState(_Base):
     ``<directory>/chief`` (in-flight parts of other ranks in ``workertemp_<rank>``), one kept; the
     chief's epoch and step broadcast at restore. Collective over `comm`."""
 
+    @uninterruptible
     def __init__(self, directory: str, state: Mapping[str, Any], comm: Any = None,
                  async_save: bool = False, layout: Optional[str] = None,
                  skip_missing_per_rank: bool = False) -> None:
@@ -233,11 +241,13 @@ class TrainingState(_Base):
             self._close(None)
             raise
 
+    @uninterruptible
     def back_up(self, epoch: int, step: Optional[int] = None) -> None:
         """Backs up the state: at the end of `epoch`, or inside it at `step`. Collective."""
         save_prepare(self._comm, self._reg, self._saver, self._state)
         self._t.back_up(int(epoch), int(step or 0), step is None)
 
+    @uninterruptible
     def restore(self) -> Optional[Dict[str, Any]]:
         """Restores the backup into the state in place; None when there is none. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, self._state)
@@ -257,10 +267,12 @@ class TrainingState(_Base):
         """The step to start at: the backup's + 1, or 0."""
         return self._t.initial_step(0)
 
+    @uninterruptible
     def delete_backup(self) -> None:
         """Removes the backup directory (training finished). Collective."""
         self._t.delete_backup()
 
+    @uninterruptible
     def close(self) -> None:
         if self._saver is not None:
             self._close(self._t)
@@ -368,6 +380,14 @@ class Checkpoint(Mapping[str, Array]):
             return self._arrays[name]
         except KeyError:
             raise NotFoundError(f"no tensor '{name}' in {self.prefix}") from None
+
+    # A missing name raises NotFoundError, which is a LookupError but not the KeyError that
+    # Mapping's `in` and get() catch: they answer from the names instead.
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._arrays.get(name, default)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._arrays)

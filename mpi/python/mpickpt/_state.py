@@ -2,12 +2,17 @@
 
 Every collective call is preceded by an agreement: a rank whose local preparation failed (a
 non-contiguous tensor, an unsupported leaf) makes every rank raise the same error, instead of the
-others entering a collective it will never join.
+others entering a collective it will never join. For the same reason a KeyboardInterrupt is held
+back until a collective call is over (uninterruptible).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+import signal
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _mpickpt as _C
 from ._tree import JSON_BLOB, Leaf, array_view, check_put_back, flatten, iter_json, put_back
@@ -17,6 +22,43 @@ T = TypeVar("T")
 _ERRORS = {cls.__name__: cls for cls in (
     _C.Error, _C.NotFoundError, _C.CorruptError, _C.MismatchError, _C.NoSpaceError,
     _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.MPIError)}
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Holds SIGINT back while the block runs, then hands it to the handler that was installed
+    (KeyboardInterrupt by default). A rank that left a collective call half-way, between two of
+    its collectives or before the C call, would leave the others waiting in it forever; the C call
+    itself is never cut (the signal only sets a flag while it runs). Only the main thread of the
+    main interpreter receives Python signal handlers: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: List[int] = []
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is None:  # installed outside Python: leave it alone
+            raise ValueError
+        signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)
+
+
+def uninterruptible(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorates a collective method: a KeyboardInterrupt waits until it returned."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kw: Any) -> T:
+        with deferred_interrupts():
+            return fn(*args, **kw)
+
+    return wrapper
 
 
 def agree(comm: Any, exc: Optional[BaseException]) -> None:
@@ -62,11 +104,23 @@ class Registered:
         self.signature: Optional[Tuple] = None
         self.leaves: List[Leaf] = []
         self.views: List[Any] = []  # keeps the NumPy views alive (the saver holds them too)
+        self.has_blob = False  # the record of plain values is registered
 
-    def prepare(self, saver: Any, state: Any) -> List[Leaf]:
+    def prepare(self, saver: Any, state: Any, restore_rank: Optional[int] = None) -> List[Leaf]:
         """Flattens `state` and (re)registers it with `saver` when its layout or buffers changed.
-        Local; raises on a bad leaf before anything is registered."""
+        Local; raises on a bad leaf before anything is registered.
+
+        A save registers this rank's record of plain values everywhere. A restore (restore_rank:
+        this rank) registers it only where it is read: on rank 0 when the state has plain values
+        (the replicated ones are broadcast from there) and on a rank with PerRank plain values.
+        The record is per-rank data: registered on a rank the writer did not have, it would make
+        every restore onto more ranks fail, even of a state of shards and replicated values."""
         leaves = flatten(state)
+        if restore_rank is None:
+            blob = True
+        else:
+            plain = [leaf for leaf in leaves if not leaf.is_array]
+            blob = any(leaf.per_rank for leaf in plain) or (restore_rank == 0 and bool(plain))
         arrays = []
         sig = []
         for leaf in leaves:
@@ -85,12 +139,14 @@ class Registered:
                 kind = ("component" if leaf.per_rank else "replicated",)
             arrays.append((leaf, view, code, shape, kind))
             sig.append((leaf.name, kind, code, shape, view.__array_interface__["data"][0]))
+        sig.append(("record of plain values", blob))
         signature = tuple(sig)
         self.leaves = leaves
         if signature == self.signature:
             return leaves
         saver.clear()  # waits for a save in flight first
         self.signature = None
+        self.has_blob = False
         self.views = []
         for leaf, view, code, shape, kind in arrays:
             if kind[0] == "slice":
@@ -98,7 +154,9 @@ class Registered:
             else:
                 saver.add_replicated(leaf.name, view, code, shape, kind[0] == "component")
             self.views.append(view)
-        saver.add_blob(JSON_BLOB)
+        if blob:
+            saver.add_blob(JSON_BLOB)
+        self.has_blob = blob
         self.signature = signature
         return leaves
 
@@ -110,19 +168,49 @@ class Registered:
         return json.dumps({"mpickpt_json": 1, **doc}, sort_keys=True, allow_nan=True).encode()
 
 
+def _ranks(ranks: List[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def agree_replicated_names(comm: Any, names: List[str]) -> None:
+    """Collective: every rank has the same replicated plain values (by name), else every rank
+    raises the same MismatchError naming one that some rank lacks. Restore reads them from rank
+    0's record: one that only another rank saved could never be restored, so the save refuses it
+    as the C plan refuses an array registered on some ranks only."""
+    import hashlib
+
+    import numpy as np
+    from mpi4py import MPI
+
+    digest = hashlib.blake2b("\0".join(sorted(names)).encode(), digest_size=8).digest()
+    h = int.from_bytes(digest, "little", signed=True) >> 1  # -h fits in an int64
+    both = np.array([h, -h], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MIN)
+    if both[0] == -both[1]:
+        return
+    everyone = [set(n) for n in comm.allgather(names)]
+    name = min(set().union(*everyone) - set.intersection(*everyone))
+    have = [r for r, n in enumerate(everyone) if name in n]
+    lack = [r for r, n in enumerate(everyone) if name not in n]
+    raise _C.MismatchError(
+        f"the plain value '{name}' is on {_ranks(have)} but not on {_ranks(lack)}: replicated "
+        "values must have the same keys on every rank (wrap a rank's own in mpickpt.PerRank)")
+
+
 def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     """Collective: registers `state` and sets this rank's plain values for the next save."""
-    def local() -> None:
+    def local() -> List[str]:
         reg.prepare(saver, state)
         saver.set_blob(JSON_BLOB, reg.json_bytes())
+        return [leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank]
 
-    collective(comm, local)
+    agree_replicated_names(comm, collective(comm, local))
 
 
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     """Collective: registers `state` (restore writes into its arrays) and forgets old blobs."""
     def local() -> None:
-        reg.prepare(saver, state)
+        reg.prepare(saver, state, restore_rank=comm.rank)
         saver.reset_blobs()
 
     collective(comm, local)
@@ -133,7 +221,7 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
     """Collective, after a successful C restore: puts the plain values back into the state.
     Replicated values come from rank 0's record (every rank gets the same), per-rank ones from
     this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank."""
-    mine = saver.get_blob(JSON_BLOB)
+    mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
     def local() -> None:

@@ -41,13 +41,15 @@ batch scripts requeue the job (jobs/slurm/train-torch.sbatch, jobs/run-mpirun.sh
 Output, rank 0 (crash and errors: the rank concerned):
     fresh start
     resumed step=T epoch=E from=PREFIX world_size=W hash=H   (the restored model + optimizer)
+    verified the restored model and optimizer (hash H, as when saved) ...
     step T loss L                                            (L: repr() of the global mean loss)
     checkpoint prefix=P step=T epoch=E blocking_s=B hash=H   (async: when save() returned)
     crash rank=R step=T                                      (then SIGKILL)
     preempted step=T
     done step=T epoch=E hash=H
-H is a SHA-256 of the model's and the optimizer's tensors; every rank computes it and the job
-fails when the replicas differ. Exit codes: 0 done, 1 error, 2 usage, 75 preempted.
+H is (the start of) a SHA-256 of the model's and the optimizer's tensors; every rank computes
+it and the job fails when the replicas differ. The checkpoint stores it (a plain value) and a
+resumed run checks that the restored tensors hash to it ("verified ...", else exit 1). Exit codes: 0 done, 1 error, 2 usage, 75 preempted.
 """
 from __future__ import annotations
 
@@ -261,6 +263,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "epoch": 0,
         "rng": mpickpt.PerRank(job.rng),
         "config": job.config(),
+        "hash": "",  # digest() of the model and optimizer when saved: checked after a restore
     }
     mgr = mpickpt.CheckpointManager(a.dir, max_to_keep=a.keep or None, async_save=a.async_save,
                                     layout=a.layout, skip_missing_per_rank=True)
@@ -287,27 +290,35 @@ def main(argv: Optional[List[str]] = None) -> int:
             job.optim.load_state_dict(state["optim"])
             state["optim"] = job.optim.state_dict()
             start = int(state["step"]) + 1
+            got = job.digest()
             say(f"resumed step={state['step']} epoch={state['epoch']} from={info['prefix']} "
-                f"world_size={info['world_size']} hash={job.digest()}")
-            if info["world_size"] != comm.size:
-                have = min(info["world_size"], comm.size)
-                say(f"   (written by {info['world_size']} ranks, restored on {comm.size}: "
-                    f"replicated model and optimizer restored everywhere, the RNG state of "
-                    f"ranks 0-{have - 1} restored"
-                    + (f", ranks {have}-{comm.size - 1} keep a fresh one" if have < comm.size
-                       else "") + ")")
+                f"world_size={info['world_size']} hash={got}")
+            if got != state["hash"]:
+                if rank == 0:
+                    print(f"train_torch.py: verification failed: the restored model and "
+                          f"optimizer hash to {got}, they hashed to {state['hash']} when saved",
+                          file=sys.stderr, flush=True)
+                return 1
+            have = min(info["world_size"], comm.size)
+            say(f"verified the restored model and optimizer (hash {got}, as when saved) on "
+                f"{comm.size} rank(s); the RNG state of rank(s) 0-{have - 1} restored"
+                + (f", rank(s) {have}-{comm.size - 1} (not in the checkpoint) keep a fresh one"
+                   if have < comm.size else "")
+                + (f" (written by {info['world_size']} ranks)"
+                   if info["world_size"] != comm.size else ""))
 
         def save(t: int, final: bool) -> None:
             job.rng.copy_(torch.get_rng_state())
             state["optim"] = job.optim.state_dict()  # the same tensors; current param_groups
             state["step"] = t
             state["epoch"] = (t - 1) // a.steps_per_epoch
+            state["hash"] = job.digest()
             t0 = time.perf_counter()
             path = mgr.save(t, state, epoch=state["epoch"],
                             end_of_epoch=t % a.steps_per_epoch == 0, force=final)
             blocking = time.perf_counter() - t0
             say(f"checkpoint prefix={path} step={t} epoch={state['epoch']} "
-                f"blocking_s={blocking:.3f} hash={job.digest()}")
+                f"blocking_s={blocking:.3f} hash={state['hash']}")
 
         t = start - 1
         for t in range(start, a.steps + 1):

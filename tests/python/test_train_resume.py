@@ -109,7 +109,18 @@ def compare_checkpoints(pa: str, pb: str) -> int:
         b.close()
 
 
+def skip_without_torch() -> None:
+    """Exit 77 (CTest: skipped) when this interpreter has no PyTorch."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        print(f"SKIP: {sys.executable} has no PyTorch (jobs/deps.sh python installs "
+              "python3-torch)", flush=True)
+        sys.exit(77)
+
+
 def main() -> int:
+    skip_without_torch()
     p = argparse.ArgumentParser()
     p.add_argument("--np", type=int, required=True)
     p.add_argument("--outdir", required=True)

@@ -223,7 +223,7 @@ def materialize_adam_state(optim: torch.optim.Optimizer) -> None:
     """Gives Adam the state it otherwise creates lazily at its first step (exp_avg, exp_avg_sq,
     step), as it would be before that step: zeros. A restore writes into tensors that exist, so
     the optimizer's state must exist before it. A step with zero gradients creates it; the
-    parameters are put back afterwards (weight decay or a nonzero lr could move them), and the
+    parameters are put back afterwards (weight decay would move them), and the
     state is zeroed, which for Adam is exactly what its first real step would have found."""
     params = [p for g in optim.param_groups for p in g["params"]]
     with torch.no_grad():

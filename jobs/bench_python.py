@@ -10,10 +10,10 @@ from the same process and against raw file I/O of the same bytes, measured in th
 partitioned by rows (global [N*R, 1024]), the other three are this rank's own. Here they are
 PyTorch tensors, allocated and touched once, and every path below reads and writes those same
 tensors in place:
-  python     mpickpt.CheckpointManager(max_to_keep=1).save(step, state) and .restore(state), with
+  python     mpickpt.CheckpointManager(max_to_keep=K).save(step, state) and .restore(state), with
              state = {"part": Shard(t0, ...), "full1".."full3": PerRank(t)} (the Python API: tree
              walk, registration check, JSON blob, the C manager underneath)
-  c_manager  the C manager (mpickpt._mpickpt.Manager, max_to_keep=1) over a C Saver with the same
+  c_manager  the C manager (mpickpt._mpickpt.Manager, max_to_keep=K) over a C Saver with the same
              tensors registered directly (add_slice, add_replicated per component): save() and
              restore_or_initialize(), the C calls the Python manager makes, without its Python
   c_saver    the bare C Saver with the same registrations: write(prefix) and restore(prefix), what
@@ -27,10 +27,11 @@ warm-up rep, not counted, goes first (plans, HDF5's first use, first allocations
 the maximum over ranks (os.sync() and a barrier before, allreduce MAX after). Saves fsync (the library's commit;
 raw: fsync); restores are warm (the files were just written: page cache), each after the tensors
 were poisoned, and every restore is checked against a copy of the saved values (outside the
-timing). Retention deletes the previous checkpoint inside the managers' timed save (unlinking
-2 x 256 MiB of just-written files takes ~0.13 s on this disk: most of what c_manager costs over
-c_saver); the c_saver checkpoint and the raw file are removed after their restore, outside the
-timing.
+timing). With --keep 1 (K, the default) retention deletes the previous checkpoint inside the
+managers' timed save (unlinking 2 x 256 MiB of just-written files takes ~0.13 s on this disk:
+most of what c_manager costs over c_saver; --keep 0 keeps them all and shows the difference);
+the c_saver checkpoint and the raw file are removed after their restore, outside the timing, and
+everything the bench wrote at the end.
 
 Output (rank 0): a table of the medians (s and aggregate GB/s) per path and operation, then the
 ratios: speed python/c_saver and python/c_manager (= C time / Python time; the goal is >= 0.95),
@@ -80,6 +81,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dir", required=True, help="a directory on the file system to measure")
     p.add_argument("--mb-per-rank", type=int, default=256, help="MiB per rank (default 256)")
     p.add_argument("--reps", type=int, default=8, help="measured reps (default 8)")
+    p.add_argument("--keep", type=int, default=1,
+                   help="the managers' max_to_keep (default 1: each save deletes the previous "
+                        "checkpoint; 0 keeps all, which needs reps x the bytes on disk)")
     p.add_argument("--json", action="store_true", help="also print one JSON line")
     p.add_argument("--check", action="store_true",
                    help="tiny sizes; check the output's fields (for the test suite)")
@@ -139,7 +143,7 @@ class Bench:
         self.state = {"part": mpickpt.Shard(self.t[0], gshape, (self.rank * rows, 0))}
         for k in range(1, NT):
             self.state[f"full{k}"] = mpickpt.PerRank(self.t[k])
-        self.py = mpickpt.CheckpointManager(self.sub["python"], max_to_keep=1)
+        self.py = mpickpt.CheckpointManager(self.sub["python"], max_to_keep=a.keep)
         self.py_c = CTimed(self.py._mgr)
         self.py._mgr = self.py_c
 
@@ -152,7 +156,7 @@ class Bench:
             return s
 
         self.cm_saver = c_saver()
-        self.cm = C.Manager(self.cm_saver, self.sub["c_manager"], max_to_keep=1)
+        self.cm = C.Manager(self.cm_saver, self.sub["c_manager"], max_to_keep=a.keep)
         self.cs = c_saver()
         self.raw = os.path.join(self.sub["raw"], f"rank{self.rank:05d}.bin")
         self.step = 0
@@ -168,6 +172,10 @@ class Bench:
         self.cm.close()
         self.cm_saver.close()
         self.cs.close()
+        self.comm.Barrier()
+        if self.rank == 0:  # what the bench wrote
+            for d in self.sub.values():
+                shutil.rmtree(d, ignore_errors=True)
 
     # ---- one timed operation: max over ranks ----
     def timed(self, fn: Callable[[], Any]) -> float:
@@ -306,6 +314,7 @@ def report(b: Bench, a: argparse.Namespace) -> Dict[str, Any]:
     total = b.bytes * b.size
     med = {p: {o: median(b.times[p][o]) for o in OPS} for p in PATHS}
     rec: Dict[str, Any] = {"ranks": b.size, "bytes_per_rank": b.bytes, "reps": a.reps,
+                           "max_to_keep": a.keep,
                            "tensors_per_rank": NT}
     for p in PATHS:
         for o in OPS:
@@ -332,7 +341,8 @@ def report(b: Bench, a: argparse.Namespace) -> Dict[str, Any]:
 def print_table(rec: Dict[str, Any]) -> None:
     mib = rec["bytes_per_rank"] / (1 << 20)
     print(f"bench_python: {rec['ranks']} rank(s) x {mib:.1f} MiB ({rec['tensors_per_rank']} "
-          f"float32 tensors per rank), {rec['reps']} reps, medians (max over ranks)")
+          f"float32 tensors per rank), {rec['reps']} reps, managers' max_to_keep "
+          f"{rec['max_to_keep']}, medians (max over ranks)")
     print(f"{'path':<10} {'save_s':>9} {'save_GB/s':>10} {'restore_s':>10} {'restore_GB/s':>13}")
     for p in PATHS:
         ph = ""

@@ -6,7 +6,7 @@ to crash, handles preemption, and resumes, bit for bit on the same number of ran
         [--keep N] [--async] [--layout per-rank|shared] [--crash-rank R --crash-step S]
         [--seed X] [--in-dim D] [--hidden H] [--layers L] [--classes C] [--batch B] [--lr LR]
         [--dropout P] [--steps-per-epoch E] [--threads 1] [--step-sleep MS]
-        [--deadline-reserve S]
+        [--deadline-reserve S] [--hold-at S]
 
 (PYTHONPATH=build/python, or the package installed with cmake --install; docs/python.md.)
 
@@ -45,6 +45,7 @@ Output, rank 0 (crash and errors: the rank concerned):
     step T loss L                                            (L: repr() of the global mean loss)
     checkpoint prefix=P step=T epoch=E blocking_s=B hash=H   (async: when save() returned)
     crash rank=R step=T                                      (then SIGKILL)
+    holding at step=T until preempted                        (--hold-at, a fresh run)
     preempted step=T
     done step=T epoch=E hash=H
 H is (the start of) a SHA-256 of the model's and the optimizer's tensors; every rank computes
@@ -111,6 +112,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="sleep MS milliseconds in every step (to preempt a run on demand)")
     p.add_argument("--deadline-reserve", type=float, default=30.0, metavar="S",
                    help="stop S seconds before the deadline (MPICKPT_DEADLINE; default 30)")
+    p.add_argument("--hold-at", type=int, default=None, metavar="S",
+                   help="a fresh run waits after step S (and its checkpoint) until it is "
+                   "preempted; a resumed run does not (tests: the signal cannot come too late)")
     a = p.parse_args(argv)
     if (a.crash_rank is None) != (a.crash_step is None):
         p.error("--crash-rank and --crash-step go together")
@@ -334,6 +338,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             if t == a.steps or (a.ckpt_every and t % a.ckpt_every == 0):
                 save(t, final=t == a.steps)
                 saved = True
+            if t == a.hold_at and start == 1 and t < a.steps:
+                say(f"holding at step={t} until preempted")
+                while not mgr.reached_preemption(t):  # collective
+                    time.sleep(0.1)
             if t < a.steps and mgr.reached_preemption(t):  # collective
                 if not saved:
                     save(t, final=True)

@@ -25,66 +25,9 @@ case "$launcher" in
   mpirun | srun) script=$src/jobs/slurm/demo-$launcher.sbatch ;;
   *) echo "test_slurm: launcher is mpirun or srun, got '$launcher'" >&2; exit 2 ;;
 esac
-local_slurm=$src/jobs/slurm/local-slurm.sh
-
-failures=0
-checks=0
-check() { # condition-status message
-  checks=$((checks + 1))
-  if [ "$1" -ne 0 ]; then
-    failures=$((failures + 1))
-    echo "FAIL: $2" >&2
-  fi
-}
-absent() { ! grep -q "$@"; } # grep-args: 0 when nothing matches
-# wait_until TIMEOUT-S DESCRIPTION COMMAND...: polls COMMAND every 0.2 s
-wait_until() {
-  local timeout=$1 what=$2 end
-  shift 2
-  end=$((SECONDS + timeout))
-  while [ $SECONDS -lt $end ]; do
-    "$@" && return 0
-    sleep 0.2
-  done
-  echo "FAIL: timed out after ${timeout}s waiting for: $what" >&2
-  return 1
-}
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "test_slurm: needs root (slurmd runs the jobs): skipped"
-  exit 77
-fi
-for cmd in munged mungekey slurmctld slurmd sbatch squeue scontrol scancel sinfo; do
-  command -v "$cmd" >/dev/null 2>&1 || {
-    echo "test_slurm: $cmd is missing: install the Slurm packages (jobs/deps.sh slurm)" >&2
-    exit 1
-  }
-done
-
-rm -rf "$out"
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-sdir=$out/slurm
-job=
-cleanup() {
-  local rc=$? pids p
-  trap - EXIT INT TERM
-  pids=$(cat "$sdir"/run/*.pid 2>/dev/null)
-  "$local_slurm" stop "$sdir"
-  for p in $pids; do
-    if kill -0 "$p" 2>/dev/null; then
-      echo "FAIL: process $p ($(cat /proc/"$p"/comm 2>/dev/null)) still runs after stop" >&2
-      rc=1
-    fi
-  done
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-MPICKPT_SLURM_OWNER_PID=$$ "$local_slurm" start "$sdir" || exit 1
-eval "$("$local_slurm" env "$sdir")"
-export SLURM_CONF
+# shellcheck source=tests/scripts/slurm_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/slurm_lib.sh"
+slurm_test_start test_slurm "$out"
 
 # The job's settings (sbatch passes this environment on).
 export DEMO_DIR=$out/demo MPICKPT_BUILD_DIR=$MPICKPT_BINARY_DIR
@@ -98,12 +41,9 @@ job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script") || {
 job=${job%%;*}
 echo "test_slurm: submitted $script as job $job (output: $log)"
 
-state() { scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
-field() { scontrol show job "$job" 2>/dev/null | grep -o "$1=[^ ]*" | head -1 | cut -d= -f2; }
-is_running() { [ "$(state)" = RUNNING ]; }
+is_running() { [ "$(job_state)" = RUNNING ]; }
 has_ckpt() { grep -q '^checkpoint prefix=' "$log" 2>/dev/null; }
-requeued() { [ "$(state)" = PENDING ] && [ "$(field Restarts)" = 1 ]; }
-finished() { case "$(state)" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) return 0 ;; esac; return 1; }
+requeued() { [ "$(job_state)" = PENDING ] && [ "$(job_field Restarts)" = 1 ]; }
 listing() { # epoch step of the latest checkpoint in the demo's chief/ (per mpickpt list --json)
   "$MPICKPT_CLI" list --json "$DEMO_DIR/chief" | /usr/bin/python3 -c '
 import json, sys
@@ -136,15 +76,15 @@ if [ $ok = 1 ]; then
   sleep 2
   echo "test_slurm: preempted at epoch=$E step=$T, requeued; releasing it (scontrol update StartTime=now)"
   scontrol update JobId="$job" StartTime=now
-  wait_until 120 "job $job finished" finished || ok=0
+  wait_until 120 "job $job finished" job_finished || ok=0
 fi
 check "$([ $ok = 1 ]; echo $?)" "the job did not go through preempt -> requeue -> finish in time"
 
 echo "== job $job: scontrol show job (after)"
 scontrol show job "$job" | grep -E 'JobState|Restarts|ExitCode' | sed 's/^ */   /'
-check "$([ "$(state)" = COMPLETED ]; echo $?)" "job state $(state), expected COMPLETED"
-check "$([ "$(field Restarts)" = 1 ]; echo $?)" "Restarts=$(field Restarts), expected 1"
-check "$([ "$(field ExitCode)" = 0:0 ]; echo $?)" "ExitCode=$(field ExitCode), expected 0:0"
+check "$([ "$(job_state)" = COMPLETED ]; echo $?)" "job state $(job_state), expected COMPLETED"
+check "$([ "$(job_field Restarts)" = 1 ]; echo $?)" "Restarts=$(job_field Restarts), expected 1"
+check "$([ "$(job_field ExitCode)" = 0:0 ]; echo $?)" "ExitCode=$(job_field ExitCode), expected 0:0"
 
 # The two runs in the (appended) output file.
 run0=$(sed -n '/start SLURM_RESTART_COUNT=0 /,/start SLURM_RESTART_COUNT=1 /p' "$log")
@@ -167,13 +107,4 @@ check "$(absent 'SLURM_RESTART_COUNT=2' "$log"; echo $?)" "the job ran a third t
 check "$(absent -E 'AddressSanitizer|LeakSanitizer|runtime error' "$log"; echo $?)" \
   "sanitizer report in $log"
 
-echo "== job $job output ($log)"
-sed 's/^/   /' "$log"
-if [ $failures -ne 0 ]; then
-  echo "== slurmctld log (tail)"
-  tail -20 "$sdir/log/slurmctld.log" 2>/dev/null | sed 's/^/   /'
-  echo "== slurmd log (tail)"
-  tail -20 "$sdir/log/slurmd.log" 2>/dev/null | sed 's/^/   /'
-fi
-echo "test_slurm ($launcher): $((checks - failures))/$checks checks passed"
-[ $failures -eq 0 ]
+slurm_test_end "test_slurm ($launcher)" "$log"

@@ -120,17 +120,6 @@ def outdir(sub=""):
     return os.path.join(sys.argv[1], sub) if sub else sys.argv[1]
 
 
-def flip_byte(path, offset):
-    """Inverts one byte of a file in place."""
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def data_offset(path, dataset):
     """File offset of the first byte of a contiguous HDF5 dataset's data (h5py's get_offset)."""
     import h5py

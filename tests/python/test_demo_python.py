@@ -16,18 +16,10 @@ import re
 import subprocess
 import sys
 
+from nompi import skip_without_torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("MPICKPT_SOURCE_DIR", os.path.normpath(os.path.join(HERE, "..", "..")))
-
-
-def skip_without_torch() -> None:
-    """Exit 77 (CTest: skipped) when this interpreter has no PyTorch."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        print(f"SKIP: {sys.executable} has no PyTorch (jobs/deps.sh python installs "
-              "python3-torch)", flush=True)
-        sys.exit(77)
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 import pycheck as pc
+from nompi import flip_byte
 from pycheck import check, check_bits, expect_error, rank, size
 
 import mpickpt
@@ -74,7 +75,7 @@ def damage(prefix, how):
     check(target, f"{how}: no dataset among {[(f, pc.datasets(f)) for f in files]}")
     f, ds = target[0]
     off = pc.data_offset(f, ds)
-    pc.flip_byte(f, off + (BIG * 4 // 2 if how == "big" else 0))
+    flip_byte(f, off + (BIG * 4 // 2 if how == "big" else 0))
     return f"a byte of {os.path.basename(f)}:{ds} flipped"
 
 

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 import mpickpt
+from nompi import flip_byte
 from nm_values import EPOCH, LAYOUTS, SHARDS, STEP, global_values, per_rank
 
 WRITERS = 2
@@ -90,12 +91,6 @@ def copy_of(prefix, to):
     return os.path.join(to, os.path.basename(prefix))
 
 
-def flip(path, offset):
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 def damaged(prefix, out):
@@ -109,7 +104,7 @@ def damaged(prefix, out):
         ds = sorted(n for n in f["packs"]) if "packs" in f else []
         name = f"/packs/{ds[0]}" if ds else "/tensors/grid"
         off = f[name].id.get_offset()
-    flip(data, off)
+    flip_byte(data, off)
     with mpickpt.open(p) as ck:
         raises(mpickpt.CorruptError, ck.verify, os.path.basename(data))
         bad = []
@@ -126,7 +121,7 @@ def damaged(prefix, out):
     os.truncate(data, os.path.getsize(data) - 1)
     raises(mpickpt.CorruptError, lambda: mpickpt.open(p), os.path.basename(data))
     p = copy_of(prefix, os.path.join(out, "index"))
-    flip(p + ".index", os.path.getsize(p + ".index") // 2)
+    flip_byte(p + ".index", os.path.getsize(p + ".index") // 2)
     raises(mpickpt.CorruptError, lambda: mpickpt.open(p), "ckpt-1.index")
     raises(mpickpt.NotFoundError, lambda: mpickpt.open(os.path.join(out, "nothing", "ckpt-1")),
            "nothing")

@@ -10,6 +10,11 @@
 #   wait_until TIMEOUT-S DESCRIPTION COMMAND...   polls COMMAND every 0.2 s
 #   job_state / job_field NAME     of $job (scontrol show job)
 #   job_finished                   $job is in a final state
+#   release_and_finish NAME TIMEOUT-S   releases the requeued $job at once and waits until it
+#                                  finished; 1 when it did not in time
+#   check_completed_once           $job COMPLETED with exit code 0 after exactly one requeue (and
+#                                  no third run in $log)
+#   split_runs LOG                 sets $run0 and $run1: the two runs in the (appended) output
 #   slurm_test_end NAME LOG        prints the job's output (and the daemons' logs on failure),
 #                                  the count; returns 0 when every check passed
 : "${MPICKPT_SOURCE_DIR:?}"
@@ -80,6 +85,32 @@ slurm_test_start() { # NAME OUTDIR
   MPICKPT_SLURM_OWNER_PID=$$ "$local_slurm" start "$sdir" || exit 1
   eval "$("$local_slurm" env "$sdir")"
   export SLURM_CONF
+}
+
+release_and_finish() { # NAME TIMEOUT-S
+  # Slurm revokes the old run's credential when the job is requeued, with one-second resolution: a
+  # run started within the same second is refused for good ("Job credential revoked", the job
+  # FAILS). The requeue set BeginTime to cred_expire (10 s) later; skip most of that, not all.
+  sleep 2
+  echo "$1: releasing job $job (scontrol update StartTime=now)"
+  scontrol update JobId="$job" StartTime=now
+  wait_until "$2" "job $job finished" job_finished
+}
+
+check_completed_once() {
+  echo "== job $job: scontrol show job (after)"
+  scontrol show job "$job" | grep -E 'JobState|Restarts|ExitCode' | sed 's/^ */   /'
+  check "$([ "$(job_state)" = COMPLETED ]; echo $?)" "job state $(job_state), expected COMPLETED"
+  check "$([ "$(job_field Restarts)" = 1 ]; echo $?)" "Restarts=$(job_field Restarts), expected 1"
+  check "$([ "$(job_field ExitCode)" = 0:0 ]; echo $?)" "ExitCode=$(job_field ExitCode), expected 0:0"
+  check "$(absent 'SLURM_RESTART_COUNT=2' "$log"; echo $?)" "the job ran a third time"
+}
+
+split_runs() { # LOG
+  run0=$(sed -n '/start SLURM_RESTART_COUNT=0 /,/start SLURM_RESTART_COUNT=1 /p' "$1")
+  run1=$(sed -n '/start SLURM_RESTART_COUNT=1 /,$p' "$1")
+  check "$(grep -q 'start SLURM_RESTART_COUNT=0 ' <<<"$run0"; echo $?)" "first run: no SLURM_RESTART_COUNT=0"
+  check "$(grep -q 'start SLURM_RESTART_COUNT=1 ' <<<"$run1"; echo $?)" "second run: no SLURM_RESTART_COUNT=1"
 }
 
 slurm_test_end() { # NAME LOG

@@ -118,7 +118,9 @@ function(ckpt_add_python_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 180)
   endif()
-  set(_env "${MPICKPT_TEST_ENV};PYTHONPATH=${MPICKPT_PYTHON_DIR};${T_ENVIRONMENT}")
+  # No __pycache__ written next to the tests' helper modules in the source tree.
+  set(_env "${MPICKPT_TEST_ENV};PYTHONPATH=${MPICKPT_PYTHON_DIR};PYTHONDONTWRITEBYTECODE=1")
+  list(APPEND _env ${T_ENVIRONMENT})
   if(MPICKPT_SANITIZE)
     execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
                     OUTPUT_VARIABLE _asan OUTPUT_STRIP_TRAILING_WHITESPACE)

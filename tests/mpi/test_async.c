@@ -48,6 +48,7 @@
  * A watchdog names the case when a collective does not return. */
 #include "mpi_check.h"
 #include "tmpfs.h"
+#include "coll.h"
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/manager.h"
 #include "mpickpt/saver.h"
@@ -91,12 +92,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    nanosleep(&ts, NULL);
 }
 
 /* ---- a big row-partitioned tensor next to the small model of saver_model.h ---- */
@@ -212,58 +207,6 @@ static void check_values(const amodel *m, int64_t step, int per_rank, const char
 
 /* ---- status checks ---- */
 
-static char g_msg[4096]; /* copy of the last error message seen by coll() */
-
-static unsigned long hash_str(const char *p)
-{
-    unsigned long h = 5381;
-    for (; *p; p++)
-        h = h * 33 + (unsigned char)*p;
-    return h;
-}
-
-/* The status `rc` of a collective call, right after it returned: the same on every rank
- * (min == max), equal to `expected`, and (on error) with the same message everywhere.
- * Returns 1 when all of that holds on every rank. The message is kept in g_msg. */
-static int coll(int rc, int expected, const char *what)
-{
-    const ckpt_error *e = ckpt_error_last();
-    snprintf(g_msg, sizeof g_msg, "%s", rc != CKPT_OK && e && e->message ? e->message : "");
-    int ecode = e ? e->code : 0;
-    int mn, mx;
-    MPI_Allreduce(&rc, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&rc, &mx, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    int ok = 1;
-    CHECK_MSG(mn == mx, "%s: ranks returned different codes (min %d %s, max %d %s); this rank %d: %s",
-              what, mn, ckpt_strerror(mn), mx, ckpt_strerror(mx), rc, g_msg);
-    ok &= mn == mx;
-    CHECK_MSG(rc == expected, "%s: returned %d (%s), expected %d (%s)%s%s", what, rc,
-              ckpt_strerror(rc), expected, ckpt_strerror(expected), rc ? ": " : "", g_msg);
-    ok &= rc == expected;
-    if (rc != CKPT_OK) {
-        CHECK_MSG(ecode == rc, "%s: ckpt_error_last() code %d, returned %d", what, ecode, rc);
-        unsigned long h = hash_str(g_msg), hmin, hmax;
-        MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG, MPI_MIN, MPI_COMM_WORLD);
-        MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
-        CHECK_MSG(hmin == hmax, "%s: ranks hold different messages; this rank: %s", what, g_msg);
-        ok &= hmin == hmax;
-    }
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (g_rank == 0 && rc != CKPT_OK)
-        printf("  %s -> %s: %s\n", what, ckpt_strerror(rc), g_msg);
-    return all;
-}
-
-static int contains_ci(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (const char *p = hay; *p; p++)
-        if (strncasecmp(p, needle, n) == 0)
-            return 1;
-    return 0;
-}
-
 /* 1 when `msg` names rank `r` ("rank 3", "rank=3", "ranks 0 and 3"). */
 static int mentions_rank(const char *msg, int r)
 {
@@ -291,25 +234,6 @@ static int mentions_rank(const char *msg, int r)
 }
 
 /* ---- files ---- */
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static int index_exists(const char *prefix)
-{
-    char p[4300];
-    snprintf(p, sizeof p, "%s.index", prefix);
-    return exists(p);
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 static void make_dir(const char *dir)
 {
@@ -722,29 +646,6 @@ static void case_enospc(int reserve)
 
 /* ======================================================================================== */
 /* 3. close with a save in flight                                                            */
-
-/* The ids of this process's threads (/proc/self/task) into ids[0..max); returns how many. */
-static int thread_ids(long *ids, int max)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (!d)
-        return 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL && n < max)
-        if (isdigit((unsigned char)de->d_name[0]))
-            ids[n++] = atol(de->d_name);
-    closedir(d);
-    return n;
-}
-
-static int has_id(const long *ids, int n, long id)
-{
-    for (int i = 0; i < n; i++)
-        if (ids[i] == id)
-            return 1;
-    return 0;
-}
 
 #define MAX_THREADS 256
 /* The threads an async save started (its writer thread): the ids that appeared during the call. */

@@ -1,0 +1,53 @@
+/*
+ * Commit: making a checkpoint visible, atomically (DESIGN §4 step 5). One implementation for the
+ * single-process writer (lib/checkpoint.c) and the collective saver's chief (mpi/save_protocol.c).
+ * Not installed. No MPI.
+ *
+ * Contract of ckpt__commit(): every data file is renamed from its in-flight directory into the
+ * checkpoint's directory (renameat: a link planted under the final name is replaced, never
+ * followed), the directory is fsynced, the optional fault point runs, then the index — already
+ * merged and validated — is written durably under <base>.index (temp name, fsync, rename, fsync
+ * directory): that rename is the commit point. On any failure the data files renamed so far are
+ * removed again, so no data file is left without its index; an index that already existed stays
+ * untouched unless `replace` (the writer's overwrite), in which case it is removed (and the
+ * directory fsynced) before any data file moves, so no reader sees the old index with new data.
+ * The in-flight directories are the caller's to remove (ckpt__temp_cleanup).
+ */
+#ifndef MPICKPT_COMMIT_H
+#define MPICKPT_COMMIT_H
+
+#include "internal.h"
+#include "mpickpt.pb-c.h"
+
+#include <stddef.h>
+
+#pragma GCC visibility push(default)
+
+/* A data file to move: entry from_name of directory from_fd becomes `name` in the checkpoint's
+ * directory. */
+typedef struct ckpt__commit_file {
+    int from_fd;
+    const char *from_name;
+    const char *name;
+} ckpt__commit_file;
+
+typedef struct ckpt__commit_req {
+    int dirfd;                 /* the checkpoint's directory */
+    const char *dir;           /* ... for messages */
+    const char *index_name;    /* <base>.index */
+    const char *index_shown;   /* the index's path, for messages */
+    const Mpickpt__Index *idx; /* merged and validated */
+    const ckpt__commit_file *files;
+    size_t nfiles;
+    int replace;               /* an index of that name may exist: it is replaced */
+    /* Runs after the data files are in place, before the index is written (fault injection: tests
+     * and drills crash or fail here); NULL: none. */
+    int (*before_index)(void *arg);
+    void *arg;
+} ckpt__commit_req;
+
+int ckpt__commit(const ckpt__commit_req *req);
+
+#pragma GCC visibility pop
+
+#endif

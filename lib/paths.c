@@ -1,0 +1,164 @@
+/* Names of what mpickpt writes in a checkpoint directory, and the in-flight directories of a save:
+ * see paths.h for the contract. */
+#include "paths.h"
+
+#include "fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int all_digits(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
+int ckpt__work_dir(char *out, size_t size, const char *dir)
+{
+    const char *slash = strrchr(dir, '/');
+    const char *last = slash ? slash + 1 : dir;
+    if (strcmp(last, CKPT__CHIEF_DIR) == 0)
+        return slash ? ckpt__path(out, size, "%.*s", (int)(slash - dir ? slash - dir : 1), dir)
+                     : ckpt__path(out, size, ".");
+    return ckpt__path(out, size, "%s", dir);
+}
+
+int ckpt__data_name(char *out, size_t size, const char *base, int r, int n)
+{
+    return ckpt__path(out, size, "%s.data-%05d-of-%05d", base, r, n);
+}
+
+int ckpt__data_file_base(char *out, size_t size, const char *name)
+{
+    const char *p = strstr(name, ".data-");
+    while (p && strstr(p + 1, ".data-"))
+        p = strstr(p + 1, ".data-"); /* the last one: names may contain ".data-" themselves */
+    if (!p || p == name || (size_t)(p - name) >= size)
+        return 0;
+    const char *q = p + 6;
+    size_t a = strspn(q, "0123456789");
+    if (a < 5 || strncmp(q + a, "-of-", 4) != 0)
+        return 0;
+    const char *r = q + a + 4;
+    size_t b = strspn(r, "0123456789");
+    if (b < 5 || r[b] != '\0' || strtoull(q, NULL, 10) >= strtoull(r, NULL, 10))
+        return 0;
+    memcpy(out, name, (size_t)(p - name));
+    out[p - name] = '\0';
+    return 1;
+}
+
+int ckpt__data_name_rank(const char *name, const char *base, int size)
+{
+    size_t n = strlen(base);
+    int r = 0;
+    if (strncmp(name, base, n) != 0 || sscanf(name + n, ".data-%d-of-", &r) != 1 || r < 0 ||
+        r >= size)
+        return -1;
+    return r;
+}
+
+void ckpt__worker_temp_name(char *out, size_t size, int rank)
+{
+    snprintf(out, size, "workertemp_%d", rank);
+}
+
+int ckpt__is_worker_temp_name(const char *name)
+{
+    return strncmp(name, "workertemp_", 11) == 0 && all_digits(name + 11);
+}
+
+int ckpt__is_temp_content_name(const char *n)
+{
+    char b[256];
+    return !strcmp(n, "part-00000-of-00001") || ckpt__data_file_base(b, sizeof b, n) ||
+           (!strncmp(n, ".reserve-", 9) && all_digits(n + 9)) ||
+           (!strncmp(n, ".pad-", 5) && all_digits(n + 5));
+}
+
+int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int size,
+                          int shared)
+{
+    memset(c, 0, sizeof *c);
+    char base[4096];
+    int rc;
+    if ((rc = ckpt__path(c->prefix, sizeof c->prefix, "%s", prefix)) ||
+        (rc = ckpt__split_path(c->dir, sizeof c->dir, base, sizeof base, prefix)))
+        return rc;
+    if (!ckpt__safe_filename(base) || strlen(base) > 200)
+        return ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' needs a file name part of 1..200 "
+                                        "bytes",
+                           prefix);
+    c->shared = shared;
+    snprintf(c->base, sizeof c->base, "%s", base);
+    snprintf(c->index_name, sizeof c->index_name, "%s.index", base);
+    snprintf(c->temp_name, sizeof c->temp_name, "%s_temp", base);
+    ckpt__worker_temp_name(c->worker_temp, sizeof c->worker_temp, rank);
+    snprintf(c->reserve_name, sizeof c->reserve_name, ".reserve-%d", rank);
+    snprintf(c->pad_name, sizeof c->pad_name, ".pad-%d", rank);
+    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)) ||
+        (rc = ckpt__work_dir(c->work, sizeof c->work, c->dir)))
+        return rc;
+    if (rank == 0)
+        rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s", c->chief_temp);
+    else
+        rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s/%s", c->work, c->worker_temp);
+    if (rc)
+        return rc;
+    if (shared)
+        return (rc = ckpt__data_name(c->data_name, sizeof c->data_name, base, 0, 1)) ? rc
+               : ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->chief_temp, c->data_name);
+    if ((rc = ckpt__data_name(c->data_name, sizeof c->data_name, base, rank, size)))
+        return rc;
+    return ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->my_temp, c->data_name);
+}
+
+int ckpt__temp_fresh(const ckpt__save_names *c, int dirfd, int *tempfd, int replace)
+{
+    *tempfd = -1;
+    if (!replace && ckpt__exists_at(dirfd, c->index_name))
+        return ckpt__error(CKPT_EEXISTS, "checkpoint %s.index already exists", c->prefix);
+    struct stat st;
+    if (fstatat(dirfd, c->temp_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+        return ckpt__error(CKPT_ECORRUPT,
+                           "refusing to use %s: it is %s, not a directory (mpickpt never follows "
+                           "links inside a checkpoint directory; remove it)",
+                           c->chief_temp, ckpt__file_kind(st.st_mode));
+    int rc = ckpt__rmtree_at(dirfd, c->temp_name, c->dir);
+    if (rc != CKPT_OK)
+        return rc;
+    return ckpt__subdir_open(tempfd, dirfd, c->temp_name, 1, c->dir);
+}
+
+int ckpt__temp_open(const ckpt__save_names *c, int rank, int dirfd, int workfd, int *tempfd)
+{
+    if (*tempfd >= 0)
+        return CKPT_OK;
+    if (c->shared || rank == 0)
+        return ckpt__subdir_open(tempfd, dirfd, c->temp_name, 0, c->dir);
+    return ckpt__subdir_open(tempfd, workfd, c->worker_temp, 1, c->work);
+}
+
+void ckpt__temp_cleanup(const ckpt__save_names *c, int rank, int dirfd, int workfd, int tempfd)
+{
+    if (rank == 0) {
+        if (dirfd >= 0 && tempfd >= 0) /* only a temp dir this save made */
+            ckpt__rmtree_at(dirfd, c->temp_name, c->dir);
+    } else if (!c->shared && tempfd >= 0) {
+        unlinkat(tempfd, c->data_name, 0);
+        unlinkat(tempfd, c->reserve_name, 0);
+        /* only if empty: never touch what is not ours */
+        unlinkat(workfd, c->worker_temp, AT_REMOVEDIR);
+    } else if (tempfd >= 0) {
+        unlinkat(tempfd, c->reserve_name, 0);
+    }
+}

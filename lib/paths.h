@@ -1,0 +1,87 @@
+/*
+ * Paths: the single owner of the names mpickpt gives to what it writes in a checkpoint directory
+ * (DESIGN §5), and of the in-flight directories of a save. Not installed. No MPI.
+ *
+ * Contract:
+ *   <dir>/<base>.index                 the commit point of checkpoint <dir>/<base>
+ *   <dir>/<base>.data-RRRRR-of-NNNNN   rank R's data file (per-rank layout), or 00000-of-00001
+ *                                      (shared layout, single-process writer)
+ *   <dir>/<base>_temp/                 the chief's in-flight directory (every rank's, shared layout)
+ *   <work>/workertemp_<r>/             rank r's in-flight directory (per-rank layout, r > 0);
+ *                                      <work> is the parent of <dir> when <dir> is named chief/,
+ *                                      else <dir> itself
+ *   .reserve-<r>, .pad-<r>             space reservation and HDF5 metadata room inside a temp dir
+ *   <name>.tmp-<16 hex>                a file being written atomically (ckpt__temp_name)
+ * The saver, the single-process writer, the manager and gc use these functions and nothing else
+ * to make or recognise those names.
+ */
+#ifndef MPICKPT_PATHS_H
+#define MPICKPT_PATHS_H
+
+#include "internal.h"
+
+#include <stddef.h>
+
+#pragma GCC visibility push(default)
+
+/* The directory name of the training-state layout's chief (DESIGN §5). */
+#define CKPT__CHIEF_DIR "chief"
+
+/* The names and directories of one save of checkpoint `prefix` by rank `rank` of `size`. */
+typedef struct ckpt__save_names {
+    char prefix[4096];
+    char dir[4096];         /* the checkpoint's directory */
+    char work[4096];        /* where workertemp_<r> live (ckpt__work_dir) */
+    char base[256];         /* the checkpoint's name in dir */
+    char index_name[300];   /* <base>.index */
+    char temp_name[256];    /* <base>_temp, in dir */
+    char chief_temp[4200];  /* <prefix>_temp, for messages */
+    char worker_temp[64];   /* workertemp_<rank>, in work */
+    char my_temp[4400];     /* this rank's in-flight directory, for messages */
+    char data_name[320];    /* final name of this rank's data file, or of the shared file */
+    char my_file[4700];     /* that file while in flight, for messages */
+    char reserve_name[64];  /* .reserve-<rank> in the in-flight directory */
+    char pad_name[64];      /* .pad-<rank> in the in-flight directory */
+    int shared;             /* one data file for every rank (the chief's temp dir holds it) */
+} ckpt__save_names;
+
+/* Fills `n`. CKPT_EINVAL when the prefix's file name part is not 1..200 safe bytes. */
+int ckpt__save_names_init(ckpt__save_names *n, const char *prefix, int rank, int size,
+                          int shared);
+
+/* <work> of a checkpoint directory: its parent when it is named chief, else itself. */
+int ckpt__work_dir(char *out, size_t size, const char *dir);
+
+/* "<base>.data-<r>-of-<n>" (five digits at least). */
+int ckpt__data_name(char *out, size_t size, const char *base, int r, int n);
+/* 1 when `name` is "<b>.data-RRRRR-of-NNNNN" with R < N; <b> copied to out. */
+int ckpt__data_file_base(char *out, size_t size, const char *name);
+/* Rank R of "<base>.data-R-of-N" when that is `name` and R < size, else -1. */
+int ckpt__data_name_rank(const char *name, const char *base, int size);
+
+/* "workertemp_<rank>" */
+void ckpt__worker_temp_name(char *out, size_t size, int rank);
+/* 1 when `name` is workertemp_<digits> */
+int ckpt__is_worker_temp_name(const char *name);
+/* 1 when `name` may be inside an in-flight directory of ours: a data file, the single-process
+ * writer's part-00000-of-00001 (older versions), .reserve-<r> or .pad-<r>. */
+int ckpt__is_temp_content_name(const char *name);
+
+/*
+ * The in-flight directories of a save. dirfd/workfd are the checkpoint's directory and <work>
+ * (ckpt__ckptdir_open), tempfd this rank's in-flight directory once opened.
+ *  ckpt__temp_fresh: the chief's checks before a save: no index of that name (CKPT_EEXISTS unless
+ *    `replace`), a <base>_temp that is not a directory refused, leftovers of a crashed save with
+ *    the same prefix removed, a new <base>_temp opened into *tempfd.
+ *  ckpt__temp_open: this rank's in-flight directory (the chief's made by ckpt__temp_fresh):
+ *    workertemp_<r> created when missing, or <base>_temp in the shared layout; links refused.
+ *  ckpt__temp_cleanup: removes this rank's in-flight files of the save (the chief: its whole
+ *    <base>_temp; others: only their own files, and workertemp_<r> only when empty).
+ */
+int ckpt__temp_fresh(const ckpt__save_names *n, int dirfd, int *tempfd, int replace);
+int ckpt__temp_open(const ckpt__save_names *n, int rank, int dirfd, int workfd, int *tempfd);
+void ckpt__temp_cleanup(const ckpt__save_names *n, int rank, int dirfd, int workfd, int tempfd);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,316 @@
+/* Registrations, the sharding policy and the plan's fragment: see plan.h for the contract. */
+#include "plan.h"
+
+#include "index.h"
+#include "record.h"
+#include "mpickpt/crc32c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---- registrations -------------------------------------------------------------------------- */
+
+int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *stored,
+                   ckpt_dtype dtype, const ckpt_shape *shape, const ckpt_slice *slice,
+                   ckpt_kind kind, void *data)
+{
+    if (!name || !*name || strlen(stored) > 4096)
+        return ckpt__error(CKPT_EINVAL, "tensor name is empty or longer than 4096 bytes");
+    if (!ckpt__utf8_valid(name, strlen(name))) {
+        /* names end up in the index, HDF5 attributes and JSON: text every reader can decode */
+        char esc[256];
+        return ckpt__error(CKPT_EINVAL, "tensor name '%s' is not valid UTF-8",
+                           ckpt__escape_bytes(esc, sizeof esc, name, strlen(name)));
+    }
+    if (!ckpt_dtype_valid(dtype))
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': invalid dtype %d", name, (int)dtype);
+    int64_t n;
+    int rc;
+    if ((rc = ckpt_shape_num_elements(&n, shape)) != CKPT_OK ||
+        (rc = ckpt_slice_validate(slice, shape)) != CKPT_OK)
+        return ckpt__error_wrap(rc, "tensor '%s'", name);
+    ckpt_slice_num_elements(&n, slice);
+    if (n > 0 && !data && kind != CKPT_KIND_BLOB)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': data is NULL", name);
+    if (kind != CKPT_KIND_PARTITIONED)
+        for (size_t i = 0; i < regs->n; i++)
+            if (strcmp(regs->v[i].stored, stored) == 0)
+                return ckpt__error(CKPT_EINVAL, "tensor '%s' is already registered on rank %d",
+                                   name, rank);
+    if (regs->n == regs->cap) {
+        size_t ncap = regs->cap ? regs->cap * 2 : 16;
+        ckpt__reg *nr = realloc(regs->v, ncap * sizeof *nr);
+        if (!nr)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        regs->v = nr;
+        regs->cap = ncap;
+    }
+    ckpt__reg *r = &regs->v[regs->n];
+    memset(r, 0, sizeof *r);
+    r->name = xstrdup(name);
+    r->stored = xstrdup(stored);
+    if (!r->name || !r->stored) {
+        free(r->name);
+        free(r->stored);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    r->dtype = dtype;
+    r->shape = *shape;
+    r->slice = *slice;
+    r->kind = kind;
+    r->data = data;
+    regs->n++;
+    return CKPT_OK;
+}
+
+void ckpt__regs_clear(ckpt__regs *regs)
+{
+    for (size_t i = 0; i < regs->n; i++) {
+        free(regs->v[i].name);
+        free(regs->v[i].stored);
+    }
+    regs->n = 0;
+}
+
+void ckpt__regs_free(ckpt__regs *regs)
+{
+    ckpt__regs_clear(regs);
+    free(regs->v);
+    regs->v = NULL;
+    regs->cap = 0;
+}
+
+/* ---- sharding policy -------------------------------------------------------------------------- */
+
+int ckpt__primary_rank(const char *stored, int size)
+{
+    uint32_t h = ckpt_crc32c(stored, strlen(stored));
+    return (int)(h % (uint32_t)size);
+}
+
+static int push_piece(ckpt__pieces *out, size_t r, const ckpt_slice *box)
+{
+    ckpt__piece *np = realloc(out->v, (out->n + 1) * sizeof *np);
+    if (!np)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    out->v = np;
+    out->v[out->n].reg = r;
+    out->v[out->n].slice = *box;
+    out->n++;
+    return CKPT_OK;
+}
+
+/*
+ * Splits `box` into pieces of at most `max` bytes (max <= 0: no split) and appends them.
+ * Splits along the outermost axis whose one-index-thick slab fits, iterating the axes outside it
+ * one index at a time; when even one innermost row is larger than the limit it moves inwards, down
+ * to single elements, so it always terminates (and never produces an empty piece).
+ */
+static int shard_box(ckpt__pieces *out, size_t r, const ckpt_slice *box, size_t esize,
+                     int64_t max)
+{
+    int64_t n;
+    ckpt_slice_num_elements(&n, box);
+    int nd = box->ndims;
+    if (max <= 0 || n == 0 || (uint64_t)n * esize <= (uint64_t)max || nd == 0)
+        return push_piece(out, r, box);
+    /* inner[d] = bytes of a slab one index thick along d (all of the inner axes). */
+    uint64_t slab = esize;
+    int axis = nd - 1;
+    uint64_t inner[CKPT_MAX_DIMS] = { 0 };
+    for (int d = nd - 1; d >= 0; d--) {
+        inner[d] = slab;
+        slab *= (uint64_t)box->count[d];
+    }
+    for (int d = 0; d < nd; d++)
+        if (inner[d] <= (uint64_t)max) {
+            axis = d;
+            break;
+        }
+    int64_t k = (int64_t)((uint64_t)max / inner[axis]);
+    if (k < 1)
+        k = 1; /* one element is larger than the limit: one element per piece */
+    /* Iterate the outer axes index by index, the split axis in chunks of k. */
+    int64_t idx[CKPT_MAX_DIMS] = { 0 };
+    for (;;) {
+        ckpt_slice p = *box;
+        for (int d = 0; d < axis; d++) {
+            p.start[d] = box->start[d] + idx[d];
+            p.count[d] = 1;
+        }
+        for (int64_t off = 0; off < box->count[axis]; off += k) {
+            p.start[axis] = box->start[axis] + off;
+            p.count[axis] = box->count[axis] - off < k ? box->count[axis] - off : k;
+            int rc = push_piece(out, r, &p);
+            if (rc != CKPT_OK)
+                return rc;
+        }
+        int d = axis - 1;
+        while (d >= 0 && ++idx[d] == box->count[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    return CKPT_OK;
+}
+
+int ckpt__plan_pieces(ckpt__pieces *out, const ckpt__regs *regs, int rank, int size,
+                      int64_t max_shard_bytes)
+{
+    ckpt__pieces_free(out);
+    for (size_t i = 0; i < regs->n; i++) {
+        const ckpt__reg *g = &regs->v[i];
+        if (g->kind == CKPT_KIND_BLOB)
+            continue;
+        if (g->kind == CKPT_KIND_REPLICATED && ckpt__primary_rank(g->stored, size) != rank)
+            continue;
+        int rc = shard_box(out, i, &g->slice, ckpt_dtype_size(g->dtype), max_shard_bytes);
+        if (rc != CKPT_OK)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+void ckpt__pieces_free(ckpt__pieces *p)
+{
+    free(p->v);
+    p->v = NULL;
+    p->n = 0;
+}
+
+size_t ckpt__piece_len(const ckpt__regs *regs, const ckpt__piece *p)
+{
+    int64_t n;
+    ckpt_slice_num_elements(&n, &p->slice);
+    return (size_t)n * ckpt_dtype_size(regs->v[p->reg].dtype);
+}
+
+/* ---- a piece's bytes ---------------------------------------------------------------------------- */
+
+/* Pointer to the bytes of `box` inside registration g's buffer when they are contiguous there,
+ * else NULL (the caller copies them out). */
+static const void *contiguous_in(const ckpt__reg *g, const void *base, const ckpt_slice *box)
+{
+    int nd = g->slice.ndims, d = 0;
+    while (d < nd && box->count[d] == 1 && g->slice.count[d] != 1)
+        d++;
+    /* axes after the first partial one must be whole */
+    for (int e = d + 1; e < nd; e++)
+        if (box->count[e] != g->slice.count[e])
+            return NULL;
+    size_t esize = ckpt_dtype_size(g->dtype);
+    uint64_t off = 0;
+    for (int e = 0; e < nd; e++)
+        off = off * (uint64_t)g->slice.count[e] + (uint64_t)(box->start[e] - g->slice.start[e]);
+    return (const uint8_t *)base + off * esize;
+}
+
+int ckpt__piece_bytes(const ckpt__reg *g, const void *data, const ckpt__piece *p,
+                      ckpt__scratch *scratch, const void **out, size_t *len)
+{
+    int64_t n;
+    ckpt_slice_num_elements(&n, &p->slice);
+    size_t esize = ckpt_dtype_size(g->dtype);
+    *len = (size_t)n * esize;
+    if (n == 0) {
+        *out = data ? data : (const void *)"";
+        return CKPT_OK;
+    }
+    if (ckpt_slice_equal(&p->slice, &g->slice)) {
+        *out = data;
+        return CKPT_OK;
+    }
+    const void *direct = contiguous_in(g, data, &p->slice);
+    if (direct) {
+        *out = direct;
+        return CKPT_OK;
+    }
+    if (*len > scratch->size) {
+        void *ns = realloc(scratch->buf, *len);
+        if (!ns)
+            return ckpt__error(CKPT_ENOMEM, "out of memory");
+        scratch->buf = ns;
+        scratch->size = *len;
+    }
+    int rc = ckpt_slice_copy(scratch->buf, &p->slice, data, &g->slice, &p->slice, esize);
+    *out = scratch->buf;
+    return rc;
+}
+
+/* ---- the plan's fragment ------------------------------------------------------------------------ */
+
+static int cmp_tensor_name(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, (*(Mpickpt__Tensor *const *)elem)->name);
+}
+
+int ckpt__plan_fragment(Mpickpt__Fragment *f, const ckpt__regs *regs, const ckpt__pieces *pieces,
+                        int rank)
+{
+    char file[32];
+    snprintf(file, sizeof file, "plan-%d", rank);
+    f->rank = rank;
+    size_t cap = 0;
+    int rc = ckpt__fragment_add_file(f, file, 0);
+    /* pieces are made registration by registration, in order: one pass over both */
+    size_t j = 0;
+    for (size_t i = 0; i < regs->n && rc == CKPT_OK; i++) {
+        const ckpt__reg *g = &regs->v[i];
+        if (g->kind == CKPT_KIND_BLOB)
+            continue;
+        size_t first = j;
+        while (j < pieces->n && pieces->v[j].reg == i)
+            j++;
+        Mpickpt__Tensor *t;
+        if ((rc = ckpt__fragment_tensor(&t, f, &cap, g->stored, g->dtype, &g->shape, g->kind,
+                                        j - first)) != CKPT_OK)
+            break;
+        ckpt_slice zero = { 0, { 0 }, { 0 } };
+        zero.ndims = g->shape.ndims;
+        for (size_t k = first; k < j && rc == CKPT_OK; k++)
+            rc = ckpt__fragment_piece(t, k - first, rank, &pieces->v[k].slice, file,
+                                      "/tensors/plan", &zero, ckpt__piece_len(regs, &pieces->v[k]),
+                                      0);
+    }
+    return rc;
+}
+
+int ckpt__plan_check_replicated(const Mpickpt__Index *plan, Mpickpt__Fragment *const *frags,
+                                size_t nfrags, int size)
+{
+    size_t n = plan->n_tensors;
+    int *count = calloc(n ? n : 1, sizeof *count);
+    if (!count)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t f = 0; f < nfrags; f++)
+        for (size_t i = 0; i < frags[f]->n_tensors; i++) {
+            const Mpickpt__Tensor *t = frags[f]->tensors[i];
+            if (t->kind != MPICKPT__KIND__KIND_REPLICATED)
+                continue;
+            Mpickpt__Tensor **hit = bsearch(t->name, plan->tensors, n, sizeof *plan->tensors,
+                                            cmp_tensor_name);
+            if (hit)
+                count[hit - plan->tensors]++;
+        }
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < n; i++)
+        if (plan->tensors[i]->kind == MPICKPT__KIND__KIND_REPLICATED && count[i] != size) {
+            rc = ckpt__error(CKPT_EMISMATCH,
+                             "replicated tensor '%s' is registered on %d of %d ranks (every rank "
+                             "must register a replicated tensor)",
+                             plan->tensors[i]->name, count[i], size);
+            break;
+        }
+    free(count);
+    return rc;
+}

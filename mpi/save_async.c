@@ -1,0 +1,227 @@
+/*
+ * Sync and async saves (DESIGN §5): a save is prepared on the caller's thread (save_protocol.c,
+ * with a snapshot of every registration in async mode), then steps 2-5 run inline or on the
+ * writer thread, on its own communicator, one save in flight at a time. A background failure is
+ * reported on every rank by the next save, sync or close.
+ */
+#include "saver_internal.h"
+
+#include "fsutil.h"
+#include "mpickpt/collective.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Snapshot buffers for async saves: one per registration (and per blob), allocated once and reused
+ * while the plan holds; a registration's buffer is what its save reads. */
+int ckpt__save_snapshot(ckpt_saver *s, save_job *j)
+{
+    if (s->snap_n != s->regs.n) {
+        for (size_t i = 0; i < s->snap_n; i++)
+            free(s->snap[i]);
+        free(s->snap);
+        free(s->snap_cap);
+        s->snap = calloc(s->regs.n ? s->regs.n : 1, sizeof *s->snap);
+        s->snap_cap = calloc(s->regs.n ? s->regs.n : 1, sizeof *s->snap_cap);
+        s->snap_n = s->snap && s->snap_cap ? s->regs.n : 0;
+        if (!s->snap || !s->snap_cap)
+            return ckpt__error(CKPT_ENOMEM, "out of memory for snapshot buffers");
+    }
+    for (size_t i = 0; i < s->regs.n; i++) {
+        const ckpt__reg *g = &s->regs.v[i];
+        size_t need;
+        if (g->kind == CKPT_KIND_BLOB) {
+            need = j->c.blob_len[i];
+        } else {
+            int64_t n;
+            ckpt_slice_num_elements(&n, &g->slice);
+            need = (size_t)n * ckpt_dtype_size(g->dtype);
+        }
+        if (need > s->snap_cap[i]) {
+            /* Grow (first save, or a blob got bigger); touch the pages now, not mid-copy. */
+            void *nb = realloc(s->snap[i], need);
+            if (!nb)
+                return ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu snapshot bytes",
+                                   s->rank, need);
+            memset(nb, 0, need);
+            s->snap[i] = nb;
+            s->snap_cap[i] = need;
+        }
+        if (g->kind == CKPT_KIND_BLOB) {
+            if (need)
+                memcpy(s->snap[i], j->c.blob_data[i], need);
+            j->c.blob_data[i] = s->snap[i];
+        } else {
+            if (need)
+                memcpy(s->snap[i], g->data, need);
+            j->c.src[i] = s->snap[i];
+        }
+    }
+    return CKPT_OK;
+}
+
+
+static void *writer_main(void *arg)
+{
+    save_job *j = arg;
+    j->result = ckpt__save_run(j);
+    if (j->result != CKPT_OK) {
+        const ckpt_error *e = ckpt_error_last();
+        snprintf(j->message, sizeof j->message, "%s", e ? e->message : ckpt_strerror(j->result));
+    }
+    pthread_mutex_lock(&j->s->lock);
+    j->s->job_done = 1;
+    pthread_cond_broadcast(&j->s->cond);
+    pthread_mutex_unlock(&j->s->lock);
+    return NULL;
+}
+
+/*
+ * Waits for the save in flight, up to `timeout` seconds (< 0: forever). Returns CKPT_OK when there
+ * was none or it committed, its error (the same on every rank: the job's result was agreed) when it
+ * failed, and CKPT_ETIMEDOUT when it is still running. Local, but every rank gets the same result.
+ */
+int ckpt__save_wait(ckpt_saver *s, double timeout)
+{
+    if (!s->job)
+        return CKPT_OK;
+    pthread_mutex_lock(&s->lock);
+    if (timeout < 0) {
+        while (!s->job_done)
+            pthread_cond_wait(&s->cond, &s->lock);
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)timeout;
+        until.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!s->job_done)
+            if (pthread_cond_timedwait(&s->cond, &s->lock, &until) != 0)
+                break;
+    }
+    int done = s->job_done;
+    pthread_mutex_unlock(&s->lock);
+    if (!done)
+        return ckpt__error(CKPT_ETIMEDOUT, "the background save of %s is still running",
+                           s->job->c.n.prefix);
+    pthread_join(s->thread, NULL);
+    save_job *j = s->job;
+    s->job = NULL;
+    int rc = j->result;
+    if (rc == CKPT_OK) {
+        s->counter = j->counter > s->counter ? j->counter : s->counter;
+    } else {
+        ckpt__error(rc, "background save of %s failed: %s", j->c.n.prefix, j->message);
+    }
+    ckpt__save_job_free(j);
+    return rc;
+}
+
+/* Runs a prepared job inline (sync) or hands it to the writer thread (async). */
+int ckpt__save_start(ckpt_saver *s, save_job *j)
+{
+    j->t_block = ckpt__mono_seconds() - j->t_start;
+    j->since_prev = s->last_save_start > 0 ? j->t_start - s->last_save_start : 0.0;
+    if (!s->async) {
+        int rc = ckpt__save_run(j);
+        if (rc == CKPT_OK && j->counter > s->counter)
+            s->counter = j->counter;
+        j->t_block = ckpt__mono_seconds() - j->t_start;
+        s->last_save_start = j->t_start;
+        ckpt__save_job_free(j);
+        return rc;
+    }
+    j->c.comm = s->async_comm;
+    s->job = j;
+    s->job_done = 0;
+    s->last_save_start = j->t_start;
+    if (pthread_create(&s->thread, NULL, writer_main, j) != 0) {
+        /* Cannot happen on a healthy system; run it here rather than lose the save. */
+        s->job_done = 1;
+        j->result = ckpt__save_run(j);
+        return ckpt__save_wait(s, -1);
+    }
+    return CKPT_OK;
+}
+
+/* A whole save at an exact prefix with an optional commit hook. Collective. */
+int ckpt__saver_save_hook(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                          int64_t counter, ckpt__commit_hook hook, void *payload)
+{
+    double t_start = ckpt__mono_seconds();
+    /* At most one save in flight: wait for the previous one; its failure is this call's error. */
+    int rc = ckpt__save_wait(s, -1);
+    if (rc == CKPT_OK)
+        rc = ckpt__save_take_pending(s);
+    if (rc != CKPT_OK)
+        return rc;
+    save_job *j;
+    if ((rc = ckpt__save_prepare(s, prefix, info, counter, &j)) != CKPT_OK)
+        return rc;
+    j->t_start = t_start;
+    j->hook = hook;
+    j->hook_payload = payload;
+    return ckpt__save_start(s, j);
+}
+
+int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *info)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    return ckpt__saver_save_hook(s, prefix ? prefix : "", info, 0, NULL, NULL);
+}
+
+int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info, char *out,
+                    size_t out_size)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    /* The number depends on the previous save's outcome: wait for it first. */
+    int rc = ckpt__save_wait(s, -1);
+    if (rc == CKPT_OK)
+        rc = ckpt__save_take_pending(s);
+    if (rc != CKPT_OK)
+        return rc;
+    char name[4096];
+    int64_t n = s->counter + 1;
+    int local = ckpt__path(name, sizeof name, "%s-%lld", prefix ? prefix : "", (long long)n);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        return rc;
+    if ((rc = ckpt__saver_save_hook(s, name, info, n, NULL, NULL)) == CKPT_OK && out && out_size)
+        snprintf(out, out_size, "%s", name);
+    return rc;
+}
+
+void ckpt__saver_wait_keep(ckpt_saver *s)
+{
+    int rc = ckpt__save_wait(s, -1);
+    if (rc != CKPT_OK && s->pending_rc == CKPT_OK) {
+        s->pending_rc = rc;
+        snprintf(s->pending_msg, sizeof s->pending_msg, "%s", ckpt_error_last()->message);
+    }
+}
+
+int ckpt_saver_sync(ckpt_saver *s)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    int rc = ckpt__save_wait(s, -1);
+    return rc != CKPT_OK ? rc : ckpt__save_take_pending(s);
+}
+
+/* A background failure that restore waited for is reported by the next save, sync or close. */
+int ckpt__save_take_pending(ckpt_saver *s)
+{
+    int rc = s->pending_rc;
+    if (rc != CKPT_OK) {
+        s->pending_rc = CKPT_OK;
+        ckpt__error(rc, "%s", s->pending_msg);
+    }
+    return rc;
+}
+

@@ -1,0 +1,129 @@
+/*
+ * The collective saver's state, shared by its modules (not installed):
+ *   saver.c          create (settings decided by rank 0), registration, close, borrowers
+ *   save_protocol.c  the save protocol of DESIGN §4: prefix, plan, write, agree, merge, commit
+ *   save_shared.c    the shared-layout writer (one file through MPI-IO)
+ *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting
+ *   restore.c        the collective restore
+ * The MPI-free phases are in lib/: plan.c (registrations, sharding), shard.c (a rank's data
+ * file, packing, reservation), record.c (what was written, as a fragment), commit.c, paths.c.
+ */
+#ifndef MPICKPT_SAVER_INTERNAL_H
+#define MPICKPT_SAVER_INTERNAL_H
+
+#include "mpickpt/saver.h"
+
+#include "arena.h"
+#include "mpi_internal.h"
+#include "paths.h"
+#include "plan.h"
+#include "record.h"
+#include "shard.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct save_job save_job;
+
+struct ckpt_saver {
+    MPI_Comm comm;
+    /* async mode: a writer thread with its own communicator runs one save at a time */
+    int async;
+    MPI_Comm async_comm;
+    save_job *job; /* the save in flight, or NULL */
+    int job_done;  /* guarded by lock */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    atomic_int abandon; /* set by a close that timed out: the save in flight must not commit */
+    int pending_rc;     /* a background failure seen by restore, reported by the next call */
+    char pending_msg[2048];
+    void **snap; /* snapshot buffers, one per registration, reused */
+    size_t *snap_cap;
+    size_t snap_n;
+    double last_save_start;
+    ckpt_save_metrics last_metrics; /* guarded by lock */
+    int have_metrics;
+    int rank, size;
+    ckpt_saver_options opts;
+    ckpt_layout layout;
+    ckpt__regs regs;
+    int dirty; /* registrations changed since the plan was made */
+    /* The plan: every rank's registrations (without blobs), merged and validated. */
+    int have_plan;
+    Mpickpt__Fragment **plan_frags; /* unpacked into plan_arena, freed with it */
+    ckpt__arena *plan_arena;
+    size_t plan_nfrags;
+    Mpickpt__Index plan;
+    /* Pieces this rank stores, derived from its registrations and the sharding policy. */
+    ckpt__pieces pieces;
+    ckpt__shard_bufs bufs; /* scratch and pack staging, kept across saves */
+    int64_t counter;
+    /* Borrowers (managers) told when the saver is freed; hook_running is set (under lock) while
+     * a commit hook runs on the writer thread. */
+    struct borrower {
+        void (*gone)(void *payload);
+        void *payload;
+    } *borrowers;
+    size_t nborrowers;
+    int hook_running;
+    int reserve; /* the up-front space reservation (MPICKPT_RESERVE), decided by rank 0 */
+};
+
+/*
+ * Where a save goes. Every file is reached by descriptor (lib/fsutil.h): dirfd is the checkpoint's
+ * directory, workfd the directory holding workertemp_<r>, tempfd this rank's in-flight directory
+ * (lib/paths.h). Names are kept for messages only.
+ */
+typedef struct save_ctx {
+    ckpt__save_names n;
+    int dirfd, workfd, tempfd;
+    ckpt__record rec;       /* what this rank wrote */
+    MPI_Comm comm;          /* the saver's (sync) or its writer thread's (async) communicator */
+    const void **src;       /* per registration: where its bytes are read from */
+    const void **blob_data; /* blobs produced by the registered savers for this save */
+    size_t *blob_len;
+} save_ctx;
+
+/* A save: prepared on the caller's thread, written inline (sync) or by the writer thread. */
+struct save_job {
+    ckpt_saver *s;
+    save_ctx c;
+    ckpt_save_info info;
+    int64_t counter;
+    ckpt__commit_hook hook;
+    void *hook_payload;
+    double t_start, t_block; /* caller's clock: start of save, time it blocked */
+    double since_prev;       /* from the previous save's start to this one's */
+    double t_write, t_agree, t_merge, t_commit;
+    uint64_t bytes;          /* this rank's stored bytes */
+    int result;
+    char message[2048];      /* the writer thread's error message */
+};
+
+double ckpt__now_seconds(void);
+double ckpt__mono_seconds(void);
+
+/* save_protocol.c */
+int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size);
+int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                       int64_t counter, save_job **out);
+int ckpt__save_run(save_job *j);
+void ckpt__save_job_free(save_job *j);
+void ckpt__save_free_plan(ckpt_saver *s);
+void ckpt__free_frags(Mpickpt__Fragment **f, ckpt__arena *arena);
+int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                              Mpickpt__Fragment ***out, ckpt__arena **arena);
+/* this rank's shard input for the save of context c */
+void ckpt__save_shard_input(const ckpt_saver *s, const save_ctx *c, ckpt__shard_input *in);
+
+/* save_shared.c: the shared layout's write, collective over c->comm */
+int ckpt__save_write_shared(ckpt_saver *s, save_ctx *c);
+
+/* save_async.c */
+int ckpt__save_snapshot(ckpt_saver *s, save_job *j);
+int ckpt__save_start(ckpt_saver *s, save_job *j);
+int ckpt__save_wait(ckpt_saver *s, double timeout);
+int ckpt__save_take_pending(ckpt_saver *s);
+
+#endif

@@ -8,6 +8,7 @@
  * caller's choice); see ckpt__ckptdir_open() for which entries below it are trusted.
  */
 #include "fsutil.h"
+#include "paths.h"
 
 #include "mpickpt/crc32c.h"
 
@@ -178,13 +179,13 @@ int ckpt__ckptdir_open(int *dirfd, int *workfd, const char *path, int create)
     if ((rc = ckpt__split_path(parent, sizeof parent, last, sizeof last, buf)) != CKPT_OK)
         return rc;
     int work = -1, dir = -1;
-    if (strcmp(last, "chief") == 0) {
+    if (strcmp(last, CKPT__CHIEF_DIR) == 0) {
         /* The training-state layout: <work>/chief and <work>/workertemp_<r>. <work> is the
          * caller's; chief/ is an entry of it like any other. */
         if ((create && (rc = ckpt__mkdir_p(parent, 0755)) != CKPT_OK) ||
             (rc = ckpt__dir_open(&work, parent)) != CKPT_OK)
             return rc;
-        if ((rc = ckpt__subdir_open(&dir, work, "chief", create, parent)) != CKPT_OK) {
+        if ((rc = ckpt__subdir_open(&dir, work, CKPT__CHIEF_DIR, create, parent)) != CKPT_OK) {
             close(work);
             return rc;
         }

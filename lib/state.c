@@ -3,6 +3,7 @@
 
 #include "fsutil.h"
 #include "index.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -323,28 +324,6 @@ static int all_digits(const char *s, size_t n)
     return 1;
 }
 
-/* Checkpoint name of a data file ("ckpt-3" for "ckpt-3.data-00001-of-00004": exactly the
- * `<name>.data-%05d-of-%05d` pattern mpickpt writes, shard below count), or 0 for anything else. */
-static int data_file_base(char *out, size_t size, const char *name)
-{
-    const char *p = strstr(name, ".data-");
-    while (p && strstr(p + 1, ".data-"))
-        p = strstr(p + 1, ".data-"); /* the last one: names may contain ".data-" themselves */
-    if (!p || p == name || (size_t)(p - name) >= size)
-        return 0;
-    const char *q = p + 6;
-    size_t a = strspn(q, "0123456789");
-    if (a < 5 || strncmp(q + a, "-of-", 4) != 0)
-        return 0;
-    const char *r = q + a + 4;
-    size_t b = strspn(r, "0123456789");
-    if (b < 5 || r[b] != '\0' || strtoull(q, NULL, 10) >= strtoull(r, NULL, 10))
-        return 0;
-    memcpy(out, name, (size_t)(p - name));
-    out[p - name] = '\0';
-    return 1;
-}
-
 /* 1 when regular file `name` of dirfd starts with `magic` (len bytes). Opens it safely. */
 static int has_magic(int dirfd, const char *name, const char *magic, size_t len)
 {
@@ -406,7 +385,7 @@ int ckpt_checkpoint_delete(const char *prefix)
     struct dirent *e;
     char b[4096];
     while ((e = readdir(d)) != NULL) {
-        if (!data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
+        if (!ckpt__data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
             continue;
         /* unlinkat removes the entry (a planted link included), never what it points to */
         if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
@@ -596,13 +575,8 @@ typedef struct gc_ctx {
  * ".pad-<rank>" (room for HDF5's metadata). */
 static int temp_content_ok(int dirfd, const char *n)
 {
-    char b[256];
-    if (!strcmp(n, "part-00000-of-00001") || data_file_base(b, sizeof b, n))
-        return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
-    if ((!strncmp(n, ".reserve-", 9) && all_digits(n + 9, strlen(n + 9))) ||
-        (!strncmp(n, ".pad-", 5) && all_digits(n + 5, strlen(n + 5))))
-        return ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0);
-    return 0;
+    return ckpt__is_temp_content_name(n) &&
+           (ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0));
 }
 
 /* Removes directory `name` of dirfd when everything in it is a file of ours (walked by descriptor;
@@ -697,7 +671,7 @@ static int gc_workertemp(gc_ctx *g, int workfd, const char *work)
     while ((e = readdir(d)) != NULL) {
         const char *n = e->d_name;
         struct stat st;
-        if (strncmp(n, "workertemp_", 11) != 0 || !all_digits(n + 11, strlen(n + 11)) ||
+        if (!ckpt__is_worker_temp_name(n) ||
             fstatat(workfd, n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
             continue;
         int r = gc_temp_dir(g, workfd, work, n, "in-flight parts of a non-chief rank");
@@ -726,7 +700,7 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         dir[n - 1] = '\0'; /* "run/chief/" is "run/chief" */
     if ((rc = ckpt__split_path(work, sizeof work, last, sizeof last, dir)) != CKPT_OK)
         return rc;
-    int is_chief = strcmp(last, "chief") == 0;
+    int is_chief = strcmp(last, CKPT__CHIEF_DIR) == 0;
     if (!is_chief)
         snprintf(work, sizeof work, "%s", dir);
     int fd, workfd;
@@ -737,7 +711,7 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
     int ours = is_checkpoint_dir(fd), work_only = 0;
     if (!ours && !is_chief) {
         int cfd;
-        if (ckpt__subdir_open(&cfd, fd, "chief", 0, dir) == CKPT_OK) {
+        if (ckpt__subdir_open(&cfd, fd, CKPT__CHIEF_DIR, 0, dir) == CKPT_OK) {
             work_only = ours = is_checkpoint_dir(cfd);
             close(cfd);
         }
@@ -771,7 +745,7 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         else if (S_ISREG(st.st_mode) &&
                  (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, STATE_FILE)))
             r = gc_file(&g, fd, n, "temp file of an unfinished index or state write");
-        else if (S_ISREG(st.st_mode) && data_file_base(base, sizeof base, n) &&
+        else if (S_ISREG(st.st_mode) && ckpt__data_file_base(base, sizeof base, n) &&
                  ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
                  !ckpt__exists_at(fd, iname) && is_our_data_file(fd, n))
             r = gc_file(&g, fd, n, "data file of a checkpoint that was never committed (no index)");
@@ -840,7 +814,7 @@ int ckpt__remove_backup_dir(const char *work)
 {
     char chief[4200];
     int ours = 0;
-    int rc = ckpt__path(chief, sizeof chief, "%s/chief", work);
+    int rc = ckpt__path(chief, sizeof chief, "%s/" CKPT__CHIEF_DIR, work);
     if (rc == CKPT_OK)
         rc = clear_checkpoint_dir(chief, &ours);
     if (rc != CKPT_OK)
@@ -855,7 +829,7 @@ int ckpt__remove_backup_dir(const char *work)
     gc_ctx g = { work, 0, NULL, NULL, 0 };
     if (ours) /* workertemp_<r> next to a chief/ that is ours are ours */
         rc = gc_workertemp(&g, wfd, work);
-    if (rc == CKPT_OK && unlinkat(wfd, "chief", AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    if (rc == CKPT_OK && unlinkat(wfd, CKPT__CHIEF_DIR, AT_REMOVEDIR) != 0 && errno != ENOENT) {
         if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
             ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",
                       chief);

@@ -7,6 +7,7 @@
 
 #include "fsutil.h"
 #include "index.h"
+#include "paths.h"
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
 
@@ -493,7 +494,7 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
     int local = t ? ckpt__path(t->dir, sizeof t->dir, "%s", dir ? dir : "")
                   : ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK)
-        local = ckpt__path(chief, sizeof chief, "%s/chief", t->dir);
+        local = ckpt__path(chief, sizeof chief, "%s/" CKPT__CHIEF_DIR, t->dir);
     int rc = ckpt_mpi_agree(ckpt__saver_comm(saver), local);
     if (rc != CKPT_OK) {
         free(t);
@@ -509,11 +510,9 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
         free(t);
         return rc;
     }
-    /* The chief's directory is authoritative: it is the manager's, minus "/chief". */
-    const char *md = t->m->dir;
-    size_t n = strlen(md);
-    if (n >= 6 && strcmp(md + n - 6, "/chief") == 0)
-        snprintf(t->dir, sizeof t->dir, "%.*s", (int)(n - 6), md);
+    /* The chief's directory is authoritative: <work> is the manager's, minus "/chief". */
+    if (ckpt__work_dir(t->dir, sizeof t->dir, t->m->dir) != CKPT_OK)
+        ckpt_error_clear(); /* no longer than the manager's own: cannot fail */
     *out = t;
     return CKPT_OK;
 }

@@ -151,14 +151,11 @@ uint32_t ckpt__index_format_version(const Mpickpt__Index *idx)
 
 /* ---- load / store ---------------------------------------------------------------------------- */
 
-int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
-                        const char *name, const char *dir)
+/* The index container in the `len` bytes just read into *buf (rc: the read's status); on failure
+ * *buf is freed and NULL. */
+static int index_open_read(int rc, uint8_t **buf, size_t len, const uint8_t **payload,
+                           size_t *plen, const char *path)
 {
-    size_t len = 0;
-    char path[4400];
-    *buf = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, dir);
     if (rc == CKPT_OK)
         rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
     if (rc != CKPT_OK) {
@@ -168,18 +165,23 @@ int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, in
     return rc;
 }
 
+int ckpt__index_read_at(uint8_t **buf, const uint8_t **payload, size_t *plen, int dirfd,
+                        const char *name, const char *dir)
+{
+    size_t len = 0;
+    char path[4400];
+    *buf = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = ckpt__read_file_at(buf, &len, dirfd, name, CKPT__MAX_INDEX_BYTES, dir);
+    return index_open_read(rc, buf, len, payload, plen, path);
+}
+
 int ckpt__index_read(uint8_t **buf, const uint8_t **payload, size_t *plen, const char *path)
 {
     size_t len = 0;
     *buf = NULL;
     int rc = ckpt__read_file(buf, &len, path, CKPT__MAX_INDEX_BYTES);
-    if (rc == CKPT_OK)
-        rc = ckpt__container_open(payload, plen, *buf, len, CKPT__MAGIC_INDEX, path);
-    if (rc != CKPT_OK) {
-        free(*buf);
-        *buf = NULL;
-    }
-    return rc;
+    return index_open_read(rc, buf, len, payload, plen, path);
 }
 
 int ckpt__index_parse(Mpickpt__Index **out, const uint8_t *payload, size_t plen, const char *path,

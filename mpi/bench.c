@@ -311,17 +311,7 @@ int main(int argc, char **argv)
     int do_large = all || !strcmp(sc, "large"), do_small = all || !strcmp(sc, "small");
     int do_restore = all || !strcmp(sc, "restore"), do_async = all || !strcmp(sc, "async");
     int uses_large = do_large || do_restore || do_async;
-    /* small's bytes (the same sequence as small_init) */
-    size_t small_bytes = 0;
-    if (do_small) {
-        uint64_t x = 88172645463325252ull;
-        size_t lo = (size_t)o.min_kb * 1024, hi = (size_t)o.max_kb * 1024;
-        for (int i = 0; i < o.tensors; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            size_t len = (lo + (size_t)(x % (hi - lo + 1))) & ~(size_t)3;
-            small_bytes += len < 4 ? 4 : len;
-        }
-    }
+    size_t small_bytes = do_small ? small_model_bytes(&o) : 0;
     if (!check_dir(&o, uses_large ? (size_t)o.mb << 20 : 0, small_bytes)) {
         MPI_Finalize();
         return 3;

@@ -76,6 +76,7 @@ typedef struct large_model {
 } large_model;
 
 void large_init(large_model *m, long mb);
+size_t small_model_bytes(const opts *o); /* per rank, as the small scenario allocates them */
 void run_large(const opts *o, large_model *m);
 void run_small(const opts *o);
 void run_restore(const opts *o, large_model *m);

@@ -13,18 +13,24 @@ static uint64_t full_base(int owner, int k)
     return (uint64_t)owner * 7919u + (uint64_t)k * 104729u;
 }
 
+/* The values the large model saves (large_check(m, 0) expects them back). */
+static void large_fill(large_model *m)
+{
+    size_t n = m->tbytes / sizeof(float);
+    for (int k = 0; k < NT; k++)
+        fill_linear(m->t[k], n,
+                    k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS : full_base(g_rank, k));
+}
+
 void large_init(large_model *m, long mb)
 {
     m->bytes = (size_t)mb << 20;
     m->tbytes = m->bytes / NT;
     m->R = (int64_t)(m->tbytes / (COLS * sizeof(float)));
     m->arena = alloc_touched(m->bytes);
-    size_t n = m->tbytes / sizeof(float);
-    for (int k = 0; k < NT; k++) {
+    for (int k = 0; k < NT; k++)
         m->t[k] = (float *)(m->arena + (size_t)k * m->tbytes);
-        fill_linear(m->t[k], n,
-                    k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS : full_base(g_rank, k));
-    }
+    large_fill(m);
 }
 
 /* Registers the large model: as written (reshard = 0), or resharded (1): rank r takes rows
@@ -100,19 +106,36 @@ typedef struct small_model {
     size_t *off, *len;
 } small_model;
 
+#define SMALL_SEED 88172645463325252ull /* xorshift, the same sequence on every rank */
+
+/* The next tensor's size: A..B KiB, whole float32s, at least one. */
+static size_t small_next_len(uint64_t *x, const opts *o)
+{
+    size_t lo = (size_t)o->min_kb * 1024, hi = (size_t)o->max_kb * 1024;
+    *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+    size_t len = lo + (size_t)(*x % (hi - lo + 1));
+    len &= ~(size_t)3; /* whole float32s */
+    return len < 4 ? 4 : len;
+}
+
+size_t small_model_bytes(const opts *o)
+{
+    uint64_t x = SMALL_SEED;
+    size_t total = 0;
+    for (int i = 0; i < o->tensors; i++)
+        total += small_next_len(&x, o);
+    return total;
+}
+
 static void small_init(small_model *m, const opts *o)
 {
     m->k = o->tensors;
     m->off = calloc((size_t)m->k, sizeof *m->off);
     m->len = calloc((size_t)m->k, sizeof *m->len);
-    uint64_t x = 88172645463325252ull; /* xorshift, the same sequence on every rank */
-    size_t lo = (size_t)o->min_kb * 1024, hi = (size_t)o->max_kb * 1024, total = 0;
+    uint64_t x = SMALL_SEED;
+    size_t total = 0;
     for (int i = 0; i < m->k; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        size_t len = lo + (size_t)(x % (hi - lo + 1));
-        len &= ~(size_t)3; /* whole float32s */
-        if (len < 4)
-            len = 4;
+        size_t len = small_next_len(&x, o);
         m->off[i] = total;
         m->len[i] = len;
         total += len;
@@ -397,11 +420,7 @@ void run_restore(const opts *o, large_model *m)
     ckpt_saver_free(s);
     delete_ckpt(prefix);
     remove_all(base);
-    /* the buffers hold the resharded values now: back to the saved ones */
-    size_t n = m->tbytes / sizeof(float);
-    for (int k = 0; k < NT; k++)
-        fill_linear(m->t[k], n,
-                    k == 0 ? (uint64_t)g_rank * (uint64_t)m->R * COLS : full_base(g_rank, k));
+    large_fill(m); /* the buffers hold the resharded values now: back to the saved ones */
 }
 
 /* ---- async ----------------------------------------------------------------------------------- */

@@ -1,12 +1,17 @@
-/* Internal: the on-disk container, and building, merging and validating the index. */
+/* Internal: the index's on-disk container, load and store (lib/index.c). Also brings in the other
+ * modules of the index, so that one include serves their users: validation (validate.h), the
+ * chief's merge (merge.h) and a writer's fragment (fragment.h). */
 #ifndef MPICKPT_INDEX_H
 #define MPICKPT_INDEX_H
 
+#include "fragment.h"
 #include "fsutil.h"
 #include "internal.h"
+#include "merge.h"
 #include "mpickpt.pb-c.h"
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/slice.h"
+#include "validate.h"
 
 #include <stdint.h>
 
@@ -67,53 +72,9 @@ int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
 int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
                                 const char *shown);
 
-/*
- * Validates an index: header (version, world size, layout, save counter in [0,
- * CKPT__COUNTER_MAX]), files (safe names, unique), tensors (UTF-8 names, sorted and unique,
- * dtype, shape, kind) and pieces (slice inside the shape, owning rank, file listed, dataset path
- * "/tensors/<one component>" or "/packs/<one component>", byte count; no duplicate or overlapping
- * slices; pieces cover the whole tensor). Problems are reported with `bad` (CKPT_ECORRUPT for a
- * file read from disk, CKPT_EMISMATCH for a merge of what ranks registered), naming the tensor and
- * the ranks involved. O(d n log n) for n pieces of d dimensions.
- */
-int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
-
-/* Caps the work ckpt__index_validate() spends naming an overlapping pair when a tensor's pieces do
- * not tile it (in piece-dimension visits; 0: the default, about 64 million); past the cap the
- * message only says that the pieces overlap or leave a gap. For tests; not thread-safe. */
-void ckpt__index_set_search_budget(uint64_t visits);
-
-/*
- * Merges per-rank fragments into `out` (whose header the caller sets): tensors of the same name are
- * combined (dtype, shape and kind must agree: CKPT_EMISMATCH naming both ranks), sorted by name,
- * and files concatenated; then the result is validated with CKPT_EMISMATCH. `out` borrows the
- * fragments' names, pieces and files: free it with ckpt__index_merged_free() before the fragments.
- */
-int ckpt__index_merge(Mpickpt__Index *out, Mpickpt__Fragment *const *frags, size_t n);
-void ckpt__index_merged_free(Mpickpt__Index *idx);
-
 /* Fills a slice from a piece's (start, count) arrays; CKPT_ECORRUPT when lengths differ from nd. */
 int ckpt__piece_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
 int ckpt__piece_dataset_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
-
-/*
- * Fragments built in memory by a writer (one rank's view): ckpt__fragment_add() appends a tensor
- * entry holding one piece (copies every string and array); `cap` is the caller's capacity counter
- * (start at 0). Free with ckpt__fragment_free_built(), never with protobuf-c's free_unpacked.
- */
-int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dtype,
-                       const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
-                       const char *file, const char *dataset, const ckpt_slice *dataset_slice,
-                       uint64_t bytes, uint32_t crc);
-/* ckpt__fragment_add() for a piece whose bytes are `data` (len bytes): records their CRC-32C and,
- * when they span more than one CKPT__CRC_BLOCK, the CRC-32C of every block (format 2). */
-int ckpt__fragment_add_data(Mpickpt__Fragment *f, size_t *cap, const char *name,
-                            ckpt_dtype dtype, const ckpt_shape *shape, ckpt_kind kind,
-                            const ckpt_slice *slice, const char *file, const char *dataset,
-                            const ckpt_slice *dataset_slice, const void *data, size_t len);
-
-int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
-void ckpt__fragment_free_built(Mpickpt__Fragment *f);
 
 /* The state file's payload, with (container = 1) or without the on-disk container; the MPI layer
  * broadcasts the bare payload. */

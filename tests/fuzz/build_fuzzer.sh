@@ -54,7 +54,8 @@ mkdir -p "$(dirname "$out")"
     -I"$src/include" -I"$src/lib" -I"$build/proto" \
     $(pkg-config --cflags libprotobuf-c) \
     "$src/tests/fuzz/fuzz_index.c" \
-    "$src/lib/index.c" "$src/lib/utf8.c" "$src/lib/slice.c" "$src/lib/crc32c.c" \
+    "$src/lib/index.c" "$src/lib/validate.c" "$src/lib/tiling.c" "$src/lib/merge.c" \
+    "$src/lib/fragment.c" "$src/lib/utf8.c" "$src/lib/slice.c" "$src/lib/crc32c.c" \
     "$src/lib/dtype.c" "$src/lib/error.c" "$src/lib/fsutil.c" \
     "$pb_c" \
     $(pkg-config --libs libprotobuf-c) \

@@ -4,7 +4,11 @@
 
 #include "fsutil.h"
 #include "h5io.h"
+#include "commit.h"
 #include "index.h"
+#include "paths.h"
+#include "record.h"
+#include "shard.h"
 #include "mpickpt/crc32c.h"
 
 #include <errno.h>
@@ -20,23 +24,14 @@ static void writer_free_impl(ckpt_writer *w);
 /* ==== writer ================================================================================= */
 
 struct ckpt_writer {
-    char prefix[4096];
-    char index_path[4200];
-    char temp_dir[4200];
-    char temp_data[4400];
-    char final_data[4400];
-    char data_name[300]; /* final data file name, relative to the checkpoint's directory */
-    char dir[4096];
-    char index_name[300];
-    char temp_name[300]; /* <base>_temp in dirfd, holding part-00000-of-00001 */
+    ckpt__save_names n; /* rank 0 of 1 (lib/paths.h): <base>_temp holds the data file in flight */
     int dirfd, tempfd, datafd;
     int padfd;         /* room for HDF5's metadata flush (ckpt__pad_create), released at commit */
     uint64_t pad_size;
     int failed;        /* a write into the file failed: it is abandoned, never flushed to disk */
     ckpt_writer_options opts;
     hid_t file;
-    Mpickpt__Fragment frag;
-    size_t cap;
+    ckpt__record rec;  /* what was written (lib/record.h) */
     int committed;
 };
 
@@ -58,56 +53,25 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
     w->opts = opts ? *opts : defaults;
     w->file = H5I_INVALID_HID;
     w->dirfd = w->tempfd = w->datafd = w->padfd = -1;
-    mpickpt__fragment__init(&w->frag);
-    char *dir = w->dir, base[4096];
+    ckpt__record_init(&w->rec);
+    char h5path[4800];
     int rc;
-    if ((rc = ckpt__path(w->prefix, sizeof w->prefix, "%s", prefix)) ||
-        (rc = ckpt__split_path(dir, sizeof w->dir, base, sizeof base, prefix)) ||
-        (rc = ckpt__path(w->index_path, sizeof w->index_path, "%s.index", prefix)) ||
-        (rc = ckpt__path(w->temp_dir, sizeof w->temp_dir, "%s_temp", prefix)) ||
-        (rc = ckpt__path(w->temp_data, sizeof w->temp_data, "%s/part-00000-of-00001",
-                         w->temp_dir)) ||
-        (rc = ckpt__path(w->data_name, sizeof w->data_name, "%s.data-00000-of-00001", base)) ||
-        (rc = ckpt__path(w->final_data, sizeof w->final_data, "%s/%s", dir, w->data_name)))
-        goto fail;
-    if (!ckpt__safe_filename(base) || strlen(base) > 200) {
-        rc = ckpt__error(CKPT_EINVAL, "checkpoint prefix '%s' needs a file name part of 1..200 "
-                                      "bytes",
-                         prefix);
-        goto fail;
-    }
-    snprintf(w->index_name, sizeof w->index_name, "%s.index", base);
-    snprintf(w->temp_name, sizeof w->temp_name, "%s_temp", base);
-    if ((rc = ckpt__ckptdir_open(&w->dirfd, NULL, dir, 1)) != CKPT_OK)
-        goto fail;
-    if (!w->opts.overwrite && ckpt__exists_at(w->dirfd, w->index_name)) {
-        rc = ckpt__error(CKPT_EEXISTS, "checkpoint %s already exists", w->index_path);
-        goto fail;
-    }
-    /* A temp dir left by a crashed writer of the same prefix is garbage; anything else under that
-     * name (a planted link) is refused. The data file is created by us (O_EXCL) and reached by
-     * HDF5 through its descriptor. */
-    struct stat st;
-    char h5path[4600];
-    if (fstatat(w->dirfd, w->temp_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
-        rc = ckpt__error(CKPT_ECORRUPT,
-                         "refusing to use %s: it is %s, not a directory (mpickpt never follows "
-                         "links inside a checkpoint directory; remove it)",
-                         w->temp_dir, ckpt__file_kind(st.st_mode));
-        goto fail;
-    }
-    if ((rc = ckpt__rmtree_at(w->dirfd, w->temp_name, dir)) ||
-        (rc = ckpt__subdir_open(&w->tempfd, w->dirfd, w->temp_name, 1, dir)) ||
-        (rc = ckpt__file_create(&w->datafd, w->tempfd, "part-00000-of-00001", O_RDWR,
-                                w->temp_dir)) ||
-        (rc = ckpt__pad_create(&w->padfd, w->tempfd, ".pad-0", w->pad_size = (uint64_t)256 << 10,
-                               w->temp_dir)) ||
-        (rc = ckpt__fd_path(h5path, sizeof h5path, w->datafd, w->temp_data)))
+    /* The checkpoint's names; a temp dir left by a crashed writer of the same prefix is garbage,
+     * anything else under that name (a planted link) is refused (ckpt__temp_fresh). The data file
+     * is created by us (O_EXCL) and reached by HDF5 through its descriptor. */
+    if ((rc = ckpt__save_names_init(&w->n, prefix, 0, 1, 0)) ||
+        (rc = ckpt__ckptdir_open(&w->dirfd, NULL, w->n.dir, 1)) ||
+        (rc = ckpt__temp_fresh(&w->n, w->dirfd, &w->tempfd, w->opts.overwrite)) ||
+        (rc = ckpt__file_create(&w->datafd, w->tempfd, w->n.data_name, O_RDWR,
+                                w->n.chief_temp)) ||
+        (rc = ckpt__pad_create(&w->padfd, w->tempfd, w->n.pad_name,
+                               w->pad_size = (uint64_t)256 << 10, w->n.chief_temp)) ||
+        (rc = ckpt__fd_path(h5path, sizeof h5path, w->datafd, w->n.my_file)))
         goto fail;
     ckpt__h5_init();
     w->file = H5Fcreate(h5path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (w->file < 0) {
-        rc = ckpt__h5_error(CKPT_EIO, "create data file %s", w->temp_data);
+        rc = ckpt__h5_error(CKPT_EIO, "create data file %s", w->n.my_file);
         goto fail;
     }
     *out = w;
@@ -150,7 +114,7 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
     char path[16384];
     /* room for this dataset's share of the metadata flush at commit, taken before HDF5 writes */
     if ((rc = ckpt__pad_grow(w->padfd, w->pad_size + 4096 + 3 * (uint64_t)strlen(name),
-                             w->temp_dir)) != CKPT_OK)
+                             w->n.chief_temp)) != CKPT_OK)
         return rc;
     w->pad_size += 4096 + 3 * (uint64_t)strlen(name);
     if ((rc = ckpt__h5_dataset_path(path, sizeof path, name, is_full ? NULL : slice)) != CKPT_OK)
@@ -172,12 +136,13 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
     H5Dclose(dset);
     if (rc != CKPT_OK) {
         w->failed = 1; /* the file is abandoned: commit refuses it, free discards it */
-        return ckpt__error_wrap(rc, "tensor '%s' in %s", name, w->temp_data);
+        return ckpt__error_wrap(rc, "tensor '%s' in %s", name, w->n.my_file);
     }
-    uint32_t crc = ckpt_crc32c(data, bytes);
-    return ckpt__fragment_add(&w->frag, &w->cap, name, dtype, shape,
-                              is_full ? CKPT_KIND_FULL : CKPT_KIND_PARTITIONED, slice, w->data_name,
-                              path, &zero, (uint64_t)bytes, crc);
+    ckpt__written rec = { .name = name, .dtype = dtype,
+                          .kind = is_full ? CKPT_KIND_FULL : CKPT_KIND_PARTITIONED,
+                          .shape = *shape, .slice = *slice, .dataset = path, .dataset_slice = zero,
+                          .bytes = (uint64_t)bytes, .crc = ckpt_crc32c(data, bytes) };
+    return ckpt__record_add(&w->rec, &rec);
 }
 
 static double now_seconds(void)
@@ -194,32 +159,28 @@ static int writer_commit_impl(ckpt_writer *w)
     if (w->failed)
         return ckpt__error(CKPT_EIO, "writer of %s: an earlier write failed; nothing can be "
                                      "committed (free the writer)",
-                           w->prefix);
-    int rc = CKPT_OK, renamed = 0;
+                           w->n.prefix);
+    int rc = CKPT_OK;
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
     Mpickpt__Index idx = MPICKPT__INDEX__INIT;
-    char producer[64];
+    Mpickpt__Fragment frag = MPICKPT__FRAGMENT__INIT;
+    char producer[64], index_path[4200];
 
-    ckpt__pad_release(w->tempfd, ".pad-0", w->padfd); /* the metadata flush gets its room */
+    ckpt__pad_release(w->tempfd, w->n.pad_name, w->padfd); /* the metadata flush gets its room */
     w->padfd = -1;
     errno = 0;
     herr_t hr = H5Fclose(w->file);
     w->file = H5I_INVALID_HID;
     if (hr < 0) {
-        rc = ckpt__h5_error(CKPT_EIO, "close data file %s", w->temp_data);
-        goto fail;
+        rc = ckpt__h5_error(CKPT_EIO, "close data file %s", w->n.my_file);
+        goto out;
     }
     uint64_t size;
-    struct stat st;
-    if ((rc = ckpt__fsync_fd(w->datafd, w->temp_data)))
-        goto fail;
-    if (fstat(w->datafd, &st) != 0) {
-        rc = ckpt__errno(errno, "stat", w->temp_data);
-        goto fail;
-    }
-    size = (uint64_t)st.st_size;
-    if ((rc = ckpt__fragment_add_file(&w->frag, w->data_name, size)))
-        goto fail;
+    if ((rc = ckpt__fsync_fd(w->datafd, w->n.my_file)) ||
+        (rc = ckpt__fd_size(&size, w->datafd, w->n.my_file)) ||
+        (rc = ckpt__record_add_file(&w->rec, w->n.data_name, size)) ||
+        (rc = ckpt__record_fragment(&frag, &w->rec, 0, w->n.data_name)))
+        goto out;
 
     snprintf(producer, sizeof producer, "mpickpt %s", ckpt_version());
     hdr.format_version = CKPT_FORMAT_VERSION;
@@ -232,41 +193,25 @@ static int writer_commit_impl(ckpt_writer *w)
     hdr.timestamp = now_seconds();
     hdr.producer = producer;
     idx.header = &hdr;
-    Mpickpt__Fragment *frags[1] = {&w->frag};
+    Mpickpt__Fragment *frags[1] = { &frag };
+    snprintf(index_path, sizeof index_path, "%s.index", w->n.prefix);
     if ((rc = ckpt__index_merge(&idx, frags, 1)) != CKPT_OK)
-        goto fail;
+        goto out;
     hdr.format_version = ckpt__index_format_version(&idx);
-
-    /* Replacing a checkpoint: un-commit the old one first (its index goes), so no reader ever sees
-     * the old index with the new data. */
-    if (w->opts.overwrite && ckpt__exists_at(w->dirfd, w->index_name)) {
-        if (unlinkat(w->dirfd, w->index_name, 0) != 0) {
-            rc = ckpt__errno(errno, "unlink", w->index_path);
-            goto fail;
-        }
-        if ((rc = ckpt__fsync_fd(w->dirfd, w->dir)))
-            goto fail;
-    }
-    if (renameat(w->tempfd, "part-00000-of-00001", w->dirfd, w->data_name) != 0) {
-        rc = ckpt__errno(errno, "rename to", w->final_data);
-        goto fail;
-    }
-    renamed = 1;
-    if ((rc = ckpt__fsync_fd(w->dirfd, w->dir)))
-        goto fail;
-    /* the commit point */
-    if ((rc = ckpt__index_validate(&idx, CKPT_EMISMATCH, w->index_path)) ||
-        (rc = ckpt__index_store_merged_at(&idx, w->dirfd, w->index_name, w->dir)))
-        goto fail;
-    w->committed = 1;
+    if ((rc = ckpt__index_validate(&idx, CKPT_EMISMATCH, index_path)) != CKPT_OK)
+        goto out;
+    /* the commit (lib/commit.c): an old index of that name goes first when overwriting, then the
+     * data file into place, then the index */
+    ckpt__commit_file file = { w->tempfd, w->n.data_name, w->n.data_name };
+    ckpt__commit_req q = { .dirfd = w->dirfd, .dir = w->n.dir, .index_name = w->n.index_name,
+                           .index_shown = index_path, .idx = &idx, .files = &file, .nfiles = 1,
+                           .replace = w->opts.overwrite };
+    if ((rc = ckpt__commit(&q)) == CKPT_OK)
+        w->committed = 1;
+out:
     ckpt__index_merged_free(&idx);
-    ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
-    return CKPT_OK;
-fail:
-    ckpt__index_merged_free(&idx);
-    if (renamed)
-        unlinkat(w->dirfd, w->data_name, 0);
-    ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
+    ckpt__fragment_free_built(&frag);
+    ckpt__rmtree_at(w->dirfd, w->n.temp_name, w->n.dir);
     return rc;
 }
 
@@ -274,18 +219,18 @@ static void writer_free_impl(ckpt_writer *w)
 {
     if (!w)
         return;
-    ckpt__pad_release(w->tempfd, ".pad-0", w->padfd);
+    ckpt__pad_release(w->tempfd, w->n.pad_name, w->padfd);
     if (w->file >= 0) {
         /* never committed: its metadata goes nowhere, so closing cannot fail on a full disk */
         ckpt__h5_detach_file(w->file);
         H5Fclose(w->file);
     }
     if (!w->committed && w->tempfd >= 0) /* only the temp dir this writer made */
-        ckpt__rmtree_at(w->dirfd, w->temp_name, w->dir);
+        ckpt__rmtree_at(w->dirfd, w->n.temp_name, w->n.dir);
     ckpt__close(w->datafd);
     ckpt__close(w->tempfd);
     ckpt__close(w->dirfd);
-    ckpt__fragment_free_built(&w->frag);
+    ckpt__record_free(&w->rec);
     free(w);
 }
 

@@ -34,7 +34,8 @@ void ckpt__record_init(ckpt__record *r)
 void ckpt__record_free(ckpt__record *r)
 {
     for (size_t i = 0; i < r->n; i++) {
-        free(r->v[i].dataset);
+        free((char *)r->v[i].name);
+        free((char *)r->v[i].dataset);
         free(r->v[i].block_crc);
     }
     free(r->v);
@@ -55,7 +56,11 @@ int ckpt__record_add(ckpt__record *r, const ckpt__written *w)
     }
     ckpt__written *d = &r->v[r->n];
     *d = *w;
-    if (!(d->dataset = xstrdup(w->dataset))) {
+    d->name = xstrdup(w->name);
+    d->dataset = xstrdup(w->dataset);
+    if (!d->name || !d->dataset) {
+        free((char *)d->name);
+        free((char *)d->dataset);
         free(w->block_crc);
         return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", w->name);
     }

@@ -3,10 +3,9 @@
  * C structs while the data is written, and turned into an index fragment (protobuf) only for the
  * gather at the chief. Not installed. No MPI.
  *
- * Contract: ckpt__record_add() copies the dataset path and takes ownership of block_crc;
- * ckpt__record_add_data() computes the piece's CRC-32C and, for pieces larger than one
- * CKPT__CRC_BLOCK, the CRC of every block (format 2); names are borrowed (the registrations') and
- * must outlive the record. ckpt__record_fragment() builds the fragment the merge expects: one
+ * Contract: ckpt__record_add() copies the name and the dataset path and takes ownership of
+ * block_crc; ckpt__record_add_data() computes the piece's CRC-32C and, for pieces larger than one
+ * CKPT__CRC_BLOCK, the CRC of every block (format 2). ckpt__record_fragment() builds the fragment the merge expects: one
  * tensor entry per piece, the data files listed.
  */
 #ifndef MPICKPT_RECORD_H
@@ -24,12 +23,12 @@
 
 /* One piece as written. */
 typedef struct ckpt__written {
-    const char *name; /* borrowed */
+    const char *name;         /* owned in a record (copied by ckpt__record_add) */
     ckpt_dtype dtype;
     ckpt_kind kind;
     ckpt_shape shape;
     ckpt_slice slice;         /* the box of the tensor */
-    char *dataset;            /* owned: the HDF5 dataset holding it */
+    const char *dataset;      /* the HDF5 dataset holding it (copied likewise) */
     ckpt_slice dataset_slice; /* where in that dataset (its start; the count is slice's) */
     uint64_t bytes;
     uint32_t crc;

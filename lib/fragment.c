@@ -3,18 +3,18 @@
  * single-process writer) wrote, in the message the chief merges (ckpt__index_merge()).
  *
  * Takes a tensor's description, the piece written (slice, data file, dataset path, dataset
- * offset) and its bytes or their CRC-32C. Guarantees: every string and array is copied (the
- * caller's may go away); a piece larger than CKPT__CRC_BLOCK carries the CRC-32C of every block
- * (format 2) when added with ckpt__fragment_add_data(); on an error the fragment is unchanged.
+ * offset) and their CRC-32C. Guarantees: every string and array is copied (the caller's may go
+ * away); on an error of ckpt__fragment_add() the fragment is unchanged (lib/record.c, which
+ * records block checksums, builds its fragments with ckpt__fragment_tensor/_piece).
  * Nothing is validated here: the merge validates the whole. Free with ckpt__fragment_free_built(),
  * never with protobuf-c's free_unpacked.
  *
- * Called by the saver (mpi/saver.c), the single-process writer (lib/checkpoint.c),
- * mpickpt-merge-bench and the tests.
+ * Called by lib/record.c (what the saver and the single-process writer wrote), lib/plan.c (the
+ * plan's fragment), the shared writer's blob list (mpi/save_shared.c), mpickpt-merge-bench and
+ * the tests.
  */
 #include "fragment.h"
 
-#include "crc32c_internal.h"
 #include "index.h"
 #include "internal.h"
 #include "mpickpt/crc32c.h"
@@ -64,11 +64,11 @@ static void free_built_tensor(Mpickpt__Tensor *t)
     free(t);
 }
 
-int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dtype,
-                       const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
-                       const char *file, const char *dataset, const ckpt_slice *dataset_slice,
-                       uint64_t bytes, uint32_t crc)
+int ckpt__fragment_tensor(Mpickpt__Tensor **out, Mpickpt__Fragment *f, size_t *cap,
+                          const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                          ckpt_kind kind, size_t npieces)
 {
+    *out = NULL;
     if (f->n_tensors == *cap) {
         size_t ncap = *cap ? *cap * 2 : 16;
         Mpickpt__Tensor **nt = realloc(f->tensors, ncap * sizeof *nt);
@@ -78,20 +78,38 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
         *cap = ncap;
     }
     Mpickpt__Tensor *t = calloc(1, sizeof *t);
-    Mpickpt__Piece *p = calloc(1, sizeof *p);
-    Mpickpt__Piece **pp = malloc(sizeof *pp);
-    if (!t || !p || !pp)
-        goto nomem;
+    if (!t)
+        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
     mpickpt__tensor__init(t);
-    mpickpt__piece__init(p);
-    t->pieces = pp;
-    t->pieces[0] = p;
-    t->n_pieces = 1;
     t->name = dupstr(name);
     t->dtype = (Mpickpt__DType)dtype;
     t->kind = (Mpickpt__Kind)kind;
     t->n_shape = (size_t)shape->ndims;
     t->shape = dup64(shape->dims, shape->ndims);
+    t->pieces = calloc(npieces ? npieces : 1, sizeof *t->pieces);
+    int ok = t->name && t->shape && t->pieces;
+    for (size_t i = 0; ok && i < npieces; i++) {
+        if (!(t->pieces[i] = malloc(sizeof **t->pieces))) {
+            ok = 0;
+            break;
+        }
+        mpickpt__piece__init(t->pieces[i]);
+        t->n_pieces = i + 1;
+    }
+    if (!ok) {
+        free_built_tensor(t);
+        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
+    }
+    f->tensors[f->n_tensors++] = t;
+    *out = t;
+    return CKPT_OK;
+}
+
+int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slice *slice,
+                         const char *file, const char *dataset, const ckpt_slice *dataset_slice,
+                         uint64_t bytes, uint32_t crc)
+{
+    Mpickpt__Piece *p = t->pieces[i];
     p->n_start = p->n_count = p->n_dataset_start = (size_t)slice->ndims;
     p->start = dup64(slice->start, slice->ndims);
     p->count = dup64(slice->count, slice->ndims);
@@ -100,43 +118,24 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
     p->dataset = dupstr(dataset);
     p->bytes = bytes;
     p->crc32c = crc;
-    p->rank = f->rank;
-    if (!t->name || !t->shape || !p->start || !p->count || !p->dataset_start || !p->file ||
-        !p->dataset) {
-        free_built_tensor(t);
-        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
-    }
-    f->tensors[f->n_tensors++] = t;
+    p->rank = rank;
+    if (!p->start || !p->count || !p->dataset_start || !p->file || !p->dataset)
+        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", t->name);
     return CKPT_OK;
-nomem:
-    free(t);
-    free(p);
-    free(pp);
-    return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
 }
 
-int ckpt__fragment_add_data(Mpickpt__Fragment *f, size_t *cap, const char *name,
-                            ckpt_dtype dtype, const ckpt_shape *shape, ckpt_kind kind,
-                            const ckpt_slice *slice, const char *file, const char *dataset,
-                            const ckpt_slice *dataset_slice, const void *data, size_t len)
+int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dtype,
+                       const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
+                       const char *file, const char *dataset, const ckpt_slice *dataset_slice,
+                       uint64_t bytes, uint32_t crc)
 {
-    size_t nb = len > CKPT__CRC_BLOCK ? (len + CKPT__CRC_BLOCK - 1) / CKPT__CRC_BLOCK : 0;
-    uint32_t *blocks = nb ? malloc(nb * sizeof *blocks) : NULL;
-    if (nb && !blocks)
-        return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
-    uint32_t crc = nb ? ckpt__crc32c_blocks(data, len, CKPT__CRC_BLOCK, blocks)
-                      : ckpt_crc32c(data, len);
-    int rc = ckpt__fragment_add(f, cap, name, dtype, shape, kind, slice, file, dataset,
-                                dataset_slice, (uint64_t)len, crc);
-    if (rc != CKPT_OK) {
-        free(blocks);
-        return rc;
-    }
-    Mpickpt__Piece *p = f->tensors[f->n_tensors - 1]->pieces[0];
-    p->block_bytes = nb ? (uint32_t)CKPT__CRC_BLOCK : 0;
-    p->n_block_crc32c = nb;
-    p->block_crc32c = blocks;
-    return CKPT_OK;
+    Mpickpt__Tensor *t;
+    int rc = ckpt__fragment_tensor(&t, f, cap, name, dtype, shape, kind, 1);
+    if (rc == CKPT_OK &&
+        (rc = ckpt__fragment_piece(t, 0, f->rank, slice, file, dataset, dataset_slice, bytes,
+                                   crc)) != CKPT_OK)
+        free_built_tensor(f->tensors[--f->n_tensors]); /* the fragment stays as it was */
+    return rc;
 }
 
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes)

@@ -21,12 +21,15 @@ int ckpt__fragment_add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt
                        const ckpt_shape *shape, ckpt_kind kind, const ckpt_slice *slice,
                        const char *file, const char *dataset, const ckpt_slice *dataset_slice,
                        uint64_t bytes, uint32_t crc);
-/* ckpt__fragment_add() for a piece whose bytes are `data` (len bytes): records their CRC-32C and,
- * when they span more than one CKPT__CRC_BLOCK, the CRC-32C of every block (format 2). */
-int ckpt__fragment_add_data(Mpickpt__Fragment *f, size_t *cap, const char *name,
-                            ckpt_dtype dtype, const ckpt_shape *shape, ckpt_kind kind,
-                            const ckpt_slice *slice, const char *file, const char *dataset,
-                            const ckpt_slice *dataset_slice, const void *data, size_t len);
+/* A tensor entry with room for n pieces (appended; *out points at it), and piece i of it filled
+ * (arrays and strings copied). After an error of either, ckpt__fragment_free_built() still frees
+ * everything. */
+int ckpt__fragment_tensor(Mpickpt__Tensor **out, Mpickpt__Fragment *f, size_t *cap,
+                          const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
+                          ckpt_kind kind, size_t npieces);
+int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slice *slice,
+                         const char *file, const char *dataset, const ckpt_slice *dataset_slice,
+                         uint64_t bytes, uint32_t crc);
 
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
 void ckpt__fragment_free_built(Mpickpt__Fragment *f);

@@ -18,14 +18,6 @@ static char *xstrdup(const char *s)
     return d;
 }
 
-static int64_t *dup64(const int64_t *v, int n)
-{
-    int64_t *d = malloc((size_t)(n ? n : 1) * sizeof *d);
-    if (d && n)
-        memcpy(d, v, (size_t)n * sizeof *d);
-    return d;
-}
-
 void ckpt__record_init(ckpt__record *r)
 {
     memset(r, 0, sizeof *r);
@@ -96,62 +88,6 @@ uint64_t ckpt__record_bytes(const ckpt__record *r)
     for (size_t i = 0; i < r->n; i++)
         b += r->v[i].bytes;
     return b;
-}
-
-int ckpt__fragment_tensor(Mpickpt__Tensor **out, Mpickpt__Fragment *f, size_t *cap,
-                          const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
-                          ckpt_kind kind, size_t npieces)
-{
-    *out = NULL;
-    if (f->n_tensors == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 16;
-        Mpickpt__Tensor **nt = realloc(f->tensors, ncap * sizeof *nt);
-        if (!nt)
-            return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", name);
-        f->tensors = nt;
-        *cap = ncap;
-    }
-    Mpickpt__Tensor *t = calloc(1, sizeof *t);
-    if (!t)
-        return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", name);
-    mpickpt__tensor__init(t);
-    /* in the fragment from here on: ckpt__fragment_free_built() frees what was made */
-    f->tensors[f->n_tensors++] = t;
-    t->name = xstrdup(name);
-    t->dtype = (Mpickpt__DType)dtype;
-    t->kind = (Mpickpt__Kind)kind;
-    t->n_shape = (size_t)shape->ndims;
-    t->shape = dup64(shape->dims, shape->ndims);
-    t->pieces = calloc(npieces ? npieces : 1, sizeof *t->pieces);
-    if (!t->name || !t->shape || !t->pieces)
-        return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", name);
-    for (size_t i = 0; i < npieces; i++) {
-        if (!(t->pieces[i] = malloc(sizeof **t->pieces)))
-            return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", name);
-        mpickpt__piece__init(t->pieces[i]);
-        t->n_pieces = i + 1;
-    }
-    *out = t;
-    return CKPT_OK;
-}
-
-int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slice *slice,
-                         const char *file, const char *dataset, const ckpt_slice *dataset_slice,
-                         uint64_t bytes, uint32_t crc)
-{
-    Mpickpt__Piece *p = t->pieces[i];
-    p->n_start = p->n_count = p->n_dataset_start = (size_t)slice->ndims;
-    p->start = dup64(slice->start, slice->ndims);
-    p->count = dup64(slice->count, slice->ndims);
-    p->dataset_start = dup64(dataset_slice->start, slice->ndims);
-    p->file = xstrdup(file);
-    p->dataset = xstrdup(dataset);
-    p->bytes = bytes;
-    p->crc32c = crc;
-    p->rank = rank;
-    if (!p->start || !p->count || !p->dataset_start || !p->file || !p->dataset)
-        return ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", t->name);
-    return CKPT_OK;
 }
 
 int ckpt__record_fragment(Mpickpt__Fragment *f, const ckpt__record *r, int rank,

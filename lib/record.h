@@ -64,19 +64,6 @@ uint64_t ckpt__record_bytes(const ckpt__record *r);
 int ckpt__record_fragment(Mpickpt__Fragment *f, const ckpt__record *r, int rank,
                           const char *file);
 
-/*
- * Building fragments (the record's and the plan's): ckpt__fragment_tensor() appends a tensor entry
- * with room for n pieces (cap: the caller's capacity counter, start at 0); ckpt__fragment_piece()
- * fills piece i of it (arrays and strings copied). Everything is freed by
- * ckpt__fragment_free_built().
- */
-int ckpt__fragment_tensor(Mpickpt__Tensor **out, Mpickpt__Fragment *f, size_t *cap,
-                          const char *name, ckpt_dtype dtype, const ckpt_shape *shape,
-                          ckpt_kind kind, size_t npieces);
-int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slice *slice,
-                         const char *file, const char *dataset, const ckpt_slice *dataset_slice,
-                         uint64_t bytes, uint32_t crc);
-
 #pragma GCC visibility pop
 
 #endif

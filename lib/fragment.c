@@ -22,15 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *dupstr(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 static int64_t *dup64(const int64_t *v, int n)
 {
     int64_t *d = malloc((size_t)(n ? n : 1) * sizeof *d);
@@ -81,7 +72,7 @@ int ckpt__fragment_tensor(Mpickpt__Tensor **out, Mpickpt__Fragment *f, size_t *c
     if (!t)
         return ckpt__error(CKPT_ENOMEM, "out of memory registering tensor '%s'", name);
     mpickpt__tensor__init(t);
-    t->name = dupstr(name);
+    t->name = strdup(name);
     t->dtype = (Mpickpt__DType)dtype;
     t->kind = (Mpickpt__Kind)kind;
     t->n_shape = (size_t)shape->ndims;
@@ -114,8 +105,8 @@ int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slic
     p->start = dup64(slice->start, slice->ndims);
     p->count = dup64(slice->count, slice->ndims);
     p->dataset_start = dup64(dataset_slice->start, slice->ndims);
-    p->file = dupstr(file);
-    p->dataset = dupstr(dataset);
+    p->file = strdup(file);
+    p->dataset = strdup(dataset);
     p->bytes = bytes;
     p->crc32c = crc;
     p->rank = rank;
@@ -145,7 +136,7 @@ int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t byt
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     f->files = nf;
     Mpickpt__DataFile *d = malloc(sizeof *d);
-    char *n = dupstr(name);
+    char *n = strdup(name);
     if (!d || !n) {
         free(d);
         free(n);

@@ -649,3 +649,59 @@ int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc)
     *crc = c;
     return CKPT_OK;
 }
+
+/* ---- listings and file kinds (state file scans, gc) ------------------------------------------- */
+
+/* A listing of directory fd from its first entry (on a duplicate descriptor: fd stays open, and
+ * since the two share one read position it is rewound). NULL with errno set on failure. */
+DIR *ckpt__listing(int fd)
+{
+    int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (!d) {
+        int err = errno;
+        ckpt__close(lfd);
+        errno = err;
+        return NULL;
+    }
+    rewinddir(d);
+    return d;
+}
+
+/* listing() of fd, or an error naming `dir` with fd closed. */
+int ckpt__listing_or_close(DIR **d, int fd, const char *dir)
+{
+    if ((*d = ckpt__listing(fd)) != NULL)
+        return CKPT_OK;
+    int rc = ckpt__errno(errno, "opendir", dir);
+    close(fd);
+    return rc;
+}
+
+/* 1 when regular file `name` of dirfd starts with `magic` (len bytes). Opens it safely. */
+int ckpt__has_magic(int dirfd, const char *name, const char *magic, size_t len)
+{
+    int fd;
+    if (ckpt__file_open(&fd, NULL, dirfd, name, O_RDONLY, ".") != CKPT_OK) {
+        ckpt_error_clear();
+        return 0;
+    }
+    char head[16];
+    ssize_t n = pread(fd, head, len, 0);
+    close(fd);
+    return n == (ssize_t)len && memcmp(head, magic, len) == 0;
+}
+
+#define HDF5_SIGNATURE "\x89HDF\r\n\x1a\n"
+
+/* A data file mpickpt wrote (or started to): an HDF5 file, or empty (created, then the writer
+ * died before HDF5 wrote its superblock). */
+int ckpt__is_data_file(int dirfd, const char *name)
+{
+    uint64_t size = 0;
+    if (ckpt__stat_regular(&size, dirfd, name, ".") != CKPT_OK) {
+        ckpt_error_clear();
+        return 0;
+    }
+    return size == 0 || ckpt__has_magic(dirfd, name, HDF5_SIGNATURE, 8);
+}

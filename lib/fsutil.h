@@ -11,6 +11,7 @@
 
 #include "internal.h"
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -136,6 +137,17 @@ int ckpt__fsync_parent(const char *path);
  * it at 0), checksumming each chunk right after reading it (one pass over memory).
  * CKPT_ECORRUPT when the file ends first. */
 int ckpt__pread_crc(int fd, uint64_t off, void *buf, size_t len, uint32_t *crc);
+
+/* Listings and file kinds, for scans of a checkpoint directory (lib/state.c, lib/gc.c):
+ * ckpt__listing() lists directory fd from its first entry (a duplicate descriptor: fd stays open;
+ * NULL with errno set on failure); ckpt__listing_or_close() the same, or an error naming `dir`
+ * with fd closed; ckpt__has_magic() is 1 when regular file `name` of dirfd starts with `magic`;
+ * ckpt__is_data_file() is 1 for an HDF5 file or an empty one (a writer died before HDF5 wrote its
+ * superblock). */
+DIR *ckpt__listing(int fd);
+int ckpt__listing_or_close(DIR **d, int fd, const char *dir);
+int ckpt__has_magic(int dirfd, const char *name, const char *magic, size_t len);
+int ckpt__is_data_file(int dirfd, const char *name);
 
 #pragma GCC visibility pop
 

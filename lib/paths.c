@@ -22,6 +22,12 @@ static int all_digits(const char *s)
     return 1;
 }
 
+int ckpt__ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
 int ckpt__work_dir(char *out, size_t size, const char *dir)
 {
     const char *slash = strrchr(dir, '/');

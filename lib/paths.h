@@ -26,6 +26,11 @@
 
 /* The directory name of the training-state layout's chief (DESIGN §5). */
 #define CKPT__CHIEF_DIR "chief"
+/* The manager's state file in a checkpoint directory (TensorFlow's name). */
+#define CKPT__STATE_FILE "checkpoint"
+
+/* 1 when s ends with suffix. */
+int ckpt__ends_with(const char *s, const char *suffix);
 
 /* The names and directories of one save of checkpoint `prefix` by rank `rank` of `size`. */
 typedef struct ckpt__save_names {

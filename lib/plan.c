@@ -9,15 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* ---- registrations -------------------------------------------------------------------------- */
 
 int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *stored,
@@ -57,8 +48,8 @@ int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *sto
     }
     ckpt__reg *r = &regs->v[regs->n];
     memset(r, 0, sizeof *r);
-    r->name = xstrdup(name);
-    r->stored = xstrdup(stored);
+    r->name = strdup(name);
+    r->stored = strdup(stored);
     if (!r->name || !r->stored) {
         free(r->name);
         free(r->stored);

@@ -9,15 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 void ckpt__record_init(ckpt__record *r)
 {
     memset(r, 0, sizeof *r);
@@ -48,8 +39,8 @@ int ckpt__record_add(ckpt__record *r, const ckpt__written *w)
     }
     ckpt__written *d = &r->v[r->n];
     *d = *w;
-    d->name = xstrdup(w->name);
-    d->dataset = xstrdup(w->dataset);
+    d->name = strdup(w->name);
+    d->dataset = strdup(w->dataset);
     if (!d->name || !d->dataset) {
         free((char *)d->name);
         free((char *)d->dataset);

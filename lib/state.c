@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define STATE_FILE "checkpoint"
-
 int ckpt_state_new(ckpt_state **out)
 {
     *out = calloc(1, sizeof **out);
@@ -215,7 +213,7 @@ int ckpt_state_read(ckpt_state **out, const char *dir)
     const uint8_t *payload;
     size_t plen;
     *out = NULL;
-    int rc = ckpt__path(path, sizeof path, "%s/" STATE_FILE, dir);
+    int rc = ckpt__path(path, sizeof path, "%s/" CKPT__STATE_FILE, dir);
     if (rc == CKPT_OK)
         rc = ckpt__read_file(&buf, &len, path, CKPT__MAX_STATE_BYTES);
     if (rc == CKPT_OK)
@@ -236,7 +234,7 @@ int ckpt_state_write(const ckpt_state *st, const char *dir)
     char path[4200];
     uint8_t *buf;
     size_t len;
-    int rc = ckpt__path(path, sizeof path, "%s/" STATE_FILE, dir);
+    int rc = ckpt__path(path, sizeof path, "%s/" CKPT__STATE_FILE, dir);
     /* never write what the next reader must refuse */
     if (rc == CKPT_OK && (rc = state_check(st, path)) != CKPT_OK)
         return ckpt__error_wrap(CKPT_EINVAL, "refusing to write an inconsistent state");
@@ -245,22 +243,6 @@ int ckpt_state_write(const ckpt_state *st, const char *dir)
         free(buf);
     }
     return rc;
-}
-
-/* A listing of directory fd from its first entry (on a duplicate descriptor: fd stays open, and
- * since the two share one read position it is rewound). NULL with errno set on failure. */
-static DIR *listing(int fd)
-{
-    int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
-    if (!d) {
-        int err = errno;
-        ckpt__close(lfd);
-        errno = err;
-        return NULL;
-    }
-    rewinddir(d);
-    return d;
 }
 
 /* ---- checkpoints in a directory ---------------------------------------------------------------- */
@@ -308,12 +290,6 @@ int ckpt_checkpoint_bytes(uint64_t *out, const char *prefix)
     return rc;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 static int all_digits(const char *s, size_t n)
 {
     if (n == 0)
@@ -322,34 +298,6 @@ static int all_digits(const char *s, size_t n)
         if (s[i] < '0' || s[i] > '9')
             return 0;
     return 1;
-}
-
-/* 1 when regular file `name` of dirfd starts with `magic` (len bytes). Opens it safely. */
-static int has_magic(int dirfd, const char *name, const char *magic, size_t len)
-{
-    int fd;
-    if (ckpt__file_open(&fd, NULL, dirfd, name, O_RDONLY, ".") != CKPT_OK) {
-        ckpt_error_clear();
-        return 0;
-    }
-    char head[16];
-    ssize_t n = pread(fd, head, len, 0);
-    close(fd);
-    return n == (ssize_t)len && memcmp(head, magic, len) == 0;
-}
-
-#define HDF5_SIGNATURE "\x89HDF\r\n\x1a\n"
-
-/* A data file mpickpt wrote (or started to): an HDF5 file, or empty (created, then the writer
- * died before HDF5 wrote its superblock). */
-static int is_our_data_file(int dirfd, const char *name)
-{
-    uint64_t size = 0;
-    if (ckpt__stat_regular(&size, dirfd, name, ".") != CKPT_OK) {
-        ckpt_error_clear();
-        return 0;
-    }
-    return size == 0 || has_magic(dirfd, name, HDF5_SIGNATURE, 8);
 }
 
 int ckpt_checkpoint_delete(const char *prefix)
@@ -376,12 +324,9 @@ int ckpt_checkpoint_delete(const char *prefix)
         close(fd);
         return rc;
     }
-    DIR *d = listing(fd);
-    if (!d) {
-        rc = ckpt__errno(errno, "opendir", dir);
-        close(fd);
+    DIR *d;
+    if ((rc = ckpt__listing_or_close(&d, fd, dir)) != CKPT_OK)
         return rc;
-    }
     struct dirent *e;
     char b[4096];
     while ((e = readdir(d)) != NULL) {
@@ -467,18 +412,15 @@ static int scan(ckpt_state **out, const char *dir, const char *name, int64_t aft
     int fd;
     if ((rc = ckpt__ckptdir_open(&fd, NULL, dir, 0)) != CKPT_OK)
         return rc;
-    DIR *d = listing(fd);
-    if (!d) {
-        rc = ckpt__errno(errno, "opendir", dir);
-        close(fd);
+    DIR *d;
+    if ((rc = ckpt__listing_or_close(&d, fd, dir)) != CKPT_OK)
         return rc;
-    }
     size_t nlen = name ? strlen(name) : 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && rc == CKPT_OK) {
         const char *n = e->d_name;
         size_t len = strlen(n);
-        if (!ends_with(n, ".index"))
+        if (!ckpt__ends_with(n, ".index"))
             continue;
         int64_t counter = -1;
         if (name) {
@@ -544,307 +486,3 @@ int ckpt__state_scan_newer(ckpt_state **out, const char *dir, const char *name, 
 
 /* ---- garbage ----------------------------------------------------------------------------------- */
 
-/* 1 when dirfd is recognisably a checkpoint directory: it has a state file or an mpickpt index
- * (by their magic numbers, not their names). */
-static int is_checkpoint_dir(int dirfd)
-{
-    if (has_magic(dirfd, STATE_FILE, CKPT__MAGIC_STATE, 8))
-        return 1;
-    DIR *d = listing(dirfd);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL)
-        found = ends_with(e->d_name, ".index") &&
-                has_magic(dirfd, e->d_name, CKPT__MAGIC_INDEX, 8);
-    closedir(d);
-    return found;
-}
-
-typedef struct gc_ctx {
-    const char *dir; /* for messages */
-    int dry_run;
-    ckpt_gc_cb cb;
-    void *payload;
-    size_t count;
-} gc_ctx;
-
-/* What may be inside a temp dir of ours: "part-00000-of-00001" (the single-process writer),
- * "<name>.data-NNNNN-of-NNNNN" (the saver), ".reserve-<rank>" (space reservations) and
- * ".pad-<rank>" (room for HDF5's metadata). */
-static int temp_content_ok(int dirfd, const char *n)
-{
-    return ckpt__is_temp_content_name(n) &&
-           (ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0));
-}
-
-/* Removes directory `name` of dirfd when everything in it is a file of ours (walked by descriptor;
- * a link or anything else inside leaves the whole directory alone, with a warning). */
-static int gc_temp_dir(gc_ctx *g, int dirfd, const char *shown_parent, const char *name,
-                       const char *why)
-{
-    char path[8400];
-    snprintf(path, sizeof path, "%s/%s", shown_parent, name);
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return CKPT_OK; /* gone, or swapped for something else: not ours to remove */
-    DIR *d = listing(fd);
-    if (!d) {
-        int rc = ckpt__errno(errno, "opendir", path);
-        close(fd);
-        return rc;
-    }
-    struct dirent *e;
-    const char *foreign = NULL;
-    char first[256] = "";
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        if (!temp_content_ok(fd, e->d_name)) {
-            foreign = first;
-            snprintf(first, sizeof first, "%s", e->d_name);
-            break;
-        }
-    }
-    if (foreign) {
-        closedir(d);
-        close(fd);
-        ckpt__log(CKPT_LOG_WARN, "gc: leaving %s alone: it holds %s, which mpickpt did not write",
-                  path, first);
-        return CKPT_OK;
-    }
-    int rc = CKPT_OK, left = 0;
-    if (!g->dry_run) {
-        rewinddir(d);
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT && rc == CKPT_OK)
-                rc = ckpt__errno(errno, "unlink", e->d_name);
-        }
-        if (rc == CKPT_OK && unlinkat(dirfd, name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-            left = 1; /* the name is not ours any more: left, with a warning, and not an error
-                       * (the manager's save would fail on it) */
-            if (errno == ENOTEMPTY || errno == EEXIST) /* something new arrived */
-                ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it is no longer empty", path);
-            else if (errno == ENOTDIR) /* replaced by a link or a file since it was opened */
-                ckpt__log(CKPT_LOG_WARN, "gc: leaving %s: it was replaced while gc emptied it",
-                          path);
-            else
-                rc = ckpt__errno(errno, "rmdir", path);
-        }
-    }
-    closedir(d);
-    close(fd);
-    if (rc == CKPT_OK && !left) {
-        if (g->cb)
-            g->cb(path, why, g->payload);
-        g->count++;
-    }
-    return rc;
-}
-
-static int gc_file(gc_ctx *g, int dirfd, const char *name, const char *why)
-{
-    char path[8400];
-    snprintf(path, sizeof path, "%s/%s", g->dir, name);
-    if (!g->dry_run && unlinkat(dirfd, name, 0) != 0) {
-        if (errno == ENOENT)
-            return CKPT_OK;
-        return ckpt__errno(errno, "unlink", path);
-    }
-    if (g->cb)
-        g->cb(path, why, g->payload);
-    g->count++;
-    return CKPT_OK;
-}
-
-/* Removes the workertemp_<rank> directories of work directory workfd. */
-static int gc_workertemp(gc_ctx *g, int workfd, const char *work)
-{
-    DIR *d = listing(workfd);
-    if (!d)
-        return ckpt__errno(errno, "opendir", work);
-    int rc = CKPT_OK;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        struct stat st;
-        if (!ckpt__is_worker_temp_name(n) ||
-            fstatat(workfd, n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
-            continue;
-        int r = gc_temp_dir(g, workfd, work, n, "in-flight parts of a non-chief rank");
-        if (r != CKPT_OK && rc == CKPT_OK)
-            rc = r;
-    }
-    closedir(d);
-    return rc;
-}
-
-int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
-{
-    return ckpt__gc(dir, dry_run, cb, payload, removed, 1);
-}
-
-int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
-             int refuse_foreign)
-{
-    char dir[4096], work[4096], last[4096];
-    if (removed)
-        *removed = 0;
-    int rc = ckpt__path(dir, sizeof dir, "%s", dir_arg);
-    if (rc != CKPT_OK)
-        return rc;
-    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--)
-        dir[n - 1] = '\0'; /* "run/chief/" is "run/chief" */
-    if ((rc = ckpt__split_path(work, sizeof work, last, sizeof last, dir)) != CKPT_OK)
-        return rc;
-    int is_chief = strcmp(last, CKPT__CHIEF_DIR) == 0;
-    if (!is_chief)
-        snprintf(work, sizeof work, "%s", dir);
-    int fd, workfd;
-    if ((rc = ckpt__ckptdir_open(&fd, &workfd, dir, 0)) != CKPT_OK)
-        return rc;
-    /* Only a directory that is recognisably ours: a state file or an index, by magic; or a work
-     * directory whose chief/ is one (its workertemp_<r> are then ours). */
-    int ours = is_checkpoint_dir(fd), work_only = 0;
-    if (!ours && !is_chief) {
-        int cfd;
-        if (ckpt__subdir_open(&cfd, fd, CKPT__CHIEF_DIR, 0, dir) == CKPT_OK) {
-            work_only = ours = is_checkpoint_dir(cfd);
-            close(cfd);
-        }
-        ckpt_error_clear();
-    }
-    if (!ours) {
-        close(fd);
-        close(workfd);
-        if (!refuse_foreign)
-            return CKPT_OK;
-        return ckpt__error(CKPT_EINVAL,
-                           "refusing to clean %s: it is not a checkpoint directory (no mpickpt state "
-                           "file or index in it%s); nothing was removed",
-                           dir, is_chief ? "" : " or in its chief/");
-    }
-    gc_ctx g = { dir, dry_run, cb, payload, 0 };
-    DIR *d = work_only ? NULL : listing(fd);
-    if (!work_only && !d)
-        rc = ckpt__errno(errno, "opendir", dir);
-    struct dirent *e;
-    char base[4096], iname[4200];
-    while (d && (e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        struct stat st;
-        if (!strcmp(n, ".") || !strcmp(n, "..") ||
-            fstatat(fd, n, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        int r = CKPT_OK;
-        if (S_ISDIR(st.st_mode) && ends_with(n, "_temp") && strlen(n) > 5)
-            r = gc_temp_dir(&g, fd, dir, n, "in-flight parts of an unfinished save");
-        else if (S_ISREG(st.st_mode) &&
-                 (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, STATE_FILE)))
-            r = gc_file(&g, fd, n, "temp file of an unfinished index or state write");
-        else if (S_ISREG(st.st_mode) && ckpt__data_file_base(base, sizeof base, n) &&
-                 ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
-                 !ckpt__exists_at(fd, iname) && is_our_data_file(fd, n))
-            r = gc_file(&g, fd, n, "data file of a checkpoint that was never committed (no index)");
-        if (r != CKPT_OK && rc == CKPT_OK)
-            rc = r;
-    }
-    if (d)
-        closedir(d);
-    /* workertemp_<r> live next to chief/ in the training-state layout, else in the directory. */
-    int r = gc_workertemp(&g, is_chief ? workfd : fd, is_chief ? work : dir);
-    if (r != CKPT_OK && rc == CKPT_OK)
-        rc = r;
-    close(fd);
-    close(workfd);
-    if (removed)
-        *removed = g.count;
-    return rc;
-}
-
-/* Removes every checkpoint of dir (indexes by magic, with their data files), its state file,
- * metrics and garbage. Only names mpickpt owns are touched; what is left keeps the directory. */
-static int clear_checkpoint_dir(const char *dir, int *ours)
-{
-    *ours = 0;
-    int fd, rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
-    if (rc == CKPT_ENOTFOUND) {
-        ckpt_error_clear();
-        return CKPT_OK;
-    }
-    if (rc != CKPT_OK)
-        return rc;
-    if (!(*ours = is_checkpoint_dir(fd))) {
-        close(fd);
-        return CKPT_OK;
-    }
-    DIR *d = listing(fd);
-    if (!d) {
-        rc = ckpt__errno(errno, "opendir", dir);
-        close(fd);
-        return rc;
-    }
-    struct dirent *e;
-    char prefix[8400];
-    while ((e = readdir(d)) != NULL && rc == CKPT_OK) {
-        size_t n = strlen(e->d_name);
-        if (n <= 6 || !ends_with(e->d_name, ".index") ||
-            !has_magic(fd, e->d_name, CKPT__MAGIC_INDEX, 8))
-            continue;
-        if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%.*s", dir, (int)(n - 6), e->d_name)) ==
-            CKPT_OK)
-            rc = ckpt_checkpoint_delete(prefix);
-    }
-    closedir(d);
-    if (rc == CKPT_OK)
-        rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
-    static const char *const files[] = { STATE_FILE, "metrics.jsonl" };
-    for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
-        if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
-            rc = ckpt__errno(errno, "unlink", files[i]);
-    ckpt_error_clear();
-    close(fd);
-    return rc;
-}
-
-int ckpt__remove_backup_dir(const char *work)
-{
-    char chief[4200];
-    int ours = 0;
-    int rc = ckpt__path(chief, sizeof chief, "%s/" CKPT__CHIEF_DIR, work);
-    if (rc == CKPT_OK)
-        rc = clear_checkpoint_dir(chief, &ours);
-    if (rc != CKPT_OK)
-        return rc;
-    int wfd;
-    if ((rc = ckpt__dir_open(&wfd, work)) != CKPT_OK) {
-        if (rc != CKPT_ENOTFOUND)
-            return rc;
-        ckpt_error_clear();
-        return CKPT_OK;
-    }
-    gc_ctx g = { work, 0, NULL, NULL, 0 };
-    if (ours) /* workertemp_<r> next to a chief/ that is ours are ours */
-        rc = gc_workertemp(&g, wfd, work);
-    if (rc == CKPT_OK && unlinkat(wfd, CKPT__CHIEF_DIR, AT_REMOVEDIR) != 0 && errno != ENOENT) {
-        if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
-            ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",
-                      chief);
-        else
-            rc = ckpt__errno(errno, "rmdir", chief);
-    }
-    close(wfd);
-    if (rc == CKPT_OK && rmdir(work) != 0 && errno != ENOENT) {
-        if (errno == ENOTEMPTY || errno == EEXIST)
-            ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",
-                      work);
-        else
-            rc = ckpt__errno(errno, "rmdir", work);
-    }
-    if (rc == CKPT_OK)
-        rc = ckpt__fsync_parent(work);
-    return rc;
-}

@@ -145,13 +145,6 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
     return ckpt__record_add(&w->rec, &rec);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int writer_commit_impl(ckpt_writer *w)
 {
     if (!w || w->file < 0 || w->committed)
@@ -190,7 +183,7 @@ static int writer_commit_impl(ckpt_writer *w)
     hdr.save_counter = w->opts.save_counter;
     hdr.epoch = w->opts.epoch;
     hdr.step = w->opts.step;
-    hdr.timestamp = now_seconds();
+    hdr.timestamp = ckpt__now_seconds();
     hdr.producer = producer;
     idx.header = &hdr;
     Mpickpt__Fragment *frags[1] = { &frag };

@@ -37,10 +37,21 @@ int ckpt__commit(const ckpt__commit_req *q)
     if (rc == CKPT_OK && q->before_index)
         rc = q->before_index(q->arg);
     /* the commit point (the index was validated by the merge) */
-    if (rc == CKPT_OK)
+    int stored = 0;
+    if (rc == CKPT_OK) {
         rc = ckpt__index_store_merged_at(q->idx, q->dirfd, q->index_name, q->dir);
-    if (rc != CKPT_OK)
+        stored = 1;
+    }
+    if (rc != CKPT_OK) {
+        /* The index's rename may have happened before a later step failed (the directory's
+         * fsync): an index of this name is ours now (none existed, or `replace` removed it), and
+         * it goes before its data files, so no index is ever left without them. */
+        if (stored && ckpt__exists_at(q->dirfd, q->index_name)) {
+            unlinkat(q->dirfd, q->index_name, 0);
+            (void)fsync(q->dirfd); /* best effort: the error reported is the first one */
+        }
         for (size_t i = 0; i < done; i++)
             unlinkat(q->dirfd, q->files[i].name, 0);
+    }
     return rc;
 }

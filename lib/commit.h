@@ -8,7 +8,9 @@
  * followed), the directory is fsynced, the optional fault point runs, then the index — already
  * merged and validated — is written durably under <base>.index (temp name, fsync, rename, fsync
  * directory): that rename is the commit point. On any failure the data files renamed so far are
- * removed again, so no data file is left without its index; an index that already existed stays
+ * removed again, so no data file is left without its index, and an index whose rename happened
+ * before a later step failed (the directory's fsync) is removed first, so no index is left
+ * without its data; an index that already existed stays
  * untouched unless `replace` (the writer's overwrite), in which case it is removed (and the
  * directory fsynced) before any data file moves, so no reader sees the old index with new data.
  * The in-flight directories are the caller's to remove (ckpt__temp_cleanup).

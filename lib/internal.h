@@ -56,6 +56,11 @@ size_t ckpt__utf8_seq_len(const unsigned char *p, size_t avail);
  * the backslash as \xNN, cut with "..." when it does not fit. Returns buf. */
 const char *ckpt__escape_bytes(char *buf, size_t size, const char *s, size_t len);
 
+/* Wall-clock seconds since the epoch (timestamps), and monotonic seconds (durations: a clock step
+ * cannot make one negative). lib/log.c */
+double ckpt__now_seconds(void);
+double ckpt__mono_seconds(void);
+
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"
 void ckpt__log(ckpt_log_level level, const char *fmt, ...) CKPT_PRINTF(2, 3);

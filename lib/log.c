@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static ckpt_log_cb g_cb;
@@ -63,4 +64,18 @@ void ckpt__log(ckpt_log_level level, const char *fmt, ...)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     fprintf(stderr, "[mpickpt rank %d host %s] %s: %s\n", g_rank, host, level_name(level), msg);
+}
+
+double ckpt__now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double ckpt__mono_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -193,7 +193,7 @@ size_t ckpt__piece_len(const ckpt__regs *regs, const ckpt__piece *p)
 static const void *contiguous_in(const ckpt__reg *g, const void *base, const ckpt_slice *box)
 {
     int nd = g->slice.ndims, d = 0;
-    while (d < nd && box->count[d] == 1 && g->slice.count[d] != 1)
+    while (d < nd && box->count[d] == 1) /* leading axes of extent 1 (in the box) */
         d++;
     /* axes after the first partial one must be whole */
     for (int e = d + 1; e < nd; e++)

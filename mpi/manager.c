@@ -35,13 +35,6 @@ struct ckpt_manager {
     ckpt_manager_save_info pending; /* what the save in flight records */
 };
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Broadcasts a byte buffer from the chief (size first). Collective; *buf is malloc'd on others. */
 static int bcast_bytes(ckpt_manager *m, MPI_Comm comm, uint8_t **buf, size_t *len, int local)
 {
@@ -176,7 +169,7 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                                              "checkpoint(s)",
                               m->dir, m->state->num_entries);
                 if (local == CKPT_OK && m->state->num_entries == 0)
-                    m->state->last_preserved_timestamp = now_seconds();
+                    m->state->last_preserved_timestamp = ckpt__now_seconds();
             }
         }
         if (local == CKPT_OK)
@@ -342,7 +335,7 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void 
         e.save_counter = counter;
         e.epoch = info->epoch;
         e.step = info->step;
-        e.timestamp = now_seconds();
+        e.timestamp = ckpt__now_seconds();
         e.end_of_epoch = info->end_of_epoch != 0;
         local = ckpt_checkpoint_bytes(&e.bytes, prefix);
         pthread_mutex_lock(&m->lock);

@@ -17,21 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-double ckpt__now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Durations are measured on the monotonic clock: a clock step (NTP) cannot make one negative. */
-double ckpt__mono_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ---- create: settings decided by rank 0 ------------------------------------------------------- */
 
 /* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */

@@ -101,9 +101,6 @@ struct save_job {
     char message[2048];      /* the writer thread's error message */
 };
 
-double ckpt__now_seconds(void);
-double ckpt__mono_seconds(void);
-
 /* save_protocol.c */
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size);
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,

@@ -36,10 +36,11 @@ static void check_names(const char *prefix, int rank, int size, int shared, cons
     else
         pathf(data, sizeof data, "%s.data-%05d-of-%05d", base, rank, size);
     CHECK_STR(n.data_name, data);
-    /* the chief works in <base>_temp, the others in <work>/workertemp_<r> */
+    /* the chief works in <base>_temp, the others in <work>/workertemp_<r> (per-rank layout; in
+     * the shared layout my_temp of a non-chief rank is used in no message, so not checked) */
     if (rank == 0)
         CHECK_STR(n.my_temp, temp);
-    else
+    else if (!shared)
         CHECK_STR(n.my_temp, pathf(want, sizeof want, "%s/workertemp_%d", work, rank));
     /* the shared file is in flight in the chief's temp dir whichever rank writes */
     CHECK_STR(n.my_file, pathf(want, sizeof want, "%s/%s", shared ? temp : n.my_temp, data));

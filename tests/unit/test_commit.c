@@ -32,7 +32,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-/* ---- fsync fault injection ---------------------------------------------------------------------- */
+/* ---- fsync fault injection ------------------------------------------------------------------- */
 
 /* The n-th fsync of a directory from now fails with EIO (0: none). Files are never failed. */
 static int g_fail_dir_fsync;
@@ -51,7 +51,7 @@ int fsync(int fd)
     return (int)syscall(SYS_fsync, fd);
 }
 
-/* ---- a save of two simulated ranks --------------------------------------------------------------- */
+/* ---- a save of two simulated ranks ----------------------------------------------------------- */
 
 enum { SIZE = 2 };
 
@@ -296,7 +296,7 @@ static int hook(void *arg)
     return CKPT_OK;
 }
 
-/* ---- (a) success ------------------------------------------------------------------------------------ */
+/* ---- (a) success ----------------------------------------------------------------------------- */
 
 static void test_success(void)
 {
@@ -331,7 +331,7 @@ static void test_success(void)
     free(s);
 }
 
-/* ---- (b) the hook fails ------------------------------------------------------------------------------ */
+/* ---- (b) the hook fails ---------------------------------------------------------------------- */
 
 static void test_hook_fails(void)
 {
@@ -361,7 +361,7 @@ static void test_hook_fails(void)
     CHECK_EQ_INT(count_entries(dir), 3);
 }
 
-/* ---- (c) crash points ----------------------------------------------------------------------------- */
+/* ---- (c) crash points ------------------------------------------------------------------------ */
 
 typedef struct gc_log {
     int n, touched_old;
@@ -455,7 +455,7 @@ static void test_crash_points(void)
     free(s);
 }
 
-/* ---- (d) replace --------------------------------------------------------------------------------- */
+/* ---- (d) replace ----------------------------------------------------------------------------- */
 
 static void test_replace(void)
 {
@@ -499,7 +499,7 @@ static void test_replace(void)
     free(s);
 }
 
-/* ---- (e) a rename fails ------------------------------------------------------------------------- */
+/* ---- (e) a rename fails ---------------------------------------------------------------------- */
 
 static void test_rename_fails(void)
 {
@@ -528,7 +528,7 @@ static void test_rename_fails(void)
     CHECK_EQ_INT(count_entries(dir), 3);
 }
 
-/* ---- planted entries ----------------------------------------------------------------------------- */
+/* ---- planted entries ------------------------------------------------------------------------- */
 
 static void test_planted(void)
 {
@@ -564,7 +564,7 @@ static void test_planted(void)
     CHECK(reads_back(dir, "ckpt-1", 1));
 }
 
-/* ---- an fsync of the directory fails --------------------------------------------------------------- */
+/* ---- an fsync of the directory fails --------------------------------------------------------- */
 
 static void test_fsync_fails(void)
 {
@@ -598,7 +598,8 @@ static void test_fsync_fails(void)
      * either the whole checkpoint or none of it.
      */
     CHECK_OK(sim_prepare(s, dir, "ckpt-2", 2, 0));
-    hook_ctx ha = { dir, "ckpt-2", 0, 0, 0, 0, 0, 1 }; /* the first directory fsync after the hook */
+    /* the first directory fsync after the hook fails */
+    hook_ctx ha = { dir, "ckpt-2", 0, 0, 0, 0, 0, 1 };
     q = sim_req(s, 0, hook, &ha);
     int rc = ckpt__commit(&q);
     g_fail_dir_fsync = 0;

@@ -1,7 +1,7 @@
 /* lib/paths.h without mpirun: the names of one save for several ranks and both layouts, the
  * prefixes refused, the data-file and temp-name recognisers gc and the commit rely on, the work
- * directory of a checkpoint directory, and the in-flight directories (ckpt__temp_fresh/open/cleanup)
- * among leftovers, links and foreign files. */
+ * directory of a checkpoint directory, and the in-flight directories
+ * (ckpt__temp_fresh/open/cleanup) among leftovers, links and foreign files. */
 #include "phases.h"
 
 #include "paths.h"
@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 
-/* ---- names of a save -------------------------------------------------------------------------- */
+/* ---- names of a save ------------------------------------------------------------------------- */
 
 #define CHECK_STR(a, b)                                                                        \
     CHECK_MSG(strcmp((a), (b)) == 0, "%s is '%s', expected '%s'", #a, (a), (b))
@@ -115,7 +115,7 @@ static void test_work_dir(void)
     CHECK_RC(ckpt__work_dir(small, sizeof small, "abcd/chief"), CKPT_EINVAL);
 }
 
-/* ---- recognisers ------------------------------------------------------------------------------- */
+/* ---- recognisers ----------------------------------------------------------------------------- */
 
 static void test_data_names(void)
 {
@@ -231,7 +231,7 @@ static void test_temp_names(void)
     CHECK_EQ_INT(ckpt__is_worker_temp_name(w), 1);
 }
 
-/* ---- in-flight directories ----------------------------------------------------------------------- */
+/* ---- in-flight directories ------------------------------------------------------------------- */
 
 /* A victim directory outside the checkpoint directory with one file whose content must survive. */
 static void make_victim(char *vdir, size_t size, const char *name)

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-/* ---- shapes, slices and registrations ------------------------------------------------------------ */
+/* ---- shapes, slices and registrations -------------------------------------------------------- */
 
 static ckpt_shape shape_of(int nd, const int64_t *dims)
 {
@@ -57,7 +57,7 @@ static int add_full(ckpt__regs *r, int rank, const char *name, ckpt_dtype dt, in
     return add(r, rank, name, dt, &sh, &sl, kind);
 }
 
-/* ---- 1. registrations --------------------------------------------------------------------------- */
+/* ---- 1. registrations ------------------------------------------------------------------------ */
 
 static void test_regs_add(void)
 {
@@ -182,7 +182,7 @@ static void test_regs_add(void)
     CHECK(r.v == NULL && r.n == 0 && r.cap == 0);
 }
 
-/* ---- 2. the primary rank of a replicated tensor ------------------------------------------------- */
+/* ---- 2. the primary rank of a replicated tensor ---------------------------------------------- */
 
 static void test_primary_rank(void)
 {
@@ -210,7 +210,7 @@ static void test_primary_rank(void)
     CHECK_EQ_INT(ckpt__primary_rank("x", 1), 0);
 }
 
-/* ---- 3. the sharding policy --------------------------------------------------------------------- */
+/* ---- 3. the sharding policy ------------------------------------------------------------------ */
 
 /* Linear index in the global shape of the element at `idx`. */
 static int64_t linear(const ckpt_shape *sh, const int64_t *idx)
@@ -477,7 +477,7 @@ static void test_sharding(void)
     ckpt__regs_free(&r);
 }
 
-/* ---- 4. a piece's bytes -------------------------------------------------------------------------- */
+/* ---- 4. a piece's bytes ---------------------------------------------------------------------- */
 
 /* The bytes of global element l of a tensor: distinct for every element and every byte. */
 static void elem_bytes(uint8_t *out, size_t esize, int64_t l)
@@ -707,7 +707,7 @@ static void test_piece_bytes(void)
     free(sc.buf);
 }
 
-/* ---- 5. the plan's fragments of several simulated ranks, merged ------------------------------------ */
+/* ---- 5. the plan's fragments of several simulated ranks, merged ------------------------------ */
 
 typedef struct sim_rank {
     ckpt__regs regs;

@@ -589,13 +589,11 @@ static void test_fsync_fails(void)
 
     /*
      * The fsync of the directory after the index was renamed into place (the commit point) fails.
-     * BUG (reported to the lead, lib/commit.c + lib/fsutil.c): ckpt__write_file_atomic_at returns
-     * that fsync's error after its rename, ckpt__commit takes it for a failed commit and unlinks
-     * the data files, but the index stays: a committed index whose data files are gone
-     * (ckpt_reader_open: CKPT_ECORRUPT, "missing"). commit.h promises that no data file is left
-     * without its index; the reverse, an index left without its data files, is worse: the
-     * manager's scan adopts the newest index. Whatever is returned, the directory must hold
-     * either the whole checkpoint or none of it.
+     * Regression (found by this test, fixed in lib/commit.c): ckpt__write_file_atomic_at returns
+     * that fsync's error after its rename; ckpt__commit took it for a failed commit and unlinked
+     * the data files while the index stayed, a committed index without its data (the manager's
+     * scan would adopt it). Whatever is returned, the directory must hold either the whole
+     * checkpoint or none of it.
      */
     CHECK_OK(sim_prepare(s, dir, "ckpt-2", 2, 0));
     /* the first directory fsync after the hook fails */
@@ -613,7 +611,7 @@ static void test_fsync_fails(void)
         ckpt_reader_free(r);
     }
     CHECK_MSG((has_index && ndata == 2 && opens) || (!has_index && ndata == 0),
-              "BUG (lib/commit.c): commit returned %d and left ckpt-2.index %s with %d of its 2 "
+              "lib/commit.c: commit returned %d and left ckpt-2.index %s with %d of its 2 "
               "data files (%s)",
               rc, has_index ? "in place" : "absent", ndata,
               has_index ? (opens ? "it opens" : last_msg()) : "");

@@ -65,12 +65,12 @@ int ckpt__data_file_base(char *out, size_t size, const char *name)
 
 int ckpt__data_name_rank(const char *name, const char *base, int size)
 {
-    size_t n = strlen(base);
-    int r = 0;
-    if (strncmp(name, base, n) != 0 || sscanf(name + n, ".data-%d-of-", &r) != 1 || r < 0 ||
-        r >= size)
+    char b[256];
+    if (!ckpt__data_file_base(b, sizeof b, name) || strcmp(b, base) != 0)
         return -1;
-    return r;
+    const char *q = name + strlen(base) + 6; /* after ".data-": RRRRR-of-NNNNN, checked */
+    unsigned long long r = strtoull(q, NULL, 10), n = strtoull(strstr(q, "-of-") + 4, NULL, 10);
+    return n == (unsigned long long)size ? (int)r : -1; /* r < n: ckpt__data_file_base */
 }
 
 void ckpt__worker_temp_name(char *out, size_t size, int rank)
@@ -114,7 +114,7 @@ int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int
     if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)) ||
         (rc = ckpt__work_dir(c->work, sizeof c->work, c->dir)))
         return rc;
-    if (rank == 0)
+    if (rank == 0 || shared) /* the shared file is made in the chief's temp dir */
         rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s", c->chief_temp);
     else
         rc = ckpt__path(c->my_temp, sizeof c->my_temp, "%s/%s", c->work, c->worker_temp);

@@ -61,7 +61,8 @@ int ckpt__work_dir(char *out, size_t size, const char *dir);
 int ckpt__data_name(char *out, size_t size, const char *base, int r, int n);
 /* 1 when `name` is "<b>.data-RRRRR-of-NNNNN" with R < N; <b> copied to out. */
 int ckpt__data_file_base(char *out, size_t size, const char *name);
-/* Rank R of "<base>.data-R-of-N" when that is `name` and R < size, else -1. */
+/* Rank R of "<base>.data-RRRRR-of-NNNNN" when that is exactly `name` (ckpt__data_file_base) and
+ * N == size, else -1. */
 int ckpt__data_name_rank(const char *name, const char *base, int size);
 
 /* "workertemp_<rank>" */

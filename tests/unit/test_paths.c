@@ -167,7 +167,10 @@ static void test_data_names(void)
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00000-of-00008", "ckpt", 8), 0);
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00007-of-00008", "ckpt", 8), 7);
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008", "ckpt", 3), -1);
-    CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008", "ckpt", 4), 3);
+    /* N must be the world size: a file of another save size is not this save's */
+    CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008", "ckpt", 4), -1);
+    CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008junk", "ckpt", 8), -1);
+    CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-3-of-8", "ckpt", 8), -1);
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt2.data-00003-of-00008", "ckpt", 8), -1);
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008", "ckpt2", 8), -1);
     CHECK_EQ_INT(ckpt__data_name_rank("ckpt.data-00003-of-00008", "ck", 8), -1);

@@ -14,7 +14,7 @@
  * Also the small pieces every user of the index shares: the names of kinds and layouts, a piece's
  * slices (ckpt__piece_slice) and the format version an index needs.
  *
- * Called by the reader (lib/reader.c), the writers' commits (lib/checkpoint.c, mpi/saver.c), the
+ * Called by the reader (lib/reader.c), the commit (lib/commit.c), the
  * state file (lib/state.c, the container only), the CLI and the tests.
  */
 #include "index.h"

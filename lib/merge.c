@@ -10,7 +10,7 @@
  * output borrows the fragments' strings, arrays and pieces: ckpt__index_merged_free() frees only
  * what the merge allocated. O(n) for n entries, plus the sort of the distinct names.
  *
- * Called by the saver's merge step on the chief (mpi/saver.c), the single-process writer's commit
+ * Called by the saver's merge step on the chief (mpi/save_protocol.c), the single-process writer's commit
  * (lib/checkpoint.c) and mpickpt-merge-bench.
  */
 #include "merge.h"

@@ -1,7 +1,7 @@
 /*
  * The reader every restore uses: ckpt_reader_* (mpickpt/checkpoint.h), the single-process reader
  * of the CLI and the tools, and ckpt__reader_open_payload() for the collective restore
- * (mpi/saver.c: the chief reads and validates the index, every rank reads its pieces).
+ * (mpi/restore.c: the chief reads and validates the index, every rank reads its pieces).
  *
  * Takes a checkpoint prefix (<dir>/<name>: its index <prefix>.index and the data files the index
  * lists in <dir>), or an index payload the chief read and broadcast. Guarantees: the index is

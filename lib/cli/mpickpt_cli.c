@@ -10,7 +10,7 @@
  * declare it next to the others and add one row to `commands[]`. Parse options with cli_parse(),
  * report library errors with cli_lib_error() and usage errors with cli_usage_error(). */
 #include "fsutil.h"
-#include "json.h"
+#include "json.h" /* lib/json.h */
 
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/state.h"
@@ -292,12 +292,12 @@ static void format_dims(char *buf, size_t size, int ndims, const int64_t *dims)
         snprintf(buf + used, size - used, "]");
 }
 
-static void json_dims(json_writer *w, int ndims, const int64_t *dims)
+static void json_dims(ckpt__json_writer *w, int ndims, const int64_t *dims)
 {
-    json_array_begin(w);
+    ckpt__json_array_begin(w);
     for (int d = 0; d < ndims; d++)
-        json_int(w, dims[d]);
-    json_array_end(w);
+        ckpt__json_int(w, dims[d]);
+    ckpt__json_array_end(w);
 }
 
 /* Sums the pieces of tensor i (count and bytes). Returns a ckpt_status. */
@@ -325,80 +325,80 @@ static int tensor_totals(const ckpt_reader *r, size_t i, size_t *pieces, uint64_
 static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
 {
     const ckpt_header *h = ckpt_reader_header(r);
-    json_writer w;
-    json_init(&w, stdout);
-    json_object_begin(&w);
-    json_key(&w, "format_version");
-    json_uint(&w, h->format_version);
-    json_key(&w, "world_size");
-    json_int(&w, h->world_size);
-    json_key(&w, "layout");
-    json_string(&w, ckpt_layout_name(h->layout));
-    json_key(&w, "save_counter");
-    json_int(&w, h->save_counter);
-    json_key(&w, "epoch");
-    json_int(&w, h->epoch);
-    json_key(&w, "step");
-    json_int(&w, h->step);
-    json_key(&w, "timestamp");
-    json_real(&w, h->timestamp);
-    json_key(&w, "producer");
-    json_string(&w, h->producer ? h->producer : "");
-    json_key(&w, "tensors");
-    json_array_begin(&w);
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "format_version");
+    ckpt__json_uint(&w, h->format_version);
+    ckpt__json_key(&w, "world_size");
+    ckpt__json_int(&w, h->world_size);
+    ckpt__json_key(&w, "layout");
+    ckpt__json_string(&w, ckpt_layout_name(h->layout));
+    ckpt__json_key(&w, "save_counter");
+    ckpt__json_int(&w, h->save_counter);
+    ckpt__json_key(&w, "epoch");
+    ckpt__json_int(&w, h->epoch);
+    ckpt__json_key(&w, "step");
+    ckpt__json_int(&w, h->step);
+    ckpt__json_key(&w, "timestamp");
+    ckpt__json_real(&w, h->timestamp);
+    ckpt__json_key(&w, "producer");
+    ckpt__json_string(&w, h->producer ? h->producer : "");
+    ckpt__json_key(&w, "tensors");
+    ckpt__json_array_begin(&w);
     size_t n = ckpt_reader_num_tensors(r);
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info t;
         int rc = ckpt_reader_tensor(&t, r, i);
         if (rc != CKPT_OK)
             return cli_lib_error(cmd, rc);
-        json_object_begin(&w);
-        json_key(&w, "name");
-        json_string(&w, t.name);
-        json_key(&w, "dtype");
-        json_string(&w, ckpt_dtype_name(t.dtype));
-        json_key(&w, "shape");
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "name");
+        ckpt__json_string(&w, t.name);
+        ckpt__json_key(&w, "dtype");
+        ckpt__json_string(&w, ckpt_dtype_name(t.dtype));
+        ckpt__json_key(&w, "shape");
         json_dims(&w, t.shape.ndims, t.shape.dims);
-        json_key(&w, "kind");
-        json_string(&w, ckpt_kind_name(t.kind));
-        json_key(&w, "pieces");
-        json_array_begin(&w);
+        ckpt__json_key(&w, "kind");
+        ckpt__json_string(&w, ckpt_kind_name(t.kind));
+        ckpt__json_key(&w, "pieces");
+        ckpt__json_array_begin(&w);
         for (size_t j = 0; j < t.num_pieces; j++) {
             ckpt_piece_info p;
             if ((rc = ckpt_reader_piece(&p, r, i, j)) != CKPT_OK)
                 return cli_lib_error(cmd, rc);
-            json_object_begin(&w);
-            json_key(&w, "start");
+            ckpt__json_object_begin(&w);
+            ckpt__json_key(&w, "start");
             json_dims(&w, p.slice.ndims, p.slice.start);
-            json_key(&w, "count");
+            ckpt__json_key(&w, "count");
             json_dims(&w, p.slice.ndims, p.slice.count);
-            json_key(&w, "rank");
-            json_int(&w, p.rank);
-            json_key(&w, "file");
-            json_string(&w, p.file);
-            json_key(&w, "dataset");
-            json_string(&w, p.dataset);
-            json_key(&w, "dataset_start");
+            ckpt__json_key(&w, "rank");
+            ckpt__json_int(&w, p.rank);
+            ckpt__json_key(&w, "file");
+            ckpt__json_string(&w, p.file);
+            ckpt__json_key(&w, "dataset");
+            ckpt__json_string(&w, p.dataset);
+            ckpt__json_key(&w, "dataset_start");
             json_dims(&w, p.dataset_slice.ndims, p.dataset_slice.start);
-            json_key(&w, "bytes");
-            json_uint(&w, p.bytes);
-            json_key(&w, "crc32c");
-            json_uint(&w, p.crc32c);
+            ckpt__json_key(&w, "bytes");
+            ckpt__json_uint(&w, p.bytes);
+            ckpt__json_key(&w, "crc32c");
+            ckpt__json_uint(&w, p.crc32c);
             int packed = 0;
             uint64_t pack_offset = 0;
             if ((rc = ckpt_reader_piece_packing(&packed, &pack_offset, r, i, j)) != CKPT_OK)
                 return cli_lib_error(cmd, rc);
-            json_key(&w, "packed");
-            json_bool(&w, packed);
-            json_key(&w, "pack_offset");
-            json_uint(&w, pack_offset);
-            json_object_end(&w);
+            ckpt__json_key(&w, "packed");
+            ckpt__json_bool(&w, packed);
+            ckpt__json_key(&w, "pack_offset");
+            ckpt__json_uint(&w, pack_offset);
+            ckpt__json_object_end(&w);
         }
-        json_array_end(&w);
-        json_object_end(&w);
+        ckpt__json_array_end(&w);
+        ckpt__json_object_end(&w);
     }
-    json_array_end(&w);
-    json_object_end(&w);
+    ckpt__json_array_end(&w);
+    ckpt__json_object_end(&w);
     fputc('\n', stdout);
     return EXIT_OK;
 }
@@ -795,13 +795,13 @@ static value load_value(ckpt_dtype dtype, const unsigned char *p)
     return v;
 }
 
-static void json_value(json_writer *w, value v)
+static void json_value(ckpt__json_writer *w, value v)
 {
     switch (v.kind) {
-    case VAL_INT: json_int(w, v.i); break;
-    case VAL_UINT: json_uint(w, v.u); break;
-    case VAL_BOOL: json_bool(w, (int)v.i); break;
-    case VAL_FLOAT: json_double(w, v.d, v.digits); break;
+    case VAL_INT: ckpt__json_int(w, v.i); break;
+    case VAL_UINT: ckpt__json_uint(w, v.u); break;
+    case VAL_BOOL: ckpt__json_bool(w, (int)v.i); break;
+    case VAL_FLOAT: ckpt__json_double(w, v.d, v.digits); break;
     }
 }
 
@@ -858,21 +858,21 @@ static void dump_print(int json, const char *name, ckpt_dtype dtype, const ckpt_
 {
     size_t esize = ckpt_dtype_size(dtype);
     if (json) {
-        json_writer w;
-        json_init(&w, stdout);
-        json_object_begin(&w);
-        json_key(&w, "name");
-        json_string(&w, name);
-        json_key(&w, "dtype");
-        json_string(&w, ckpt_dtype_name(dtype));
-        json_key(&w, "shape");
+        ckpt__json_writer w;
+        ckpt__json_init(&w, stdout);
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "name");
+        ckpt__json_string(&w, name);
+        ckpt__json_key(&w, "dtype");
+        ckpt__json_string(&w, ckpt_dtype_name(dtype));
+        ckpt__json_key(&w, "shape");
         json_dims(&w, slice->ndims, slice->count);
-        json_key(&w, "values");
-        json_array_begin(&w);
+        ckpt__json_key(&w, "values");
+        ckpt__json_array_begin(&w);
         for (int64_t k = 0; k < count; k++)
             json_value(&w, load_value(dtype, buf + (size_t)k * esize));
-        json_array_end(&w);
-        json_object_end(&w);
+        ckpt__json_array_end(&w);
+        ckpt__json_object_end(&w);
         fputc('\n', stdout);
         return;
     }
@@ -1083,37 +1083,37 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
                       const char *latest, int json)
 {
     if (json) {
-        json_writer w;
-        json_init(&w, stdout);
-        json_object_begin(&w);
-        json_key(&w, "latest");
+        ckpt__json_writer w;
+        ckpt__json_init(&w, stdout);
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "latest");
         if (latest)
-            json_string(&w, latest);
+            ckpt__json_string(&w, latest);
         else
-            json_null(&w);
-        json_key(&w, "checkpoints");
-        json_array_begin(&w);
+            ckpt__json_null(&w);
+        ckpt__json_key(&w, "checkpoints");
+        ckpt__json_array_begin(&w);
         for (size_t i = 0; i < st->num_entries; i++) {
             const ckpt_state_entry *e = &st->entries[i];
-            json_object_begin(&w);
-            json_key(&w, "prefix");
-            json_string(&w, paths[i]);
-            json_key(&w, "save_counter");
-            json_int(&w, e->save_counter);
-            json_key(&w, "epoch");
-            json_int(&w, e->epoch);
-            json_key(&w, "step");
-            json_int(&w, e->step);
-            json_key(&w, "timestamp");
-            json_real(&w, e->timestamp);
-            json_key(&w, "bytes");
-            json_uint(&w, bytes[i]);
-            json_key(&w, "end_of_epoch");
-            json_bool(&w, e->end_of_epoch != 0);
-            json_object_end(&w);
+            ckpt__json_object_begin(&w);
+            ckpt__json_key(&w, "prefix");
+            ckpt__json_string(&w, paths[i]);
+            ckpt__json_key(&w, "save_counter");
+            ckpt__json_int(&w, e->save_counter);
+            ckpt__json_key(&w, "epoch");
+            ckpt__json_int(&w, e->epoch);
+            ckpt__json_key(&w, "step");
+            ckpt__json_int(&w, e->step);
+            ckpt__json_key(&w, "timestamp");
+            ckpt__json_real(&w, e->timestamp);
+            ckpt__json_key(&w, "bytes");
+            ckpt__json_uint(&w, bytes[i]);
+            ckpt__json_key(&w, "end_of_epoch");
+            ckpt__json_bool(&w, e->end_of_epoch != 0);
+            ckpt__json_object_end(&w);
         }
-        json_array_end(&w);
-        json_object_end(&w);
+        ckpt__json_array_end(&w);
+        ckpt__json_object_end(&w);
         fputc('\n', stdout);
         return EXIT_OK;
     }
@@ -1519,15 +1519,15 @@ static int diff_values(ckpt_reader *ra, ckpt_reader *rb, size_t ia, size_t ib,
     return rc;
 }
 
-static void json_tensor_side(json_writer *w, const char *key, const ckpt_tensor_info *t)
+static void json_tensor_side(ckpt__json_writer *w, const char *key, const ckpt_tensor_info *t)
 {
-    json_key(w, key);
-    json_object_begin(w);
-    json_key(w, "dtype");
-    json_string(w, ckpt_dtype_name(t->dtype));
-    json_key(w, "shape");
+    ckpt__json_key(w, key);
+    ckpt__json_object_begin(w);
+    ckpt__json_key(w, "dtype");
+    ckpt__json_string(w, ckpt_dtype_name(t->dtype));
+    ckpt__json_key(w, "shape");
     json_dims(w, t->shape.ndims, t->shape.dims);
-    json_object_end(w);
+    ckpt__json_object_end(w);
 }
 
 /* Header fields compared by diff. */
@@ -1557,64 +1557,64 @@ static size_t diff_header(const ckpt_header *a, const ckpt_header *b, diff_heade
 static void diff_print_json(const diff_result *res, const diff_header_field *hf, size_t nh,
                             int identical)
 {
-    json_writer w;
-    json_init(&w, stdout);
-    json_object_begin(&w);
-    json_key(&w, "identical");
-    json_bool(&w, identical);
-    json_key(&w, "only_in_a");
-    json_array_begin(&w);
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "identical");
+    ckpt__json_bool(&w, identical);
+    ckpt__json_key(&w, "only_in_a");
+    ckpt__json_array_begin(&w);
     for (size_t i = 0; i < res->n_only_a; i++)
-        json_string(&w, res->only_a[i]);
-    json_array_end(&w);
-    json_key(&w, "only_in_b");
-    json_array_begin(&w);
+        ckpt__json_string(&w, res->only_a[i]);
+    ckpt__json_array_end(&w);
+    ckpt__json_key(&w, "only_in_b");
+    ckpt__json_array_begin(&w);
     for (size_t i = 0; i < res->n_only_b; i++)
-        json_string(&w, res->only_b[i]);
-    json_array_end(&w);
-    json_key(&w, "changed");
-    json_array_begin(&w);
+        ckpt__json_string(&w, res->only_b[i]);
+    ckpt__json_array_end(&w);
+    ckpt__json_key(&w, "changed");
+    ckpt__json_array_begin(&w);
     for (size_t i = 0; i < res->n_changed; i++) {
         const diff_change *c = &res->changed[i];
-        json_object_begin(&w);
-        json_key(&w, "name");
-        json_string(&w, c->name);
-        json_key(&w, "reason");
-        json_string(&w, diff_reason_names[c->reason]);
-        json_key(&w, "differing_elements");
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "name");
+        ckpt__json_string(&w, c->name);
+        ckpt__json_key(&w, "reason");
+        ckpt__json_string(&w, diff_reason_names[c->reason]);
+        ckpt__json_key(&w, "differing_elements");
         if (c->reason == DIFF_VALUES)
-            json_uint(&w, c->differing);
+            ckpt__json_uint(&w, c->differing);
         else
-            json_null(&w);
-        json_key(&w, "first_index");
+            ckpt__json_null(&w);
+        ckpt__json_key(&w, "first_index");
         if (c->reason == DIFF_VALUES)
-            json_int(&w, c->first);
+            ckpt__json_int(&w, c->first);
         else
-            json_null(&w);
+            ckpt__json_null(&w);
         json_tensor_side(&w, "a", &c->a);
         json_tensor_side(&w, "b", &c->b);
-        json_object_end(&w);
+        ckpt__json_object_end(&w);
     }
-    json_array_end(&w);
-    json_key(&w, "header");
-    json_object_begin(&w);
+    ckpt__json_array_end(&w);
+    ckpt__json_key(&w, "header");
+    ckpt__json_object_begin(&w);
     for (size_t i = 0; i < nh; i++) {
-        json_key(&w, hf[i].name);
-        json_object_begin(&w);
-        json_key(&w, "a");
+        ckpt__json_key(&w, hf[i].name);
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "a");
         if (hf[i].sa)
-            json_string(&w, hf[i].sa);
+            ckpt__json_string(&w, hf[i].sa);
         else
-            json_int(&w, hf[i].a);
-        json_key(&w, "b");
+            ckpt__json_int(&w, hf[i].a);
+        ckpt__json_key(&w, "b");
         if (hf[i].sb)
-            json_string(&w, hf[i].sb);
+            ckpt__json_string(&w, hf[i].sb);
         else
-            json_int(&w, hf[i].b);
-        json_object_end(&w);
+            ckpt__json_int(&w, hf[i].b);
+        ckpt__json_object_end(&w);
     }
-    json_object_end(&w);
-    json_object_end(&w);
+    ckpt__json_object_end(&w);
+    ckpt__json_object_end(&w);
     fputc('\n', stdout);
 }
 
@@ -2322,29 +2322,29 @@ static void stats_print_json(const char *path, const stats_row *rows, size_t n, 
         bytes += rows[i].bytes;
         async += (size_t)rows[i].async;
     }
-    json_writer w;
-    json_init(&w, stdout);
-    json_object_begin(&w);
-    json_key(&w, "path");
-    json_string(&w, path);
-    json_key(&w, "saves");
-    json_uint(&w, n);
-    json_key(&w, "sync_saves");
-    json_uint(&w, n - async);
-    json_key(&w, "async_saves");
-    json_uint(&w, async);
-    json_key(&w, "skipped_lines");
-    json_uint(&w, skipped);
-    json_key(&w, "bytes");
-    json_uint(&w, bytes);
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "path");
+    ckpt__json_string(&w, path);
+    ckpt__json_key(&w, "saves");
+    ckpt__json_uint(&w, n);
+    ckpt__json_key(&w, "sync_saves");
+    ckpt__json_uint(&w, n - async);
+    ckpt__json_key(&w, "async_saves");
+    ckpt__json_uint(&w, async);
+    ckpt__json_key(&w, "skipped_lines");
+    ckpt__json_uint(&w, skipped);
+    ckpt__json_key(&w, "bytes");
+    ckpt__json_uint(&w, bytes);
     static const char *const keys[] = {"blocking_s_median", "blocking_s_max",
                                        "background_s_median", "background_s_max",
                                        "training_time_saved_s"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        json_key(&w, keys[i]);
-        json_double(&w, summary[i], 12);
+        ckpt__json_key(&w, keys[i]);
+        ckpt__json_double(&w, summary[i], 12);
     }
-    json_object_end(&w);
+    ckpt__json_object_end(&w);
     fputc('\n', stdout);
 }
 

@@ -10,7 +10,8 @@
  * declare it next to the others and add one row to `commands[]`. Parse options with cli_parse(),
  * report library errors with cli_lib_error() and usage errors with cli_usage_error(). */
 #include "fsutil.h"
-#include "json.h" /* lib/json.h */
+#include "json.h"    /* lib/json.h */
+#include "metrics.h" /* lib/metrics.h */
 
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/state.h"
@@ -1802,400 +1803,6 @@ static int cmd_diff(const cli_command *cmd, int argc, char **argv)
 /* ---------------------------------------------------------------------------------------- */
 /* stats                                                                                      */
 
-/* One save of metrics.jsonl. Times in seconds; NAN marks an optional field that was absent. */
-typedef struct stats_row {
-    char *prefix;
-    int async;
-    uint64_t bytes;
-    double blocking_s, write_s, agree_s, merge_s, commit_s;
-    double gbps, since_prev_s, saved_s;
-} stats_row;
-
-/* The keys stats_parse_line() knows; any other key is accepted and ignored (newer writers). */
-enum {
-    SK_PREFIX, SK_MODE, SK_BYTES, SK_RANKS, SK_BLOCKING, SK_WRITE, SK_AGREE, SK_MERGE, SK_COMMIT,
-    SK_GBPS, SK_SINCE, SK_SAVED, SK_TIMESTAMP, SK_COUNT
-};
-static const char *const stats_keys[SK_COUNT] = {
-    "prefix", "mode", "bytes", "ranks", "blocking_s", "write_s", "agree_s", "merge_s",
-    "commit_s", "gbps", "since_prev_s", "training_time_saved_s", "timestamp"};
-/* Every line must have these; the others default (gbps is then computed). */
-#define STATS_REQUIRED                                                                      \
-    (1u << SK_PREFIX | 1u << SK_MODE | 1u << SK_BYTES | 1u << SK_BLOCKING | 1u << SK_WRITE | \
-     1u << SK_AGREE | 1u << SK_MERGE | 1u << SK_COMMIT)
-
-/* A JSON value of a flat object: a string (decoded, malloc'd), a number, or a literal. */
-typedef struct stats_value {
-    enum { SV_STRING, SV_NUMBER, SV_LITERAL } type;
-    char *str;
-    double num;
-    int is_uint; /* the number is a plain non-negative integer, exact in u */
-    uint64_t u;
-} stats_value;
-
-static const char *stats_skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
-        p++;
-    return p;
-}
-
-static int stats_hex4(const char *p, const char *end, unsigned *out)
-{
-    unsigned v = 0;
-    if (end - p < 4)
-        return -1;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9')
-            v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            v |= (unsigned)(c - 'A' + 10);
-        else
-            return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* A JSON string at *pp (at its opening quote) into a malloc'd, NUL-terminated copy with the
- * escapes decoded (\uXXXX, surrogate pairs included, to UTF-8). Advances *pp past the closing
- * quote. Returns 0, or -1 with a reason in *why (out of memory is a reason too). */
-static int stats_string(const char **pp, const char *end, char **out, const char **why)
-{
-    const char *p = *pp + 1;
-    /* The decoded string is never longer than its source. */
-    char *s = malloc((size_t)(end - p) + 1), *o = s;
-    if (!s) {
-        *why = "out of memory";
-        return -1;
-    }
-    for (;;) {
-        if (p >= end) {
-            *why = "unterminated string";
-            goto bad;
-        }
-        unsigned char c = (unsigned char)*p++;
-        if (c == '"')
-            break;
-        if (c < 0x20) {
-            *why = "control character in a string";
-            goto bad;
-        }
-        if (c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
-        if (p >= end) {
-            *why = "unterminated string";
-            goto bad;
-        }
-        c = (unsigned char)*p++;
-        switch (c) {
-        case '"': case '\\': case '/': *o++ = (char)c; break;
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u': {
-            unsigned cp, lo;
-            if (stats_hex4(p, end, &cp) != 0)
-                goto bad_escape;
-            p += 4;
-            if (cp >= 0xdc00 && cp <= 0xdfff)
-                goto bad_escape;
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                if (end - p < 6 || p[0] != '\\' || p[1] != 'u' ||
-                    stats_hex4(p + 2, end, &lo) != 0 || lo < 0xdc00 || lo > 0xdfff)
-                    goto bad_escape;
-                p += 6;
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            if (cp == 0) {
-                *why = "NUL character in a string";
-                goto bad;
-            }
-            /* at most 4 output bytes for at least 6 input bytes */
-            if (cp < 0x80) {
-                *o++ = (char)cp;
-            } else if (cp < 0x800) {
-                *o++ = (char)(0xc0 | cp >> 6);
-                *o++ = (char)(0x80 | (cp & 0x3f));
-            } else if (cp < 0x10000) {
-                *o++ = (char)(0xe0 | cp >> 12);
-                *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
-                *o++ = (char)(0x80 | (cp & 0x3f));
-            } else {
-                *o++ = (char)(0xf0 | cp >> 18);
-                *o++ = (char)(0x80 | (cp >> 12 & 0x3f));
-                *o++ = (char)(0x80 | (cp >> 6 & 0x3f));
-                *o++ = (char)(0x80 | (cp & 0x3f));
-            }
-            break;
-        }
-        default:
-            goto bad_escape;
-        }
-    }
-    *o = '\0';
-    *out = s;
-    *pp = p;
-    return 0;
-bad_escape:
-    *why = "bad escape in a string";
-bad:
-    free(s);
-    return -1;
-}
-
-/* A JSON number (strict grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?), finite. */
-static int stats_number(const char **pp, const char *end, stats_value *v, const char **why)
-{
-    const char *p = *pp, *start = p;
-    int integer = 1;
-    if (p < end && *p == '-')
-        p++;
-    if (p < end && *p == '0') {
-        p++;
-    } else if (p < end && *p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    } else {
-        goto bad;
-    }
-    if (p < end && *p == '.') {
-        integer = 0;
-        if (++p >= end || *p < '0' || *p > '9')
-            goto bad;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        integer = 0;
-        if (++p < end && (*p == '+' || *p == '-'))
-            p++;
-        if (p >= end || *p < '0' || *p > '9')
-            goto bad;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
-    }
-    char buf[128];
-    size_t n = (size_t)(p - start);
-    if (n >= sizeof buf) {
-        *why = "over-long number";
-        return -1;
-    }
-    memcpy(buf, start, n);
-    buf[n] = '\0';
-    v->type = SV_NUMBER;
-    v->num = strtod(buf, NULL);
-    if (!isfinite(v->num)) {
-        *why = "number out of range";
-        return -1;
-    }
-    v->is_uint = 0;
-    if (integer && buf[0] != '-') {
-        errno = 0;
-        unsigned long long u = strtoull(buf, NULL, 10);
-        v->is_uint = errno == 0;
-        v->u = (uint64_t)u;
-    }
-    *pp = p;
-    return 0;
-bad:
-    *why = "bad number";
-    return -1;
-}
-
-static int stats_value_parse(const char **pp, const char *end, stats_value *v, const char **why)
-{
-    static const char *const literals[] = {"true", "false", "null"};
-    const char *p = *pp;
-    v->str = NULL;
-    if (p >= end) {
-        *why = "truncated line (no value)";
-        return -1;
-    }
-    if (*p == '"') {
-        v->type = SV_STRING;
-        return stats_string(pp, end, &v->str, why);
-    }
-    if (*p == '-' || (*p >= '0' && *p <= '9'))
-        return stats_number(pp, end, v, why);
-    for (size_t i = 0; i < sizeof literals / sizeof literals[0]; i++) {
-        size_t n = strlen(literals[i]);
-        if ((size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0) {
-            v->type = SV_LITERAL;
-            *pp = p + n;
-            return 0;
-        }
-    }
-    *why = *p == '{' || *p == '[' ? "nested value (the format is flat)" :
-                                    "expected a string or a number";
-    return -1;
-}
-
-/* Stores a known key's value into row; returns 0 or -1 with a reason (about the value). */
-static int stats_store(stats_row *row, int key, stats_value *v, const char **why)
-{
-    if (key == SK_PREFIX || key == SK_MODE) {
-        if (v->type != SV_STRING) {
-            *why = "not a string";
-            return -1;
-        }
-        if (key == SK_MODE) {
-            if (strcmp(v->str, "sync") != 0 && strcmp(v->str, "async") != 0) {
-                *why = "neither \"sync\" nor \"async\"";
-                return -1;
-            }
-            row->async = v->str[0] == 'a';
-            return 0;
-        }
-        row->prefix = v->str;
-        v->str = NULL;
-        return 0;
-    }
-    if (v->type != SV_NUMBER) {
-        *why = "not a number";
-        return -1;
-    }
-    if (key == SK_BYTES || key == SK_RANKS) {
-        if (!v->is_uint) {
-            *why = "not a non-negative integer";
-            return -1;
-        }
-        if (key == SK_BYTES)
-            row->bytes = v->u;
-        return 0;
-    }
-    if (v->num < 0 && key != SK_TIMESTAMP) {
-        *why = "negative";
-        return -1;
-    }
-    switch (key) {
-    case SK_BLOCKING: row->blocking_s = v->num; break;
-    case SK_WRITE: row->write_s = v->num; break;
-    case SK_AGREE: row->agree_s = v->num; break;
-    case SK_MERGE: row->merge_s = v->num; break;
-    case SK_COMMIT: row->commit_s = v->num; break;
-    case SK_GBPS: row->gbps = v->num; break;
-    case SK_SINCE: row->since_prev_s = v->num; break;
-    case SK_SAVED: row->saved_s = v->num; break;
-    default: break; /* timestamp: not shown */
-    }
-    return 0;
-}
-
-/*
- * Parses one line of metrics.jsonl: a flat JSON object whose values are strings or numbers
- * (true/false/null are tolerated for keys this tool does not know). Known keys may appear once;
- * the required ones must. Fills *row (row->prefix malloc'd). Returns 0, or -1 with the reason in
- * reason[0..size) ("out of memory" when that is the reason).
- */
-static int stats_parse_line(const char *line, size_t len, stats_row *row, char *reason,
-                            size_t size)
-{
-    const char *p = line, *end = line + len;
-    const char *why = NULL;
-    unsigned seen = 0;
-    memset(row, 0, sizeof *row);
-    row->gbps = row->since_prev_s = NAN;
-    if (memchr(line, '\0', len)) {
-        why = "NUL byte in the line";
-        goto bad;
-    }
-    p = stats_skip_ws(p, end);
-    if (p >= end || *p != '{') {
-        why = "not a JSON object";
-        goto bad;
-    }
-    p = stats_skip_ws(p + 1, end);
-    int first = 1;
-    while (p < end && *p != '}') {
-        if (!first) {
-            if (*p != ',') {
-                why = "expected ',' or '}'";
-                goto bad;
-            }
-            p = stats_skip_ws(p + 1, end);
-        }
-        first = 0;
-        char *key = NULL;
-        stats_value v;
-        if (p >= end || *p != '"') {
-            why = p >= end ? "truncated line (no closing '}')" : "expected a key";
-            goto bad;
-        }
-        if (stats_string(&p, end, &key, &why) != 0)
-            goto bad;
-        p = stats_skip_ws(p, end);
-        if (p >= end || *p != ':') {
-            free(key);
-            why = p >= end ? "truncated line (no value)" : "expected ':'";
-            goto bad;
-        }
-        p = stats_skip_ws(p + 1, end);
-        if (stats_value_parse(&p, end, &v, &why) != 0) {
-            free(key);
-            goto bad;
-        }
-        int k = 0;
-        while (k < SK_COUNT && strcmp(stats_keys[k], key) != 0)
-            k++;
-        free(key);
-        int rc = 0;
-        if (k < SK_COUNT) {
-            if (seen & 1u << k) {
-                snprintf(reason, size, "\"%s\" appears twice", stats_keys[k]);
-                rc = -1;
-            } else {
-                seen |= 1u << k;
-                if ((rc = stats_store(row, k, &v, &why)) != 0)
-                    snprintf(reason, size, "\"%s\" is %s", stats_keys[k], why);
-            }
-        }
-        free(v.str);
-        if (rc != 0)
-            goto out;
-        p = stats_skip_ws(p, end);
-    }
-    if (p >= end) {
-        why = "truncated line (no closing '}')";
-        goto bad;
-    }
-    if (stats_skip_ws(p + 1, end) != end) {
-        why = "text after the object";
-        goto bad;
-    }
-    if ((seen & STATS_REQUIRED) != STATS_REQUIRED) {
-        int k = 0;
-        while (seen & 1u << k || !(STATS_REQUIRED & 1u << k))
-            k++;
-        snprintf(reason, size, "missing \"%s\"", stats_keys[k]);
-        goto out;
-    }
-    if (isnan(row->gbps)) {
-        double busy = row->write_s + row->agree_s + row->merge_s + row->commit_s;
-        row->gbps = busy > 0 ? (double)row->bytes / busy / 1e9 : 0.0;
-    }
-    return 0;
-bad:
-    snprintf(reason, size, "%s", why);
-out:
-    free(row->prefix);
-    row->prefix = NULL;
-    return -1;
-}
-
-static double stats_background(const stats_row *r)
-{
-    return r->write_s + r->agree_s + r->merge_s + r->commit_s;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -2267,8 +1874,8 @@ static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
     return f;
 }
 
-static void stats_print_text(const char *path, const stats_row *rows, size_t n, size_t skipped,
-                             const double *summary)
+static void stats_print_text(const char *path, const ckpt__metrics_record *rows, size_t n,
+                             size_t skipped, const double *summary)
 {
     enum { PREFIX_CAP = 40 };
     int prefix_w = 6;
@@ -2288,7 +1895,7 @@ static void stats_print_text(const char *path, const stats_row *rows, size_t n, 
     uint64_t bytes = 0;
     size_t async = 0;
     for (size_t i = 0; i < n; i++) {
-        const stats_row *r = &rows[i];
+        const ckpt__metrics_record *r = &rows[i];
         char since[32];
         bytes += r->bytes;
         async += (size_t)r->async;
@@ -2313,8 +1920,8 @@ static void stats_print_text(const char *path, const stats_row *rows, size_t n, 
            summary[4]);
 }
 
-static void stats_print_json(const char *path, const stats_row *rows, size_t n, size_t skipped,
-                             const double *summary)
+static void stats_print_json(const char *path, const ckpt__metrics_record *rows, size_t n,
+                             size_t skipped, const double *summary)
 {
     uint64_t bytes = 0;
     size_t async = 0;
@@ -2359,7 +1966,7 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     if (!f)
         return EXIT_BAD;
 
-    stats_row *rows = NULL;
+    ckpt__metrics_record *rows = NULL;
     size_t n = 0, cap = 0, skipped = 0, lineno = 0;
     double *scratch = NULL;
     char *line = NULL;
@@ -2369,13 +1976,14 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     errno = 0;
     while ((len = getline(&line, &line_cap, f)) >= 0) {
         lineno++;
-        if (stats_skip_ws(line, line + len) == line + len)
-            continue; /* blank line */
-        stats_row row;
+        if (ckpt__metrics_line_blank(line, (size_t)len))
+            continue;
+        ckpt__metrics_record row;
         char why[128];
-        if (stats_parse_line(line, (size_t)len, &row, why, sizeof why) != 0) {
-            if (strcmp(why, "out of memory") == 0)
-                goto oom;
+        int prc = ckpt__metrics_parse_line(&row, line, (size_t)len, why, sizeof why);
+        if (prc == CKPT_ENOMEM)
+            goto oom;
+        if (prc != CKPT_OK) {
             fprintf(stderr, "mpickpt: %s: %s:%zu: malformed line skipped: %s\n", cmd->name, path,
                     lineno, why);
             skipped++;
@@ -2383,9 +1991,9 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         }
         if (n == cap) {
             size_t ncap = cap ? 2 * cap : 64;
-            stats_row *grown = realloc(rows, ncap * sizeof *grown);
+            ckpt__metrics_record *grown = realloc(rows, ncap * sizeof *grown);
             if (!grown) {
-                free(row.prefix);
+                ckpt__metrics_record_clear(&row);
                 goto oom;
             }
             rows = grown;
@@ -2410,15 +2018,15 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     if (!(scratch = malloc(n * sizeof *scratch)))
         goto oom;
     for (size_t i = 0; i < n; i++) {
-        double bg = stats_background(&rows[i]);
+        double bg = ckpt__metrics_background_s(&rows[i]);
         scratch[i] = rows[i].blocking_s;
         summary[1] = rows[i].blocking_s > summary[1] ? rows[i].blocking_s : summary[1];
         summary[3] = bg > summary[3] ? bg : summary[3];
-        summary[4] += rows[i].saved_s;
+        summary[4] += rows[i].training_time_saved_s;
     }
     summary[0] = median(scratch, n);
     for (size_t i = 0; i < n; i++)
-        scratch[i] = stats_background(&rows[i]);
+        scratch[i] = ckpt__metrics_background_s(&rows[i]);
     summary[2] = median(scratch, n);
     if (json)
         stats_print_json(path, rows, n, skipped, summary);
@@ -2430,7 +2038,7 @@ oom:
     rc = EXIT_BAD;
 out:
     for (size_t i = 0; i < n; i++)
-        free(rows[i].prefix);
+        ckpt__metrics_record_clear(&rows[i]);
     free(rows);
     free(scratch);
     free(line);

@@ -32,9 +32,9 @@
 
 typedef struct ckpt__json_writer {
     FILE *out;
-    int depth;                                   /* open objects/arrays */
+    int depth;                                    /* open objects/arrays */
     unsigned char has_item[CKPT__JSON_MAX_DEPTH]; /* per level: a comma is due before the next */
-    int after_key;                               /* a key was written; its value comes next */
+    int after_key;                                /* a key was written; its value comes next */
 } ckpt__json_writer;
 
 /* Starts a writer on `out` at the top level (nothing is written yet). */

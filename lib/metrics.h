@@ -28,9 +28,9 @@ typedef struct ckpt__metrics_record {
     /* The checkpoint's prefix. Written as given (the writer does not keep it); from
      * ckpt__metrics_parse_line() a malloc'd copy that ckpt__metrics_record_clear() frees. */
     const char *prefix;
-    int async;       /* 1: "mode":"async", 0: "mode":"sync" */
-    uint64_t bytes;  /* bytes of tensor data, summed over ranks */
-    uint64_t ranks;  /* ranks that saved; 0 when a parsed line has none */
+    int async;         /* 1: "mode":"async", 0: "mode":"sync" */
+    uint64_t bytes;    /* bytes of tensor data, summed over ranks */
+    uint64_t ranks;    /* ranks that saved; 0 when a parsed line has none */
     double blocking_s; /* time the caller was blocked (the maximum over ranks, as are the next) */
     double write_s;
     double agree_s;
@@ -82,8 +82,8 @@ int ckpt__metrics_line_blank(const char *line, size_t len);
  * reason[0..reason_size) and recorded for ckpt_error_last(), and the result is CKPT_ECORRUPT, or
  * CKPT_ENOMEM (reason "out of memory").
  */
-int ckpt__metrics_parse_line(ckpt__metrics_record *out, const char *line, size_t len,
-                             char *reason, size_t reason_size);
+int ckpt__metrics_parse_line(ckpt__metrics_record *out, const char *line, size_t len, char *reason,
+                             size_t reason_size);
 
 /* Frees what ckpt__metrics_parse_line() allocated in m and sets m->prefix to NULL. NULL is a
  * no-op. */

@@ -229,7 +229,7 @@ static const char *const prefixes[] = {
 
 static void test_saver_bytes(void)
 {
-    for (int iter = 0; iter < 20000; iter++) {
+    for (int iter = 0; iter < 10000; iter++) {
         const char *base = prefixes[iter % CKPT__ARRAY_LEN(prefixes)];
         int async = (int)(rng() & 1);
         uint64_t bytes = rng() >> (rng() % 64);
@@ -259,7 +259,7 @@ static void test_round_trip(void)
 {
     static const char replaced[] = "bad \xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd "
                                    "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd";
-    for (int iter = 0; iter < 5000; iter++) {
+    for (int iter = 0; iter < 2000; iter++) {
         const char *base = prefixes[iter % CKPT__ARRAY_LEN(prefixes)];
         ckpt__metrics_record m = {base, (int)(rng() & 1), rng(), rng() % 5000 + 1, 0, 0, 0,
                                   0, 0, 0, 0, 0, 0};

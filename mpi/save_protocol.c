@@ -25,7 +25,7 @@
 #include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
-#include "jsonstr.h"
+#include "metrics.h"
 #include "mpickpt/collective.h"
 
 #include <errno.h>
@@ -513,19 +513,16 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
         close(fd);
         return;
     }
-    double busy = mx[1] + mx[2] + mx[3] + mx[4];
-    double since = j->since_prev;
-    /* The prefix is the caller's bytes: escaped, and made valid UTF-8, or the line is no JSON. */
-    fputs("{\"prefix\":", f);
-    ckpt__json_write_string(f, j->c.n.base);
-    fprintf(f,
-            ",\"mode\":\"%s\",\"bytes\":%llu,\"ranks\":%d,\"blocking_s\":%.6f,"
-            "\"write_s\":%.6f,\"agree_s\":%.6f,\"merge_s\":%.6f,\"commit_s\":%.6f,"
-            "\"gbps\":%.4f,\"since_prev_s\":%.6f,\"training_time_saved_s\":%.6f,"
-            "\"timestamp\":%.3f}\n",
-            j->s->async ? "async" : "sync", (unsigned long long)bytes, j->s->size, mx[0],
-            mx[1], mx[2], mx[3], mx[4], busy > 0 ? (double)bytes / busy / 1e9 : 0.0, since,
-            j->s->async && busy > mx[0] ? busy - mx[0] : 0.0, ckpt__now_seconds());
+    /* lib/metrics.c: the line's one writer (the prefix escaped and made valid UTF-8) */
+    ckpt__metrics_record m = { .prefix = j->c.n.base, .async = j->s->async, .bytes = bytes,
+                               .ranks = (uint64_t)j->s->size, .blocking_s = mx[0],
+                               .write_s = mx[1], .agree_s = mx[2], .merge_s = mx[3],
+                               .commit_s = mx[4], .since_prev_s = j->since_prev,
+                               .timestamp = ckpt__now_seconds() };
+    m.gbps = ckpt__metrics_gbps(&m);
+    double busy = ckpt__metrics_background_s(&m);
+    m.training_time_saved_s = j->s->async && busy > mx[0] ? busy - mx[0] : 0.0;
+    (void)ckpt__metrics_write_line(f, &m); /* best effort */
     fclose(f);
 }
 

@@ -1,0 +1,116 @@
+/* mpickpt gc: removes the debris of crashed or failed saves in DIR and DIR/chief/ (the library's
+ * ckpt_gc), printing each path once. The only command that modifies anything. */
+#include "cli.h"
+
+#include "mpickpt/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gc_report_state {
+    int dry_run;
+    char **seen; /* canonical paths reported so far: DIR and DIR/chief share workertemp_* */
+    size_t count;
+    int oom;
+} gc_report_state;
+
+/* The real path of path's parent joined with its base name (the path itself may be gone),
+ * or a copy of path when the parent cannot be resolved. malloc'd; NULL when out of memory. */
+static char *canonical_path(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t plen = slash ? (size_t)(slash - path) : 1;
+    char *parent = malloc(plen + 1);
+    if (!parent)
+        return NULL;
+    if (slash)
+        memcpy(parent, path, plen);
+    else
+        parent[0] = '.';
+    parent[plen] = '\0';
+    if (plen == 0) /* "/name" */
+        strcpy(parent, "/");
+    char *real = realpath(parent, NULL);
+    free(parent);
+    char *out = real ? cli_path_join(real, slash ? slash + 1 : path) : cli_path_join("", path);
+    free(real);
+    return out;
+}
+
+/* ckpt_gc_cb: one stdout line per path, each path once. */
+static void gc_report(const char *path, const char *why, void *payload)
+{
+    gc_report_state *st = payload;
+    char *canon = canonical_path(path);
+    if (!canon) {
+        st->oom = 1;
+        return;
+    }
+    for (size_t i = 0; i < st->count; i++) {
+        if (strcmp(st->seen[i], canon) == 0) {
+            free(canon);
+            return;
+        }
+    }
+    char **grown = realloc(st->seen, (st->count + 1) * sizeof *grown);
+    if (!grown) {
+        free(canon);
+        st->oom = 1;
+        return;
+    }
+    st->seen = grown;
+    st->seen[st->count++] = canon;
+    printf("%s ", st->dry_run ? "would remove" : "removed");
+    cli_text_name(stdout, path);
+    if (why && why[0]) {
+        printf(" (");
+        cli_text_name(stdout, why);
+        printf(")");
+    }
+    fputc('\n', stdout);
+}
+
+static int cmd_gc(const cli_command *cmd, int argc, char **argv)
+{
+    int dry_run = 0, nops = 0;
+    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}};
+    const cli_spec spec = {opts, 1, 1, 1, "missing DIR", "expected one DIR", 1};
+    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    if (rc != CLI_GO)
+        return rc;
+    char *dir = cli_dir_operand(argv[0]);
+    char *chief = dir ? cli_path_join(dir, "chief") : NULL;
+    if (!chief) {
+        free(dir);
+        return cli_oom(cmd);
+    }
+
+    gc_report_state st = {dry_run, NULL, 0, 0};
+    rc = ckpt_gc(dir, dry_run, gc_report, &st, NULL);
+    if (rc == CKPT_OK && cli_is_dir(chief))
+        rc = ckpt_gc(chief, dry_run, gc_report, &st, NULL);
+    if (rc != CKPT_OK)
+        cli_lib_error(cmd, rc);
+    else if (st.oom)
+        cli_oom(cmd);
+    printf("gc ");
+    cli_text_name(stdout, dir);
+    printf(": %s %zu path(s)%s\n", dry_run ? "would remove" : "removed", st.count,
+           rc != CKPT_OK ? " before failing" : "");
+    for (size_t i = 0; i < st.count; i++)
+        free(st.seen[i]);
+    free(st.seen);
+    free(chief);
+    free(dir);
+    return rc == CKPT_OK && !st.oom ? EXIT_OK : EXIT_BAD;
+}
+
+const cli_command cli_cmd_gc = {
+    "gc", "[--dry-run] DIR", "remove the debris of crashed or failed saves",
+    "  Removes, in DIR and in DIR/chief/: *_temp/ directories, data files (*.data-*) whose\n"
+    "  index does not exist, and temp files (*.tmp-PID); and the non-chief ranks'\n"
+    "  workertemp_*/ directories (in DIR, or next to DIR when DIR is a chief/). Committed\n"
+    "  checkpoints are never touched. Do not run it while a job is saving into DIR.\n"
+    "  Prints each path removed and why, then \"gc DIR: removed N path(s)\".\n"
+    "  --dry-run  only print what would be removed (\"would remove\")\n",
+    cmd_gc};

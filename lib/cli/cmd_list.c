@@ -1,0 +1,267 @@
+/* mpickpt list: the committed checkpoints of a directory, from its state file (or DIR/chief's),
+ * or found by scanning when the state file is missing or damaged. */
+#include "cli.h"
+
+#include "mpickpt/state.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* Whether dir directly holds a regular file "*.index" (a committed checkpoint, or a damaged
+ * one). An unreadable dir holds none. */
+static int has_index_files(const char *dir)
+{
+    static const char suffix[] = ".index";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= sizeof suffix - 1 || strcmp(e->d_name + len - (sizeof suffix - 1), suffix) != 0)
+            continue;
+        char *path = cli_path_join(dir, e->d_name);
+        struct stat sb;
+        found = path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+        free(path);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Whether dir/name exists (any type). */
+static int has_entry(const char *dir, const char *name)
+{
+    struct stat sb;
+    char *path = cli_path_join(dir, name);
+    int found = path && stat(path, &sb) == 0;
+    free(path);
+    return found;
+}
+
+/* The directory `list` reads for a DIR operand (malloc'd, NULL when out of memory): DIR itself
+ * when it has a state file, else DIR/chief when that has a state file, or has checkpoints while
+ * DIR has none (a training state's backup directory), else DIR. */
+static char *list_dir(const char *dir)
+{
+    char *chief = cli_path_join(dir, "chief");
+    if (!chief)
+        return NULL;
+    if (!has_entry(dir, "checkpoint") && cli_is_dir(chief) &&
+        (has_entry(chief, "checkpoint") || (has_index_files(chief) && !has_index_files(dir))))
+        return chief;
+    free(chief);
+    return cli_path_join("", dir);
+}
+
+/* The path of a state-file name: relative names are joined to dir, absolute ones kept. */
+static char *state_path(const char *dir, const char *name)
+{
+    return name[0] == '/' ? cli_path_join("", name) : cli_path_join(dir, name);
+}
+
+/* "2025-11-21 12:00:00" (UTC) into buf, or the raw number when the time is not representable. */
+static void format_utc(char *buf, size_t size, double timestamp)
+{
+    struct tm tm;
+    /* Range check first: converting a NaN or huge double to time_t is undefined. */
+    time_t secs = isfinite(timestamp) && fabs(timestamp) < 1e15 ? (time_t)timestamp : 0;
+    if (!(secs && gmtime_r(&secs, &tm) && strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm) > 0))
+        snprintf(buf, size, "%.17g", timestamp);
+}
+
+static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
+                      const char *latest, int json)
+{
+    if (json) {
+        ckpt__json_writer w;
+        ckpt__json_init(&w, stdout);
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "latest");
+        if (latest)
+            ckpt__json_string(&w, latest);
+        else
+            ckpt__json_null(&w);
+        ckpt__json_key(&w, "checkpoints");
+        ckpt__json_array_begin(&w);
+        for (size_t i = 0; i < st->num_entries; i++) {
+            const ckpt_state_entry *e = &st->entries[i];
+            ckpt__json_object_begin(&w);
+            ckpt__json_key(&w, "prefix");
+            ckpt__json_string(&w, paths[i]);
+            ckpt__json_key(&w, "save_counter");
+            ckpt__json_int(&w, e->save_counter);
+            ckpt__json_key(&w, "epoch");
+            ckpt__json_int(&w, e->epoch);
+            ckpt__json_key(&w, "step");
+            ckpt__json_int(&w, e->step);
+            ckpt__json_key(&w, "timestamp");
+            ckpt__json_real(&w, e->timestamp);
+            ckpt__json_key(&w, "bytes");
+            ckpt__json_uint(&w, bytes[i]);
+            ckpt__json_key(&w, "end_of_epoch");
+            ckpt__json_bool(&w, e->end_of_epoch != 0);
+            ckpt__json_object_end(&w);
+        }
+        ckpt__json_array_end(&w);
+        ckpt__json_object_end(&w);
+        fputc('\n', stdout);
+        return EXIT_OK;
+    }
+
+    if (st->num_entries == 0) {
+        printf("no checkpoints\n");
+        return EXIT_OK;
+    }
+    int prefix_w = 6;
+    for (size_t i = 0; i < st->num_entries; i++) {
+        int tw = cli_text_width(paths[i]);
+        prefix_w = tw > prefix_w ? tw : prefix_w;
+    }
+    printf("  %-*s  %7s  %6s  %9s  %-9s  %-19s  %12s\n", prefix_w, "PREFIX", "COUNTER", "EPOCH",
+           "STEP", "SAVED AT", "TIME (UTC)", "BYTES");
+    for (size_t i = 0; i < st->num_entries; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        char when[64];
+        format_utc(when, sizeof when, e->timestamp);
+        int is_latest = latest && strcmp(latest, paths[i]) == 0;
+        printf("%c ", is_latest ? '*' : ' ');
+        cli_text_name(stdout, paths[i]);
+        int pad = prefix_w - cli_text_width(paths[i]);
+        printf("%*s  %7" PRId64 "  %6" PRId64 "  %9" PRId64 "  %-9s  %-19s  %12" PRIu64 "%s\n",
+               pad > 0 ? pad : 0, "", e->save_counter, e->epoch, e->step,
+               e->end_of_epoch ? "epoch end" : "mid-epoch", when, bytes[i],
+               is_latest ? "  (latest)" : "");
+    }
+    if (latest) {
+        printf("latest: ");
+        cli_text_name(stdout, latest);
+        fputc('\n', stdout);
+    } else {
+        printf("latest: none\n");
+    }
+    return EXIT_OK;
+}
+
+/* Reads the state of dir, falling back to a scan (with a warning) when the state file is
+ * missing or damaged. Returns 0 or EXIT_BAD after printing why. */
+static int list_read_state(const cli_command *cmd, const char *dir, ckpt_state **out)
+{
+    ckpt_state *st = NULL;
+    int rc = ckpt_state_read(&st, dir);
+    if (rc == CKPT_OK) {
+        *out = st;
+        return 0;
+    }
+    /* Keep the cause: the scan replaces the thread's last error. */
+    char why[1024];
+    const ckpt_error *e = ckpt_error_last();
+    snprintf(why, sizeof why, "%s", e && e->message && e->message[0] ? e->message :
+                                                                      ckpt_strerror(rc));
+    ckpt_state_free(st);
+    st = NULL;
+    int src = ckpt_state_scan(&st, dir);
+    if (src != CKPT_OK) {
+        ckpt_state_free(st);
+        return cli_lib_error(cmd, src);
+    }
+    if (st->num_entries == 0) {
+        ckpt_state_free(st);
+        if (rc == CKPT_ENOTFOUND)
+            fprintf(stderr, "mpickpt: %s: %s: no state file (checkpoint) and no checkpoints "
+                            "(*.index)\n", cmd->name, dir);
+        else
+            fprintf(stderr, "mpickpt: %s: %s: the state file is unreadable (%s) and no "
+                            "checkpoints (*.index) were found\n", cmd->name, dir, why);
+        return EXIT_BAD;
+    }
+    if (rc == CKPT_ENOTFOUND)
+        fprintf(stderr, "mpickpt: %s: warning: %s has no state file (checkpoint); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir);
+    else
+        fprintf(stderr, "mpickpt: %s: warning: cannot use the state file of %s (%s); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir, why);
+    *out = st;
+    return 0;
+}
+
+static int cmd_list(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const cli_option opts[] = {{"--json", &json, NULL}};
+    const cli_spec spec = {opts, 1, 1, 1, "missing DIR", "expected one DIR", 1};
+    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    if (rc != CLI_GO)
+        return rc;
+
+    char *arg = cli_dir_operand(argv[0]);
+    char *dir = arg ? list_dir(arg) : NULL;
+    ckpt_state *st = NULL;
+    char **paths = NULL;
+    uint64_t *bytes = NULL;
+    char *latest = NULL;
+    free(arg);
+    if (!dir)
+        return cli_oom(cmd);
+    if ((rc = list_read_state(cmd, dir, &st)) != 0)
+        goto out;
+
+    size_t n = st->num_entries;
+    paths = calloc(n ? n : 1, sizeof *paths);
+    bytes = calloc(n ? n : 1, sizeof *bytes);
+    if (!paths || !bytes)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        if (!(paths[i] = state_path(dir, e->prefix)))
+            goto oom;
+        /* The sizes on disk now; the state file's record when the checkpoint cannot be read. */
+        bytes[i] = e->bytes;
+        int brc = ckpt_checkpoint_bytes(&bytes[i], paths[i]);
+        if (brc != CKPT_OK) {
+            const ckpt_error *err = ckpt_error_last();
+            bytes[i] = e->bytes;
+            fprintf(stderr, "mpickpt: %s: warning: %s is in the state file but cannot be read: "
+                            "%s\n", cmd->name, paths[i],
+                    err && err->message && err->message[0] ? err->message : ckpt_strerror(brc));
+        }
+    }
+    if (st->latest[0]) {
+        if (!(latest = state_path(dir, st->latest)))
+            goto oom;
+    } else if (n > 0) {
+        /* A scan may leave latest empty: the newest is the last entry. */
+        if (!(latest = cli_path_join("", paths[n - 1])))
+            goto oom;
+    }
+    rc = list_print(st, paths, bytes, latest, json);
+    goto out;
+oom:
+    rc = cli_oom(cmd);
+out:
+    if (paths)
+        for (size_t i = 0; i < st->num_entries; i++)
+            free(paths[i]);
+    free(paths);
+    free(bytes);
+    free(latest);
+    ckpt_state_free(st);
+    free(dir);
+    return rc;
+}
+
+const cli_command cli_cmd_list = {
+    "list", "[--json] DIR", "list the committed checkpoints of a directory, oldest first",
+    "  Reads DIR/checkpoint (the state file the manager writes); DIR/chief/ is used when DIR\n"
+    "  has no state file but DIR/chief/ has one or has checkpoints. A missing or damaged state\n"
+    "  file is reported on stderr and the checkpoints (*.index) are listed by scanning.\n"
+    "  --json   {\"latest\":PREFIX|null,\"checkpoints\":[{\"prefix\",\"save_counter\",\"epoch\",\n"
+    "           \"step\",\"timestamp\",\"bytes\",\"end_of_epoch\"}]}; every PREFIX is DIR joined\n"
+    "           with the checkpoint's name, usable as given with inspect, verify and dump\n",
+    cmd_list};

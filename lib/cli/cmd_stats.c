@@ -1,0 +1,272 @@
+/* mpickpt stats: the save timings the saver's chief appends to metrics.jsonl (one line per
+ * committed save, read with lib/metrics.h), per save and summarized. */
+#include "cli.h"
+
+#include "fsutil.h"  /* lib/fsutil.h */
+#include "metrics.h" /* lib/metrics.h */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n > 0; sorts v): the mean of the middle two for an even n. */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Opens the metrics file of a stats operand for reading; *path (malloc'd) names it. A FILE
+ * operand is the user's own path. For a DIR operand, DIR/metrics.jsonl, else
+ * DIR/chief/metrics.jsonl, is reached below DIR by descriptor: a link there is not followed and
+ * anything but a regular file is refused, so a FIFO planted in a shared directory cannot block
+ * the tool (DESIGN §12). NULL after printing why. */
+static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
+{
+    struct stat sb;
+    *path = NULL;
+    if (stat(arg, &sb) != 0) {
+        fprintf(stderr, "mpickpt: %s: cannot access %s: %s\n", cmd->name, arg, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        FILE *f = NULL;
+        if (!(*path = cli_path_join("", arg)))
+            cli_oom(cmd);
+        else if (!(f = fopen(arg, "r")))
+            fprintf(stderr, "mpickpt: %s: cannot open %s: %s\n", cmd->name, arg,
+                    strerror(errno));
+        return f;
+    }
+    char *dir = cli_dir_operand(arg);
+    char *chief = dir ? cli_path_join(dir, "chief") : NULL;
+    if (!chief) {
+        cli_oom(cmd);
+        free(dir);
+        return NULL;
+    }
+    int dfd = -1, cfd = -1, fd = -1;
+    const char *name = "metrics.jsonl";
+    int rc = ckpt__dir_open(&dfd, dir);
+    if (rc == CKPT_OK && (rc = ckpt__file_open(&fd, NULL, dfd, name, O_RDONLY, dir)) ==
+                             CKPT_ENOTFOUND) {
+        name = "chief/metrics.jsonl";
+        if ((rc = ckpt__subdir_open(&cfd, dfd, "chief", 0, dir)) == CKPT_OK)
+            rc = ckpt__file_open(&fd, NULL, cfd, "metrics.jsonl", O_RDONLY, chief);
+    }
+    ckpt__close(cfd);
+    ckpt__close(dfd);
+    FILE *f = NULL;
+    if (rc == CKPT_ENOTFOUND)
+        fprintf(stderr, "mpickpt: %s: no metrics.jsonl in %s or %s (the saver's chief appends "
+                        "one line per committed save)\n", cmd->name, dir, chief);
+    else if (rc != CKPT_OK)
+        cli_lib_error(cmd, rc);
+    else if (!(*path = cli_path_join(dir, name)) || !(f = fdopen(fd, "r")))
+        cli_oom(cmd);
+    if (!f) {
+        ckpt__close(fd);
+        free(*path);
+        *path = NULL;
+    }
+    free(chief);
+    free(dir);
+    return f;
+}
+
+static void stats_print_text(const char *path, const ckpt__metrics_record *rows, size_t n,
+                             size_t skipped, const double *summary)
+{
+    enum { PREFIX_CAP = 40 };
+    int prefix_w = 6;
+    for (size_t i = 0; i < n; i++) {
+        int tw = cli_text_width(rows[i].prefix);
+        prefix_w = tw > prefix_w ? (tw < PREFIX_CAP ? tw : PREFIX_CAP) : prefix_w;
+    }
+    printf("metrics  ");
+    cli_text_name(stdout, path);
+    printf(" (%zu save%s", n, n == 1 ? "" : "s");
+    if (skipped)
+        printf(", %zu malformed line%s skipped", skipped, skipped == 1 ? "" : "s");
+    printf(")\n\n");
+    printf("%-*s  %-5s  %10s  %10s  %9s  %9s  %9s  %9s  %8s  %12s\n", prefix_w, "PREFIX", "MODE",
+           "MIB", "BLOCKING_S", "WRITE_S", "AGREE_S", "MERGE_S", "COMMIT_S", "GB/S",
+           "SINCE_PREV_S");
+    uint64_t bytes = 0;
+    size_t async = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt__metrics_record *r = &rows[i];
+        char since[32];
+        bytes += r->bytes;
+        async += (size_t)r->async;
+        /* the writer records 0 for a first save: nothing to measure from */
+        if (isnan(r->since_prev_s) || r->since_prev_s == 0)
+            snprintf(since, sizeof since, "-");
+        else
+            snprintf(since, sizeof since, "%.3f", r->since_prev_s);
+        cli_text_name(stdout, r->prefix);
+        int pad = prefix_w - cli_text_width(r->prefix);
+        printf("%*s  %-5s  %10.2f  %10.4f  %9.4f  %9.4f  %9.4f  %9.4f  %8.3f  %12s\n",
+               pad > 0 ? pad : 0, "", r->async ? "async" : "sync",
+               (double)r->bytes / (1024.0 * 1024.0), r->blocking_s, r->write_s, r->agree_s,
+               r->merge_s, r->commit_s, r->gbps, since);
+    }
+    printf("\nsaves                  %zu (%zu sync, %zu async), %.2f MiB in all\n", n, n - async,
+           async, (double)bytes / (1024.0 * 1024.0));
+    printf("blocking s             median %.4f  max %.4f\n", summary[0], summary[1]);
+    printf("background s           median %.4f  max %.4f  (write + agree + merge + commit)\n",
+           summary[2], summary[3]);
+    printf("training time saved s  %.4f  (async saves: background time beyond blocking)\n",
+           summary[4]);
+}
+
+static void stats_print_json(const char *path, const ckpt__metrics_record *rows, size_t n,
+                             size_t skipped, const double *summary)
+{
+    uint64_t bytes = 0;
+    size_t async = 0;
+    for (size_t i = 0; i < n; i++) {
+        bytes += rows[i].bytes;
+        async += (size_t)rows[i].async;
+    }
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "path");
+    ckpt__json_string(&w, path);
+    ckpt__json_key(&w, "saves");
+    ckpt__json_uint(&w, n);
+    ckpt__json_key(&w, "sync_saves");
+    ckpt__json_uint(&w, n - async);
+    ckpt__json_key(&w, "async_saves");
+    ckpt__json_uint(&w, async);
+    ckpt__json_key(&w, "skipped_lines");
+    ckpt__json_uint(&w, skipped);
+    ckpt__json_key(&w, "bytes");
+    ckpt__json_uint(&w, bytes);
+    static const char *const keys[] = {"blocking_s_median", "blocking_s_max",
+                                       "background_s_median", "background_s_max",
+                                       "training_time_saved_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        ckpt__json_key(&w, keys[i]);
+        ckpt__json_double(&w, summary[i], 12);
+    }
+    ckpt__json_object_end(&w);
+    fputc('\n', stdout);
+}
+
+static int cmd_stats(const cli_command *cmd, int argc, char **argv)
+{
+    int json = 0, nops = 0;
+    const cli_option opts[] = {{"--json", &json, NULL}};
+    const cli_spec spec = {opts, 1, 1, 1, "missing DIR", "expected one DIR", 0};
+    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    if (rc != CLI_GO)
+        return rc;
+    char *path;
+    FILE *f = stats_open(cmd, argv[0], &path);
+    if (!f)
+        return EXIT_BAD;
+
+    ckpt__metrics_record *rows = NULL;
+    size_t n = 0, cap = 0, skipped = 0, lineno = 0;
+    double *scratch = NULL;
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
+    rc = EXIT_OK;
+    errno = 0;
+    while ((len = getline(&line, &line_cap, f)) >= 0) {
+        lineno++;
+        if (ckpt__metrics_line_blank(line, (size_t)len))
+            continue;
+        ckpt__metrics_record row;
+        char why[128];
+        int prc = ckpt__metrics_parse_line(&row, line, (size_t)len, why, sizeof why);
+        if (prc == CKPT_ENOMEM)
+            goto oom;
+        if (prc != CKPT_OK) {
+            fprintf(stderr, "mpickpt: %s: %s:%zu: malformed line skipped: %s\n", cmd->name, path,
+                    lineno, why);
+            skipped++;
+            continue;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? 2 * cap : 64;
+            ckpt__metrics_record *grown = realloc(rows, ncap * sizeof *grown);
+            if (!grown) {
+                ckpt__metrics_record_clear(&row);
+                goto oom;
+            }
+            rows = grown;
+            cap = ncap;
+        }
+        rows[n++] = row;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "mpickpt: %s: cannot read %s: %s\n", cmd->name, path, strerror(errno));
+        rc = EXIT_BAD;
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "mpickpt: %s: %s: no valid metrics line (%zu line%s)\n", cmd->name, path,
+                lineno, lineno == 1 ? "" : "s");
+        rc = EXIT_BAD;
+        goto out;
+    }
+
+    /* blocking median/max, background median/max, training time saved */
+    double summary[5] = {0, 0, 0, 0, 0};
+    if (!(scratch = malloc(n * sizeof *scratch)))
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        double bg = ckpt__metrics_background_s(&rows[i]);
+        scratch[i] = rows[i].blocking_s;
+        summary[1] = rows[i].blocking_s > summary[1] ? rows[i].blocking_s : summary[1];
+        summary[3] = bg > summary[3] ? bg : summary[3];
+        summary[4] += rows[i].training_time_saved_s;
+    }
+    summary[0] = median(scratch, n);
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = ckpt__metrics_background_s(&rows[i]);
+    summary[2] = median(scratch, n);
+    if (json)
+        stats_print_json(path, rows, n, skipped, summary);
+    else
+        stats_print_text(path, rows, n, skipped, summary);
+    goto out;
+oom:
+    rc = cli_oom(cmd);
+out:
+    for (size_t i = 0; i < n; i++)
+        ckpt__metrics_record_clear(&rows[i]);
+    free(rows);
+    free(scratch);
+    free(line);
+    fclose(f);
+    free(path);
+    return rc;
+}
+
+const cli_command cli_cmd_stats = {
+    "stats", "[--json] DIR", "summarize the save timings the chief logged (metrics.jsonl)",
+    "  Reads DIR/metrics.jsonl, or DIR/chief/metrics.jsonl when DIR has none (DIR may also be\n"
+    "  the file itself): one JSON line per committed save, appended by the saver's chief.\n"
+    "  Prints one row per save (prefix, mode, MiB, blocking, write, agree, merge and commit\n"
+    "  seconds, GB/s, seconds since the previous save), then a summary: the number of saves,\n"
+    "  median and max of the blocking time and of the background time (write + agree +\n"
+    "  merge + commit), and the training time saved by async saves. A malformed line is\n"
+    "  reported on stderr with its line number and skipped; exits 1 when no line is valid.\n"
+    "  --json   the summary as one object: {\"path\",\"saves\",\"sync_saves\",\"async_saves\",\n"
+    "           \"skipped_lines\",\"bytes\",\"blocking_s_median\",\"blocking_s_max\",\n"
+    "           \"background_s_median\",\"background_s_max\",\"training_time_saved_s\"}\n",
+    cmd_stats};

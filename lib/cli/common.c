@@ -1,0 +1,156 @@
+/* Helpers shared by the mpickpt tool's commands (declared in cli.h). */
+#include "cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int cli_lib_error(const cli_command *cmd, int rc)
+{
+    const ckpt_error *e = ckpt_error_last();
+    fprintf(stderr, "mpickpt: %s: %s\n", cmd->name,
+            e && e->message && e->message[0] ? e->message : ckpt_strerror(rc));
+    return EXIT_BAD;
+}
+
+int cli_oom(const cli_command *cmd)
+{
+    fprintf(stderr, "mpickpt: %s: out of memory\n", cmd->name);
+    return EXIT_BAD;
+}
+
+char *cli_prefix(const char *arg)
+{
+    static const char suffix[] = ".index";
+    size_t len = strlen(arg);
+    size_t slen = sizeof suffix - 1;
+    if (len > slen && strcmp(arg + len - slen, suffix) == 0)
+        len -= slen;
+    char *p = malloc(len + 1);
+    if (p) {
+        memcpy(p, arg, len);
+        p[len] = '\0';
+    }
+    return p;
+}
+
+int cli_open(const cli_command *cmd, const char *arg, ckpt_reader **r, int index_only)
+{
+    char *prefix = cli_prefix(arg);
+    if (!prefix)
+        return cli_oom(cmd);
+    int rc = index_only ? ckpt_reader_open_index(r, prefix) : ckpt_reader_open(r, prefix);
+    free(prefix);
+    return rc == CKPT_OK ? 0 : cli_lib_error(cmd, rc);
+}
+
+int cli_tensor_totals(const ckpt_reader *r, size_t i, size_t *pieces, uint64_t *bytes)
+{
+    ckpt_tensor_info t;
+    int rc = ckpt_reader_tensor(&t, r, i);
+    if (rc != CKPT_OK)
+        return rc;
+    *pieces = t.num_pieces;
+    *bytes = 0;
+    for (size_t j = 0; j < t.num_pieces; j++) {
+        ckpt_piece_info p;
+        if ((rc = ckpt_reader_piece(&p, r, i, j)) != CKPT_OK)
+            return rc;
+        *bytes += p.bytes;
+    }
+    return CKPT_OK;
+}
+
+void cli_text_name(FILE *out, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            fprintf(out, "\\x%02x", *p);
+        else
+            fputc(*p, out);
+    }
+}
+
+int cli_text_width(const char *s)
+{
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            w += 4;
+        else if ((*p & 0xc0) != 0x80)
+            w++;
+    }
+    return w;
+}
+
+void cli_format_dims(char *buf, size_t size, int ndims, const int64_t *dims)
+{
+    size_t used = 0;
+    int n = snprintf(buf, size, "[");
+    for (int d = 0; d < ndims && n >= 0; d++) {
+        used += (size_t)n;
+        if (used >= size)
+            return;
+        n = snprintf(buf + used, size - used, "%s%" PRId64, d ? ", " : "", dims[d]);
+    }
+    if (n >= 0 && (used += (size_t)n) < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+void cli_json_dims(ckpt__json_writer *w, int ndims, const int64_t *dims)
+{
+    ckpt__json_array_begin(w);
+    for (int d = 0; d < ndims; d++)
+        ckpt__json_int(w, dims[d]);
+    ckpt__json_array_end(w);
+}
+
+char *cli_path_join(const char *dir, const char *name)
+{
+    size_t dl = strlen(dir), nl = strlen(name);
+    int slash = dl > 0 && dir[dl - 1] != '/';
+    char *p = malloc(dl + (size_t)slash + nl + 1);
+    if (p) {
+        memcpy(p, dir, dl);
+        if (slash)
+            p[dl] = '/';
+        memcpy(p + dl + (size_t)slash, name, nl + 1);
+    }
+    return p;
+}
+
+char *cli_dir_operand(const char *arg)
+{
+    size_t len = strlen(arg);
+    while (len > 1 && arg[len - 1] == '/')
+        len--;
+    char *p = malloc(len + 1);
+    if (p) {
+        memcpy(p, arg, len);
+        p[len] = '\0';
+    }
+    return p;
+}
+
+int cli_is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int cli_check_dir(const cli_command *cmd, const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        fprintf(stderr, "mpickpt: %s: cannot access directory %s: %s\n", cmd->name, dir,
+                strerror(errno));
+        return EXIT_BAD;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "mpickpt: %s: %s is not a directory\n", cmd->name, dir);
+        return EXIT_BAD;
+    }
+    return 0;
+}

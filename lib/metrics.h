@@ -1,0 +1,94 @@
+/* metrics.jsonl, the saver's log of committed saves: one JSON object per line, appended by the
+ * chief after each commit and read by `mpickpt stats`. The line format lives here once, writer
+ * and reader side by side. Not installed.
+ *
+ * A line, keys in this order (times in seconds, "%.6f"; gbps "%.4f"; timestamp "%.3f", seconds
+ * since the Epoch):
+ *
+ *   {"prefix":"ckpt-3","mode":"sync","bytes":4194304,"ranks":2,"blocking_s":0.012000,
+ *    "write_s":0.010000,"agree_s":0.000100,"merge_s":0.000200,"commit_s":0.001000,
+ *    "gbps":0.3712,"since_prev_s":0.000000,"training_time_saved_s":0.000000,
+ *    "timestamp":1763700000.250}
+ *
+ * (one line in the file). The prefix is the caller's bytes, escaped and made valid UTF-8 by the
+ * JSON writer (lib/json.h). */
+#ifndef MPICKPT_METRICS_H
+#define MPICKPT_METRICS_H
+
+#include "internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#pragma GCC visibility push(default)
+
+/* One save's record. What the saver fills and what the parser returns. */
+typedef struct ckpt__metrics_record {
+    /* The checkpoint's prefix. Written as given (the writer does not keep it); from
+     * ckpt__metrics_parse_line() a malloc'd copy that ckpt__metrics_record_clear() frees. */
+    const char *prefix;
+    int async;         /* 1: "mode":"async", 0: "mode":"sync" */
+    uint64_t bytes;    /* bytes of tensor data, summed over ranks */
+    uint64_t ranks;    /* ranks that saved; 0 when a parsed line has none */
+    double blocking_s; /* time the caller was blocked (the maximum over ranks, as are the next) */
+    double write_s;
+    double agree_s;
+    double merge_s;
+    double commit_s;
+    /* bytes / background / 1e9 (ckpt__metrics_gbps); computed by the parser when absent */
+    double gbps;
+    /* since the previous save's commit, 0 for the first save; NaN when a parsed line has none */
+    double since_prev_s;
+    /* async saves: background time beyond the blocking time; 0 when a parsed line has none */
+    double training_time_saved_s;
+    double timestamp; /* commit time, seconds since the Epoch; NaN when a parsed line has none */
+} ckpt__metrics_record;
+
+/* write_s + agree_s + merge_s + commit_s: the work of the save, done in the background by an
+ * async save. */
+double ckpt__metrics_background_s(const ckpt__metrics_record *m);
+
+/* Throughput of the save in GB/s: bytes / ckpt__metrics_background_s(m) / 1e9, 0 when that time
+ * is not positive. */
+double ckpt__metrics_gbps(const ckpt__metrics_record *m);
+
+/*
+ * Writes m as one line of metrics.jsonl (the object described above and a '\n') to out, through
+ * the JSON writer: fields as given, gbps and training_time_saved_s included (the caller computes
+ * them). Non-finite times are written as the strings "NaN"/"Infinity" (valid JSON, which the
+ * parser refuses: a time must be a number). Returns CKPT_OK, or CKPT_EIO when the stream's error
+ * indicator is set afterwards (the caller still fcloses it).
+ */
+int ckpt__metrics_write_line(FILE *out, const ckpt__metrics_record *m);
+
+/* 1 when line[0..len) holds only JSON whitespace (space, tab, CR, LF): a line readers skip. */
+int ckpt__metrics_line_blank(const char *line, size_t len);
+
+/*
+ * Parses one line of metrics.jsonl (len bytes, NULs included, with or without its newline): a
+ * flat JSON object whose values are strings or numbers (true/false/null are tolerated for keys
+ * this parser does not know, which are ignored: newer writers may add keys). The known keys may
+ * appear once, in any order; prefix, mode, bytes and the five times (blocking_s, write_s, agree_s,
+ * merge_s, commit_s) must. A line is refused when it is not exactly one such object (truncated,
+ * text after it, nested values, a NUL byte, a raw control character or a bad escape in a string,
+ * an escaped NUL, a lone surrogate), when a number is not finite or has 128 characters or more,
+ * when mode is neither "sync" nor "async", when bytes or ranks is not a non-negative integer, or
+ * when a time other than timestamp is negative. Strings may hold any other bytes (they are not
+ * checked for UTF-8); escapes are decoded, surrogate pairs to UTF-8.
+ * On success fills *out (see the struct for absent fields; out->prefix malloc'd) and returns
+ * CKPT_OK. Otherwise *out holds nothing to free, the reason (e.g. "truncated line (no closing
+ * '}')", "\"mode\" is neither \"sync\" nor \"async\"", "missing \"commit_s\"") is put in
+ * reason[0..reason_size) and recorded for ckpt_error_last(), and the result is CKPT_ECORRUPT, or
+ * CKPT_ENOMEM (reason "out of memory").
+ */
+int ckpt__metrics_parse_line(ckpt__metrics_record *out, const char *line, size_t len, char *reason,
+                             size_t reason_size);
+
+/* Frees what ckpt__metrics_parse_line() allocated in m and sets m->prefix to NULL. NULL is a
+ * no-op. */
+void ckpt__metrics_record_clear(ckpt__metrics_record *m);
+
+#pragma GCC visibility pop
+
+#endif

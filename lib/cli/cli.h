@@ -61,6 +61,9 @@ int cli_open(const cli_command *cmd, const char *arg, ckpt_reader **r, int index
 
 /* Sums the pieces of tensor i (count and bytes). Returns a ckpt_status. */
 int cli_tensor_totals(const ckpt_reader *r, size_t i, size_t *pieces, uint64_t *bytes);
+/* Tensor i's description and its totals. Returns a ckpt_status. */
+int cli_tensor_row(const ckpt_reader *r, size_t i, ckpt_tensor_info *t, size_t *pieces,
+                   uint64_t *bytes);
 
 /* ---- names and shapes ---- */
 

@@ -105,9 +105,7 @@ static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char
         ckpt_tensor_info t;
         size_t pieces;
         uint64_t bytes;
-        int rc = ckpt_reader_tensor(&t, r, i);
-        if (rc == CKPT_OK)
-            rc = cli_tensor_totals(r, i, &pieces, &bytes);
+        int rc = cli_tensor_row(r, i, &t, &pieces, &bytes);
         if (rc != CKPT_OK)
             return cli_lib_error(cmd, rc);
         all_pieces += pieces;
@@ -146,9 +144,7 @@ static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char
         ckpt_tensor_info t;
         size_t pieces;
         uint64_t bytes;
-        int rc = ckpt_reader_tensor(&t, r, i);
-        if (rc == CKPT_OK)
-            rc = cli_tensor_totals(r, i, &pieces, &bytes);
+        int rc = cli_tensor_row(r, i, &t, &pieces, &bytes);
         if (rc != CKPT_OK)
             return cli_lib_error(cmd, rc);
         cli_text_name(stdout, t.name);

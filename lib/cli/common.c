@@ -49,9 +49,17 @@ int cli_open(const cli_command *cmd, const char *arg, ckpt_reader **r, int index
 int cli_tensor_totals(const ckpt_reader *r, size_t i, size_t *pieces, uint64_t *bytes)
 {
     ckpt_tensor_info t;
+    return cli_tensor_row(r, i, &t, pieces, bytes);
+}
+
+int cli_tensor_row(const ckpt_reader *r, size_t i, ckpt_tensor_info *out, size_t *pieces,
+                   uint64_t *bytes)
+{
+    ckpt_tensor_info t;
     int rc = ckpt_reader_tensor(&t, r, i);
     if (rc != CKPT_OK)
         return rc;
+    *out = t;
     *pieces = t.num_pieces;
     *bytes = 0;
     for (size_t j = 0; j < t.num_pieces; j++) {

@@ -35,8 +35,9 @@
  *                 lists the newest two and retention deleted the rest; restore gives the newest
  *                 exactly; a restore issued while a backup is in flight waits for it.
  *   metrics       ckpt_saver_last_metrics after sync (prefix, bytes, ranks, phases, async);
- *                 metrics.jsonl has one valid JSON line per committed save (checked by Debian's
- *                 python3), the last one holding the values last_metrics gave;
+ *                 metrics.jsonl has one valid JSON line per committed save (checked by
+ *                 tests/scripts/check_metrics_jsonl.py in Debian's python3), the last one holding
+ *                 the values last_metrics gave;
  *                 training_time_saved_s is the background time beyond blocking_s. No duration is
  *                 compared with another or with a constant (a loaded machine changes them all).
  *   kill_write    (driven by tests/scripts/test_async_kill.sh, ARG = victim rank) commits ckpt-1,
@@ -945,62 +946,6 @@ static void case_training(void)
 /* ======================================================================================== */
 /* 8. metrics                                                                                */
 
-static const char metrics_py[] =
-    "import json, math, sys\n"
-    "path, n, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
-    "nbytes = [int(x) for x in sys.argv[4].split(',')]\n"
-    "prefixes = sys.argv[5].split(',')\n"
-    "last = [float(x) for x in sys.argv[6].split(',')]\n"
-    "bad = 0\n"
-    "def fail(m):\n"
-    "    global bad\n"
-    "    bad += 1\n"
-    "    print('metrics.jsonl: ' + m)\n"
-    "lines = open(path).read().splitlines()\n"
-    "if len(lines) != n:\n"
-    "    fail('%d lines, want %d (one per committed save)' % (len(lines), n))\n"
-    "recs = []\n"
-    "for i, l in enumerate(lines):\n"
-    "    try:\n"
-    "        recs.append(json.loads(l))\n"
-    "    except Exception as e:\n"
-    "        fail('line %d is not JSON (%s): %r' % (i + 1, e, l))\n"
-    "phases = ('blocking_s', 'write_s', 'agree_s', 'merge_s', 'commit_s')\n"
-    "for i, r in enumerate(recs):\n"
-    "    for k in ('prefix', 'mode', 'bytes', 'ranks', 'timestamp') + phases:\n"
-    "        if k not in r:\n"
-    "            fail('line %d lacks %s' % (i + 1, k))\n"
-    "    if i < len(prefixes) and r.get('prefix') != prefixes[i]:\n"
-    "        fail('line %d: prefix %r, want %r' % (i + 1, r.get('prefix'), prefixes[i]))\n"
-    "    if r.get('mode') != 'async':\n"
-    "        fail('line %d: mode %r' % (i + 1, r.get('mode')))\n"
-    "    if r.get('ranks') != ranks:\n"
-    "        fail('line %d: ranks %r, want %d' % (i + 1, r.get('ranks'), ranks))\n"
-    "    if i < len(nbytes) and r.get('bytes') != nbytes[i]:\n"
-    "        fail('line %d: bytes %r, want %d' % (i + 1, r.get('bytes'), nbytes[i]))\n"
-    "    for k in phases + ('gbps', 'since_prev_s', 'training_time_saved_s'):\n"
-    "        v = r.get(k)\n"
-    "        if (not isinstance(v, (int, float)) or isinstance(v, bool) or\n"
-    "                not math.isfinite(v) or v < 0):\n"
-    "            fail('line %d: %s = %r, want a finite number >= 0' % (i + 1, k, v))\n"
-    "    if i == 0 and r.get('since_prev_s') != 0:\n"
-    "        fail('line 1: since_prev_s = %r, want 0 (the first save of the saver)' %\n"
-    "             r.get('since_prev_s'))\n"
-    "    try:\n"
-    "        bg = r['write_s'] + r['agree_s'] + r['merge_s'] + r['commit_s']\n"
-    "        # async: what the training did not wait for; each field is rounded to 1e-6\n"
-    "        if abs(r['training_time_saved_s'] - max(0.0, bg - r['blocking_s'])) > 1e-5:\n"
-    "            fail('line %d: training_time_saved_s %r is not the background time beyond'\n"
-    "                 ' blocking_s (%r)' % (i + 1, r['training_time_saved_s'],\n"
-    "                                       bg - r['blocking_s']))\n"
-    "    except (KeyError, TypeError):\n"
-    "        pass\n"
-    "if recs and [recs[-1].get(k) for k in phases] != last:\n"
-    "    fail('last line: phases %r, want those of ckpt_saver_last_metrics %r' %\n"
-    "         ([recs[-1].get(k) for k in phases], last))\n"
-    "print('metrics.jsonl: %d lines checked, %d problem(s)' % (len(recs), bad))\n"
-    "sys.exit(1 if bad else 0)\n";
-
 static void case_metrics(void)
 {
     char dir[2200], prefix[2300], name[2400];
@@ -1100,24 +1045,16 @@ static void case_metrics(void)
     /* metrics.jsonl: one line per committed save */
     begin_case("metrics: metrics.jsonl");
     if (g_rank == 0) {
-        char py[2400], jl[2400], cmd[8000];
-        snprintf(py, sizeof py, "%s/check_metrics.py", dir);
+        char jl[2400], cmd[8000];
         snprintf(jl, sizeof jl, "%s/metrics.jsonl", dir);
-        FILE *f = fopen(py, "w");
-        CHECK(f != NULL);
-        if (f) {
-            fputs(metrics_py, f);
-            fclose(f);
-            snprintf(cmd, sizeof cmd,
-                     "/usr/bin/python3 '%s' '%s' 3 %d %" PRIu64 ",%" PRIu64 ",%" PRIu64
-                     " ck-1,ck-2,ck-3 %.6f,%.6f,%.6f,%.6f,%.6f",
-                     py, jl, g_size, tm_stored_bytes(g_size, rows, 1),
-                     tm_stored_bytes(g_size, rows, 2), want, mt.blocking_s, mt.write_s,
-                     mt.agree_s, mt.merge_s, mt.commit_s);
-            int st = system(cmd);
-            CHECK_MSG(st == 0, "metrics: %s failed (status %d)", cmd, st);
-            unlink(py);
-        }
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 -B '%s/check_metrics_jsonl.py' '%s' 3 %d %" PRIu64 ",%" PRIu64
+                 ",%" PRIu64 " ck-1,ck-2,ck-3 %.6f,%.6f,%.6f,%.6f,%.6f",
+                 MPICKPT_TESTS_SCRIPTS, jl, g_size, tm_stored_bytes(g_size, rows, 1),
+                 tm_stored_bytes(g_size, rows, 2), want, mt.blocking_s, mt.write_s, mt.agree_s,
+                 mt.merge_s, mt.commit_s);
+        int st = system(cmd);
+        CHECK_MSG(st == 0, "metrics: %s failed (status %d)", cmd, st);
     }
     close_ok(s, "metrics");
     tm_free(&m);

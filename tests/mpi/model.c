@@ -162,15 +162,15 @@ void tm_free(tm_model *m)
 
 /* ---- registration ---- */
 
-#define TM_TRY_(call)                                                                          \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_ != CKPT_OK) {                                                                  \
-            const ckpt_error *e_ = ckpt_error_last();                                          \
-            fprintf(stderr, "[rank %d] model: %s failed: %d: %s\n", m->r, #call, rc_,          \
-                    e_ && e_->message ? e_->message : "(no message)");                         \
-            return rc_;                                                                        \
-        }                                                                                      \
+#define TM_TRY_(call)                                                                              \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != CKPT_OK) {                                                                      \
+            const ckpt_error *e_ = ckpt_error_last();                                              \
+            fprintf(stderr, "[rank %d] model: %s failed: %d: %s\n", m->r, #call, rc_,              \
+                    e_ && e_->message ? e_->message : "(no message)");                             \
+            return rc_;                                                                            \
+        }                                                                                          \
     } while (0)
 
 int tm_register_variant(tm_model *m, ckpt_saver *s, tm_variant v)
@@ -198,7 +198,7 @@ int tm_register_variant(tm_model *m, ckpt_saver *s, tm_variant v)
     TM_TRY_(
         ckpt_saver_add_replicated(s, "rng", CKPT_UINT64, &sh, m->rng, CKPT_REPLICA_PER_COMPONENT));
 
-    ckpt_blob_callbacks cb = { tm_blob_save, tm_blob_restore };
+    ckpt_blob_callbacks cb = {tm_blob_save, tm_blob_restore};
     TM_TRY_(ckpt_saver_add_blob(s, "loader", &cb, m));
 
     sh = tm_shape(0, 0, 0);
@@ -292,13 +292,13 @@ void tm_sentinel(tm_model *m)
     clobber(m, TM_SENTINEL_BYTE);
 }
 
-#define TM_MISMATCH_(...)                                                                      \
-    do {                                                                                       \
-        if (bad++ < TM_MAX_REPORT) {                                                           \
-            fprintf(stderr, "[rank %d] %s: ", m->r, what);                                     \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
+#define TM_MISMATCH_(...)                                                                          \
+    do {                                                                                           \
+        if (bad++ < TM_MAX_REPORT) {                                                               \
+            fprintf(stderr, "[rank %d] %s: ", m->r, what);                                         \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 int tm_check(const tm_model *m, int64_t step, tm_expect e, const char *what)
@@ -350,8 +350,8 @@ int tm_check(const tm_model *m, int64_t step, tm_expect e, const char *what)
     for (int64_t j = 0; j < TM_RNG_LEN; j++) {
         uint64_t want = e != TM_UNTOUCHED ? tm_rng_value(m->r, j, step) : m->rng_clobber;
         if (m->rng[j] != want)
-            TM_MISMATCH_("rng[%" PRId64 "] (component %d) = %" PRIu64 ", want %" PRIu64 " (%s)",
-                         j, m->r, m->rng[j], want,
+            TM_MISMATCH_("rng[%" PRId64 "] (component %d) = %" PRIu64 ", want %" PRIu64 " (%s)", j,
+                         m->r, m->rng[j], want,
                          e != TM_UNTOUCHED ? "restored" : "untouched: no component for this rank");
     }
     char want[TM_BLOB_MAX];
@@ -392,8 +392,8 @@ int tm_check(const tm_model *m, int64_t step, tm_expect e, const char *what)
 uint64_t tm_stored_bytes(int n, int64_t big_rows, int64_t step)
 {
     uint64_t b = TM_W_ROWS * TM_W_COLS * 4 + TM_WC_ROWS * TM_WC_COLS * 8 +
-                 (uint64_t)n * TM_FULL_ELEMS * 8 + TM_BIAS_LEN * 4 +
-                 (uint64_t)n * TM_RNG_LEN * 8 + 8 + (uint64_t)big_rows * TM_BIG_COLS * 4;
+                 (uint64_t)n * TM_FULL_ELEMS * 8 + TM_BIAS_LEN * 4 + (uint64_t)n * TM_RNG_LEN * 8 +
+                 8 + (uint64_t)big_rows * TM_BIG_COLS * 4;
     for (int r = 0; r < n; r++) {
         char blob[TM_BLOB_MAX];
         b += tm_blob_text(blob, sizeof blob, r, step);
@@ -421,8 +421,7 @@ int tm_flip_piece_byte(const char *prefix, const char *tensor, int victim, char 
     size_t esize = 0;
     if (ckpt_reader_find(&ti, rd, tensor) == CKPT_OK && ckpt_reader_tensor(&t, rd, ti) == CKPT_OK)
         for (size_t j = 0; j < t.num_pieces && !found; j++)
-            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == victim &&
-                pi.bytes > 8 &&
+            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == victim && pi.bytes > 8 &&
                 ckpt_reader_piece_packing(&packed, &pack_off, rd, ti, j) == CKPT_OK) {
                 char dir[4096];
                 snprintf(dir, sizeof dir, "%s", prefix);

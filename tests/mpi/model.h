@@ -56,7 +56,7 @@
 #define TM_ID_GLOBAL_STEP 5
 #define TM_ID_FULL0 100 /* full_r<k> has id 100 + k */
 
-#define TM_BLOB_MAX 64 /* longest blob text, NUL included */
+#define TM_BLOB_MAX 64                    /* longest blob text, NUL included */
 #define TM_EXTRA_NAME "not_in_checkpoint" /* the tensor of TM_REG_EXTRA_NAME */
 
 double tm_float_value(int id, int64_t flat, int64_t step);

@@ -70,8 +70,8 @@ static void check_outdir_clean(const char *what)
 static void check_not_committed(const char *name, const char *what)
 {
     if (g_rank == 0)
-        CHECK_MSG(!index_exists_in_dir(name), "%s: %s/%s.index exists: a failed save committed", what,
-                  g_dir, name);
+        CHECK_MSG(!index_exists_in_dir(name), "%s: %s/%s.index exists: a failed save committed",
+                  what, g_dir, name);
 }
 
 /* Restores OUTDIR/<name> into a zeroed model and checks every value is `step`'s (coll.h). */

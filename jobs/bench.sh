@@ -11,7 +11,7 @@
 #                            positive numbers. It never asserts speed (times here are noisy).
 #
 #   MPICKPT_BUILD_DIR=DIR    use this existing build (no package install, no build); default: build/
-#                            (fio for the reference line and python3 for --check: jobs/deps.sh test)
+#                            (fio for the reference line and /usr/bin/python3 for --check: jobs/deps.sh test)
 #   BENCH_DIR=DIR            checkpoints and baseline files (default <build>/bench); logs in DIR-logs/
 #   BENCH_MB=M               MiB per rank of the large/restore/async model (default 256)
 #   BENCH_REPS=R             reps per scenario, medians reported (default 5)
@@ -137,57 +137,8 @@ fi
 if [ "$check" = 1 ]; then
   echo
   echo "== checking $(grep -c '^{' "$results") JSON lines ($results)"
-  command -v python3 >/dev/null 2>&1 || { echo "bench.sh --check needs python3 (jobs/deps.sh test)" >&2; exit 1; }
-  python3 - "$results" "$nps" "$configs" <<'EOF' || status=1
-import json, sys
-path, nps, configs = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-want = ["large", "small", "restore_small", "restore_warm", "restore_cold",
-        "restore_reshard_warm", "restore_reshard_cold", "async"]
-num = ["ranks", "bytes_per_rank", "reps", "mpickpt_s", "baseline_s", "speed_ratio",
-       "mpickpt_gbps", "baseline_gbps"]
-bad, seen = [], {}
-for n, line in enumerate(open(path), 1):
-    try:
-        j = json.loads(line)
-    except ValueError as e:
-        bad.append("line %d does not parse: %s" % (n, e)); continue
-    key = (j.get("ranks"), j.get("layout"), j.get("collective"))
-    seen.setdefault(key, set()).add(j.get("scenario"))
-    sc = j.get("scenario")
-    if not isinstance(sc, str) or j.get("layout") not in ("shared", "per-rank"):
-        bad.append("line %d: no scenario/layout" % n); continue
-    if "skipped" in j:
-        if not sc.endswith("_cold") or not j["skipped"]:
-            bad.append("line %d: %s skipped: %r" % (n, sc, j["skipped"]))
-        else:
-            print("note: %s %s skipped: %s" % (sc, key, j["skipped"]))
-        continue
-    fields = num + (["blocking_over_memcpy", "background_s"] if sc == "async" else [])
-    for f in fields:
-        v = j.get(f)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
-            bad.append("line %d (%s): %s = %r, want a positive number" % (n, sc, f, v))
-    ph = j.get("phases")
-    if not isinstance(ph, dict):
-        bad.append("line %d (%s): no phases" % (n, sc))
-    else:
-        for f in ("write", "agree", "merge", "commit"):
-            v = ph.get(f)
-            if not isinstance(v, (int, float)) or not v > 0:
-                bad.append("line %d (%s): phases.%s = %r, want a positive number" % (n, sc, f, v))
-for np_ in nps:
-    for cfg in configs:
-        layout, _, coll = cfg.partition(":")
-        key = (int(np_), layout, int(coll or 0))
-        missing = [s for s in want if s not in seen.get(key, set())]
-        if missing:
-            bad.append("%s: missing scenarios %s" % (key, missing))
-for b in bad:
-    print("FAIL:", b)
-if bad:
-    sys.exit(1)
-print("bench check passed: every scenario of every layout printed a complete JSON line")
-EOF
+  [ -x /usr/bin/python3 ] || { echo "bench.sh --check needs /usr/bin/python3 (jobs/deps.sh test)" >&2; exit 1; }
+  /usr/bin/python3 -B "$root/jobs/lib/bench_check.py" "$results" "$nps" "$configs" || status=1
   exit $status
 fi
 

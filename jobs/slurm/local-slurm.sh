@@ -93,12 +93,7 @@ leftovers() {
 }
 
 free_port() { # a TCP port nothing listens on (fallback: $1)
-  /usr/bin/python3 - "$1" 2>/dev/null <<'EOF' || echo "$1"
-import socket, sys
-s = socket.socket()
-s.bind(("", 0))
-print(s.getsockname()[1])
-EOF
+  /usr/bin/python3 -B "$(dirname "$self")/../lib/free_port.py" 2>/dev/null || echo "$1"
 }
 
 do_stop() {

@@ -35,8 +35,9 @@
  *                 lists the newest two and retention deleted the rest; restore gives the newest
  *                 exactly; a restore issued while a backup is in flight waits for it.
  *   metrics       ckpt_saver_last_metrics after sync (prefix, bytes, ranks, phases, async);
- *                 metrics.jsonl has one valid JSON line per committed save (checked by Debian's
- *                 python3), the last one holding the values last_metrics gave;
+ *                 metrics.jsonl has one valid JSON line per committed save (checked by
+ *                 tests/scripts/check_metrics_jsonl.py in Debian's python3), the last one holding
+ *                 the values last_metrics gave;
  *                 training_time_saved_s is the background time beyond blocking_s. No duration is
  *                 compared with another or with a constant (a loaded machine changes them all).
  *   kill_write    (driven by tests/scripts/test_async_kill.sh, ARG = victim rank) commits ckpt-1,
@@ -53,7 +54,6 @@
 #include "mpickpt/manager.h"
 #include "mpickpt/saver.h"
 #include "mpickpt/state.h"
-#include "saver_model.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -70,7 +70,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BIG_COLS 256 /* uint32: 1 KiB per row */
 #define ROWS_PER_MIB 1024
 
 static int g_rank, g_size;
@@ -80,7 +79,7 @@ static const char *g_layout_name;
 /* A saver whose close timed out: it stays allocated on purpose (its writer thread may still use
  * it); kept reachable so that LeakSanitizer does not report what the library leaks by design. */
 static ckpt_saver *g_leaked;
-static struct amodel *g_leaked_model; /* the buffers registered with it */
+static tm_model *g_leaked_model; /* the buffers registered with it */
 
 /* ---- watchdog ---- */
 
@@ -94,153 +93,30 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- a big row-partitioned tensor next to the small model of saver_model.h ---- */
-
-typedef struct big {
-    int64_t G;          /* global rows */
-    int64_t row0, rows; /* this rank's */
-    uint32_t *a;        /* [rows, BIG_COLS] */
-} big;
-
-static uint32_t big_value(int64_t flat, int64_t step)
-{
-    uint64_t x = (uint64_t)flat * UINT64_C(0x9E3779B97F4A7C15) +
-                 (uint64_t)step * UINT64_C(0xD1B54A32D192ED03);
-    x ^= x >> 29;
-    return (uint32_t)x ^ (uint32_t)(x >> 32);
-}
-
-typedef struct amodel {
-    sm_model sm;
-    big b;
-} amodel;
+/* ---- the model (model.h), with `kib` KiB of "big" per rank (a row is 1 KiB) ---- */
 
 /* Rank r of n; full tensors of n_full writer ranks; `G` global rows of "big". */
-static void am_init(amodel *m, int n, int r, int n_full, int64_t G)
+static void am_init(tm_model *m, int n, int r, int n_full, int64_t G)
 {
-    if (sm_model_init(&m->sm, n, r, n_full) != CKPT_OK) {
-        fprintf(stderr, "[rank %d] out of memory\n", g_rank);
+    if (tm_init(m, n, r, n_full, G) != CKPT_OK)
         MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-    memset(&m->b, 0, sizeof m->b);
-    m->b.G = G;
-    sm_part(G, n, r, &m->b.row0, &m->b.rows);
-    m->b.a = calloc((size_t)(m->b.rows * BIG_COLS) + 1, sizeof(uint32_t));
-    if (!m->b.a) {
-        fprintf(stderr, "[rank %d] out of memory\n", g_rank);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-    }
 }
 
-/* The default model of this job: `kib` KiB of "big" per rank (a row is 1 KiB). */
-static void am_init_kib(amodel *m, int kib)
+/* The default model of this job: `kib` KiB of "big" per rank. */
+static void am_init_kib(tm_model *m, int kib)
 {
     am_init(m, g_size, g_rank, g_size, (int64_t)kib * g_size);
 }
 
-static void am_free(amodel *m)
-{
-    sm_model_free(&m->sm);
-    free(m->b.a);
-    memset(m, 0, sizeof *m);
-}
-
-static int am_register(amodel *m, ckpt_saver *s)
-{
-    int rc = sm_model_register(&m->sm, s);
-    if (rc != CKPT_OK)
-        return rc;
-    int64_t d[2] = { m->b.G, BIG_COLS }, st[2] = { m->b.row0, 0 }, ct[2] = { m->b.rows, BIG_COLS };
-    ckpt_shape sh;
-    ckpt_shape_init(&sh, 2, d);
-    ckpt_slice sl;
-    ckpt_slice_init(&sl, 2, st, ct);
-    if (m->b.rows > 0)
-        rc = ckpt_saver_add_slice(s, "big", CKPT_UINT32, &sh, &sl, m->b.a);
-    return rc;
-}
-
-static void am_fill(amodel *m, int64_t step)
-{
-    sm_fill(&m->sm, step);
-    for (int64_t i = 0; i < m->b.rows * BIG_COLS; i++)
-        m->b.a[i] = big_value(m->b.row0 * BIG_COLS + i, step);
-}
-
 /* Overwrites the bytes the blob callback handed out last (they must have been snapshotted). */
-static void am_scribble_blob(amodel *m)
+static void am_scribble_blob(tm_model *m)
 {
     const void *d;
     size_t l;
-    sm_blob_save(&d, &l, &m->sm); /* rewrites m->sm.blob_out with the current step */
-}
-
-static void am_zero(amodel *m)
-{
-    sm_zero(&m->sm);
-    memset(m->b.a, 0, (size_t)(m->b.rows * BIG_COLS) * sizeof(uint32_t));
-}
-
-static int big_wrong(const big *b, const uint32_t *a, int64_t step, const char *what)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < b->rows * BIG_COLS; i++) {
-        uint32_t want = big_value(b->row0 * BIG_COLS + i, step);
-        if (a[i] != want && bad++ < 5)
-            fprintf(stderr, "[rank %d] %s: big[flat %" PRId64 "] = %" PRIu32 ", want %" PRIu32
-                            " (step %" PRId64 ")\n",
-                    g_rank, what, b->row0 * BIG_COLS + i, a[i], want, step);
-    }
-    return bad;
-}
-
-/* Checks every value this rank holds is `step`'s (all ranks; prints the total on rank 0). */
-static void check_values(const amodel *m, int64_t step, int per_rank, const char *what)
-{
-    int bad = sm_check(&m->sm, step, per_rank, what) + big_wrong(&m->b, m->b.a, step, what);
-    CHECK_MSG(bad == 0, "%s: %d values differ from step %" PRId64, what, bad, step);
-    int all = 0;
-    MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g_rank == 0 && all)
-        printf("  %s: %d wrong values over all ranks\n", what, all);
-}
-
-/* ---- status checks ---- */
-
-/* 1 when `msg` names rank `r` ("rank 3", "rank=3", "ranks 0 and 3"). */
-static int mentions_rank(const char *msg, int r)
-{
-    for (const char *p = msg; (p = strstr(p, "rank")) != NULL;) {
-        p += 4;
-        if (*p == 's')
-            p++;
-        for (;;) {
-            while (*p == ' ' || *p == '=' || *p == '_' || *p == ',')
-                p++;
-            if (strncmp(p, "and ", 4) == 0) {
-                p += 4;
-                continue;
-            }
-            if (!isdigit((unsigned char)*p))
-                break;
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (v == r)
-                return 1;
-            p = end;
-        }
-    }
-    return 0;
+    tm_blob_save(&d, &l, m); /* rewrites m->blob_out with the current step */
 }
 
 /* ---- files ---- */
-
-static void make_dir(const char *dir)
-{
-    if (g_rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
-        CHECK_MSG(0, "mkdir %s: %s", dir, strerror(errno));
-    MPI_Barrier(MPI_COMM_WORLD);
-}
 
 /* Same truth on every rank: the chief's view, and every rank's own view must agree with it. */
 static void check_index(const char *prefix, int want, const char *what)
@@ -250,102 +126,18 @@ static void check_index(const char *prefix, int want, const char *what)
               want ? "does not exist" : "exists (must not be committed)");
 }
 
-/* Rank 0 lists `dir`: only committed checkpoints (an index, data files with their index), the
- * state file, metrics.jsonl, empty workertemp_* directories and the names in `allow` (NULL-ended)
- * may be there. Collective (barrier first). */
-static void check_dir_clean(const char *dir, const char *const *allow, const char *what)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank != 0)
-        return;
-    DIR *d = opendir(dir);
-    CHECK_MSG(d != NULL, "%s: cannot list %s", what, dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *n = de->d_name;
-        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-            continue;
-        int allowed = 0;
-        for (size_t i = 0; allow && allow[i]; i++)
-            allowed |= strcmp(n, allow[i]) == 0;
-        if (allowed)
-            continue;
-        char path[4600];
-        snprintf(path, sizeof path, "%s/%s", dir, n);
-        if (strncmp(n, "workertemp_", 11) == 0) {
-            DIR *w = opendir(path);
-            CHECK_MSG(w != NULL, "%s: %s is not a directory", what, path);
-            if (!w)
-                continue;
-            struct dirent *we;
-            while ((we = readdir(w)) != NULL)
-                if (strcmp(we->d_name, ".") != 0 && strcmp(we->d_name, "..") != 0)
-                    CHECK_MSG(0, "%s: left in %s: %s", what, path, we->d_name);
-            closedir(w);
-        } else if (ends_with(n, "_temp")) {
-            CHECK_MSG(0, "%s: temp directory left: %s", what, path);
-        } else if (ends_with(n, ".index") || strcmp(n, "metrics.jsonl") == 0 ||
-                   strcmp(n, "checkpoint") == 0) {
-            continue;
-        } else if (strstr(n, ".data-") != NULL) {
-            char base[4600];
-            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(strstr(n, ".data-") - n), n);
-            CHECK_MSG(index_exists(base), "%s: data file without an index: %s", what, path);
-        } else {
-            CHECK_MSG(0, "%s: unexpected entry left: %s", what, path);
-        }
-    }
-    closedir(d);
-}
-
-static void set_fault(const char *value)
-{
-    if (value)
-        setenv("MPICKPT_FAULT", value, 1);
-    else
-        unsetenv("MPICKPT_FAULT");
-}
-
 static ckpt_saver *new_saver(int async, double close_timeout_s)
 {
-    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
-    o.layout = g_layout;
-    o.async = async;
-    o.close_timeout_s = close_timeout_s;
-    ckpt_saver *s = NULL;
-    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, &o);
-    if (!coll(rc, CKPT_OK, "ckpt_saver_create") || !s) {
-        fprintf(stderr, "[rank %d] cannot create a saver; giving up\n", g_rank);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    return s;
+    return new_saver_on(MPI_COMM_WORLD, g_layout, async, close_timeout_s);
 }
 
-static void register_or_die(amodel *m, ckpt_saver *s)
-{
-    int rc = am_register(m, s);
-    CHECK_OK(rc);
-    if (rc != CKPT_OK)
-        MPI_Abort(MPI_COMM_WORLD, 2);
-}
-
-/* Zeroes the model, restores `prefix` and checks the values of `step`. */
-static void restore_check(ckpt_saver *s, amodel *m, const char *prefix, int64_t step,
-                          const char *what)
+/* Zeroes the model, restores `prefix` and checks the values of `step` (coll.h). */
+static void restore_check_at(ckpt_saver *s, tm_model *m, const char *prefix, int64_t step,
+                             const char *what)
 {
     char w[1024];
     snprintf(w, sizeof w, "%s: restore %s", what, prefix);
-    am_zero(m);
-    ckpt_restore_info ri;
-    memset(&ri, 0, sizeof ri);
-    if (!coll(ckpt_saver_restore(s, prefix, NULL, &ri), CKPT_OK, w))
-        return;
-    check_values(m, step, SM_EXPECT_RESTORED, w);
-    CHECK_MSG(ri.step == step, "%s: restore info step %" PRId64 ", want %" PRId64, w, ri.step, step);
-    CHECK_EQ_INT(ri.world_size, g_size);
-    CHECK_EQ_INT(ri.layout, g_layout);
+    restore_check(s, m, prefix, step, g_layout, NULL, w);
 }
 
 /* Closes a saver that must close cleanly. */
@@ -365,7 +157,7 @@ static void case_snapshot(void)
     snprintf(dir, sizeof dir, "%s/snap", g_out);
     snprintf(prefix, sizeof prefix, "%s/ck", dir);
     make_dir(dir);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, 4 * ROWS_PER_MIB); /* 4 MiB per rank */
     ckpt_saver *s = new_saver(1, 0);
     register_or_die(&m, s);
@@ -373,14 +165,14 @@ static void case_snapshot(void)
     for (int round = 1; round <= 2; round++) {
         int64_t step = 2 * round - 1; /* saved: 1, then 3 */
         begin_case("snapshot round %d (%d ranks, %s)", round, g_size, g_layout_name);
-        am_fill(&m, step);
+        tm_fill(&m, step);
         ckpt_save_info info = { 0, step, 0 };
         out[0] = '\0';
         double t0 = now_s();
         int rc = ckpt_saver_save(s, prefix, &info, out, sizeof out);
         double t_ret = now_s() - t0;
         /* immediately: every registered buffer and the blob callback's bytes change */
-        am_fill(&m, step + 1);
+        tm_fill(&m, step + 1);
         am_scribble_blob(&m);
         snprintf(want, sizeof want, "%s-%d", prefix, round);
         int idx_at_return = index_exists(want);
@@ -397,15 +189,15 @@ static void case_snapshot(void)
         check_index(want, 1, "after sync");
         CHECK_EQ_INT(ckpt_saver_counter(s), round);
         /* the values are those of the time of save, not those written right after it */
-        restore_check(s, &m, want, step, "snapshot");
+        restore_check_at(s, &m, want, step, "snapshot");
         CHECK_EQ_INT(ckpt_saver_counter(s), round);
     }
     begin_case("snapshot: the first checkpoint after the reuse of the buffers");
     snprintf(want, sizeof want, "%s-1", prefix);
-    restore_check(s, &m, want, 1, "snapshot, ck-1 again");
+    restore_check_at(s, &m, want, 1, "snapshot, ck-1 again");
     close_ok(s, "snapshot");
     check_dir_clean(dir, NULL, "snapshot");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -419,7 +211,7 @@ static void case_fault(void)
     snprintf(dir, sizeof dir, "%s/fault", g_out);
     snprintf(good, sizeof good, "%s/good", dir);
     make_dir(dir);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, 64); /* 64 KiB per rank */
 
     /* The restorer (sync mode) and the good checkpoint, written in async mode. */
@@ -428,7 +220,7 @@ static void case_fault(void)
     register_or_die(&m, r);
     ckpt_saver *s = new_saver(1, 0);
     register_or_die(&m, s);
-    am_fill(&m, 1);
+    tm_fill(&m, 1);
     ckpt_save_info info = { 0, 1, 0 };
     coll(ckpt_saver_save(s, good, &info, NULL, 0), CKPT_OK, "save good-1");
     coll(ckpt_saver_sync(s), CKPT_OK, "sync good-1");
@@ -456,7 +248,7 @@ static void case_fault(void)
 
                 s = new_saver(1, 0);
                 register_or_die(&m, s);
-                am_fill(&m, 100 + iter);
+                tm_fill(&m, 100 + iter);
                 ckpt_save_info fi = { 0, 100 + iter, 0 };
                 set_fault(fault);
                 char out[4096] = "";
@@ -466,7 +258,7 @@ static void case_fault(void)
                 coll(rc, CKPT_OK, w);
                 CHECK_MSG(strcmp(out, name) == 0, "%s: save returned \"%s\", want \"%s\"", what, out,
                           name);
-                am_fill(&m, 200 + iter); /* training goes on */
+                tm_fill(&m, 200 + iter); /* training goes on */
 
                 int closed = 0;
                 if (strcmp(path, "save") == 0) {
@@ -505,7 +297,7 @@ static void case_fault(void)
 
                 if (!closed && strcmp(path, "save") == 0) {
                     /* recovery: the same saver saves again, under the number the failure did not use */
-                    am_fill(&m, 300 + iter);
+                    tm_fill(&m, 300 + iter);
                     ckpt_save_info ri = { 0, 300 + iter, 0 };
                     snprintf(w, sizeof w, "%s: recovery save", what);
                     rc = ckpt_saver_save(s, pfx, &ri, out, sizeof out);
@@ -515,15 +307,15 @@ static void case_fault(void)
                     coll(ckpt_saver_sync(s), CKPT_OK, w);
                     check_index(name, 1, w);
                     CHECK_EQ_INT(ckpt_saver_counter(s), 1);
-                    restore_check(r, &m, name, 300 + iter, w);
+                    restore_check_at(r, &m, name, 300 + iter, w);
                 }
                 if (!closed)
                     close_ok(s, what);
                 /* the previous checkpoint is intact */
-                restore_check(r, &m, good, 1, what);
+                restore_check_at(r, &m, good, 1, what);
             }
     close_ok(r, "fault restorer");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -564,13 +356,13 @@ static void case_enospc(int reserve)
     snprintf(ck1, sizeof ck1, "%s-1", prefix);
     snprintf(ck2, sizeof ck2, "%s-2", prefix);
     snprintf(ck3, sizeof ck3, "%s-3", prefix);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, kib_per_rank);
     ckpt_saver *s = new_saver(1, 0);
     register_or_die(&m, s);
 
     begin_case("enospc: the first checkpoint fits");
-    am_fill(&m, 1);
+    tm_fill(&m, 1);
     ckpt_save_info info = { 0, 1, 0 };
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "enospc: save ck-1");
     coll(ckpt_saver_sync(s), CKPT_OK, "enospc: sync ck-1");
@@ -580,11 +372,11 @@ static void case_enospc(int reserve)
     /* A collective HDF5 call that one rank skips after its error hangs the others: fail fast. */
     check_watchdog_s = 20;
     begin_case("enospc: the second does not");
-    am_fill(&m, 2);
+    tm_fill(&m, 2);
     info.step = 2;
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK,
          "enospc: the async save of ck-2 itself");
-    am_fill(&m, 3);
+    tm_fill(&m, 3);
     info.step = 3;
     int rc = ckpt_saver_save(s, prefix, &info, NULL, 0);
     int mn = rc, mx = rc;
@@ -602,8 +394,7 @@ static void case_enospc(int reserve)
     check_index(ck2, 0, "enospc: ck-2 failed");
     check_index(ck3, 0, "enospc: the reporting save did not save");
     CHECK_EQ_INT(ckpt_saver_counter(s), 1);
-    static const char *const none[] = { NULL };
-    check_dir_clean(g_mnt, none, "enospc: after the failure");
+    check_dir_clean(g_mnt, NULL, "enospc: after the failure");
     if (g_rank == 0) {
         /* the failed save's temp files are gone, and so must be the space they took */
         uint64_t used2 = fs_used(g_mnt);
@@ -614,29 +405,29 @@ static void case_enospc(int reserve)
                   "after its temp files were removed (an unlinked file kept open?)",
                   (used2 - used1) >> 10);
     }
-    restore_check(s, &m, ck1, 1, "enospc: the previous checkpoint");
+    restore_check_at(s, &m, ck1, 1, "enospc: the previous checkpoint");
 
     begin_case("enospc: room again");
     snprintf(cmd, sizeof cmd, "mount -o remount,size=%ldk '%s'", size_kib * 4, g_mnt);
     rc = rank0_system(g_rank, cmd);
     CHECK_MSG(rc == 0, "enospc: '%s' failed (%d)", cmd, rc);
-    am_fill(&m, 4);
+    tm_fill(&m, 4);
     info.step = 4;
     char out[4096] = "";
     coll(ckpt_saver_save(s, prefix, &info, out, sizeof out), CKPT_OK, "enospc: save with room");
     CHECK_MSG(strcmp(out, ck2) == 0, "enospc: saved \"%s\", want \"%s\"", out, ck2);
     coll(ckpt_saver_sync(s), CKPT_OK, "enospc: sync with room");
     check_index(ck2, 1, "enospc: ck-2 with room");
-    check_dir_clean(g_mnt, none, "enospc: after the next successful save");
+    check_dir_clean(g_mnt, NULL, "enospc: after the next successful save");
     if (g_rank == 0) {
         size_t removed = 99;
         CHECK_OK(ckpt_gc(g_mnt, 1, NULL, NULL, &removed));
         CHECK_MSG(removed == 0, "enospc: gc --dry-run would remove %zu path(s)", removed);
     }
-    restore_check(s, &m, ck2, 4, "enospc: ck-2");
-    restore_check(s, &m, ck1, 1, "enospc: ck-1 again");
+    restore_check_at(s, &m, ck2, 4, "enospc: ck-2");
+    restore_check_at(s, &m, ck1, 1, "enospc: ck-1 again");
     close_ok(s, "enospc");
-    am_free(&m);
+    tm_free(&m);
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 0) {
         umount_at_exit();
@@ -700,7 +491,7 @@ static void case_close(int partial)
     snprintf(ck1, sizeof ck1, "%s-1", prefix);
     snprintf(q, sizeof q, "%s/abandoned", dir);
     make_dir(dir);
-    amodel m1;
+    tm_model m1;
     am_init_kib(&m1, (partial ? 1 : 16) * ROWS_PER_MIB);
 
     /* (a) the default timeout: close waits for the save, which commits */
@@ -708,10 +499,10 @@ static void case_close(int partial)
                g_layout_name);
     ckpt_saver *a = new_saver(1, 0);
     register_or_die(&m1, a);
-    am_fill(&m1, 1);
+    tm_fill(&m1, 1);
     ckpt_save_info info = { 0, 1, 0 };
     coll(ckpt_saver_save(a, prefix, &info, NULL, 0), CKPT_OK, "close (a): async save");
-    am_fill(&m1, 2);
+    tm_fill(&m1, 2);
     double t0 = now_s();
     coll(ckpt_saver_close(a), CKPT_OK, "close (a): close waits and commits");
     if (g_rank == 0)
@@ -720,18 +511,18 @@ static void case_close(int partial)
     check_dir_clean(dir, NULL, "close (a)");
     ckpt_saver *r = new_saver(0, 0);
     register_or_die(&m1, r);
-    restore_check(r, &m1, ck1, 1, "close (a)");
+    restore_check_at(r, &m1, ck1, 1, "close (a)");
     close_ok(r, "close (a) restorer");
 
     /* (b) a tiny timeout with a big save in flight: ETIMEDOUT, not committed */
     int tiny = partial ? g_rank == g_size - 1 : 1;
     begin_case("close (b): close_timeout_s 0.001 on %s with 64 MiB/rank in flight (%d ranks, %s)",
                partial ? "the last rank only" : "every rank", g_size, g_layout_name);
-    static amodel m2;
+    static tm_model m2;
     am_init_kib(&m2, 64 * ROWS_PER_MIB);
     ckpt_saver *b = new_saver(1, tiny ? 0.001 : 0);
     register_or_die(&m2, b);
-    am_fill(&m2, 7);
+    tm_fill(&m2, 7);
     info.step = 7;
     long before[MAX_THREADS], after[MAX_THREADS];
     int nbefore = thread_ids(before, MAX_THREADS);
@@ -805,12 +596,12 @@ static void case_close(int partial)
     /* the previous checkpoint is still the good one */
     r = new_saver(0, 0);
     register_or_die(&m1, r);
-    restore_check(r, &m1, ck1, 1, "close (b): the previous checkpoint");
+    restore_check_at(r, &m1, ck1, 1, "close (b): the previous checkpoint");
     close_ok(r, "close (b) restorer");
-    am_free(&m1);
+    tm_free(&m1);
     /* m2's buffers are not read any more (snapshot), but the leaked saver keeps pointers to them */
     if (!g_leaked)
-        am_free(&m2);
+        tm_free(&m2);
 }
 
 /* ======================================================================================== */
@@ -818,7 +609,7 @@ static void case_close(int partial)
 
 /* Reads this rank's rows of "big" and "global_step" of checkpoint `prefix` with the
  * single-process reader (while the writer thread may be writing the next one). */
-static void read_back(const amodel *m, const char *prefix, int64_t step, const char *what)
+static void read_back(const tm_model *m, const char *prefix, int64_t step, const char *what)
 {
     ckpt_reader *rd = NULL;
     int rc = ckpt_reader_open(&rd, prefix);
@@ -826,24 +617,28 @@ static void read_back(const amodel *m, const char *prefix, int64_t step, const c
               rc ? ckpt_error_last()->message : "");
     if (rc != CKPT_OK)
         return;
-    size_t n = (size_t)(m->b.rows * BIG_COLS);
+    size_t n = (size_t)(m->big_rows * TM_BIG_COLS);
     uint32_t *buf = calloc(n + 1, sizeof *buf);
-    int64_t st[2] = { m->b.row0, 0 }, ct[2] = { m->b.rows, BIG_COLS };
-    ckpt_slice sl;
-    ckpt_slice_init(&sl, 2, st, ct);
-    if (buf && m->b.rows > 0) {
+    ckpt_slice sl = tm_slice2(m->big_row0, 0, m->big_rows, TM_BIG_COLS);
+    if (buf && m->big_rows > 0) {
         rc = ckpt_reader_read(rd, "big", CKPT_UINT32, &sl, buf, n * sizeof *buf);
         CHECK_MSG(rc == CKPT_OK, "%s: read big of %s: %s", what, prefix,
                   rc ? ckpt_error_last()->message : "");
-        if (rc == CKPT_OK)
-            CHECK_MSG(big_wrong(&m->b, buf, step, what) == 0, "%s: %s holds wrong values", what,
-                      prefix);
+        int bad = 0;
+        for (size_t i = 0; rc == CKPT_OK && i < n; i++) {
+            uint32_t want = tm_big_value(m->big_row0 * TM_BIG_COLS + (int64_t)i, step);
+            if (buf[i] != want && bad++ < 5)
+                fprintf(stderr, "[rank %d] %s: big[flat %" PRId64 "] = %" PRIu32 ", want %" PRIu32
+                                " (step %" PRId64 ")\n",
+                        g_rank, what, m->big_row0 * TM_BIG_COLS + (int64_t)i, buf[i], want, step);
+        }
+        CHECK_MSG(bad == 0, "%s: %s holds wrong values", what, prefix);
     }
     int64_t gs = 0;
     rc = ckpt_reader_read(rd, "global_step", CKPT_INT64, NULL, &gs, sizeof gs);
-    CHECK_MSG(rc == CKPT_OK && gs == sm_int_value(SM_ID_GLOBAL_STEP, 0, step),
+    CHECK_MSG(rc == CKPT_OK && gs == tm_int_value(TM_ID_GLOBAL_STEP, 0, step),
               "%s: global_step of %s = %" PRId64 " (rc %d), want %" PRId64, what, prefix, gs, rc,
-              sm_int_value(SM_ID_GLOBAL_STEP, 0, step));
+              tm_int_value(TM_ID_GLOBAL_STEP, 0, step));
     free(buf);
     ckpt_reader_free(rd);
 }
@@ -854,7 +649,7 @@ static void case_back2back(void)
     snprintf(dir, sizeof dir, "%s/b2b", g_out);
     snprintf(prefix, sizeof prefix, "%s/ck", dir);
     make_dir(dir);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, 2 * ROWS_PER_MIB);
     begin_case("back2back: MPICKPT_ASYNC=1 (%d ranks, %s)", g_size, g_layout_name);
     setenv("MPICKPT_ASYNC", "1", 1);
@@ -865,7 +660,7 @@ static void case_back2back(void)
     double blocked_max = 0;
     for (int k = 1; k <= 10; k++) {
         begin_case("back2back: save %d", k);
-        am_fill(&m, k);
+        tm_fill(&m, k);
         ckpt_save_info info = { 0, k, 0 };
         out[0] = '\0';
         double t0 = now_s();
@@ -881,7 +676,7 @@ static void case_back2back(void)
         memset(&mt, 0, sizeof mt);
         int mrc = ckpt_saver_last_metrics(s, &mt);
         int64_t counter = ckpt_saver_counter(s);
-        am_fill(&m, 1000 + k); /* changed right away */
+        tm_fill(&m, 1000 + k); /* changed right away */
 
         char w[600];
         snprintf(w, sizeof w, "back2back: save %d", k);
@@ -923,12 +718,12 @@ static void case_back2back(void)
     for (size_t i = 0; i < sizeof which / sizeof which[0]; i++) {
         snprintf(name, sizeof name, "%s-%d", prefix, which[i]);
         begin_case("back2back: restore %s", name);
-        restore_check(s, &m, name, which[i], "back2back");
+        restore_check_at(s, &m, name, which[i], "back2back");
         CHECK_EQ_INT(ckpt_saver_counter(s), which[i]);
     }
     close_ok(s, "back2back");
     check_dir_clean(dir, NULL, "back2back");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -1004,13 +799,13 @@ static void case_identical(void)
     snprintf(a, sizeof a, "%s/async", dir);
     snprintf(b, sizeof b, "%s/sync", dir);
     make_dir(dir);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, 1 * ROWS_PER_MIB + 17);
     begin_case("identical: async write (%d ranks, %s)", g_size, g_layout_name);
     ckpt_saver *sa = new_saver(1, 0), *ss = new_saver(0, 0);
     register_or_die(&m, sa);
     register_or_die(&m, ss);
-    am_fill(&m, 7);
+    tm_fill(&m, 7);
     ckpt_save_info info = { 2, 7, 1 };
     coll(ckpt_saver_write(sa, a, &info), CKPT_OK, "identical: async write");
     coll(ckpt_saver_sync(sa), CKPT_OK, "identical: sync");
@@ -1035,10 +830,10 @@ static void case_identical(void)
             printf("  (MPICKPT_BINARY_DIR not set: mpickpt diff not run)\n");
         }
     }
-    restore_check(ss, &m, a, 7, "identical: the async one restores");
+    restore_check_at(ss, &m, a, 7, "identical: the async one restores");
     close_ok(sa, "identical async");
     close_ok(ss, "identical sync");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -1067,7 +862,7 @@ static void case_training(void)
     char dir[2200], chief[2300], name[2400];
     snprintf(dir, sizeof dir, "%s/train", g_out);
     snprintf(chief, sizeof chief, "%s/chief", dir);
-    amodel m;
+    tm_model m;
     am_init_kib(&m, 8 * ROWS_PER_MIB);
     begin_case("training: async backups, max_to_keep=2 (%d ranks, %s)", g_size, g_layout_name);
     ckpt_saver *s = new_saver(1, 0);
@@ -1078,11 +873,11 @@ static void case_training(void)
     if (!coll(ckpt_training_create(&t, s, dir, &o), CKPT_OK, "training: create"))
         MPI_Abort(MPI_COMM_WORLD, 2);
     for (int e = 1; e <= 5; e++) {
-        am_fill(&m, e);
+        tm_fill(&m, e);
         char w[128];
         snprintf(w, sizeof w, "training: back_up epoch %d", e);
         coll(ckpt_training_back_up(t, e, e, 1), CKPT_OK, w);
-        am_fill(&m, 100 + e);
+        tm_fill(&m, 100 + e);
     }
     coll(ckpt_saver_sync(s), CKPT_OK, "training: final sync");
     static const int want45[] = { 4, 5 }, want56[] = { 5, 6 };
@@ -1098,21 +893,21 @@ static void case_training(void)
     }
     static const char *const allow_chief[] = { "chief", NULL };
     check_dir_clean(dir, allow_chief, "training: backup dir");
-    check_dir_clean(chief, NULL, "training: chief dir (retention removed the data too)");
+    check_dir_clean(chief, DIR_STATE, "training: chief dir (retention removed the data too)");
 
     begin_case("training: restore after async backups");
-    am_zero(&m);
+    tm_zero(&m);
     int restored = 0;
     coll(ckpt_training_restore(t, &restored), CKPT_OK, "training: restore");
     CHECK_EQ_INT(restored, 1);
-    check_values(&m, 5, SM_EXPECT_RESTORED, "training: restore of epoch 5");
+    check_values(&m, 5, TM_RESTORED, "training: restore of epoch 5");
     CHECK_EQ_INT(ckpt_training_initial_epoch(t, 0), 6);
     CHECK_EQ_INT(ckpt_training_initial_step(t, 0), 6);
 
     begin_case("training: restore while a backup is in flight");
-    am_fill(&m, 6);
+    tm_fill(&m, 6);
     coll(ckpt_training_back_up(t, 6, 6, 1), CKPT_OK, "training: back_up epoch 6");
-    am_zero(&m); /* the snapshot is taken: the buffers may change */
+    tm_zero(&m); /* the snapshot is taken: the buffers may change */
     double t0 = now_s();
     coll(ckpt_training_restore(t, &restored), CKPT_OK, "training: restore with a backup in flight");
     if (g_rank == 0)
@@ -1122,7 +917,7 @@ static void case_training(void)
     CHECK_MSG(ends_with(rs->prefix, "/ckpt-6"), "training: restored %s, want ckpt-6 (the backup "
                                                 "in flight)",
               rs->prefix);
-    check_values(&m, 6, SM_EXPECT_RESTORED, "training: restore waited for epoch 6");
+    check_values(&m, 6, TM_RESTORED, "training: restore waited for epoch 6");
     CHECK_EQ_INT(ckpt_training_initial_epoch(t, 0), 7);
     coll(ckpt_saver_sync(s), CKPT_OK, "training: sync after the restore");
     check_state(ckpt_manager_state(ckpt_training_manager(t)), want56, 2,
@@ -1138,73 +933,18 @@ static void case_training(void)
     t = NULL;
     if (!coll(ckpt_training_create(&t, s, dir, &o), CKPT_OK, "training: create again"))
         MPI_Abort(MPI_COMM_WORLD, 2);
-    am_zero(&m);
+    tm_zero(&m);
     coll(ckpt_training_restore(t, &restored), CKPT_OK, "training: restore (fresh)");
     CHECK_EQ_INT(restored, 1);
-    check_values(&m, 6, SM_EXPECT_RESTORED, "training: fresh restore of epoch 6");
+    check_values(&m, 6, TM_RESTORED, "training: fresh restore of epoch 6");
     check_dir_clean(dir, allow_chief, "training: backup dir at the end");
     ckpt_training_free(t);
     close_ok(s, "training (fresh)");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
 /* 8. metrics                                                                                */
-
-static const char metrics_py[] =
-    "import json, math, sys\n"
-    "path, n, ranks, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])\n"
-    "prefixes = sys.argv[5].split(',')\n"
-    "last = [float(x) for x in sys.argv[6].split(',')]\n"
-    "bad = 0\n"
-    "def fail(m):\n"
-    "    global bad\n"
-    "    bad += 1\n"
-    "    print('metrics.jsonl: ' + m)\n"
-    "lines = open(path).read().splitlines()\n"
-    "if len(lines) != n:\n"
-    "    fail('%d lines, want %d (one per committed save)' % (len(lines), n))\n"
-    "recs = []\n"
-    "for i, l in enumerate(lines):\n"
-    "    try:\n"
-    "        recs.append(json.loads(l))\n"
-    "    except Exception as e:\n"
-    "        fail('line %d is not JSON (%s): %r' % (i + 1, e, l))\n"
-    "phases = ('blocking_s', 'write_s', 'agree_s', 'merge_s', 'commit_s')\n"
-    "for i, r in enumerate(recs):\n"
-    "    for k in ('prefix', 'mode', 'bytes', 'ranks', 'timestamp') + phases:\n"
-    "        if k not in r:\n"
-    "            fail('line %d lacks %s' % (i + 1, k))\n"
-    "    if i < len(prefixes) and r.get('prefix') != prefixes[i]:\n"
-    "        fail('line %d: prefix %r, want %r' % (i + 1, r.get('prefix'), prefixes[i]))\n"
-    "    if r.get('mode') != 'async':\n"
-    "        fail('line %d: mode %r' % (i + 1, r.get('mode')))\n"
-    "    if r.get('ranks') != ranks:\n"
-    "        fail('line %d: ranks %r, want %d' % (i + 1, r.get('ranks'), ranks))\n"
-    "    if r.get('bytes') != nbytes:\n"
-    "        fail('line %d: bytes %r, want %d' % (i + 1, r.get('bytes'), nbytes))\n"
-    "    for k in phases + ('gbps', 'since_prev_s', 'training_time_saved_s'):\n"
-    "        v = r.get(k)\n"
-    "        if (not isinstance(v, (int, float)) or isinstance(v, bool) or\n"
-    "                not math.isfinite(v) or v < 0):\n"
-    "            fail('line %d: %s = %r, want a finite number >= 0' % (i + 1, k, v))\n"
-    "    if i == 0 and r.get('since_prev_s') != 0:\n"
-    "        fail('line 1: since_prev_s = %r, want 0 (the first save of the saver)' %\n"
-    "             r.get('since_prev_s'))\n"
-    "    try:\n"
-    "        bg = r['write_s'] + r['agree_s'] + r['merge_s'] + r['commit_s']\n"
-    "        # async: what the training did not wait for; each field is rounded to 1e-6\n"
-    "        if abs(r['training_time_saved_s'] - max(0.0, bg - r['blocking_s'])) > 1e-5:\n"
-    "            fail('line %d: training_time_saved_s %r is not the background time beyond'\n"
-    "                 ' blocking_s (%r)' % (i + 1, r['training_time_saved_s'],\n"
-    "                                       bg - r['blocking_s']))\n"
-    "    except (KeyError, TypeError):\n"
-    "        pass\n"
-    "if recs and [recs[-1].get(k) for k in phases] != last:\n"
-    "    fail('last line: phases %r, want those of ckpt_saver_last_metrics %r' %\n"
-    "         ([recs[-1].get(k) for k in phases], last))\n"
-    "print('metrics.jsonl: %d lines checked, %d problem(s)' % (len(recs), bad))\n"
-    "sys.exit(1 if bad else 0)\n";
 
 static void case_metrics(void)
 {
@@ -1212,7 +952,7 @@ static void case_metrics(void)
     snprintf(dir, sizeof dir, "%s/metrics", g_out);
     snprintf(prefix, sizeof prefix, "%s/ck", dir);
     make_dir(dir);
-    amodel m;
+    tm_model m;
     const int kib = 8 * ROWS_PER_MIB;
     am_init_kib(&m, kib);
     ckpt_saver *s = new_saver(1, 0);
@@ -1223,13 +963,13 @@ static void case_metrics(void)
 
     begin_case("metrics: three committed saves and a failed one");
     ckpt_save_info info = { 0, 1, 0 };
-    am_fill(&m, 1);
+    tm_fill(&m, 1);
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: save 1");
     coll(ckpt_saver_sync(s), CKPT_OK, "metrics: sync 1");
     char fault[32];
     snprintf(fault, sizeof fault, "%d:write", g_size - 1);
     set_fault(fault);
-    am_fill(&m, 2);
+    tm_fill(&m, 2);
     info.step = 2;
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: failing save");
     coll(ckpt_saver_sync(s), CKPT_EIO, "metrics: sync reports the failure");
@@ -1241,7 +981,7 @@ static void case_metrics(void)
                   mt.prefix, name);
     }
     for (int k = 2; k <= 3; k++) {
-        am_fill(&m, k);
+        tm_fill(&m, k);
         info.step = k;
         coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: save");
         coll(ckpt_saver_sync(s), CKPT_OK, "metrics: sync");
@@ -1255,12 +995,8 @@ static void case_metrics(void)
     CHECK_EQ_INT(mt.ranks, g_size);
     /* what every rank registered, stored once (replicated primaries once, components and blobs
      * per rank) */
-    uint64_t want = 37 * 5 * 4 + 4 * 9 * 8 + (uint64_t)g_size * 12 * 8 + 7 * 4 +
-                    (uint64_t)g_size * 2 * 8 + 8 + (uint64_t)kib * (uint64_t)g_size * BIG_COLS * 4;
-    for (int r = 0; r < g_size; r++) {
-        char blob[64];
-        want += (uint64_t)snprintf(blob, sizeof blob, "loader rank=%d step=3", r);
-    }
+    const int64_t rows = (int64_t)kib * g_size; /* of "big" */
+    uint64_t want = tm_stored_bytes(g_size, rows, 3); /* the blob's length changes with the step */
     CHECK_MSG(mt.bytes == want, "metrics: bytes %" PRIu64 ", want %" PRIu64, mt.bytes, want);
     double phases[5] = { mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s, mt.commit_s };
     for (int i = 0; i < 5; i++)
@@ -1309,26 +1045,19 @@ static void case_metrics(void)
     /* metrics.jsonl: one line per committed save */
     begin_case("metrics: metrics.jsonl");
     if (g_rank == 0) {
-        char py[2400], jl[2400], cmd[8000];
-        snprintf(py, sizeof py, "%s/check_metrics.py", dir);
+        char jl[2400], cmd[8000];
         snprintf(jl, sizeof jl, "%s/metrics.jsonl", dir);
-        FILE *f = fopen(py, "w");
-        CHECK(f != NULL);
-        if (f) {
-            fputs(metrics_py, f);
-            fclose(f);
-            snprintf(cmd, sizeof cmd,
-                     "/usr/bin/python3 '%s' '%s' 3 %d %" PRIu64 " ck-1,ck-2,ck-3 "
-                     "%.6f,%.6f,%.6f,%.6f,%.6f",
-                     py, jl, g_size, want, mt.blocking_s, mt.write_s, mt.agree_s, mt.merge_s,
-                     mt.commit_s);
-            int st = system(cmd);
-            CHECK_MSG(st == 0, "metrics: %s failed (status %d)", cmd, st);
-            unlink(py);
-        }
+        snprintf(cmd, sizeof cmd,
+                 "/usr/bin/python3 -B '%s/check_metrics_jsonl.py' '%s' 3 %d %" PRIu64 ",%" PRIu64
+                 ",%" PRIu64 " ck-1,ck-2,ck-3 %.6f,%.6f,%.6f,%.6f,%.6f",
+                 MPICKPT_TESTS_SCRIPTS, jl, g_size, tm_stored_bytes(g_size, rows, 1),
+                 tm_stored_bytes(g_size, rows, 2), want, mt.blocking_s, mt.write_s, mt.agree_s,
+                 mt.merge_s, mt.commit_s);
+        int st = system(cmd);
+        CHECK_MSG(st == 0, "metrics: %s failed (status %d)", cmd, st);
     }
     close_ok(s, "metrics");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -1338,7 +1067,7 @@ static void case_kill_write(int victim)
 {
     char dir[2200], name[2400];
     snprintf(dir, sizeof dir, "%s/kill", g_out);
-    amodel m;
+    tm_model m;
     am_init(&m, g_size, g_rank, g_size, (int64_t)ROWS_PER_MIB * g_size);
     begin_case("kill_write: commit ckpt-1 (%d ranks, %s)", g_size, g_layout_name);
     ckpt_saver *s = new_saver(1, 0);
@@ -1346,7 +1075,7 @@ static void case_kill_write(int victim)
     ckpt_manager *mg = NULL;
     if (!coll(ckpt_manager_create(&mg, s, dir, NULL), CKPT_OK, "kill_write: manager"))
         MPI_Abort(MPI_COMM_WORLD, 2);
-    am_fill(&m, 1);
+    tm_fill(&m, 1);
     ckpt_manager_save_info info = { 1, 1, 1, 1 };
     coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "kill_write: save ckpt-1");
     coll(ckpt_saver_sync(s), CKPT_OK, "kill_write: sync ckpt-1");
@@ -1357,7 +1086,7 @@ static void case_kill_write(int victim)
     char fault[64];
     snprintf(fault, sizeof fault, "%d:write:kill", victim);
     set_fault(fault);
-    am_fill(&m, 2);
+    tm_fill(&m, 2);
     info.epoch = info.step = 2;
     int rc = ckpt_manager_save(mg, &info, name, sizeof name);
     if (rc == CKPT_OK && g_rank == 0)
@@ -1373,7 +1102,7 @@ static void case_kill_restore(int nwriter)
 {
     char dir[2200], name[2400];
     snprintf(dir, sizeof dir, "%s/kill", g_out);
-    amodel m;
+    tm_model m;
     am_init(&m, g_size, g_rank, nwriter, (int64_t)ROWS_PER_MIB * nwriter);
     begin_case("kill_restore: %d ranks restore what %d ranks left (%s)", g_size, nwriter,
                g_layout_name);
@@ -1385,7 +1114,7 @@ static void case_kill_restore(int nwriter)
     if (!coll(ckpt_manager_create(&mg, s, dir, &o), CKPT_OK, "kill_restore: manager"))
         MPI_Abort(MPI_COMM_WORLD, 2);
     ckpt_manager_restored res;
-    am_zero(&m);
+    tm_zero(&m);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "kill_restore: restore")) {
         CHECK_EQ_INT(res.restored, 1);
         CHECK_MSG(ends_with(res.prefix, "/ckpt-1"), "kill_restore: restored %s, want ckpt-1",
@@ -1396,27 +1125,27 @@ static void case_kill_restore(int nwriter)
         CHECK_EQ_INT(res.world_size, nwriter);
         if (g_rank == 0)
             printf("kill_restore: restored %s (skipped %d)\n", res.prefix, res.skipped);
-        check_values(&m, 1, g_rank < nwriter ? SM_EXPECT_RESTORED : SM_EXPECT_UNTOUCHED,
+        check_values(&m, 1, g_rank < nwriter ? TM_RESTORED : TM_UNTOUCHED,
                      "kill_restore: ckpt-1");
     }
     begin_case("kill_restore: the next save removes the leftovers");
-    am_fill(&m, 5);
+    tm_fill(&m, 5);
     ckpt_manager_save_info info = { 5, 5, 1, 1 };
     coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "kill_restore: save");
     coll(ckpt_saver_sync(s), CKPT_OK, "kill_restore: sync");
     CHECK_MSG(ends_with(name, "/ckpt-2"), "kill_restore: saved %s, want ckpt-2", name);
     check_index(name, 1, "kill_restore: ckpt-2");
-    check_dir_clean(dir, NULL, "kill_restore: after the next save");
-    am_zero(&m);
+    check_dir_clean(dir, DIR_STATE, "kill_restore: after the next save");
+    tm_zero(&m);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "kill_restore: restore 2")) {
         CHECK_MSG(ends_with(res.prefix, "/ckpt-2"), "kill_restore: restored %s", res.prefix);
-        check_values(&m, 5, SM_EXPECT_RESTORED, "kill_restore: ckpt-2");
+        check_values(&m, 5, TM_RESTORED, "kill_restore: ckpt-2");
     }
     if (g_rank == 0)
         printf("kill_restore: saved and restored %s\n", name);
     ckpt_manager_free(mg);
     close_ok(s, "kill_restore");
-    am_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */

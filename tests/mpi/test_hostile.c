@@ -12,6 +12,7 @@
  * must be untouched and no rank's buffers may hold a run of /etc/passwd's bytes. */
 #include "hostile_h5.h"
 #include "mpi_check.h"
+#include "coll.h"
 #include "mpickpt.h"
 #include "mpickpt/saver.h"
 
@@ -21,29 +22,6 @@
 #define SENTINEL 0x5A
 
 static int g_rank, g_size;
-
-static unsigned long str_hash(const char *s)
-{
-    unsigned long h = 5381;
-    for (; s && *s; s++)
-        h = h * 33 + (unsigned char)*s;
-    return h;
-}
-
-/* A collective's status and message must be the same on every rank. */
-static void check_agreed(int rc, const char *what)
-{
-    int v[2] = {rc, -rc}, r[2];
-    MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    CHECK_MSG(r[0] == -r[1], "%s: ranks disagree on the status: min %d max %d (here %d)", what,
-              r[0], -r[1], rc);
-    const ckpt_error *e = ckpt_error_last();
-    unsigned long h = rc == CKPT_OK ? 0 : str_hash(e ? e->message : ""), hmin, hmax;
-    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
-    CHECK_MSG(hmin == hmax, "%s: ranks disagree on the error message; here: %s", what,
-              rc == CKPT_OK ? "(ok)" : (e ? e->message : "(none)"));
-}
 
 /* The data file and dataset that hold rank 0's piece of "w" in the index at `prefix`. */
 static int rank0_dataset(const char *prefix, char *file, size_t fsize, char *dset, size_t dsize)
@@ -97,8 +75,7 @@ static void run_case(const char *outdir, int packed, const uint8_t *secret, size
     CHECK_OK(ckpt_saver_add_slice(s, "w", CKPT_INT32, &sw, &mine, w));
     CHECK_OK(ckpt_saver_add_full(s, fname, CKPT_INT32, &sf, f));
     int rc = ckpt_saver_write(s, prefix, NULL);
-    CHECK_OK(rc);
-    check_agreed(rc, "write");
+    coll(rc, CKPT_OK, "write");
 
     /* Rank 0 makes its data file lie; every rank learns whether that worked. */
     int made = 0;
@@ -121,8 +98,7 @@ static void run_case(const char *outdir, int packed, const uint8_t *secret, size
         memset(w, SENTINEL, sizeof w);
         memset(f, SENTINEL, sizeof f);
         rc = ckpt_saver_restore(s, prefix, NULL, NULL);
-        CHECK_RC(rc, CKPT_ECORRUPT);
-        check_agreed(rc, "restore");
+        coll(rc, CKPT_ECORRUPT, "restore");
         const ckpt_error *e = ckpt_error_last();
         const char *msg = e ? e->message : "";
         CHECK_MSG(strstr(msg, "has external storage") &&

@@ -64,8 +64,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <hdf5.h>
 #include <stdarg.h>
 #include <string.h>
 #include <strings.h>
@@ -120,58 +118,6 @@ static const char *logs_find(const char *const *words)
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-/* Rank 0 creates `dir` (and its parents); collective. */
-static void make_dir(const char *dir)
-{
-    if (g_rank == 0) {
-        char cmd[4400];
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-        CHECK_MSG(system(cmd) == 0, "cannot create %s", dir);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-}
-
-/* Rank 0 lists `dir`: only committed checkpoints (an index; data files with their index), the
- * state file, metrics.jsonl, empty workertemp_* directories and `allow` (a name, may be NULL) may
- * be there. Collective. */
-static void check_dir_clean(const char *dir, const char *allow, const char *what)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (g_rank != 0)
-        return;
-    DIR *d = opendir(dir);
-    CHECK_MSG(d != NULL, "%s: cannot list %s", what, dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        const char *n = de->d_name;
-        char path[4600];
-        snprintf(path, sizeof path, "%s/%s", dir, n);
-        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0 || strcmp(n, "checkpoint") == 0 ||
-            strcmp(n, "metrics.jsonl") == 0 || ends_with(n, ".index") ||
-            (allow && strcmp(n, allow) == 0))
-            continue;
-        if (strncmp(n, "workertemp_", 11) == 0) {
-            DIR *w = opendir(path);
-            CHECK_MSG(w != NULL, "%s: %s is not a directory", what, path);
-            struct dirent *we;
-            while (w && (we = readdir(w)) != NULL)
-                CHECK_MSG(strcmp(we->d_name, ".") == 0 || strcmp(we->d_name, "..") == 0,
-                          "%s: left in %s: %s", what, path, we->d_name);
-            if (w)
-                closedir(w);
-        } else if (strstr(n, ".data-") != NULL) {
-            char base[4600];
-            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(strstr(n, ".data-") - n), n);
-            CHECK_MSG(index_exists(base), "%s: data file without an index: %s", what, path);
-        } else {
-            CHECK_MSG(0, "%s: left behind: %s", what, path);
-        }
-    }
-    closedir(d);
-}
-
 /* Number of "<stem>-<N>.index" files in `dir` (rank 0's view). */
 static int count_indexes(const char *dir, const char *stem)
 {
@@ -189,285 +135,14 @@ static int count_indexes(const char *dir, const char *stem)
     return n;
 }
 
-/* ---- a model whose every value is a function of (tensor, global index, step) -------------- */
+/* ---- the model (model.h), with `kib` KiB of "big" per rank (0: none) --------------------- */
 
-#define W_ROWS 29
-#define W_COLS 6
-#define C_ROWS 4
-#define C_COLS 11
-#define BIAS_N 5
-#define RNG_N 3
-#define BIG_COLS 256 /* uint32: 1 KiB per row */
-#define SENT_BYTE 0xA5
-#define RNG_SENTINEL UINT64_C(0x5A5A5A5A5A5A5A5A)
-#define MAX_REPORT 5
-
-typedef struct model {
-    int n, r; /* rank r of the n ranks that register */
-    int64_t step;
-    int64_t w_row0, w_rows;
-    float *w; /* [w_rows, W_COLS] of "w" [W_ROWS, W_COLS] (rows partitioned) */
-    int64_t c_col0, c_cols;
-    int64_t *c; /* [C_ROWS, c_cols] of "cols" [C_ROWS, C_COLS] (columns partitioned) */
-    float bias[BIAS_N];     /* "bias": replicated */
-    uint64_t rng[RNG_N];    /* "rng": replicated per component */
-    int64_t big_rows_total; /* "big" [big_rows_total, BIG_COLS] uint32 (rows), 0: none */
-    int64_t big_row0, big_rows;
-    uint32_t *big;
-    /* blob "loader" */
-    char blob_out[64];
-    int blob_calls;
-    char blob_got[64];
-    size_t blob_got_len;
-} model;
-
-static void part(int64_t total, int n, int r, int64_t *start, int64_t *count)
+/* Rank r of n, no full tensors (fallback_per_rank restores a checkpoint of fewer ranks than it
+ * registers with). Aborts when out of memory. */
+static void model_init(tm_model *m, int n, int r, int64_t big_kib_per_rank)
 {
-    int64_t b = (int64_t)r * total / n, e = (int64_t)(r + 1) * total / n;
-    *start = b;
-    *count = e - b;
-}
-
-static float w_value(int64_t flat, int64_t step)
-{
-    return (float)((double)(1000 + flat) * 0.5 + (double)step);
-}
-
-static int64_t c_value(int64_t flat, int64_t step)
-{
-    return -(2000000 + flat * 1000 + step);
-}
-
-static float bias_value(int64_t i, int64_t step)
-{
-    return (float)((double)(3000 + i) * 0.5 + (double)step);
-}
-
-static uint64_t rng_value(int comp, int64_t j, int64_t step)
-{
-    return (UINT64_C(1) << 63) + (uint64_t)comp * 1000000u + (uint64_t)j * 1000u + (uint64_t)step;
-}
-
-static uint32_t big_value(int64_t flat, int64_t step)
-{
-    uint64_t x = (uint64_t)flat * UINT64_C(0x9E3779B97F4A7C15) +
-                 (uint64_t)step * UINT64_C(0xD1B54A32D192ED03);
-    x ^= x >> 29;
-    return (uint32_t)x ^ (uint32_t)(x >> 32);
-}
-
-static int blob_save(const void **data, size_t *len, void *payload)
-{
-    model *m = payload;
-    int k = snprintf(m->blob_out, sizeof m->blob_out, "loader rank=%d step=%lld", m->r,
-                     (long long)m->step);
-    *data = m->blob_out;
-    *len = (size_t)k;
-    return CKPT_OK;
-}
-
-/* Records what it was given. */
-static int blob_restore(const void *data, size_t len, void *payload)
-{
-    model *m = payload;
-    m->blob_calls++;
-    m->blob_got_len = len;
-    memset(m->blob_got, 0, sizeof m->blob_got);
-    if (data)
-        memcpy(m->blob_got, data, len < sizeof m->blob_got - 1 ? len : sizeof m->blob_got - 1);
-    return CKPT_OK;
-}
-
-/* Rank r of n; `big_kib_per_rank` KiB of "big" per rank (0: none). Aborts when out of memory. */
-static void model_init(model *m, int n, int r, int64_t big_kib_per_rank)
-{
-    memset(m, 0, sizeof *m);
-    m->n = n;
-    m->r = r;
-    part(W_ROWS, n, r, &m->w_row0, &m->w_rows);
-    part(C_COLS, n, r, &m->c_col0, &m->c_cols);
-    m->w = calloc((size_t)(m->w_rows * W_COLS) + 1, sizeof *m->w);
-    m->c = calloc((size_t)(C_ROWS * m->c_cols) + 1, sizeof *m->c);
-    m->big_rows_total = big_kib_per_rank * n;
-    part(m->big_rows_total, n, r, &m->big_row0, &m->big_rows);
-    m->big = calloc((size_t)(m->big_rows * BIG_COLS) + 1, sizeof *m->big);
-    if (!m->w || !m->c || !m->big) {
-        fprintf(stderr, "[rank %d] out of memory\n", g_rank);
+    if (tm_init(m, n, r, 0, big_kib_per_rank * n) != CKPT_OK)
         MPI_Abort(MPI_COMM_WORLD, 3);
-    }
-}
-
-static void model_free(model *m)
-{
-    free(m->w);
-    free(m->c);
-    free(m->big);
-    memset(m, 0, sizeof *m);
-}
-
-/* Registers everything this rank holds with `s`. Local. */
-static int model_register(model *m, ckpt_saver *s)
-{
-    int rc = CKPT_OK;
-    int64_t d[2] = { W_ROWS, W_COLS }, st[2] = { m->w_row0, 0 }, ct[2] = { m->w_rows, W_COLS };
-    ckpt_shape sh;
-    ckpt_slice sl;
-    ckpt_shape_init(&sh, 2, d);
-    ckpt_slice_init(&sl, 2, st, ct);
-    if (m->w_rows > 0 && (rc = ckpt_saver_add_slice(s, "w", CKPT_FLOAT32, &sh, &sl, m->w)))
-        return rc;
-    int64_t dc[2] = { C_ROWS, C_COLS }, sc[2] = { 0, m->c_col0 }, cc[2] = { C_ROWS, m->c_cols };
-    ckpt_shape_init(&sh, 2, dc);
-    ckpt_slice_init(&sl, 2, sc, cc);
-    if (m->c_cols > 0 && (rc = ckpt_saver_add_slice(s, "cols", CKPT_INT64, &sh, &sl, m->c)))
-        return rc;
-    int64_t db = BIAS_N, dr = RNG_N;
-    ckpt_shape_init(&sh, 1, &db);
-    if ((rc = ckpt_saver_add_replicated(s, "bias", CKPT_FLOAT32, &sh, m->bias,
-                                        CKPT_REPLICA_PRIMARY)))
-        return rc;
-    ckpt_shape_init(&sh, 1, &dr);
-    if ((rc = ckpt_saver_add_replicated(s, "rng", CKPT_UINT64, &sh, m->rng,
-                                        CKPT_REPLICA_PER_COMPONENT)))
-        return rc;
-    ckpt_blob_callbacks cb = { blob_save, blob_restore };
-    if ((rc = ckpt_saver_add_blob(s, "loader", &cb, m)))
-        return rc;
-    if (m->big_rows_total > 0 && m->big_rows > 0) {
-        int64_t dg[2] = { m->big_rows_total, BIG_COLS }, sg[2] = { m->big_row0, 0 },
-                cg[2] = { m->big_rows, BIG_COLS };
-        ckpt_shape_init(&sh, 2, dg);
-        ckpt_slice_init(&sl, 2, sg, cg);
-        if ((rc = ckpt_saver_add_slice(s, "big", CKPT_UINT32, &sh, &sl, m->big)))
-            return rc;
-    }
-    return CKPT_OK;
-}
-
-static void register_or_die(model *m, ckpt_saver *s)
-{
-    int rc = model_register(m, s);
-    CHECK_OK(rc);
-    if (!all_true(rc == CKPT_OK))
-        MPI_Abort(MPI_COMM_WORLD, 2);
-}
-
-static void model_fill(model *m, int64_t step)
-{
-    m->step = step;
-    for (int64_t i = 0; i < m->w_rows * W_COLS; i++)
-        m->w[i] = w_value(m->w_row0 * W_COLS + i, step);
-    for (int64_t i = 0; i < C_ROWS; i++)
-        for (int64_t j = 0; j < m->c_cols; j++)
-            m->c[i * m->c_cols + j] = c_value(i * C_COLS + m->c_col0 + j, step);
-    for (int i = 0; i < BIAS_N; i++)
-        m->bias[i] = bias_value(i, step);
-    for (int j = 0; j < RNG_N; j++)
-        m->rng[j] = rng_value(m->r, j, step);
-    for (int64_t i = 0; i < m->big_rows * BIG_COLS; i++)
-        m->big[i] = big_value(m->big_row0 * BIG_COLS + i, step);
-}
-
-/* A sentinel in every buffer; the blob callback's record forgotten. */
-static void model_sentinel(model *m)
-{
-    memset(m->w, SENT_BYTE, (size_t)(m->w_rows * W_COLS) * sizeof *m->w);
-    memset(m->c, SENT_BYTE, (size_t)(C_ROWS * m->c_cols) * sizeof *m->c);
-    memset(m->bias, SENT_BYTE, sizeof m->bias);
-    for (int j = 0; j < RNG_N; j++)
-        m->rng[j] = RNG_SENTINEL;
-    memset(m->big, SENT_BYTE, (size_t)(m->big_rows * BIG_COLS) * sizeof *m->big);
-    m->blob_calls = 0;
-    m->blob_got_len = 0;
-    memset(m->blob_got, 0, sizeof m->blob_got);
-}
-
-#define MISMATCH_(...)                                                                         \
-    do {                                                                                       \
-        if (bad++ < MAX_REPORT) {                                                              \
-            fprintf(stderr, "[rank %d] %s: ", g_rank, what);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
-
-/* Every value this rank holds must be `step`'s. per_rank = 1: the "rng" component and the blob
- * hold this rank's values of `step` (callback called exactly once with them); 0: the component
- * still holds its sentinel and the callback was never called. Returns the number of mismatches. */
-static int model_check(const model *m, int64_t step, int per_rank, const char *what)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < m->w_rows * W_COLS; i++) {
-        int64_t flat = m->w_row0 * W_COLS + i;
-        if (m->w[i] != w_value(flat, step))
-            MISMATCH_("w[flat %lld] = %.9g, want %.9g", (long long)flat, (double)m->w[i],
-                      (double)w_value(flat, step));
-    }
-    for (int64_t i = 0; i < C_ROWS; i++)
-        for (int64_t j = 0; j < m->c_cols; j++) {
-            int64_t flat = i * C_COLS + m->c_col0 + j, got = m->c[i * m->c_cols + j];
-            if (got != c_value(flat, step))
-                MISMATCH_("cols[flat %lld] = %lld, want %lld", (long long)flat, (long long)got,
-                          (long long)c_value(flat, step));
-        }
-    for (int i = 0; i < BIAS_N; i++)
-        if (m->bias[i] != bias_value(i, step))
-            MISMATCH_("bias[%d] = %.9g, want %.9g", i, (double)m->bias[i],
-                      (double)bias_value(i, step));
-    for (int64_t i = 0; i < m->big_rows * BIG_COLS; i++) {
-        int64_t flat = m->big_row0 * BIG_COLS + i;
-        if (m->big[i] != big_value(flat, step))
-            MISMATCH_("big[flat %lld] = %u, want %u", (long long)flat, (unsigned)m->big[i],
-                      (unsigned)big_value(flat, step));
-    }
-    for (int j = 0; j < RNG_N; j++) {
-        uint64_t want = per_rank ? rng_value(m->r, j, step) : RNG_SENTINEL;
-        if (m->rng[j] != want)
-            MISMATCH_("rng[%d] (component %d) = %llu, want %llu (%s)", j, m->r,
-                      (unsigned long long)m->rng[j], (unsigned long long)want,
-                      per_rank ? "restored" : "its sentinel: no component for this rank");
-    }
-    if (per_rank) {
-        char want[64];
-        snprintf(want, sizeof want, "loader rank=%d step=%lld", m->r, (long long)step);
-        if (m->blob_calls != 1 || m->blob_got_len != strlen(want) || strcmp(m->blob_got, want))
-            MISMATCH_("blob restore callback called %d time(s), last with \"%s\", want once "
-                      "with \"%s\"",
-                      m->blob_calls, m->blob_got, want);
-    } else if (m->blob_calls != 0) {
-        MISMATCH_("blob restore callback called %d time(s) (last with \"%s\"), want never: the "
-                  "checkpoint restored has no blob for this rank",
-                  m->blob_calls, m->blob_got);
-    }
-    return bad;
-}
-
-/* model_check on every rank; a CHECK per rank, a total printed by rank 0. Collective. */
-static void check_values(const model *m, int64_t step, int per_rank, const char *what)
-{
-    int bad = model_check(m, step, per_rank, what);
-    CHECK_MSG(bad == 0, "%s: %d values differ from step %lld%s", what, bad, (long long)step,
-              per_rank ? "" : " (per-rank values: sentinel expected)");
-    int all = 0;
-    MPI_Allreduce(&bad, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g_rank == 0 && all)
-        printf("  %s: %d wrong values over all ranks\n", what, all);
-}
-
-static ckpt_saver *new_saver_on(MPI_Comm comm, ckpt_layout layout, int async,
-                                double close_timeout_s)
-{
-    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
-    o.layout = layout;
-    o.async = async;
-    o.close_timeout_s = close_timeout_s;
-    ckpt_saver *s = NULL;
-    int rc = ckpt_saver_create(&s, comm, &o);
-    if (!coll_on(comm, rc, CKPT_OK, "ckpt_saver_create") || !s) {
-        fprintf(stderr, "[rank %d] cannot create a saver; giving up\n", g_rank);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    return s;
 }
 
 static ckpt_manager *new_manager(ckpt_saver *s, MPI_Comm comm, const char *dir, int max_to_keep,
@@ -488,85 +163,6 @@ static ckpt_manager *new_manager(ckpt_saver *s, MPI_Comm comm, const char *dir, 
 /* ======================================================================================== */
 /* 1. fallback_per_rank                                                                      */
 
-/* Flips one byte inside the stored elements of rank `victim`'s piece of tensor `tensor` (a
- * float32 or wider) in checkpoint `prefix`: the file offset is H5Dget_offset of the piece's
- * dataset plus the piece's place in it (its pack offset when packed), so the index, the sizes and
- * the HDF5 structure stay valid and only the piece's CRC-32C can tell. Local; returns CKPT_OK. */
-static int flip_piece_byte(const char *prefix, const char *tensor, int victim, char *file_out,
-                           size_t file_size)
-{
-    ckpt_reader *rd = NULL;
-    int rc = ckpt_reader_open_index(&rd, prefix);
-    if (rc != CKPT_OK)
-        return rc;
-    size_t ti = 0;
-    ckpt_tensor_info t;
-    ckpt_piece_info pi;
-    int found = 0, packed = 0;
-    uint64_t pack_off = 0;
-    char path[4400] = "", dset[1024] = "";
-    ckpt_slice dsl;
-    memset(&dsl, 0, sizeof dsl);
-    size_t esize = 0;
-    if (ckpt_reader_find(&ti, rd, tensor) == CKPT_OK && ckpt_reader_tensor(&t, rd, ti) == CKPT_OK)
-        for (size_t j = 0; j < t.num_pieces && !found; j++)
-            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == victim &&
-                pi.bytes > 8 &&
-                ckpt_reader_piece_packing(&packed, &pack_off, rd, ti, j) == CKPT_OK) {
-                char dir[4096];
-                snprintf(dir, sizeof dir, "%s", prefix);
-                *strrchr(dir, '/') = '\0';
-                snprintf(path, sizeof path, "%s/%s", dir, pi.file);
-                snprintf(file_out, file_size, "%s", pi.file);
-                snprintf(dset, sizeof dset, "%s", pi.dataset);
-                dsl = pi.dataset_slice;
-                esize = ckpt_dtype_size(t.dtype);
-                found = 1;
-            }
-    ckpt_reader_free(rd);
-    if (!found)
-        return CKPT_ENOTFOUND;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = f >= 0 ? H5Dopen2(f, dset, H5P_DEFAULT) : H5I_INVALID_HID;
-    haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
-    if (off != HADDR_UNDEF && packed) {
-        off += (haddr_t)pack_off;
-    } else if (off != HADDR_UNDEF) {
-        /* row-major position of the piece's first element in its dataset */
-        hsize_t dims[32];
-        hid_t sp = H5Dget_space(d);
-        int nd = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, NULL) : -1;
-        if (sp >= 0)
-            H5Sclose(sp);
-        if (nd != dsl.ndims) {
-            off = HADDR_UNDEF;
-        } else {
-            uint64_t flat = 0;
-            for (int k = 0; k < nd; k++)
-                flat = flat * dims[k] + (uint64_t)dsl.start[k];
-            off += (haddr_t)(flat * esize);
-        }
-    }
-    if (d >= 0)
-        H5Dclose(d);
-    if (f >= 0)
-        H5Fclose(f);
-    if (off == HADDR_UNDEF)
-        return CKPT_ERROR;
-    off += (haddr_t)esize + 1; /* inside the piece's second element */
-    int fd = open(path, O_RDWR);
-    unsigned char b = 0;
-    if (fd < 0 || pread(fd, &b, 1, (off_t)off) != 1) {
-        if (fd >= 0)
-            close(fd);
-        return CKPT_EIO;
-    }
-    b ^= 0x21;
-    rc = pwrite(fd, &b, 1, (off_t)off) == 1 && fsync(fd) == 0 ? CKPT_OK : CKPT_EIO;
-    close(fd);
-    return rc;
-}
-
 static void case_fallback(int async)
 {
     const char *mode = async ? "async" : "sync";
@@ -586,13 +182,13 @@ static void case_fallback(int async)
     MPI_Comm sub = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, in_a ? 0 : MPI_UNDEFINED, g_rank, &sub);
     if (in_a) {
-        model a;
+        tm_model a;
         model_init(&a, g_size - 1, g_rank, 0);
         ckpt_saver *s = new_saver_on(sub, CKPT_LAYOUT_PER_RANK, async, 0);
-        int rc = model_register(&a, s);
+        int rc = tm_register(&a, s);
         CHECK_OK(rc);
         ckpt_manager *mg = new_manager(s, sub, dir, 0, 0);
-        model_fill(&a, 1);
+        tm_fill(&a, 1);
         ckpt_manager_save_info info = { 1, 1, 1, 1 };
         name[0] = '\0';
         coll_on(sub, ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save A");
@@ -600,19 +196,19 @@ static void case_fallback(int async)
         CHECK_MSG(ends_with(name, "/ckpt-1"), "A saved as \"%s\", want .../ckpt-1", name);
         ckpt_manager_free(mg);
         coll_on(sub, ckpt_saver_close(s), CKPT_OK, "close A");
-        model_free(&a);
+        tm_free(&a);
         MPI_Comm_free(&sub);
     }
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* B: all N ranks, same directory and name: the manager numbers past A */
     begin_case("fallback_per_rank (%s): ckpt-2 written by all %d ranks", mode, g_size);
-    model m;
+    tm_model m;
     model_init(&m, g_size, g_rank, 0);
     ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_PER_RANK, async, 0);
     register_or_die(&m, s);
     ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 0, 1);
-    model_fill(&m, 2);
+    tm_fill(&m, 2);
     ckpt_manager_save_info info = { 2, 2, 1, 1 };
     name[0] = '\0';
     coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save B");
@@ -628,7 +224,7 @@ static void case_fallback(int async)
     int ok = 1;
     char file[256] = "";
     if (g_rank == 0) {
-        int rc = flip_piece_byte(want, "w", 0, file, sizeof file);
+        int rc = tm_flip_piece_byte(want, "w", 0, file, sizeof file);
         ok = rc == CKPT_OK;
         CHECK_MSG(ok, "cannot flip a byte of rank 0's piece of w in %s (%d)", want, rc);
         if (ok)
@@ -638,12 +234,12 @@ static void case_fallback(int async)
     if (!ok) {
         ckpt_manager_free(mg);
         ckpt_saver_free(s);
-        model_free(&m);
+        tm_free(&m);
         return;
     }
 
     begin_case("fallback_per_rank (%s): restore falls back to ckpt-1", mode);
-    model_sentinel(&m);
+    tm_sentinel(&m);
     g_nlogs = 0;
     ckpt_manager_restored res;
     memset(&res, 0, sizeof res);
@@ -659,7 +255,7 @@ static void case_fallback(int async)
     }
     /* ranks 0..N-2: A's values everywhere; rank N-1: A's tensors, its component's sentinel, no
      * callback (A has nothing of it, and nothing of B may be left) */
-    check_values(&m, 1, in_a, "after the fallback to ckpt-1");
+    check_values(&m, 1, in_a ? TM_RESTORED : TM_UNTOUCHED, "after the fallback to ckpt-1");
     if (g_rank == 0) {
         static const char *const words[] = { "ckpt-2", NULL };
         const char *w = logs_find(words);
@@ -669,7 +265,7 @@ static void case_fallback(int async)
     }
     ckpt_manager_free(mg);
     coll(ckpt_saver_close(s), CKPT_OK, "close B");
-    model_free(&m);
+    tm_free(&m);
 }
 
 /* ======================================================================================== */
@@ -679,7 +275,7 @@ static void case_fallback(int async)
  * kept reachable with the buffers registered with it, so that LeakSanitizer does not report what
  * the library leaves by design. A manager left allocated is reachable through the saver. */
 static ckpt_saver *g_leaked;
-static model g_leaked_model;
+static tm_model g_leaked_model;
 
 #define MAX_THREADS 256
 
@@ -706,7 +302,7 @@ static void wait_threads_gone(const long *ids, int n, const char *what)
 /* What must be on disk after saves ckpt-1..ckpt-<last> with max_to_keep 2 in `dir`: the state
  * file lists ckpt-<last-1> and ckpt-<last> (the latter as the latest), exactly their indexes are
  * there, nothing else is left. Rank 0 checks; collective. */
-static void check_kept_two(const char *dir, const char *allow, int last, const char *what)
+static void check_kept_two(const char *dir, int last, const char *what)
 {
     if (g_rank == 0) {
         ckpt_state *st = NULL;
@@ -735,7 +331,7 @@ static void check_kept_two(const char *dir, const char *allow, int last, const c
                       k >= last - 1 ? "is missing" : "is still there (retention not applied)");
         }
     }
-    check_dir_clean(dir, allow, what);
+    check_dir_clean(dir, DIR_STATE, what);
 }
 
 /* A fresh synchronous saver and manager restore the newest checkpoint of `dir`: `counter`, with
@@ -743,12 +339,12 @@ static void check_kept_two(const char *dir, const char *allow, int last, const c
 static void check_restores(const char *dir, int counter, int64_t step, int64_t kib,
                            const char *what)
 {
-    model m;
+    tm_model m;
     model_init(&m, g_size, g_rank, kib);
     ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 0, 0);
     register_or_die(&m, s);
     ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 0, 0);
-    model_sentinel(&m);
+    tm_sentinel(&m);
     ckpt_manager_restored res;
     memset(&res, 0, sizeof res);
     char w[600], want[64];
@@ -758,11 +354,11 @@ static void check_restores(const char *dir, int counter, int64_t step, int64_t k
         CHECK_MSG(res.restored == 1 && ends_with(res.prefix, want) && res.skipped == 0,
                   "%s: restored %d \"%s\" (skipped %d), want %s", w, res.restored, res.prefix,
                   res.skipped, want);
-        check_values(&m, step, 1, w);
+        check_values(&m, step, TM_RESTORED, w);
     }
     ckpt_manager_free(mg);
     coll(ckpt_saver_close(s), CKPT_OK, "close the restorer");
-    model_free(&m);
+    tm_free(&m);
 }
 
 /* Rank 0 counts the lines of `dir`/metrics.jsonl that record an async save. */
@@ -808,7 +404,7 @@ static void case_async_lifetime(void)
                "(%d ranks)", g_size);
     {
         setenv("MPICKPT_ASYNC", "1", 1);
-        model m;
+        tm_model m;
         model_init(&m, g_size, g_rank, kib);
         ckpt_saver *s = NULL;
         /* a program written for synchronous saves: no options */
@@ -821,7 +417,7 @@ static void case_async_lifetime(void)
         if (!coll(ckpt_training_create(&t, s, dir, &o), CKPT_OK, "(a) training create"))
             MPI_Abort(MPI_COMM_WORLD, 2);
         for (int e = 1; e <= 4; e++) {
-            model_fill(&m, e);
+            tm_fill(&m, e);
             char w[64];
             snprintf(w, sizeof w, "(a) back_up %d", e);
             coll(ckpt_training_back_up(t, e, e, 1), CKPT_OK, w);
@@ -830,10 +426,11 @@ static void case_async_lifetime(void)
         ckpt_training_free(t);
         ckpt_saver_free(s);
         unsetenv("MPICKPT_ASYNC");
-        model_free(&m);
+        tm_free(&m);
         MPI_Barrier(MPI_COMM_WORLD);
-        check_kept_two(chief, NULL, 4, "(a) chief/");
-        check_dir_clean(dir, "chief", "(a) training dir");
+        check_kept_two(chief, 4, "(a) chief/");
+        static const char *const allow_chief[] = { "chief", NULL };
+        check_dir_clean(dir, allow_chief, "(a) training dir");
         if (g_rank == 0) {
             int n = async_metric_lines(chief);
             CHECK_MSG(n == 4, "(a) %d async saves in metrics.jsonl, want 4 (MPICKPT_ASYNC=1)", n);
@@ -845,13 +442,13 @@ static void case_async_lifetime(void)
     snprintf(dir, sizeof dir, "%s/b", g_out);
     begin_case("async_lifetime (b): the saver freed first, then the manager (%d ranks)", g_size);
     {
-        model m;
+        tm_model m;
         model_init(&m, g_size, g_rank, kib);
         ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 1, 0);
         register_or_die(&m, s);
         ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 2, 0);
         for (int e = 1; e <= 4; e++) {
-            model_fill(&m, e);
+            tm_fill(&m, e);
             ckpt_manager_save_info info = { e, e, 1, 1 };
             char w[64];
             snprintf(w, sizeof w, "(b) save %d", e);
@@ -860,9 +457,9 @@ static void case_async_lifetime(void)
         note_in_flight(dir, 4, "(b) the saver is freed");
         ckpt_saver_free(s);
         ckpt_manager_free(mg);
-        model_free(&m);
+        tm_free(&m);
         MPI_Barrier(MPI_COMM_WORLD);
-        check_kept_two(dir, NULL, 4, "(b)");
+        check_kept_two(dir, 4, "(b)");
         check_restores(dir, 4, 4, kib, "(b)");
     }
 
@@ -871,16 +468,16 @@ static void case_async_lifetime(void)
     begin_case("async_lifetime (c): close times out with a save in flight, then the manager is "
                "freed (%d ranks)", g_size);
     {
-        model *m = &g_leaked_model;
+        tm_model *m = &g_leaked_model;
         model_init(m, g_size, g_rank, 4 * kib);
         ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, CKPT_LAYOUT_UNKNOWN, 1, 0.001);
         register_or_die(m, s);
         ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 2, 0);
-        model_fill(m, 1);
+        tm_fill(m, 1);
         ckpt_manager_save_info info = { 1, 1, 1, 1 };
         coll(ckpt_manager_save(mg, &info, NULL, 0), CKPT_OK, "(c) save 1");
         coll(ckpt_saver_sync(s), CKPT_OK, "(c) sync 1");
-        model_fill(m, 2);
+        tm_fill(m, 2);
         info.epoch = info.step = 2;
         long before[MAX_THREADS], after[MAX_THREADS], started[MAX_THREADS];
         int nbefore = thread_ids(before, MAX_THREADS);
@@ -910,10 +507,10 @@ static void case_async_lifetime(void)
                       st ? st->latest : "", st ? st->num_entries : 0);
             ckpt_state_free(st);
         }
-        check_dir_clean(dir, NULL, "(c) after the abandoned save");
+        check_dir_clean(dir, DIR_STATE, "(c) after the abandoned save");
         check_restores(dir, 1, 1, 4 * kib, "(c)");
         if (!g_leaked)
-            model_free(m);
+            tm_free(m);
     }
 }
 
@@ -948,14 +545,14 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
     char ck1[2600], ck2[2600], name[4400];
     snprintf(ck1, sizeof ck1, "%s/ckpt-1", g_mnt);
     snprintf(ck2, sizeof ck2, "%s/ckpt-2", g_mnt);
-    model m;
+    tm_model m;
     model_init(&m, g_size, g_rank, kib_per_rank);
     ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
     register_or_die(&m, s);
     ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, g_mnt, 0, 0);
 
     begin_case("enospc_sync: the first checkpoint fits");
-    model_fill(&m, 1);
+    tm_fill(&m, 1);
     ckpt_manager_save_info info = { 1, 1, 1, 1 };
     name[0] = '\0';
     coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save ckpt-1");
@@ -967,7 +564,7 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
     /* a collective that one rank skips after its error hangs the others: fail fast */
     check_watchdog_s = 60;
     begin_case("enospc_sync: the second does not fit");
-    model_fill(&m, 2);
+    tm_fill(&m, 2);
     info.epoch = info.step = 2;
     name[0] = '\0';
     int rc = ckpt_manager_save(mg, &info, name, sizeof name);
@@ -995,7 +592,7 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
                   st ? st->latest : "", st ? st->num_entries : 0);
         ckpt_state_free(st);
     }
-    check_dir_clean(g_mnt, NULL, "after the failed save");
+    check_dir_clean(g_mnt, DIR_STATE, "after the failed save");
     if (g_rank == 0) {
         /* the failed save's files are gone, and so must be the space they took (a file unlinked
          * but still open, or a reservation or pad not given back, would hold it) */
@@ -1006,42 +603,42 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
                   "the failed save still holds %llu KiB of the full file system",
                   (unsigned long long)((used2 - used1) >> 10));
     }
-    model_sentinel(&m);
+    tm_sentinel(&m);
     ckpt_manager_restored res;
     memset(&res, 0, sizeof res);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore after the failure")) {
         CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck1) == 0 && res.skipped == 0,
                   "restored %d \"%s\" (skipped %d), want %s", res.restored, res.prefix,
                   res.skipped, ck1);
-        check_values(&m, 1, 1, "ckpt-1 after the failed save");
+        check_values(&m, 1, TM_RESTORED, "ckpt-1 after the failed save");
     }
 
     begin_case("enospc_sync: room again");
     snprintf(cmd, sizeof cmd, "mount -o remount,size=%ldk '%s'", size_kib * 4, g_mnt);
     rc = rank0_system(g_rank, cmd);
     CHECK_MSG(rc == 0, "'%s' failed (%d)", cmd, rc);
-    model_fill(&m, 3);
+    tm_fill(&m, 3);
     info.epoch = info.step = 3;
     name[0] = '\0';
     coll(ckpt_manager_save(mg, &info, name, sizeof name), CKPT_OK, "save with room");
     CHECK_MSG(strcmp(name, ck2) == 0, "saved \"%s\", want \"%s\"", name, ck2);
     CHECK_MSG(index_exists(ck2), "%s.index is missing", ck2);
-    check_dir_clean(g_mnt, NULL, "after the save with room");
+    check_dir_clean(g_mnt, DIR_STATE, "after the save with room");
     if (g_rank == 0) {
         size_t removed = 99;
         CHECK_OK(ckpt_gc(g_mnt, 1, NULL, NULL, &removed));
         CHECK_MSG(removed == 0, "gc --dry-run would remove %zu path(s)", removed);
     }
-    model_sentinel(&m);
+    tm_sentinel(&m);
     memset(&res, 0, sizeof res);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore ckpt-2")) {
         CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck2) == 0,
                   "restored %d \"%s\", want %s", res.restored, res.prefix, ck2);
-        check_values(&m, 3, 1, "ckpt-2");
+        check_values(&m, 3, TM_RESTORED, "ckpt-2");
     }
     ckpt_manager_free(mg);
     coll(ckpt_saver_close(s), CKPT_OK, "close");
-    model_free(&m);
+    tm_free(&m);
     unsetenv("MPICKPT_RESERVE");
     MPI_Barrier(MPI_COMM_WORLD);
     if (g_rank == 0) {
@@ -1128,19 +725,19 @@ static void rank0_unlink(const char *path)
 }
 
 /* A manager save of step `step`, expecting `expected`. */
-static int mgr_save(ckpt_manager *mg, model *m, int64_t step, int expected, const char *what)
+static int mgr_save(ckpt_manager *mg, tm_model *m, int64_t step, int expected, const char *what)
 {
-    model_fill(m, step);
+    tm_fill(m, step);
     ckpt_manager_save_info si = { 0, step, 0, 1 };
     char out[4400] = "";
     return coll(ckpt_manager_save(mg, &si, out, sizeof out), expected, what);
 }
 
 /* Restores the latest through the manager: it must be `counter` with step `step`. */
-static void mgr_restore(ckpt_manager *mg, model *m, int64_t counter, int64_t step, int skipped,
+static void mgr_restore(ckpt_manager *mg, tm_model *m, int64_t counter, int64_t step, int skipped,
                         const char *what)
 {
-    model_sentinel(m);
+    tm_sentinel(m);
     ckpt_manager_restored r;
     if (coll(ckpt_manager_restore_or_initialize(mg, &r), CKPT_OK, what)) {
         CHECK_MSG(r.restored && r.save_counter == counter && r.step == step && r.skipped == skipped,
@@ -1149,7 +746,7 @@ static void mgr_restore(ckpt_manager *mg, model *m, int64_t counter, int64_t ste
                   what, r.restored, (long long)r.save_counter, (long long)r.step, r.skipped,
                   (long long)counter, (long long)step, skipped);
         if (r.restored)
-            check_values(m, step, 1, what);
+            check_values(m, step, TM_RESTORED, what);
     }
 }
 
@@ -1196,7 +793,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     make_dir(dir);
     make_dir(victim);
     put_text(vfile, "the victim's own bytes\n");
-    model m;
+    tm_model m;
     model_init(&m, g_size, g_rank, 4);
     ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, layout, 0, 0);
     register_or_die(&m, s);
@@ -1208,7 +805,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
         begin_case("dir %s: workertemp_1 is a link to a victim directory", layout_name);
         snprintf(p, sizeof p, "%s/workertemp_1", dir);
         rank0_link(victim, p);
-        model_fill(&m, 1);
+        tm_fill(&m, 1);
         if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
                  "save through a planted workertemp_1"))
             CHECK_MSG(strstr(g_msg, "workertemp_1") && contains_ci(g_msg, "link"),
@@ -1223,7 +820,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     begin_case("dir %s: ck-1_temp is a link to a victim directory", layout_name);
     snprintf(p, sizeof p, "%s-1_temp", prefix);
     rank0_link(victim, p);
-    model_fill(&m, 1);
+    tm_fill(&m, 1);
     if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
              "save through a planted ck-1_temp"))
         CHECK_MSG(strstr(g_msg, "ck-1_temp") && contains_ci(g_msg, "link"),
@@ -1251,13 +848,13 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
         CHECK_MSG(lstat(p, &st) == 0 && S_ISREG(st.st_mode), "%s is not the data file", p);
     }
     snprintf(p, sizeof p, "%s-1", prefix);
-    model_sentinel(&m);
+    tm_sentinel(&m);
     if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-1"))
-        check_values(&m, 1, 1, "ck-1");
+        check_values(&m, 1, TM_RESTORED, "ck-1");
     /* a FIFO metrics.jsonl: the save does not block on it (the watchdog would fire) */
     rank0_fifo(q);
     info.step = 2;
-    model_fill(&m, 2);
+    tm_fill(&m, 2);
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save with a FIFO metrics.jsonl");
     rank0_unlink(q);
     ckpt_saver_free(s);
@@ -1388,14 +985,14 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
         CHECK_MSG(all_true(count_indexes(ld, "ckpt") == 2 || g_rank != 0),
                   "%s: %d indexes on disk, want 2", lies[i].name, count_indexes(ld, "ckpt"));
         snprintf(p, sizeof p, "%s/ckpt-2", ld);
-        model_sentinel(&m);
+        tm_sentinel(&m);
         if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ckpt-2"))
-            check_values(&m, 20, 1, "ckpt-2 after retention");
+            check_values(&m, 20, TM_RESTORED, "ckpt-2 after retention");
         mgr_restore(mg, &m, 3, 30, 0, what);
         ckpt_manager_free(mg);
     }
     ckpt_saver_free(s);
-    model_free(&m);
+    tm_free(&m);
 }
 
 static const char *const g_vars[] = { "MPICKPT_LAYOUT",     "MPICKPT_ASYNC", "MPICKPT_RESERVE",
@@ -1536,10 +1133,10 @@ static void settings_divergent(const char *var, const char *v0, const char *v1,
         close_if_all(s, what);
         return;
     }
-    model m;
+    tm_model m;
     model_init(&m, g_size, g_rank, 0);
     register_or_die(&m, s);
-    model_fill(&m, 5);
+    tm_fill(&m, 5);
     ckpt_save_info info = { 5, 5, 1 };
     char w[700];
     snprintf(w, sizeof w, "%s: write", what);
@@ -1550,13 +1147,13 @@ static void settings_divergent(const char *var, const char *v0, const char *v1,
             CHECK_MSG(logs_find(words) != NULL,
                       "%s: rank 1 logged no warning that it follows rank 0's setting", what);
         }
-        model_sentinel(&m);
+        tm_sentinel(&m);
         snprintf(w, sizeof w, "%s: restore", what);
         if (coll(ckpt_saver_restore(s, prefix, NULL, NULL), CKPT_OK, w))
-            check_values(&m, 5, 1, w);
+            check_values(&m, 5, TM_RESTORED, w);
     }
     close_if_all(s, what);
-    model_free(&m);
+    tm_free(&m);
 }
 
 /* ckpt_saver_options that differ on the last rank: CKPT_EMISMATCH on every rank. */
@@ -1625,16 +1222,16 @@ static void case_settings(void)
     setenv("MPICKPT_FAULT", spec, 1);
     ckpt_saver *s = NULL;
     if (coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, what)) {
-        model m;
+        tm_model m;
         model_init(&m, g_size, g_rank, 0);
         register_or_die(&m, s);
-        model_fill(&m, 1);
+        tm_fill(&m, 1);
         if (coll(ckpt_saver_write(s, prefix, NULL), CKPT_EIO, what))
             CHECK_MSG(strstr(g_msg, "injected fault") != NULL,
                       "%s: the message does not say \"injected fault\": %s", what, g_msg);
         CHECK_MSG(!index_exists(prefix), "%s: %s was committed", what, prefix);
         close_if_all(s, what);
-        model_free(&m);
+        tm_free(&m);
     }
     unsetenv("MPICKPT_FAULT");
     check_dir_clean(dir, NULL, "settings");

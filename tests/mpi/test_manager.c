@@ -34,13 +34,13 @@
  * Every check runs on every rank; every collective must return the same status everywhere.
  * A watchdog aborts the job (naming the case) when a collective call does not return. */
 #include "mpi_check.h"
+#include "coll.h"
 #include "mpickpt.h"
 
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <hdf5.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -49,10 +49,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COLS 3
-#define MAXROWS 3
-#define BIAS_N 4
-#define COMP_N 2
 #define MAXNAMES 256
 
 static int g_rank, g_size;
@@ -144,204 +140,21 @@ static void expect_warning(const char *name, const char *const *causes, const ch
         logs_dump(what);
 }
 
-/* ---- the model ---- */
+/* ---- the model (model.h) ---- */
 
-typedef struct model {
-    int64_t row0, rows, total_rows;
-    float w[MAXROWS * COLS];
-    double wd[MAXROWS * COLS + COLS];
-    double bias[BIAS_N];
-    int64_t comp[COMP_N];
-    int64_t extra[2];
-    int64_t step; /* of the last fill */
-    char blob[64];
-    size_t blob_len;
-    char blob_in[64];
-    size_t blob_in_len;
-    int blob_restores;
-} model;
-
-/* Rows of rank r: uneven (2, 1, 3, 2, 1, 3, ...). */
-static int64_t rows_of(int r)
+/* A saver with this rank's part of the model registered (as `v` says). */
+static ckpt_saver *new_saver(tm_model *m, tm_variant v)
 {
-    return 1 + (2 * r + 1) % 3;
-}
-
-static int64_t row0_of(int r)
-{
-    int64_t s = 0;
-    for (int i = 0; i < r; i++)
-        s += rows_of(i);
-    return s;
-}
-
-static float w_value(int64_t step, int64_t grow, int64_t col)
-{
-    return (float)(step * 100 + grow * COLS + col) + 0.5f;
-}
-
-static double bias_value(int64_t step, int k)
-{
-    return (double)step * 10.0 + k * 0.25;
-}
-
-static int64_t comp_value(int64_t step, int rank, int k)
-{
-    return step * 1000000 + rank * 100 + k;
-}
-
-static size_t blob_text(char *buf, size_t n, int64_t step)
-{
-    return (size_t)snprintf(buf, n, "loader rank=%d step=%" PRId64, g_rank, step);
-}
-
-static void model_init(model *m)
-{
-    memset(m, 0, sizeof *m);
-    m->row0 = row0_of(g_rank);
-    m->rows = rows_of(g_rank);
-    m->total_rows = row0_of(g_size);
-}
-
-static void model_fill(model *m, int64_t step)
-{
-    m->step = step;
-    for (int64_t i = 0; i < m->rows; i++)
-        for (int64_t j = 0; j < COLS; j++)
-            m->w[i * COLS + j] = w_value(step, m->row0 + i, j);
-    for (int k = 0; k < BIAS_N; k++)
-        m->bias[k] = bias_value(step, k);
-    for (int k = 0; k < COMP_N; k++)
-        m->comp[k] = comp_value(step, g_rank, k);
-    m->blob_len = blob_text(m->blob, sizeof m->blob, step);
-}
-
-/* Clobbers the model (a sentinel, not zeros) before a restore. */
-static void model_zero(model *m)
-{
-    for (size_t i = 0; i < MAXROWS * COLS; i++)
-        m->w[i] = -7.0f;
-    for (int k = 0; k < BIAS_N; k++)
-        m->bias[k] = -7.0;
-    for (int k = 0; k < COMP_N; k++)
-        m->comp[k] = -7;
-    memset(m->blob_in, 0, sizeof m->blob_in);
-    m->blob_in_len = 0;
-    m->blob_restores = 0;
-}
-
-/* Wrong values after a restore of `step` (the first few are printed). */
-static int model_wrong(const model *m, int64_t step, const char *what)
-{
-    int bad = 0;
-    for (int64_t i = 0; i < m->rows; i++)
-        for (int64_t j = 0; j < COLS; j++)
-            if (m->w[i * COLS + j] != w_value(step, m->row0 + i, j) && bad++ < 3)
-                fprintf(stderr, "[rank %d] %s: w[%" PRId64 ",%" PRId64 "] = %g, want %g\n", g_rank,
-                        what, m->row0 + i, j, (double)m->w[i * COLS + j],
-                        (double)w_value(step, m->row0 + i, j));
-    for (int k = 0; k < BIAS_N; k++)
-        if (m->bias[k] != bias_value(step, k) && bad++ < 6)
-            fprintf(stderr, "[rank %d] %s: bias[%d] = %g, want %g\n", g_rank, what, k, m->bias[k],
-                    bias_value(step, k));
-    for (int k = 0; k < COMP_N; k++)
-        if (m->comp[k] != comp_value(step, g_rank, k) && bad++ < 9)
-            fprintf(stderr, "[rank %d] %s: comp[%d] = %" PRId64 ", want %" PRId64 "\n", g_rank,
-                    what, k, m->comp[k], comp_value(step, g_rank, k));
-    char want[64];
-    size_t wl = blob_text(want, sizeof want, step);
-    /* Callbacks of an abandoned (damaged) candidate may have run first: the last call counts. */
-    if (m->blob_restores < 1 || m->blob_in_len != wl || memcmp(m->blob_in, want, wl) != 0) {
-        bad++;
-        fprintf(stderr, "[rank %d] %s: blob restored %d times, last \"%.*s\", want \"%s\"\n", g_rank,
-                what, m->blob_restores, (int)m->blob_in_len, m->blob_in, want);
-    }
-    return bad;
-}
-
-static int blob_save(const void **data, size_t *len, void *payload)
-{
-    model *m = payload;
-    *data = m->blob;
-    *len = m->blob_len;
-    return 0;
-}
-
-static int blob_restore(const void *data, size_t len, void *payload)
-{
-    model *m = payload;
-    m->blob_restores++;
-    if (len > sizeof m->blob_in)
-        return CKPT_ECORRUPT;
-    memcpy(m->blob_in, data, len);
-    m->blob_in_len = len;
-    return 0;
-}
-
-static const ckpt_blob_callbacks blob_cb = { blob_save, blob_restore };
-
-typedef enum reg_variant {
-    REG_OK,
-    REG_W_FLOAT64,  /* "w" registered as float64 */
-    REG_W_SHAPE,    /* "w" with one more global row */
-    REG_EXTRA_NAME, /* a tensor the checkpoint lacks, on the last rank */
-} reg_variant;
-
-static int model_register(ckpt_saver *s, model *m, reg_variant v)
-{
-    int64_t wdims[2] = { m->total_rows + (v == REG_W_SHAPE ? 1 : 0), COLS };
-    int64_t st[2] = { m->row0, 0 }, ct[2] = { m->rows, COLS };
-    int64_t bdim = BIAS_N, cdim = COMP_N, edim = 2;
-    ckpt_shape ws, bs, cs, es;
-    ckpt_slice sl;
-    ckpt_shape_init(&ws, 2, wdims);
-    ckpt_shape_init(&bs, 1, &bdim);
-    ckpt_shape_init(&cs, 1, &cdim);
-    ckpt_shape_init(&es, 1, &edim);
-    ckpt_slice_init(&sl, 2, st, ct);
-    int rc;
-    if (v == REG_W_FLOAT64)
-        rc = ckpt_saver_add_slice(s, "w", CKPT_FLOAT64, &ws, &sl, m->wd);
-    else
-        rc = ckpt_saver_add_slice(s, "w", CKPT_FLOAT32, &ws, &sl, m->w);
-    if (rc == CKPT_OK)
-        rc = ckpt_saver_add_replicated(s, "bias", CKPT_FLOAT64, &bs, m->bias,
-                                       CKPT_REPLICA_PRIMARY);
-    if (rc == CKPT_OK)
-        rc = ckpt_saver_add_replicated(s, "comp", CKPT_INT64, &cs, m->comp,
-                                       CKPT_REPLICA_PER_COMPONENT);
-    if (rc == CKPT_OK)
-        rc = ckpt_saver_add_blob(s, "loader", &blob_cb, m);
-    if (rc == CKPT_OK && v == REG_EXTRA_NAME && g_rank == g_size - 1)
-        rc = ckpt_saver_add_full(s, "not_in_checkpoint", CKPT_INT64, &es, m->extra);
-    return rc;
-}
-
-static ckpt_saver *new_saver(model *m, reg_variant v)
-{
-    ckpt_saver_options o = CKPT_SAVER_OPTIONS_INIT;
-    o.layout = g_layout;
-    ckpt_saver *s = NULL;
-    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, &o);
-    CHECK_OK(rc);
-    if (rc != CKPT_OK || !s) {
-        fprintf(stderr, "[rank %d] cannot create a saver; giving up\n", g_rank);
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
-    model_init(m);
-    CHECK_OK(model_register(s, m, v));
+    ckpt_saver *s = new_saver_on(MPI_COMM_WORLD, g_layout, 0, 0);
+    CHECK_OK(tm_init(m, g_size, g_rank, g_size, 0));
+    CHECK_OK(tm_register_variant(m, s, v));
     return s;
 }
 
 /* ---- collective checks ---- */
 
-static const char *msg_of(void)
-{
-    const ckpt_error *e = ckpt_error_last();
-    return (e && e->message) ? e->message : "(no message)";
-}
-
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+/* FNV-1a, for comparing strings and states over the ranks. */
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++)
@@ -349,46 +162,12 @@ static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
     return h;
 }
 
-static uint64_t hash_str(uint64_t h, const char *s)
+static uint64_t fnv_str(uint64_t h, const char *s)
 {
-    return hash_bytes(h, s, strlen(s) + 1);
+    return fnv_bytes(h, s, strlen(s) + 1);
 }
 
 #define HASH0 UINT64_C(14695981039346656037)
-
-/* Every rank returned `rc`: the same code everywhere, equal to `expected` (CKPT_ERROR: any
- * error), and when it is an error the same message everywhere. 1 when all holds everywhere. */
-static int coll_rc(int rc, int expected, const char *what)
-{
-    int mn, mx;
-    MPI_Allreduce(&rc, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&rc, &mx, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    int ok = 1;
-    CHECK_MSG(mn == mx, "%s: ranks returned different codes (min %d %s, max %d %s)", what, mn,
-              ckpt_strerror(mn), mx, ckpt_strerror(mx));
-    ok &= mn == mx;
-    if (expected == CKPT_ERROR) {
-        CHECK_MSG(rc < 0, "%s: returned %d (%s), expected an error", what, rc, ckpt_strerror(rc));
-        ok &= rc < 0;
-    } else {
-        CHECK_MSG(rc == expected, "%s: returned %d (%s), expected %d (%s): %s", what, rc,
-                  ckpt_strerror(rc), expected, ckpt_strerror(expected),
-                  rc == CKPT_OK ? "(success)" : msg_of());
-        ok &= rc == expected;
-    }
-    if (rc != CKPT_OK) {
-        uint64_t h = hash_str(HASH0, msg_of()), hmin, hmax;
-        MPI_Allreduce(&h, &hmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-        MPI_Allreduce(&h, &hmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-        CHECK_MSG(hmin == hmax, "%s: ranks hold different messages; this rank: %s", what, msg_of());
-        ok &= hmin == hmax;
-    }
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (g_rank == 0 && rc != CKPT_OK && getenv("MPICKPT_TEST_VERBOSE"))
-        printf("  %s -> %s: %s\n", what, ckpt_strerror(rc), msg_of());
-    return all;
-}
 
 /* `v` is the same on every rank. */
 static void same_i64(int64_t v, const char *field, const char *what)
@@ -402,19 +181,13 @@ static void same_i64(int64_t v, const char *field, const char *what)
 
 static void same_str(const char *s, const char *field, const char *what)
 {
-    uint64_t h = hash_str(HASH0, s), mn, mx;
+    uint64_t h = fnv_str(HASH0, s), mn, mx;
     MPI_Allreduce(&h, &mn, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&h, &mx, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     CHECK_MSG(mn == mx, "%s: %s differs between ranks; this rank: \"%s\"", what, field, s);
 }
 
 /* ---- file-system helpers ---- */
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return lstat(path, &st) == 0;
-}
 
 static int64_t file_size(const char *path)
 {
@@ -426,12 +199,6 @@ static const char *base_of(const char *p)
 {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 static int write_file(const char *path, const char *text)
@@ -622,13 +389,6 @@ static void barrier(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void sleep_s(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static double now_s(void)
 {
     struct timespec ts;
@@ -637,59 +397,6 @@ static double now_s(void)
 }
 
 /* ---- damage (rank 0) ---- */
-
-/* Flips one byte inside the stored elements of the last rank's piece of "w" (offset from
- * H5Dget_offset plus the piece's place in its dataset), so that only the CRC can tell and a
- * non-chief rank (when there are several) is the one that finds out. */
-static int flip_w_byte(const char *prefix)
-{
-    int victim = g_size - 1;
-    int64_t skip = 0;
-    ckpt_reader *rd = NULL;
-    int rc = ckpt_reader_open_index(&rd, prefix);
-    if (rc != CKPT_OK)
-        return rc;
-    size_t ti = 0;
-    ckpt_tensor_info t;
-    ckpt_piece_info pi;
-    int found = 0;
-    char path[4400], dset[1024];
-    if (ckpt_reader_find(&ti, rd, "w") == CKPT_OK && ckpt_reader_tensor(&t, rd, ti) == CKPT_OK)
-        for (size_t j = 0; j < t.num_pieces && !found; j++)
-            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == victim) {
-                skip = pi.dataset_slice.start[0] * COLS * (int64_t)sizeof(float);
-                char dir[4096];
-                snprintf(dir, sizeof dir, "%s", prefix);
-                *strrchr(dir, '/') = '\0';
-                snprintf(path, sizeof path, "%s/%s", dir, pi.file);
-                snprintf(dset, sizeof dset, "%s", pi.dataset);
-                found = 1;
-            }
-    ckpt_reader_free(rd);
-    if (!found)
-        return CKPT_ENOTFOUND;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = f >= 0 ? H5Dopen2(f, dset, H5P_DEFAULT) : H5I_INVALID_HID;
-    haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
-    if (d >= 0)
-        H5Dclose(d);
-    if (f >= 0)
-        H5Fclose(f);
-    if (off == HADDR_UNDEF)
-        return CKPT_ERROR;
-    off += (haddr_t)skip + 5; /* inside the piece's second element, not its first byte */
-    int fd = open(path, O_RDWR);
-    unsigned char b = 0;
-    if (fd < 0 || pread(fd, &b, 1, (off_t)off) != 1) {
-        if (fd >= 0)
-            close(fd);
-        return CKPT_EIO;
-    }
-    b ^= 0x21;
-    rc = pwrite(fd, &b, 1, (off_t)off) == 1 ? CKPT_OK : CKPT_EIO;
-    close(fd);
-    return rc;
-}
 
 /* The last data file of checkpoint `stem-N` in `dir` (highest file number). */
 static void last_data_file(char *out, size_t n, const char *dir, const char *stem, int64_t counter)
@@ -742,7 +449,7 @@ static void damage_ckpt(const char *dir, int64_t counter, damage d, const char *
         int ok = 0;
         switch (d) {
         case DMG_FLIP:
-            ok = flip_w_byte(prefix) == CKPT_OK;
+            ok = tm_flip_piece_byte(prefix, "w", g_size - 1, NULL, 0) == CKPT_OK;
             break;
         case DMG_TRUNCATE:
             last_data_file(p, sizeof p, dir, "ckpt", counter);
@@ -793,20 +500,20 @@ static uint64_t state_hash(const ckpt_state *st)
     uint64_t h = HASH0;
     if (!st)
         return 0;
-    h = hash_str(h, st->latest);
-    h = hash_bytes(h, &st->num_entries, sizeof st->num_entries);
-    h = hash_bytes(h, &st->save_counter, sizeof st->save_counter);
-    h = hash_bytes(h, &st->last_preserved_timestamp, sizeof st->last_preserved_timestamp);
+    h = fnv_str(h, st->latest);
+    h = fnv_bytes(h, &st->num_entries, sizeof st->num_entries);
+    h = fnv_bytes(h, &st->save_counter, sizeof st->save_counter);
+    h = fnv_bytes(h, &st->last_preserved_timestamp, sizeof st->last_preserved_timestamp);
     for (size_t i = 0; i < st->num_entries; i++) {
         const ckpt_state_entry *e = &st->entries[i];
-        h = hash_str(h, e->prefix);
-        h = hash_bytes(h, &e->save_counter, sizeof e->save_counter);
-        h = hash_bytes(h, &e->epoch, sizeof e->epoch);
-        h = hash_bytes(h, &e->step, sizeof e->step);
-        h = hash_bytes(h, &e->timestamp, sizeof e->timestamp);
-        h = hash_bytes(h, &e->bytes, sizeof e->bytes);
-        h = hash_bytes(h, &e->end_of_epoch, sizeof e->end_of_epoch);
-        h = hash_bytes(h, &e->preserved, sizeof e->preserved);
+        h = fnv_str(h, e->prefix);
+        h = fnv_bytes(h, &e->save_counter, sizeof e->save_counter);
+        h = fnv_bytes(h, &e->epoch, sizeof e->epoch);
+        h = fnv_bytes(h, &e->step, sizeof e->step);
+        h = fnv_bytes(h, &e->timestamp, sizeof e->timestamp);
+        h = fnv_bytes(h, &e->bytes, sizeof e->bytes);
+        h = fnv_bytes(h, &e->end_of_epoch, sizeof e->end_of_epoch);
+        h = fnv_bytes(h, &e->preserved, sizeof e->preserved);
     }
     return h;
 }
@@ -909,7 +616,7 @@ static ckpt_manager *new_manager(ckpt_saver *s, const char *dir, int max_to_keep
     char w[512];
     snprintf(w, sizeof w, "%s: ckpt_manager_create", what);
     int rc = ckpt_manager_create(&mg, s, dir, &o);
-    if (!coll_rc(rc, CKPT_OK, w) || !mg) {
+    if (!coll(rc, CKPT_OK, w) || !mg) {
         if (mg)
             ckpt_manager_free(mg);
         return NULL;
@@ -918,15 +625,15 @@ static ckpt_manager *new_manager(ckpt_saver *s, const char *dir, int max_to_keep
 }
 
 /* A manager save that must write `stem-<expect>` (expect 0: must be skipped). */
-static void msave(ckpt_manager *mg, model *m, const meta *mt, int force, const char *stem,
+static void msave(ckpt_manager *mg, tm_model *m, const meta *mt, int force, const char *stem,
                   int64_t expect, const char *what)
 {
-    model_fill(m, mt->step);
+    tm_fill(m, mt->step);
     ckpt_manager_save_info si = { mt->epoch, mt->step, mt->eoe, force };
     char out[4096] = "not-touched", w[512];
     snprintf(w, sizeof w, "%s: save at step %" PRId64, what, mt->step);
     int rc = ckpt_manager_save(mg, &si, out, sizeof out);
-    if (!coll_rc(rc, CKPT_OK, w))
+    if (!coll(rc, CKPT_OK, w))
         return;
     same_str(out, "the saved name", w);
     if (expect == 0) {
@@ -948,16 +655,16 @@ typedef struct restored_want {
 
 /* restore_or_initialize into a clobbered model; checks the result, the values (when restored)
  * and that every rank agrees. */
-static void mrestore(ckpt_manager *mg, model *m, const restored_want *want, const char *what)
+static void mrestore(ckpt_manager *mg, tm_model *m, const restored_want *want, const char *what)
 {
-    model_zero(m);
+    tm_sentinel(m);
     ckpt_manager_restored r;
     memset(&r, 0x5a, sizeof r);
     r.prefix[0] = '\0';
     char w[512];
     snprintf(w, sizeof w, "%s: restore_or_initialize", what);
     int rc = ckpt_manager_restore_or_initialize(mg, &r);
-    if (!coll_rc(rc, CKPT_OK, w))
+    if (!coll(rc, CKPT_OK, w))
         return;
     r.prefix[sizeof r.prefix - 1] = '\0';
     same_i64(r.restored, "restored", w);
@@ -983,8 +690,7 @@ static void mrestore(ckpt_manager *mg, model *m, const restored_want *want, cons
               "expected %" PRId64 "/%" PRId64 "/%" PRId64 "/%d",
               w, r.save_counter, r.epoch, r.step, r.end_of_epoch, want->counter, want->epoch,
               want->step, want->eoe);
-    int bad = model_wrong(m, want->step, w);
-    CHECK_MSG(bad == 0, "%s: %d values differ from step %" PRId64, w, bad, want->step);
+    check_model(m, want->step, TM_RESTORED_LAST, w);
 }
 
 /* ---- case 1: retention, counters, min_step_interval ---- */
@@ -993,8 +699,8 @@ static void retention_run(int max_to_keep, int nsaves, const char *sub)
 {
     char dir[4096], what[256];
     snprintf(dir, sizeof dir, "%s/%s", g_out, sub);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_manager *mg = new_manager(s, dir, max_to_keep, 0, 0, NULL, sub);
     if (!mg) {
         ckpt_saver_free(s);
@@ -1053,8 +759,8 @@ static void test_retention(void)
 
     /* The state file missing, then damaged: a new manager scans the directory. */
     begin_case("retention: state file missing or damaged");
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     meta metas[32];
     memset(metas, 0, sizeof metas);
     metas[6] = (meta){ 3, 61, 0 };
@@ -1102,7 +808,7 @@ static void test_retention(void)
      * save_counter, so the old one would go on from 10). */
     begin_case("retention: name \"model\", max_to_keep=2");
     ckpt_saver_free(s);
-    s = new_saver(&m, REG_OK);
+    s = new_saver(&m, TM_REG_OK);
     snprintf(dir, sizeof dir, "%s/named", g_out);
     mg = new_manager(s, dir, 2, 0, 0, "model", "named");
     if (mg) {
@@ -1125,7 +831,7 @@ static void test_retention(void)
     /* min_step_interval = 10 */
     begin_case("retention: min_step_interval");
     snprintf(dir, sizeof dir, "%s/minstep", g_out);
-    s = new_saver(&m, REG_OK);
+    s = new_saver(&m, TM_REG_OK);
     mg = new_manager(s, dir, 0, 0, 10, NULL, "minstep");
     if (mg) {
         memset(metas, 0, sizeof metas);
@@ -1266,8 +972,8 @@ static void test_keep_hours(void)
     begin_case("keep_every_n_hours");
     char dir[4096], what[256];
     snprintf(dir, sizeof dir, "%s/keephours", g_out);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     const int keep = 2;
     ckpt_manager *mg = new_manager(s, dir, keep, KEEP_HOURS, 0, NULL, "keep_hours");
     if (!mg) {
@@ -1342,7 +1048,7 @@ static void test_keep_hours(void)
 static const meta fb_meta[4] = { { 0, 0, 0 }, { 1, 11, 1 }, { 2, 22, 0 }, { 3, 33, 1 } };
 
 /* dir with ckpt-1..3 (steps 11, 22, 33); returns the manager (NULL on failure). */
-static ckpt_manager *fb_setup(ckpt_saver *s, model *m, const char *dir, const char *what)
+static ckpt_manager *fb_setup(ckpt_saver *s, tm_model *m, const char *dir, const char *what)
 {
     ckpt_manager *mg = new_manager(s, dir, 5, 0, 0, NULL, what);
     if (!mg)
@@ -1358,8 +1064,8 @@ static void fallback_one(damage d, const char *sub)
     char dir[4096], what[256], name3[] = "ckpt-3";
     snprintf(dir, sizeof dir, "%s/%s", g_out, sub);
     snprintf(what, sizeof what, "fallback past a %s", damage_name(d));
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_manager *mg = fb_setup(s, &m, dir, what);
     if (mg) {
         damage_ckpt(dir, 3, d, what);
@@ -1395,12 +1101,12 @@ static void test_fallback(void)
     fallback_one(DMG_NODATA, "fb_nodata");
 
     char dir[4096];
-    model m;
+    tm_model m;
 
     /* No state file and a damaged latest: the scan finds ckpt-3, restore falls back. */
     begin_case("fallback: no state file, damaged latest");
     snprintf(dir, sizeof dir, "%s/fb_nostate", g_out);
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_manager *mg = fb_setup(s, &m, dir, "fallback without a state file");
     if (mg) {
         ckpt_manager_free(mg);
@@ -1427,7 +1133,7 @@ static void test_fallback(void)
      * step 32 is due (TensorFlow sets the last checkpoint step at restore). */
     begin_case("fallback: min_step_interval after a fallback");
     snprintf(dir, sizeof dir, "%s/fb_minstep", g_out);
-    s = new_saver(&m, REG_OK);
+    s = new_saver(&m, TM_REG_OK);
     mg = fb_setup(s, &m, dir, "min_step_interval after a fallback");
     if (mg) {
         ckpt_manager_free(mg);
@@ -1447,7 +1153,7 @@ static void test_fallback(void)
     /* Everything damaged: nothing restored, CKPT_OK, each one skipped with a warning. */
     begin_case("fallback: everything damaged");
     snprintf(dir, sizeof dir, "%s/fb_all", g_out);
-    s = new_saver(&m, REG_OK);
+    s = new_saver(&m, TM_REG_OK);
     mg = fb_setup(s, &m, dir, "all damaged");
     if (mg) {
         damage_ckpt(dir, 1, DMG_TRUNCATE, "all damaged");
@@ -1480,13 +1186,13 @@ static void test_fallback(void)
 
     /* Registrations that do not match a valid checkpoint: an error everywhere, no fallback. */
     static const struct {
-        reg_variant v;
+        tm_variant v;
         int expected;
         const char *what;
     } mism[] = {
-        { REG_W_FLOAT64, CKPT_EMISMATCH, "registration mismatch: \"w\" as float64" },
-        { REG_W_SHAPE, CKPT_EMISMATCH, "registration mismatch: \"w\" with another shape" },
-        { REG_EXTRA_NAME, CKPT_ERROR, "registration mismatch: a name the checkpoint lacks" },
+        { TM_REG_W_FLOAT64, CKPT_EMISMATCH, "registration mismatch: \"w\" as float64" },
+        { TM_REG_W_SHAPE, CKPT_EMISMATCH, "registration mismatch: \"w\" with another shape" },
+        { TM_REG_EXTRA_NAME, CKPT_ERROR, "registration mismatch: a name the checkpoint lacks" },
     };
     snprintf(dir, sizeof dir, "%s/fb_flip", g_out); /* ckpt-4 there is valid */
     for (size_t i = 0; i < sizeof mism / sizeof mism[0]; i++) {
@@ -1498,7 +1204,7 @@ static void test_fallback(void)
             memset(&r, 0, sizeof r);
             logs_clear();
             int rc = ckpt_manager_restore_or_initialize(mg, &r);
-            coll_rc(rc, mism[i].expected, mism[i].what);
+            coll(rc, mism[i].expected, mism[i].what);
             CHECK_MSG(rc != CKPT_OK, "%s: silently %s (restored=%d, skipped=%d)", mism[i].what,
                       r.restored ? "restored" : "fell back to initializing", r.restored,
                       r.skipped);
@@ -1506,7 +1212,7 @@ static void test_fallback(void)
         }
         ckpt_saver_free(s);
         /* the checkpoint was not touched: the right registrations still restore it */
-        s = new_saver(&m, REG_OK);
+        s = new_saver(&m, TM_REG_OK);
         mg = new_manager(s, dir, 5, 0, 0, NULL, mism[i].what);
         if (mg) {
             restored_want rw4 = { 1, 4, 4, 44, 0, 0 };
@@ -1527,7 +1233,7 @@ static ckpt_training *new_training(ckpt_saver *s, const char *dir, const ckpt_ma
     char w[512];
     snprintf(w, sizeof w, "%s: ckpt_training_create", what);
     int rc = ckpt_training_create(&t, s, dir, o);
-    if (!coll_rc(rc, CKPT_OK, w) || !t) {
+    if (!coll(rc, CKPT_OK, w) || !t) {
         ckpt_training_free(t);
         return NULL;
     }
@@ -1537,15 +1243,15 @@ static ckpt_training *new_training(ckpt_saver *s, const char *dir, const ckpt_ma
 
 /* A successful back_up of the model at `step`; then the state records it and every
  * workertemp_<r> in `dir` (the training directory) is empty or absent. */
-static int backup(ckpt_training *t, model *m, const char *dir, int64_t epoch, int64_t step,
+static int backup(ckpt_training *t, tm_model *m, const char *dir, int64_t epoch, int64_t step,
                   int eoe, const char *what)
 {
-    model_fill(m, step);
+    tm_fill(m, step);
     char w[512];
     snprintf(w, sizeof w, "%s: back_up(epoch %" PRId64 ", step %" PRId64 ", %s)", what, epoch,
              step, eoe ? "end of epoch" : "mid-epoch");
     int rc = ckpt_training_back_up(t, epoch, step, eoe);
-    int ok = coll_rc(rc, CKPT_OK, w);
+    int ok = coll(rc, CKPT_OK, w);
     const ckpt_manager *mg = ckpt_training_manager(t);
     const ckpt_state *st = mg ? ckpt_manager_state(mg) : NULL;
     if (ok && st) {
@@ -1568,15 +1274,15 @@ static int backup(ckpt_training *t, model *m, const char *dir, int64_t epoch, in
 
 /* Training restore into a clobbered model: restored flag, the chief's epoch/step on every rank
  * (via initial_epoch/initial_step), exact values. */
-static void trestore(ckpt_training *t, model *m, int want_restored, int64_t values_step,
+static void trestore(ckpt_training *t, tm_model *m, int want_restored, int64_t values_step,
                      int64_t want_epoch, int64_t want_step, const char *what)
 {
-    model_zero(m);
+    tm_sentinel(m);
     int restored = -1;
     char w[512];
     snprintf(w, sizeof w, "%s: ckpt_training_restore", what);
     int rc = ckpt_training_restore(t, &restored);
-    if (!coll_rc(rc, CKPT_OK, w))
+    if (!coll(rc, CKPT_OK, w))
         return;
     same_i64(restored, "restored", w);
     CHECK_MSG(restored == want_restored, "%s: restored = %d, expected %d", w, restored,
@@ -1589,8 +1295,7 @@ static void trestore(ckpt_training *t, model *m, int want_restored, int64_t valu
     CHECK_MSG(st == want_step, "%s: initial_step(0) = %" PRId64 ", expected %" PRId64, w, st,
               want_step);
     if (want_restored && restored == 1) {
-        int bad = model_wrong(m, values_step, w);
-        CHECK_MSG(bad == 0, "%s: %d values differ from step %" PRId64, w, bad, values_step);
+        check_model(m, values_step, TM_RESTORED_LAST, w);
     }
 }
 
@@ -1602,8 +1307,8 @@ static void test_bcast(void)
     char dir[4096], stale[4096];
     snprintf(dir, sizeof dir, "%s/tr", g_out);
     snprintf(stale, sizeof stale, "%s/tr_stale", g_out);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_training *t = new_training(s, dir, NULL, "bcast");
     if (!t) {
         ckpt_saver_free(s);
@@ -1660,8 +1365,8 @@ static void test_initial(void)
     begin_case("initial: no backup");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/init", g_out);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_training *t = new_training(s, dir, NULL, "initial");
     if (!t) {
         ckpt_saver_free(s);
@@ -1753,8 +1458,8 @@ static void test_delete(void)
     begin_case("delete_backup");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/del", g_out);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_training *t = new_training(s, dir, NULL, "delete");
     if (!t) {
         ckpt_saver_free(s);
@@ -1762,7 +1467,7 @@ static void test_delete(void)
     }
     backup(t, &m, dir, 1, 10, 1, "delete");
     backup(t, &m, dir, 2, 15, 0, "delete");
-    coll_rc(ckpt_training_delete_backup(t), CKPT_OK, "delete: delete_backup");
+    coll(ckpt_training_delete_backup(t), CKPT_OK, "delete: delete_backup");
     expect_gone(dir, "delete: after delete_backup");
     ckpt_training_free(t);
 
@@ -1774,7 +1479,7 @@ static void test_delete(void)
     }
     /* a new job (new saver, counter 0) on the same directory backs up from ckpt-1 again */
     ckpt_saver_free(s);
-    s = new_saver(&m, REG_OK);
+    s = new_saver(&m, TM_REG_OK);
     t = new_training(s, dir, NULL, "delete: new job");
     if (t) {
         trestore(t, &m, 0, 0, 0, 0, "delete: new job");
@@ -1782,7 +1487,7 @@ static void test_delete(void)
         const ckpt_state *st = ckpt_manager_state(ckpt_training_manager(t));
         CHECK_MSG(st && strcmp(st->latest, "ckpt-1") == 0, "delete: first backup after a delete "
                   "is %s, expected ckpt-1", st ? st->latest : "?");
-        coll_rc(ckpt_training_delete_backup(t), CKPT_OK, "delete: second delete_backup");
+        coll(ckpt_training_delete_backup(t), CKPT_OK, "delete: second delete_backup");
         expect_gone(dir, "delete: after the second delete_backup");
         ckpt_training_free(t);
     }
@@ -1790,7 +1495,7 @@ static void test_delete(void)
     begin_case("delete_backup: nothing backed up");
     t = new_training(s, dir, NULL, "delete: nothing backed up");
     if (t) {
-        coll_rc(ckpt_training_delete_backup(t), CKPT_OK, "delete: delete_backup without backups");
+        coll(ckpt_training_delete_backup(t), CKPT_OK, "delete: delete_backup without backups");
         expect_gone(dir, "delete: after delete_backup without backups");
         ckpt_training_free(t);
     }
@@ -1895,8 +1600,8 @@ static void test_gc(void)
     char dir[4096], chief[4200], p[4400];
     snprintf(dir, sizeof dir, "%s/gc", g_out);
     snprintf(chief, sizeof chief, "%s/chief", dir);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
     o.max_to_keep = 0;
     ckpt_training *t = new_training(s, dir, &o, "gc");
@@ -1907,11 +1612,11 @@ static void test_gc(void)
     backup(t, &m, dir, 0, 1, 0, "gc");
     /* a committed checkpoint of another name, and a user's file */
     snprintf(p, sizeof p, "%s/other", chief);
-    model_fill(&m, 77);
+    tm_fill(&m, 77);
     ckpt_save_info si;
     memset(&si, 0, sizeof si);
     si.step = 77;
-    coll_rc(ckpt_saver_write(s, p, &si), CKPT_OK, "gc: write other");
+    coll(ckpt_saver_write(s, p, &si), CKPT_OK, "gc: write other");
     if (g_rank == 0) {
         snprintf(p, sizeof p, "%s/notes.txt", chief);
         CHECK(write_file(p, "mine") == 0);
@@ -1948,11 +1653,11 @@ static void test_gc(void)
     const int64_t steps[2] = { 1, 77 };
     for (int i = 0; i < 2; i++) {
         snprintf(p, sizeof p, "%s/%s", chief, names[i]);
-        model_zero(&m);
+        tm_sentinel(&m);
         char w[300];
         snprintf(w, sizeof w, "gc: restore %s", names[i]);
-        if (coll_rc(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, w))
-            CHECK_MSG(model_wrong(&m, steps[i], w) == 0, "%s: wrong values", w);
+        if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, w))
+            check_model(&m, steps[i], TM_RESTORED, w);
     }
 
     /* ckpt_gc directly (rank 0, no MPI inside); the dry run removes nothing */
@@ -1992,11 +1697,11 @@ static void test_gc(void)
     }
     for (int i = 0; i < 2; i++) {
         snprintf(p, sizeof p, "%s/%s", chief, names[i]);
-        model_zero(&m);
+        tm_sentinel(&m);
         char w[300];
         snprintf(w, sizeof w, "gc: after ckpt_gc, restore %s", names[i]);
-        if (coll_rc(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, w))
-            CHECK_MSG(model_wrong(&m, steps[i], w) == 0, "%s: wrong values", w);
+        if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, w))
+            check_model(&m, steps[i], TM_RESTORED, w);
     }
 
     /* a plain manager directory: the workertemp_* dirs are inside it */
@@ -2031,8 +1736,8 @@ static void test_workertemp(void)
     char dir[4096], chief[4200];
     snprintf(dir, sizeof dir, "%s/wt", g_out);
     snprintf(chief, sizeof chief, "%s/chief", dir);
-    model m;
-    ckpt_saver *s = new_saver(&m, REG_OK);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
     ckpt_training *t = new_training(s, dir, NULL, "workertemp");
     if (!t) {
         ckpt_saver_free(s);
@@ -2054,8 +1759,8 @@ static void test_workertemp(void)
             snprintf(f, sizeof f, "%s", faults[i]);
         snprintf(w, sizeof w, "workertemp: back_up with MPICKPT_FAULT=%s", f);
         setenv("MPICKPT_FAULT", f, 1);
-        model_fill(&m, 99);
-        coll_rc(ckpt_training_back_up(t, 9, 99, 1), CKPT_EIO, w);
+        tm_fill(&m, 99);
+        coll(ckpt_training_back_up(t, 9, 99, 1), CKPT_EIO, w);
         unsetenv("MPICKPT_FAULT");
         barrier();
         expect_workertemp_clean(dir, w);

@@ -1,5 +1,5 @@
 /* Collective saver: save/restore round trips, temp cleanup, counters, restore info, and restores
- * across rank counts (N -> M), on the model of saver_model.h.
+ * across rank counts (N -> M), on the test model of model.h.
  *
  *   test_saver OUTDIR roundtrip LAYOUT
  *   test_saver OUTDIR write LAYOUT N_EXPECTED STEP      writes OUTDIR/ck (recreates OUTDIR)
@@ -11,15 +11,13 @@
  * "per-rank-shard" (max_shard_bytes = SHARD_BYTES: every stored piece split). Every check runs on
  * every rank; every rank exits with the same code (check_mpi_done). */
 #include "mpi_check.h"
+#include "coll.h"
 #include "mpickpt.h"
 #include "mpickpt/saver.h"
-#include "saver_model.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <ftw.h>
-#include <hdf5.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -39,48 +37,8 @@ static int64_t epoch_for(int64_t step)
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static unsigned long str_hash(const char *s)
-{
-    unsigned long h = 5381;
-    for (; s && *s; s++)
-        h = h * 33 + (unsigned char)*s;
-    return h;
-}
-
-/* A collective's status (and, on error, its message) must be the same on every rank. */
-static void check_agreed(int rc, const char *what)
-{
-    int v[2] = {rc, -rc}, r[2];
-    MPI_Allreduce(v, r, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    CHECK_MSG(r[0] == -r[1], "%s: ranks disagree on the status: min %d max %d (here %d)", what,
-              r[0], -r[1], rc);
-    const ckpt_error *e = ckpt_error_last();
-    unsigned long h = rc == CKPT_OK ? 0 : str_hash(e ? e->message : ""), hmin, hmax;
-    MPI_Allreduce(&h, &hmin, 1, MPI_UNSIGNED_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&h, &hmax, 1, MPI_UNSIGNED_LONG, MPI_MAX, MPI_COMM_WORLD);
-    CHECK_MSG(hmin == hmax, "%s: ranks disagree on the error message; here: %s", what,
-              rc == CKPT_OK ? "(ok)" : (e ? e->message : "(none)"));
-}
-
-/* Runs a collective, checks its status against @p expected and that every rank agrees. */
-#define CHECK_COLL(call, expected)                                                                 \
-    do {                                                                                           \
-        int crc_ = (call);                                                                         \
-        check_count++;                                                                             \
-        if (crc_ != (expected)) {                                                                  \
-            const ckpt_error *e_ = ckpt_error_last();                                              \
-            CHECK_FAIL_("%s returned %d (%s), expected %d: %s", #call, crc_, ckpt_strerror(crc_),  \
-                        (int)(expected), e_ ? e_->message : "(no message)");                       \
-        }                                                                                          \
-        check_agreed(crc_, #call);                                                                 \
-    } while (0)
-
-/* Checks the model against @p step on every rank. */
-#define CHECK_MODEL(m, step, per_rank, what)                                                       \
-    do {                                                                                           \
-        int bad_ = sm_check((m), (step), (per_rank), (what));                                      \
-        CHECK_MSG(bad_ == 0, "%s: %d values differ from step %d", (what), bad_, (int)(step));      \
-    } while (0)
+/* Runs a collective, checks its status against @p expected and that every rank agrees (coll.h). */
+#define CHECK_COLL(call, expected) coll((call), (expected), #call)
 
 static int path_exists(const char *path)
 {
@@ -269,7 +227,7 @@ static void check_on_disk(const char *prefix, int nranks, int64_t counter, int64
             CHECK_MSG(strcmp(pi.file, want_file) == 0, "w piece %zu (rank %d) in file %s, want %s",
                       j, (int)pi.rank, pi.file, want_file);
             int64_t r0, nr;
-            sm_part(SM_W_ROWS, nranks, pi.rank, &r0, &nr);
+            tm_part(TM_W_ROWS, nranks, pi.rank, &r0, &nr);
             if (g_max_shard) {
                 CHECK_MSG(pi.bytes <= (uint64_t)g_max_shard,
                           "w piece %zu of %" PRIu64 " bytes > max_shard_bytes %" PRId64, j,
@@ -288,39 +246,39 @@ static void check_on_disk(const char *prefix, int nranks, int64_t counter, int64
     }
 
     /* Values straight from disk. */
-    float w[SM_W_ROWS * SM_W_COLS];
+    float w[TM_W_ROWS * TM_W_COLS];
     CHECK_OK(ckpt_reader_read(rd, "w", CKPT_FLOAT32, NULL, w, sizeof w));
     int bad = 0;
-    for (int i = 0; i < SM_W_ROWS * SM_W_COLS; i++)
-        bad += w[i] != (float)sm_float_value(SM_ID_W, i, step);
+    for (int i = 0; i < TM_W_ROWS * TM_W_COLS; i++)
+        bad += w[i] != (float)tm_float_value(TM_ID_W, i, step);
     CHECK_MSG(bad == 0, "on disk: %d values of w differ", bad);
-    int64_t wc[SM_WC_ROWS * SM_WC_COLS];
+    int64_t wc[TM_WC_ROWS * TM_WC_COLS];
     CHECK_OK(ckpt_reader_read(rd, "w_cols", CKPT_INT64, NULL, wc, sizeof wc));
     bad = 0;
-    for (int i = 0; i < SM_WC_ROWS * SM_WC_COLS; i++)
-        bad += wc[i] != sm_int_value(SM_ID_W_COLS, i, step);
+    for (int i = 0; i < TM_WC_ROWS * TM_WC_COLS; i++)
+        bad += wc[i] != tm_int_value(TM_ID_W_COLS, i, step);
     CHECK_MSG(bad == 0, "on disk: %d values of w_cols differ", bad);
     for (int c = 0; c < nranks; c++) {
         char name[64];
-        uint64_t rng[SM_RNG_LEN] = {0, 0};
+        uint64_t rng[TM_RNG_LEN] = {0, 0};
         if (c == 0)
             snprintf(name, sizeof name, "rng");
         else
             snprintf(name, sizeof name, "rng/parallel_component_%d", c);
         CHECK_OK(ckpt_reader_read(rd, name, CKPT_UINT64, NULL, rng, sizeof rng));
-        for (int j = 0; j < SM_RNG_LEN; j++)
-            CHECK_MSG(rng[j] == sm_rng_value(c, j, step), "on disk: %s[%d] = %" PRIu64, name, j,
+        for (int j = 0; j < TM_RNG_LEN; j++)
+            CHECK_MSG(rng[j] == tm_rng_value(c, j, step), "on disk: %s[%d] = %" PRIu64, name, j,
                       rng[j]);
-        double full[SM_FULL_ELEMS];
+        double full[TM_FULL_ELEMS];
         snprintf(name, sizeof name, "full_r%d", c);
         CHECK_OK(ckpt_reader_read(rd, name, CKPT_FLOAT64, NULL, full, sizeof full));
         bad = 0;
-        for (int i = 0; i < SM_FULL_ELEMS; i++)
-            bad += full[i] != sm_float_value(SM_ID_FULL0 + c, i, step);
+        for (int i = 0; i < TM_FULL_ELEMS; i++)
+            bad += full[i] != tm_float_value(TM_ID_FULL0 + c, i, step);
         CHECK_MSG(bad == 0, "on disk: %d values of %s differ", bad, name);
 
         char want_blob[64], blob[64] = {0};
-        int len = snprintf(want_blob, sizeof want_blob, "loader rank=%d step=%" PRId64, c, step);
+        int len = (int)tm_blob_text(want_blob, sizeof want_blob, c, step);
         snprintf(name, sizeof name, "loader/rank_%d", c);
         size_t bi = 0;
         if (ckpt_reader_find(&bi, rd, name) == CKPT_OK) {
@@ -360,28 +318,28 @@ static ckpt_saver *make_saver(ckpt_layout layout)
 
 /* ---- roundtrip ---------------------------------------------------------------------------- */
 
-static void save_and_check(ckpt_saver *s, sm_model *m, const char *prefix, int64_t step,
+static void save_and_check(ckpt_saver *s, tm_model *m, const char *prefix, int64_t step,
                            int64_t want_counter)
 {
     char want[PATH_MAX], got[PATH_MAX];
     ckpt_save_info si = { .epoch = epoch_for(step), .step = step };
     snprintf(want, sizeof want, "%s-%" PRId64, prefix, want_counter);
     memset(got, 0, sizeof got);
-    sm_fill(m, step);
+    tm_fill(m, step);
     CHECK_COLL(ckpt_saver_save(s, prefix, &si, got, sizeof got), CKPT_OK);
     CHECK_MSG(strcmp(got, want) == 0, "save returned name '%s', want '%s'", got, want);
     CHECK_EQ_INT(ckpt_saver_counter(s), want_counter);
     check_files(want, g_size, g_layout, "save");
 }
 
-static void restore_and_check(ckpt_saver *s, sm_model *m, const char *prefix, int64_t counter,
+static void restore_and_check(ckpt_saver *s, tm_model *m, const char *prefix, int64_t counter,
                               int64_t step, const char *what)
 {
     ckpt_restore_info ri;
     memset(&ri, 0xff, sizeof ri);
-    sm_zero(m);
+    tm_zero(m);
     CHECK_COLL(ckpt_saver_restore(s, prefix, NULL, &ri), CKPT_OK);
-    CHECK_MODEL(m, step, SM_EXPECT_RESTORED, what);
+    check_model(m, step, TM_RESTORED, what);
     check_restore_info(&ri, counter, step, g_size, g_layout, what);
     CHECK_MSG(ckpt_saver_counter(s) == counter,
               "%s: counter after restore %" PRId64 ", want %" PRId64, what, ckpt_saver_counter(s),
@@ -414,53 +372,6 @@ static int blob_fail_restore(const void *data, size_t len, void *payload)
     return CKPT_ECORRUPT;
 }
 
-/* Rank 0 flips one byte inside the stored data of tensor "w"'s piece of rank 0 in @p prefix. */
-static int corrupt_w(const char *prefix)
-{
-    ckpt_reader *rd = NULL;
-    int rc = ckpt_reader_open(&rd, prefix);
-    if (rc != CKPT_OK)
-        return rc;
-    size_t ti = 0;
-    ckpt_tensor_info t;
-    ckpt_piece_info pi;
-    int found = 0;
-    char path[PATH_MAX + 300], dset[1024];
-    if (ckpt_reader_find(&ti, rd, "w") == CKPT_OK && ckpt_reader_tensor(&t, rd, ti) == CKPT_OK)
-        for (size_t j = 0; j < t.num_pieces && !found; j++)
-            if (ckpt_reader_piece(&pi, rd, ti, j) == CKPT_OK && pi.rank == 0) {
-                char dir[PATH_MAX];
-                snprintf(dir, sizeof dir, "%s", prefix);
-                *strrchr(dir, '/') = '\0';
-                snprintf(path, sizeof path, "%s/%s", dir, pi.file);
-                snprintf(dset, sizeof dset, "%s", pi.dataset);
-                found = 1;
-            }
-    ckpt_reader_free(rd);
-    if (!found)
-        return CKPT_ENOTFOUND;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = f >= 0 ? H5Dopen2(f, dset, H5P_DEFAULT) : H5I_INVALID_HID;
-    haddr_t off = d >= 0 ? H5Dget_offset(d) : HADDR_UNDEF;
-    if (d >= 0)
-        H5Dclose(d);
-    if (f >= 0)
-        H5Fclose(f);
-    if (off == HADDR_UNDEF)
-        return CKPT_ERROR;
-    int fd = open(path, O_RDWR);
-    unsigned char b = 0;
-    if (fd < 0 || pread(fd, &b, 1, (off_t)off) != 1) {
-        if (fd >= 0)
-            close(fd);
-        return CKPT_EIO;
-    }
-    b ^= 0x40;
-    rc = pwrite(fd, &b, 1, (off_t)off) == 1 ? CKPT_OK : CKPT_EIO;
-    close(fd);
-    return rc;
-}
-
 /* Registrations that cannot be restored or saved: the same error on every rank, nothing
  * committed. */
 static void negative_cases(const char *good_prefix, const char *prefix)
@@ -471,7 +382,7 @@ static void negative_cases(const char *good_prefix, const char *prefix)
     ckpt_saver *s = make_saver(g_layout);
     if (!s)
         return;
-    ckpt_shape sh7 = sm_shape(1, 7, 0), sh8 = sm_shape(1, 8, 0);
+    ckpt_shape sh7 = tm_shape(1, 7, 0), sh8 = tm_shape(1, 8, 0);
 
     snprintf(p, sizeof p, "%s/does-not-exist", g_outdir);
     CHECK_OK(ckpt_saver_add_replicated(s, "bias", CKPT_FLOAT32, &sh7, f, CKPT_REPLICA_PRIMARY));
@@ -529,7 +440,7 @@ static void negative_cases(const char *good_prefix, const char *prefix)
     snprintf(p, sizeof p, "%s/blobfail", g_outdir);
     int rc = ckpt_saver_write(s, p, NULL);
     CHECK_MSG(rc != CKPT_OK, "save with a failing registered saver returned %d", rc);
-    check_agreed(rc, "save with a failing registered saver");
+    coll(rc, COLL_ANY, "save with a failing registered saver");
     snprintf(idx, sizeof idx, "%s.index", p);
     CHECK_MSG(!path_exists(idx), "failed save committed %s", idx);
 
@@ -540,7 +451,7 @@ static void negative_cases(const char *good_prefix, const char *prefix)
     CHECK_OK(ckpt_saver_add_blob(s, "loader", &restore_fails, NULL));
     rc = ckpt_saver_restore(s, good_prefix, NULL, NULL);
     CHECK_MSG(rc != CKPT_OK, "restore with a failing registered saver returned %d", rc);
-    check_agreed(rc, "restore with a failing registered saver");
+    coll(rc, COLL_ANY, "restore with a failing registered saver");
     MPI_Barrier(MPI_COMM_WORLD);
     check_no_temp(g_outdir, "after failed saves");
 
@@ -548,14 +459,14 @@ static void negative_cases(const char *good_prefix, const char *prefix)
      * short. Every rank reports CKPT_ECORRUPT, whichever rank reads the damage. */
     ckpt_saver_clear(s);
     int64_t r0, nr;
-    sm_part(SM_W_ROWS, g_size, g_rank, &r0, &nr);
-    float *w = calloc((size_t)(nr * SM_W_COLS) + 1, sizeof *w);
-    ckpt_shape wsh = sm_shape(2, SM_W_ROWS, SM_W_COLS);
-    ckpt_slice wsl = sm_slice2(r0, 0, nr, SM_W_COLS);
+    tm_part(TM_W_ROWS, g_size, g_rank, &r0, &nr);
+    float *w = calloc((size_t)(nr * TM_W_COLS) + 1, sizeof *w);
+    ckpt_shape wsh = tm_shape(2, TM_W_ROWS, TM_W_COLS);
+    ckpt_slice wsl = tm_slice2(r0, 0, nr, TM_W_COLS);
     CHECK_OK(ckpt_saver_add_slice(s, "w", CKPT_FLOAT32, &wsh, &wsl, w));
     snprintf(p, sizeof p, "%s-1", prefix);
     if (g_rank == 0)
-        CHECK_OK(corrupt_w(p));
+        CHECK_OK(tm_flip_piece_byte(p, "w", 0, NULL, 0));
     MPI_Barrier(MPI_COMM_WORLD);
     CHECK_COLL(ckpt_saver_restore(s, p, NULL, NULL), CKPT_ECORRUPT);
     snprintf(p, sizeof p, "%s-3", prefix);
@@ -595,20 +506,20 @@ static void split_case(void)
     MPI_Barrier(sub);
     ckpt_saver *s = make_saver_on(sub, g_layout);
     if (s) {
-        sm_model m;
-        CHECK_OK(sm_model_setup(&m, s, ss, sr, ss));
-        sm_fill(&m, 70);
+        tm_model m;
+        CHECK_OK(tm_setup(&m, s, ss, sr, ss));
+        tm_fill(&m, 70);
         ckpt_save_info si = { .epoch = epoch_for(70), .step = 70 };
         CHECK_COLL(ckpt_saver_write(s, prefix, &si), CKPT_OK);
         check_files(prefix, ss, g_layout, what);
-        sm_zero(&m);
+        tm_zero(&m);
         ckpt_restore_info ri;
         memset(&ri, 0xff, sizeof ri);
         CHECK_COLL(ckpt_saver_restore(s, prefix, NULL, &ri), CKPT_OK);
-        CHECK_MODEL(&m, 70, SM_EXPECT_RESTORED, what);
+        check_model(&m, 70, TM_RESTORED, what);
         check_restore_info(&ri, 0, 70, ss, g_layout, what);
         ckpt_saver_free(s);
-        sm_model_free(&m);
+        tm_free(&m);
     }
     MPI_Comm_free(&sub);
 }
@@ -624,8 +535,8 @@ static void mode_roundtrip(void)
     ckpt_saver *s = make_saver(g_layout);
     if (!s)
         return;
-    sm_model m;
-    CHECK_OK(sm_model_setup(&m, s, g_size, g_rank, g_size));
+    tm_model m;
+    CHECK_OK(tm_setup(&m, s, g_size, g_rank, g_size));
     CHECK_EQ_INT(ckpt_saver_counter(s), 0);
 
     /* Two saves: -1 and -2, no temp left, both committed. */
@@ -645,7 +556,7 @@ static void mode_roundtrip(void)
     }
     /* The values registered at save time were left alone by the save. */
     m.blob_calls = 1, m.blob_rank = g_rank, m.blob_step = 20;
-    CHECK_MODEL(&m, 20, SM_EXPECT_RESTORED, "buffers after save");
+    check_model(&m, 20, TM_RESTORED, "buffers after save");
 
     /* Restore -2 and -1 into zeroed buffers. */
     snprintf(p, sizeof p, "%s-2", prefix);
@@ -660,9 +571,9 @@ static void mode_roundtrip(void)
     {
         char got[PATH_MAX] = "";
         ckpt_save_info si2 = { .epoch = epoch_for(15), .step = 15 };
-        sm_fill(&m, 15);
+        tm_fill(&m, 15);
         int rc2 = ckpt_saver_save(s, prefix, &si2, got, sizeof got);
-        check_agreed(rc2, "save after restoring an older checkpoint");
+        coll(rc2, COLL_ANY, "save after restoring an older checkpoint");
         snprintf(p, sizeof p, "%s-2", prefix);
         if (rc2 == CKPT_OK) {
             CHECK_MSG(strcmp(got, p) == 0, "save after restoring ckpt-1 wrote '%s'", got);
@@ -682,7 +593,7 @@ static void mode_roundtrip(void)
     /* A fresh saver over the same buffers: restore sets its counter, the next save is -3. */
     ckpt_saver *s2 = make_saver(g_layout);
     if (s2) {
-        CHECK_OK(sm_model_register(&m, s2));
+        CHECK_OK(tm_register(&m, s2));
         snprintf(p, sizeof p, "%s-2", prefix);
         restore_and_check(s2, &m, p, 2, ck2_step, "fresh saver restores ckpt-2");
         save_and_check(s2, &m, prefix, 30, 3);
@@ -697,7 +608,7 @@ static void mode_roundtrip(void)
     int64_t before = ckpt_saver_counter(s);
     char exact[PATH_MAX];
     snprintf(exact, sizeof exact, "%s/exact", g_outdir);
-    sm_fill(&m, 40);
+    tm_fill(&m, 40);
     ckpt_save_info si = { .epoch = epoch_for(40), .step = 40 };
     CHECK_COLL(ckpt_saver_write(s, exact, &si), CKPT_OK);
     CHECK_EQ_INT(ckpt_saver_counter(s), before);
@@ -718,7 +629,7 @@ static void mode_roundtrip(void)
     if (g_rank == 0)
         CHECK(mkdir_p(chief) == 0);
     MPI_Barrier(MPI_COMM_WORLD);
-    sm_fill(&m, 50);
+    tm_fill(&m, 50);
     si.epoch = epoch_for(50);
     si.step = 50;
     CHECK_COLL(ckpt_saver_write(s, cprefix, &si), CKPT_OK);
@@ -730,11 +641,11 @@ static void mode_roundtrip(void)
 
     /* write() over an existing checkpoint's prefix must not leave it half-replaced: either it
      * succeeds and restores the new values, or it fails everywhere and the old one is intact. */
-    sm_fill(&m, 60);
+    tm_fill(&m, 60);
     si.epoch = epoch_for(60);
     si.step = 60;
     int rc = ckpt_saver_write(s, exact, &si);
-    check_agreed(rc, "write over an existing prefix");
+    coll(rc, COLL_ANY, "write over an existing prefix");
     if (rc == CKPT_OK)
         restore_and_check(s, &m, exact, 0, 60, "restore overwritten write()");
     else
@@ -746,7 +657,7 @@ static void mode_roundtrip(void)
     snprintf(p, sizeof p, "%s-2", prefix);
     negative_cases(p, prefix);
     split_case();
-    sm_model_free(&m);
+    tm_free(&m);
 }
 
 /* ---- N -> M ------------------------------------------------------------------------------- */
@@ -764,9 +675,9 @@ static void mode_write(int n_expected, int64_t step)
     ckpt_saver *s = make_saver(g_layout);
     if (!s)
         return;
-    sm_model m;
-    CHECK_OK(sm_model_setup(&m, s, g_size, g_rank, g_size));
-    sm_fill(&m, step);
+    tm_model m;
+    CHECK_OK(tm_setup(&m, s, g_size, g_rank, g_size));
+    tm_fill(&m, step);
     ckpt_save_info si = { .epoch = epoch_for(step), .step = step };
     CHECK_COLL(ckpt_saver_write(s, prefix, &si), CKPT_OK);
     check_files(prefix, g_size, g_layout, "write");
@@ -775,7 +686,7 @@ static void mode_write(int n_expected, int64_t step)
     if (g_rank == 0)
         check_on_disk(prefix, g_size, 0, step, g_layout);
     ckpt_saver_free(s);
-    sm_model_free(&m);
+    tm_free(&m);
 }
 
 static void mode_read(int64_t step, int n_writer)
@@ -785,18 +696,18 @@ static void mode_read(int64_t step, int n_writer)
     ckpt_saver *s = make_saver(CKPT_LAYOUT_UNKNOWN);
     if (!s)
         return;
-    sm_model m;
-    CHECK_OK(sm_model_setup(&m, s, g_size, g_rank, n_writer));
+    tm_model m;
+    CHECK_OK(tm_setup(&m, s, g_size, g_rank, n_writer));
     int have_own = g_rank < n_writer; /* the writer had this rank: component and blob exist */
     char what[128];
     ckpt_restore_info ri;
 
     /* Default options. */
-    sm_zero(&m);
+    tm_zero(&m);
     memset(&ri, 0xff, sizeof ri);
     int rc = ckpt_saver_restore(s, prefix, NULL, &ri);
     snprintf(what, sizeof what, "restore %d -> %d ranks (default options)", n_writer, g_size);
-    check_agreed(rc, what);
+    coll(rc, COLL_ANY, what);
     if (g_size > n_writer) {
         CHECK_MSG(rc == CKPT_ENOTFOUND,
                   "%s: returned %d (%s), want CKPT_ENOTFOUND: ranks >= %d have no rng component "
@@ -815,7 +726,7 @@ static void mode_read(int64_t step, int n_writer)
                    total);
     } else {
         CHECK_RC(rc, CKPT_OK);
-        CHECK_MODEL(&m, step, SM_EXPECT_RESTORED, what);
+        check_model(&m, step, TM_RESTORED, what);
         check_restore_info(&ri, 0, step, n_writer, g_layout, what);
         CHECK_EQ_INT(ckpt_saver_counter(s), 0);
     }
@@ -823,18 +734,18 @@ static void mode_read(int64_t step, int n_writer)
     /* skip_missing_per_rank: always succeeds; ranks the writer lacked keep rng and loader. */
     ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
     ro.skip_missing_per_rank = 1;
-    sm_zero(&m);
+    tm_zero(&m);
     memset(&ri, 0xff, sizeof ri);
     snprintf(what, sizeof what, "restore %d -> %d ranks (skip_missing_per_rank)", n_writer, g_size);
     rc = ckpt_saver_restore(s, prefix, &ro, &ri);
     CHECK_RC(rc, CKPT_OK);
-    check_agreed(rc, what);
-    CHECK_MODEL(&m, step, have_own ? SM_EXPECT_RESTORED : SM_EXPECT_UNTOUCHED, what);
+    coll(rc, COLL_ANY, what);
+    check_model(&m, step, have_own ? TM_RESTORED : TM_UNTOUCHED, what);
     if (rc == CKPT_OK)
         check_restore_info(&ri, 0, step, n_writer, g_layout, what);
 
     ckpt_saver_free(s);
-    sm_model_free(&m);
+    tm_free(&m);
 }
 
 int main(int argc, char **argv)

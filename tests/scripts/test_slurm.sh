@@ -21,12 +21,13 @@ out=${1:?usage: test_slurm.sh OUTDIR mpirun|srun}
 launcher=${2:?usage: test_slurm.sh OUTDIR mpirun|srun}
 : "${MPICKPT_SOURCE_DIR:?}" "${MPICKPT_BINARY_DIR:?}" "${MPICKPT_CLI:?}"
 src=$MPICKPT_SOURCE_DIR
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 case "$launcher" in
   mpirun | srun) script=$src/jobs/slurm/demo-$launcher.sbatch ;;
   *) echo "test_slurm: launcher is mpirun or srun, got '$launcher'" >&2; exit 2 ;;
 esac
 # shellcheck source=tests/scripts/slurm_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/slurm_lib.sh"
+. "$here/slurm_lib.sh"
 slurm_test_start test_slurm "$out"
 
 # The job's settings (sbatch passes this environment on).
@@ -45,11 +46,8 @@ is_running() { [ "$(job_state)" = RUNNING ]; }
 has_ckpt() { grep -q '^checkpoint prefix=' "$log" 2>/dev/null; }
 requeued() { [ "$(job_state)" = PENDING ] && [ "$(job_field Restarts)" = 1 ]; }
 listing() { # epoch step of the latest checkpoint in the demo's chief/ (per mpickpt list --json)
-  "$MPICKPT_CLI" list --json "$DEMO_DIR/chief" | /usr/bin/python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-e = j["checkpoints"][-1] if j.get("checkpoints") else {}
-print(e.get("epoch"), e.get("step"))'
+  "$MPICKPT_CLI" list --json "$DEMO_DIR/chief" |
+    /usr/bin/python3 -B "$here/latest_ckpt.py" epoch step
 }
 
 ok=1

@@ -22,10 +22,11 @@ set -uo pipefail
 out=${1:?usage: test_slurm_torch.sh OUTDIR}
 : "${MPICKPT_SOURCE_DIR:?}" "${MPICKPT_BINARY_DIR:?}" "${MPICKPT_CLI:?}" "${MPIEXEC:?}"
 src=$MPICKPT_SOURCE_DIR
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 py=/usr/bin/python3
 "$py" -c 'import torch' 2>/dev/null || { echo "test_slurm_torch: no PyTorch: skipped"; exit 77; }
 # shellcheck source=tests/scripts/slurm_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/slurm_lib.sh"
+. "$here/slurm_lib.sh"
 slurm_test_start test_slurm_torch "$out"
 
 args="--steps 30 --ckpt-every 5 --keep 0 --hidden 32"
@@ -46,10 +47,7 @@ holding() { grep -q '^holding at step=10 until preempted$' "$log" 2>/dev/null; }
 holding_or_over() { holding || job_finished; }
 requeued() { [ "$(job_state)" = PENDING ] && [ "$(job_field Restarts)" = 1 ]; }
 latest_step() {
-  "$MPICKPT_CLI" list --json "$TRAIN_DIR" | "$py" -c '
-import json, sys
-j = json.load(sys.stdin)
-print(j["checkpoints"][-1].get("step") if j.get("checkpoints") else None)'
+  "$MPICKPT_CLI" list --json "$TRAIN_DIR" | "$py" -B "$here/latest_ckpt.py" step
 }
 losses() { grep -E '^(step [0-9]+ loss |done )' "$1"; } # the trajectory and the final hash
 

@@ -16,6 +16,8 @@ import sys
 import h5py
 import numpy as np
 
+from scriptcheck import check, run_cli, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 MAKE = os.environ["MPICKPT_MAKE_CKPT"]
 OUT = sys.argv[1]
@@ -24,30 +26,9 @@ KERNEL = "model/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE"
 WEIRD = 'weird "name" \\ 100% /\u00e9'
 CTRL = "ctrl/tab\there\nnewline\x01\x1f\x7f"
 
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
-
 
 def run(*args, rc=None):
-    """Runs the CLI; checks the exit code when rc is given and that no sanitizer spoke."""
-    p = subprocess.run([CLI, *args], capture_output=True)
-    so, se = p.stdout.decode("utf-8"), p.stderr.decode("utf-8")
-    if rc is not None:
-        check(p.returncode == rc,
-              f"mpickpt {args!r}: exit {p.returncode}, expected {rc}\nstdout: {so[:2000]}\n"
-              f"stderr: {se[:2000]}")
-    check("Sanitizer" not in se and "runtime error" not in se,
-          f"mpickpt {args!r}: sanitizer report:\n{se}")
-    return p.returncode, so, se
+    return run_cli(CLI, *args, rc=rc)
 
 
 # ---- expected contents: keep in sync with tests/unit/make_ckpt.c ----
@@ -391,5 +372,4 @@ os.makedirs(empty)
 rc, so, se = run("verify", empty, rc=1)
 check(empty in se, f"verify empty dir: {se!r}")
 
-print(f"test_cli: {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_cli: {c} checks, {f} failed")

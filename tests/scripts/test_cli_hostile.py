@@ -25,24 +25,14 @@ import shutil
 import subprocess
 import sys
 
+from scriptcheck import check, finish
+
 CLI = os.environ["MPICKPT_CLI"].encode()
 MAKE = os.environ["MPICKPT_MAKE_CKPT"].encode()
 MAKE_STATE = os.environ["MPICKPT_MAKE_STATE"].encode()
 WRITE_PREFIX = os.environ["MPICKPT_WRITE_PREFIX"].encode()
 MPIEXEC = os.environ.get("MPIEXEC", "mpirun").encode()
 OUT = os.fsencode(sys.argv[1])
-
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 def expected(b):
@@ -372,5 +362,4 @@ if check(os.path.exists(mpath), "write_prefix wrote no metrics.jsonl"):
     check(expected(base).encode() in so and hand["prefix"].encode() in so,
           f"stats: the prefixes are not shown as decoded: {so!r}")
 
-print(f"test_cli_hostile: {checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_cli_hostile: {c - f}/{c} checks passed")

@@ -14,6 +14,8 @@ import sys
 
 import h5py
 
+from scriptcheck import check, run_cli, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 MAKE = os.environ["MPICKPT_MAKE_CKPT"]
 MAKE_STATE = os.environ["MPICKPT_MAKE_STATE"]
@@ -21,30 +23,9 @@ MAKE_DIFF = os.environ["MPICKPT_MAKE_DIFF_CKPT"]
 OUT = sys.argv[1]
 os.chdir(OUT)  # relative paths, as a user would type them; absolute ones are checked too
 
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
-
 
 def run(*args, rc=None):
-    """Runs the CLI; checks the exit code when rc is given and that no sanitizer spoke."""
-    p = subprocess.run([CLI, *args], capture_output=True)
-    so, se = p.stdout.decode("utf-8"), p.stderr.decode("utf-8")
-    if rc is not None:
-        check(p.returncode == rc,
-              f"mpickpt {args!r}: exit {p.returncode}, expected {rc}\nstdout: {so[:3000]}\n"
-              f"stderr: {se[:3000]}")
-    check("Sanitizer" not in se and "runtime error" not in se,
-          f"mpickpt {args!r}: sanitizer report:\n{se}")
-    return p.returncode, so, se
+    return run_cli(CLI, *args, rc=rc)
 
 
 def run_json(*args, rc=0):
@@ -450,5 +431,4 @@ for args in ([], ["d1/a"], ["d1/a", "d1/b", "d2/a"], ["--block-bytes", "0", "d1/
 rc, so, se = run("help", rc=0)
 check(all(f"  {c} " in so for c in ("list", "gc", "diff")), f"help: {so!r}")
 
-print(f"test_cli_manage: {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_cli_manage: {c} checks, {f} failed")

@@ -12,35 +12,16 @@ import statistics
 import subprocess
 import sys
 
+from scriptcheck import check, run_cli, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 EXAMPLE = os.environ["MPICKPT_EXAMPLE_API"]
 MPIEXEC = os.environ["MPIEXEC"]
 OUT = sys.argv[1]
 
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
-
 
 def run(*args, rc=None):
-    """Runs the CLI; checks the exit code when rc is given and that no sanitizer spoke."""
-    p = subprocess.run([CLI, *args], capture_output=True)
-    so, se = p.stdout.decode("utf-8"), p.stderr.decode("utf-8")
-    if rc is not None:
-        check(p.returncode == rc,
-              f"mpickpt {args!r}: exit {p.returncode}, expected {rc}\nstdout: {so[:3000]}\n"
-              f"stderr: {se[:3000]}")
-    check("Sanitizer" not in se and "runtime error" not in se,
-          f"mpickpt {args!r}: sanitizer report:\n{se}")
-    return p.returncode, so, se
+    return run_cli(CLI, *args, rc=rc)
 
 
 def line(prefix, mode, nbytes, blocking, write, agree, merge, commit, since, saved, drop=(),
@@ -247,5 +228,4 @@ if check(os.path.exists(mpath), f"example_api wrote no {mpath}: {os.listdir(d4)}
     check(re.search(r"^ckpt-1\s+sync\s", so, re.M) and "1 (1 sync, 0 async)" in so,
           f"example_api stats text:\n{so}")
 
-print(f"test_cli_stats: {checks - failures}/{checks} checks passed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_cli_stats: {c - f}/{c} checks passed")

@@ -13,6 +13,8 @@ import sys
 
 import h5py
 
+from scriptcheck import check, finish
+
 DEMO = os.environ["MPICKPT_DEMO"]
 CLI = os.environ["MPICKPT_CLI"]
 MPIEXEC = os.environ["MPIEXEC"]
@@ -23,16 +25,6 @@ SMALL = ["--epochs", "3", "--steps-per-epoch", "6", "--ckpt-every", "4", "--keep
          "--mb", "1"]
 CKPT_RE = re.compile(r"^checkpoint prefix=(\S+) epoch=(\d+) step=(\d+) "
                      r"blocking_s=(\d+\.\d+) write_s=(\d+\.\d+)$")
-failures = checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 def demo(np_, *args, env=None):
@@ -239,5 +231,4 @@ check(lines(so, "resumed") and lines(so, "done") and "verification failed" not i
 rc, so, se = demo(1, "--dir", os.path.join(OUT, "bad"), "--epochs", "x")
 check(rc == 2 and "--epochs" in se, f"bad option: exit {rc}, {se}")
 
-print(f"test_demo: {checks - failures}/{checks} checks passed (runs in {OUT}/runs.log)")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_demo: {c - f}/{c} checks passed (runs in {OUT}/runs.log)")

@@ -14,20 +14,12 @@ import sys
 import h5py
 import numpy as np
 
+from scriptcheck import check, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 PREFIX = sys.argv[1]
 WANT_PACKED = sys.argv[2] == "1"
 DIR = os.path.dirname(PREFIX)
-failures = checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 def cli_json(*args):
@@ -185,5 +177,4 @@ for path in sorted({f for f, _ in used}):
     orphans = {d for d in seen if d.startswith(("/tensors/", "/packs/"))} - want
     check(not orphans, f"{path}: datasets no tensor refers to: {sorted(orphans)}")
 
-print(f"test_h5_foreign: {len(doc['tensors'])} tensors, {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_h5_foreign: {len(doc['tensors'])} tensors, {c} checks, {f} failed")

@@ -11,6 +11,8 @@ import struct
 import subprocess
 import sys
 
+from scriptcheck import check, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 OUT = sys.argv[1]
 DATA = "ck.data-00000-of-00001"
@@ -25,18 +27,6 @@ with open("/etc/passwd", "rb") as f:
 # w is int32 [4, 4]: what dump would print if it read /etc/passwd's first 64 bytes
 secret_ints = struct.unpack("<16i", secret[:64])
 secret_lines = [l for l in secret.decode("utf-8", "replace").splitlines() if len(l) >= 8]
-
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 def leaks(text):
@@ -76,5 +66,4 @@ for args in (["dump", base, "w"], ["verify", base], ["inspect", base]):
     check(p.returncode == 0, f"base: mpickpt {args[0]}: exit {p.returncode}: "
           f"{p.stderr.decode()[:2000]}")
 
-print(f"test_hostile_cli: {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_hostile_cli: {c} checks, {f} failed")

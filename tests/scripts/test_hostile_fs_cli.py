@@ -18,6 +18,8 @@ import stat
 import subprocess
 import sys
 
+from scriptcheck import check, finish
+
 CLI = os.environ["MPICKPT_CLI"]
 MAKE = os.environ["MPICKPT_MAKE_CKPT"]
 OUT = sys.argv[1]
@@ -25,18 +27,6 @@ TIMEOUT = 20  # seconds: a hang guard only; nothing here measures time
 DATA = "ck-7.data-00000-of-00001"
 INDEX = "ck-7.index"
 ENV = dict(os.environ, MPICKPT_LOG="warn")
-
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 def run(*args, rc=None, names=(), what=""):
@@ -275,5 +265,4 @@ for args in (["gc", d], ["gc", "--dry-run", d], ["gc", d + "/"]):
 check(snapshot(d) == before, f"{case}: gc changed the directory")
 v.check(case)
 
-print(f"test_hostile_fs_cli: {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_hostile_fs_cli: {c} checks, {f} failed")

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from scriptcheck import check, finish
+
 DEMO = os.environ["MPICKPT_DEMO"]
 CLI = os.environ["MPICKPT_CLI"]
 MPIEXEC = os.environ["MPIEXEC"]
@@ -30,17 +32,7 @@ SCHEDULE = [(0, 4), (0, 6), (1, 8), (1, 12), (2, 16), (2, 18), (3, 20), (3, 24)]
 CKPT_RE = re.compile(r"^checkpoint prefix=(\S+) epoch=(\d+) step=(\d+) "
                      r"blocking_s=(\d+\.\d+) write_s=(\d+\.\d+)$")
 PRE_RE = re.compile(r"^preempted epoch=(\d+) step=(\d+) reason=(signal|deadline)$")
-failures = checks = 0
 live = []  # process groups still running (killed at exit)
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 class Run:
@@ -279,5 +271,4 @@ finally:
         except OSError:
             pass
 
-print(f"test_preempt_demo: {checks - failures}/{checks} checks passed (runs in {OUT}/runs.log)")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_preempt_demo: {c - f}/{c} checks passed (runs in {OUT}/runs.log)")

@@ -18,21 +18,13 @@ import sys
 import h5py
 import numpy as np
 
+from scriptcheck import check, finish
+
 if len(sys.argv) != 5:
     sys.exit("usage: test_shared_h5py.py MPICKPT_CLI PREFIX STEP NRANKS")
 CLI, PREFIX, STEP, NRANKS = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 DIR, BASE = os.path.split(PREFIX)
 DATA = f"{BASE}.data-00000-of-00001"
-failures = checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr)
-    return cond
 
 
 # ---- the model (tests/mpi/model.h) ----
@@ -108,8 +100,8 @@ files = {pc["file"] for t in doc["tensors"] for pc in t["pieces"]}
 check(files == {DATA}, f"shared layout: pieces in files {sorted(files)}, want only {DATA}")
 
 path = os.path.join(DIR, DATA)
-if not os.path.exists(path):
-    sys.exit(f"test_shared_h5py: {path} does not exist ({checks} checks, {failures} failed)")
+if not check(os.path.exists(path), f"{path} does not exist"):
+    finish(lambda c, f: f"test_shared_h5py: stopped, no data file ({c} checks, {f} failed)")
 with h5py.File(path, "r") as f:
     # "w" and "w_cols": one dataset holding the assembled global tensor.
     for name, spec in (("w", f"{W_ROWS} {W_COLS} -:-"), ("w_cols", f"{WC_ROWS} {WC_COLS} -:-")):
@@ -180,5 +172,4 @@ p = subprocess.run(["/usr/bin/h5dump", "-H", path], capture_output=True, text=Tr
 check(p.returncode == 0, f"h5dump -H {path}: exit {p.returncode}: {p.stderr[:2000]}")
 check(len(re.findall(r'DATASET "', p.stdout)) >= 1, "h5dump lists no dataset")
 
-print(f"test_shared_h5py: {len(tensors)} tensors, {checks} checks, {failures} failed")
-sys.exit(1 if failures else 0)
+finish(lambda c, f: f"test_shared_h5py: {len(tensors)} tensors, {c} checks, {f} failed")

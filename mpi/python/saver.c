@@ -359,15 +359,22 @@ static PyObject *Saver_reset_blobs(SaverObject *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* ckpt_saver_sync() with the GIL released: waits for a save in flight. */
+static int sync_released(SaverObject *self)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_saver_sync(self->s);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
 static PyObject *Saver_sync(SaverObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (check_open(self) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_saver_sync(self->s);
-    Py_END_ALLOW_THREADS
+    int rc = sync_released(self);
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
     Py_RETURN_NONE;
@@ -380,10 +387,7 @@ static PyObject *Saver_clear(SaverObject *self, PyObject *noargs)
     (void)noargs;
     if (check_open(self) < 0)
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_saver_sync(self->s);
-    Py_END_ALLOW_THREADS
+    int rc = sync_released(self);
     /* the exception is made now, before anything else can replace the library's message */
     PyObject *t = NULL, *v = NULL, *tb = NULL;
     if (rc != CKPT_OK) {

@@ -195,7 +195,8 @@ static int writer_commit_impl(ckpt_writer *w)
         goto out;
     /* the commit (lib/commit.c): an old index of that name goes first when overwriting, then the
      * data file into place, then the index */
-    ckpt__commit_file file = { w->tempfd, w->n.data_name, w->n.data_name };
+    ckpt__commit_file file = { .from_fd = w->tempfd, .from_name = w->n.data_name,
+                               .name = w->n.data_name };
     ckpt__commit_req q = { .dirfd = w->dirfd, .dir = w->n.dir, .index_name = w->n.index_name,
                            .index_shown = index_path, .idx = &idx, .files = &file, .nfiles = 1,
                            .replace = w->opts.overwrite };

@@ -23,30 +23,36 @@ int ckpt__commit(const ckpt__commit_req *q)
     }
     for (size_t i = 0; i < q->nfiles && rc == CKPT_OK; i++) {
         const ckpt__commit_file *f = &q->files[i];
+        int from = f->from_fd, opened = -1;
+        if (f->from_subdir[0]) {
+            if ((rc = ckpt__subdir_open(&opened, f->from_fd, f->from_subdir, 0,
+                                        f->from_shown ? f->from_shown : q->dir)) != CKPT_OK)
+                break;
+            from = opened;
+        }
         /* renameat moves the entry itself: a link planted under the target name is replaced */
-        if (renameat(f->from_fd, f->from_name, q->dirfd, f->name) != 0) {
+        if (renameat(from, f->from_name, q->dirfd, f->name) != 0) {
             char shown[4600];
-            snprintf(shown, sizeof shown, "%s/%s (from a temp dir)", q->dir, f->name);
+            snprintf(shown, sizeof shown, "%s (from a temp dir)", f->name);
             rc = ckpt__errno(errno, "rename into place", shown);
         } else {
             done++;
         }
+        ckpt__close(opened);
     }
     if (rc == CKPT_OK)
         rc = ckpt__fsync_fd(q->dirfd, q->dir);
     if (rc == CKPT_OK && q->before_index)
         rc = q->before_index(q->arg);
     /* the commit point (the index was validated by the merge) */
-    int stored = 0;
-    if (rc == CKPT_OK) {
-        rc = ckpt__index_store_merged_at(q->idx, q->dirfd, q->index_name, q->dir);
-        stored = 1;
-    }
+    int renamed = 0;
+    if (rc == CKPT_OK)
+        rc = ckpt__index_store_merged_at(q->idx, q->dirfd, q->index_name, q->dir, &renamed);
     if (rc != CKPT_OK) {
         /* The index's rename may have happened before a later step failed (the directory's
-         * fsync): an index of this name is ours now (none existed, or `replace` removed it), and
-         * it goes before its data files, so no index is ever left without them. */
-        if (stored && ckpt__exists_at(q->dirfd, q->index_name)) {
+         * fsync): then that index is ours, and it goes before its data files, so no index is
+         * ever left without them. An index we did not rename into place is never touched. */
+        if (renamed) {
             unlinkat(q->dirfd, q->index_name, 0);
             (void)fsync(q->dirfd); /* best effort: the error reported is the first one */
         }

@@ -25,10 +25,13 @@
 
 #pragma GCC visibility push(default)
 
-/* A data file to move: entry from_name of directory from_fd becomes `name` in the checkpoint's
- * directory. */
+/* A data file to move: entry from_name of directory from_fd (or of its subdirectory from_subdir,
+ * when that is not empty: opened by descriptor for this file only, so a commit of thousands of
+ * ranks' files holds one directory open at a time) becomes `name` in the checkpoint's directory. */
 typedef struct ckpt__commit_file {
     int from_fd;
+    char from_subdir[32];
+    const char *from_shown; /* from_fd's path, for messages */
     const char *from_name;
     const char *name;
 } ckpt__commit_file;

@@ -379,9 +379,11 @@ static int write_all(int fd, const void *data, size_t len, const char *shown)
 }
 
 int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
-                               const char *shown)
+                               const char *shown, int *renamed)
 {
     char tmp[512], where[4400];
+    if (renamed)
+        *renamed = 0;
     int rc = ckpt__temp_name(tmp, sizeof tmp, name);
     if (rc != CKPT_OK)
         return rc;
@@ -407,6 +409,8 @@ int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, si
         rc = ckpt__errno(errno, "rename to", where);
         goto fail;
     }
+    if (renamed)
+        *renamed = 1;
     return ckpt__fsync_fd(dirfd, shown);
 fail:
     ckpt__close(fd);
@@ -590,7 +594,7 @@ int ckpt__write_file_atomic(const char *path, const void *data, size_t len)
     int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
     if (rc != CKPT_OK)
         return rc;
-    rc = ckpt__write_file_atomic_at(fd, base, data, len, dir);
+    rc = ckpt__write_file_atomic_at(fd, base, data, len, dir, NULL);
     close(fd);
     return rc;
 }

@@ -104,9 +104,11 @@ int ckpt__is_temp_name(const char *name, const char *stem_suffix);
 
 /* Writes `len` bytes to entry `name` of dirfd durably: a new temp file (ckpt__temp_name, O_EXCL)
  * is written, fsynced and renamed over `name`, then the directory is fsynced. Readers see the old
- * file or the new one, never a mix; a link planted under either name is replaced, not followed. */
+ * file or the new one, never a mix; a link planted under either name is replaced, not followed.
+ * *renamed (when not NULL) says whether the rename happened: an error after it (the directory's
+ * fsync) leaves the new file in place. */
 int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
-                               const char *shown);
+                               const char *shown, int *renamed);
 
 /* Reads a whole regular file of at most `max` bytes into a malloc'd buffer (freed by the caller).
  * CKPT_ENOTFOUND when missing, CKPT_ECORRUPT when larger than `max` or not a regular file. */

@@ -222,14 +222,16 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path)
 }
 
 int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
-                                const char *shown)
+                                const char *shown, int *renamed)
 {
+    if (renamed)
+        *renamed = 0;
     uint8_t *buf;
     size_t len;
     int rc = ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &idx->base);
     if (rc != CKPT_OK)
         return rc;
-    rc = ckpt__write_file_atomic_at(dirfd, name, buf, len, shown);
+    rc = ckpt__write_file_atomic_at(dirfd, name, buf, len, shown, renamed);
     free(buf);
     return rc;
 }

@@ -12,8 +12,8 @@
  *                                      else <dir> itself
  *   .reserve-<r>, .pad-<r>             space reservation and HDF5 metadata room inside a temp dir
  *   <name>.tmp-<16 hex>                a file being written atomically (ckpt__temp_name)
- * The saver, the single-process writer, the manager and gc use these functions and nothing else
- * to make or recognise those names.
+ * The saver, the single-process writer, the manager and gc use these functions to make or
+ * recognise those names (the "<prefix>.index" of a prefix is composed where a prefix is opened).
  */
 #ifndef MPICKPT_PATHS_H
 #define MPICKPT_PATHS_H

@@ -196,9 +196,16 @@ int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragm
         frags = NULL;
         a = NULL;
     }
+    /* The same bytes on every rank, but a failure to allocate or unpack them is one rank's own:
+     * agreed, so that no rank goes on alone into the next collective. */
+    rc = ckpt_mpi_agree(comm, local2);
+    if (rc != CKPT_OK && frags) {
+        ckpt__free_frags(frags, a);
+        frags = NULL;
+        a = NULL;
+    }
     *out = frags;
     *arena = a;
-    rc = local2; /* identical inputs on every rank: the outcome is identical too */
 done:
     free(buf);
     free(lens);
@@ -464,16 +471,13 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, const Mpickpt__Index *idx)
 {
     int rc = CKPT_OK;
     ckpt__commit_file *files = calloc(idx->n_files ? idx->n_files : 1, sizeof *files);
-    int *opened = calloc(idx->n_files ? idx->n_files : 1, sizeof *opened);
-    if (!files || !opened)
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-    size_t n = 0;
+    if (!files)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; rc == CKPT_OK && i < idx->n_files; i++) {
         const char *name = idx->files[i]->name;
-        opened[i] = -1;
-        files[i].from_fd = c->tempfd;
-        files[i].from_name = files[i].name = name;
-        n = i + 1;
+        ckpt__commit_file *f = &files[i];
+        f->from_fd = c->tempfd;
+        f->from_name = f->name = name;
         if (s->layout != CKPT_LAYOUT_PER_RANK)
             continue;
         /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir */
@@ -481,22 +485,18 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, const Mpickpt__Index *idx)
         if (r < 0) {
             rc = ckpt__error(CKPT_ECORRUPT, "unexpected data file name '%s'", name);
         } else if (r != 0) {
-            char wt[64];
-            ckpt__worker_temp_name(wt, sizeof wt, r);
-            if ((rc = ckpt__subdir_open(&opened[i], c->workfd, wt, 0, c->n.work)) == CKPT_OK)
-                files[i].from_fd = opened[i];
+            f->from_fd = c->workfd;
+            f->from_shown = c->n.work;
+            ckpt__worker_temp_name(f->from_subdir, sizeof f->from_subdir, r);
         }
     }
     if (rc == CKPT_OK) {
         ckpt__commit_req q = { .dirfd = c->dirfd, .dir = c->n.dir, .index_name = c->n.index_name,
                                .index_shown = c->n.prefix, .idx = idx, .files = files,
-                               .nfiles = n, .before_index = commit_fault };
+                               .nfiles = idx->n_files, .before_index = commit_fault };
         rc = ckpt__commit(&q);
     }
-    for (size_t i = 0; opened && i < n; i++)
-        ckpt__close(opened[i]);
     free(files);
-    free(opened);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 
 #include "json.h" /* lib/json.h */
 #include "opts.h"
+#include "paths.h" /* lib/paths.h: chief/ and the other names mpickpt writes */
 
 #include "mpickpt/checkpoint.h"
 

@@ -79,7 +79,7 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     if (rc != CLI_GO)
         return rc;
     char *dir = cli_dir_operand(argv[0]);
-    char *chief = dir ? cli_path_join(dir, "chief") : NULL;
+    char *chief = dir ? cli_path_join(dir, CKPT__CHIEF_DIR) : NULL;
     if (!chief) {
         free(dir);
         return cli_oom(cmd);

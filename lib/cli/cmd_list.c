@@ -50,7 +50,7 @@ static int has_entry(const char *dir, const char *name)
  * DIR has none (a training state's backup directory), else DIR. */
 static char *list_dir(const char *dir)
 {
-    char *chief = cli_path_join(dir, "chief");
+    char *chief = cli_path_join(dir, CKPT__CHIEF_DIR);
     if (!chief)
         return NULL;
     if (!has_entry(dir, "checkpoint") && cli_is_dir(chief) &&

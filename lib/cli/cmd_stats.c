@@ -48,7 +48,7 @@ static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
         return f;
     }
     char *dir = cli_dir_operand(arg);
-    char *chief = dir ? cli_path_join(dir, "chief") : NULL;
+    char *chief = dir ? cli_path_join(dir, CKPT__CHIEF_DIR) : NULL;
     if (!chief) {
         cli_oom(cmd);
         free(dir);
@@ -59,8 +59,8 @@ static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
     int rc = ckpt__dir_open(&dfd, dir);
     if (rc == CKPT_OK && (rc = ckpt__file_open(&fd, NULL, dfd, name, O_RDONLY, dir)) ==
                              CKPT_ENOTFOUND) {
-        name = "chief/metrics.jsonl";
-        if ((rc = ckpt__subdir_open(&cfd, dfd, "chief", 0, dir)) == CKPT_OK)
+        name = CKPT__CHIEF_DIR "/metrics.jsonl";
+        if ((rc = ckpt__subdir_open(&cfd, dfd, CKPT__CHIEF_DIR, 0, dir)) == CKPT_OK)
             rc = ckpt__file_open(&fd, NULL, cfd, "metrics.jsonl", O_RDONLY, chief);
     }
     ckpt__close(cfd);

@@ -135,7 +135,7 @@ static int verify_dir(const cli_command *cmd, const char *dir)
     char **list = NULL;
     size_t count = 0;
     int good = 0;
-    char *chief = cli_path_join(dir, "chief");
+    char *chief = cli_path_join(dir, CKPT__CHIEF_DIR);
     if (!chief) {
         cli_oom(cmd);
         return 0;

@@ -154,7 +154,8 @@ static int sim_prepare(sim *s, const char *dir, const char *base, int seed, int 
             rc = ckpt__shard_write(&s->rec[r], &in, &s->bufs[r], &s->n[r], s->tempfd[r], NULL);
         if (rc == CKPT_OK)
             rc = ckpt__record_fragment(&s->frag[r], &s->rec[r], r, s->n[r].data_name);
-        s->files[r] = (ckpt__commit_file){ s->tempfd[r], s->n[r].data_name, s->n[r].data_name };
+        s->files[r] = (ckpt__commit_file){ .from_fd = s->tempfd[r], .from_name = s->n[r].data_name,
+                                           .name = s->n[r].data_name };
     }
     if (rc != CKPT_OK)
         return rc;

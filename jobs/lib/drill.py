@@ -214,6 +214,26 @@ def leftovers(marker):
     return pids
 
 
+def stop_job(p, marker, wait):
+    """SIGTERM, then SIGKILL, to job p's process group and to its leftovers (processes carrying
+    `marker`), until wait() returns; returns what it returned, or None when the job never ended."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        for pid in leftovers(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            return wait()
+        except subprocess.TimeoutExpired:
+            continue
+    return None
+
+
 class Run:
     def __init__(self, rc, so, se, hung, log):
         self.rc, self.so, self.se, self.hung, self.log = rc, so, se, hung, log
@@ -268,23 +288,7 @@ def run_cmd(cmd, drill, what, env, marker, timeout):
         so, se = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         hung = True
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
-            for pid in leftovers(marker):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            try:
-                so, se = p.communicate(timeout=10)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            so, se = b"", b""
+        so, se = stop_job(p, marker, lambda: p.communicate(timeout=10)) or (b"", b"")
     RUNNING.discard((p, marker))
     so, se = so.decode(errors="replace"), se.decode(errors="replace")
     with open(log, "w") as f:
@@ -778,21 +782,7 @@ except KeyboardInterrupt as e:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(f"drill.sh: interrupted ({e}); stopping the running job and unmounting", file=sys.stderr)
     for p, marker in list(RUNNING):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
-            for pid in leftovers(marker):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            try:
-                p.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_job(p, marker, lambda: p.wait(timeout=5))
     for mp in mounted_under(WORK):
         umount(mp)
     sys.exit(130)

@@ -53,6 +53,20 @@ typedef struct ckpt__commit_req {
 
 int ckpt__commit(const ckpt__commit_req *req);
 
+/*
+ * The commit in its parts, for a commit whose data files are moved by their owners in parallel
+ * (the collective saver: each rank moves the files it wrote, then the chief writes the index):
+ *   ckpt__commit_move    renames files[0..n) into dirfd (as above); *done counts those moved
+ *   ckpt__commit_unmove  removes the first `done` of them again (a save that is not committed)
+ *   ckpt__commit_index   fsyncs the directory (every data file's entry), runs before_index, writes
+ *                        the index durably; on failure an index it renamed into place is removed
+ *                        (data files are the movers' to remove). req->files are not used.
+ */
+int ckpt__commit_move(int dirfd, const char *dir, const ckpt__commit_file *files, size_t n,
+                      size_t *done);
+void ckpt__commit_unmove(int dirfd, const ckpt__commit_file *files, size_t done);
+int ckpt__commit_index(const ckpt__commit_req *req);
+
 #pragma GCC visibility pop
 
 #endif

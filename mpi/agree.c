@@ -1,6 +1,7 @@
 #include "mpickpt/collective.h"
 
 #include "internal.h"
+#include "mpi_internal.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,4 +38,25 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
                            out.rank, ckpt_strerror(out.code));
     msg[sizeof msg - 1] = '\0';
     return ckpt__error(out.code, "%s", msg);
+}
+
+/* A status and maxima in one MPI_Allreduce (MAX): the status travels negated, so the maximum is
+ * the most negative code; a failure then costs the agreement that carries its message. */
+int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n)
+{
+    double in[9], out[9];
+    if (n < 0 || n > 8)
+        return ckpt__error(CKPT_EINVAL, "ckpt__mpi_vote: %d values", n);
+    in[0] = -(double)local;
+    for (int i = 0; i < n; i++)
+        in[i + 1] = vals[i];
+    if (MPI_Allreduce(in, out, n + 1, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Allreduce of the vote failed");
+    else if (out[0] == 0.0) {
+        for (int i = 0; i < n; i++)
+            vals[i] = out[i + 1];
+        return CKPT_OK;
+    }
+    /* somebody failed: every rank takes this branch (the same maximum everywhere) */
+    return ckpt_mpi_agree(comm, local);
 }

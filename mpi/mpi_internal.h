@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
 #pragma GCC visibility push(default)
 
@@ -26,6 +27,25 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode);
 /* "<rank>:<step>:hold" (tests of async close): `rank` waits at `step` until *release is set (the
  * saver was closed and gave up on the save), at most 60 s. */
 void ckpt__fault_hold(int rank, const char *step, atomic_int *release);
+
+/* Byte transfers of any size (mpi/transfer.c): 64-bit lengths, carried in chunks of at most
+ * `chunk` bytes (CKPT__MPI_CHUNK_DEFAULT, or MPICKPT_MPI_CHUNK_BYTES decided by rank 0). */
+#define CKPT__MPI_CHUNK_DEFAULT ((uint64_t)1 << 30)
+int ckpt__bcast_bytes(MPI_Comm comm, int root, void *buf, uint64_t len, uint64_t chunk);
+int ckpt__send_bytes(MPI_Comm comm, int dest, int tag, const void *buf, uint64_t len,
+                     uint64_t chunk);
+int ckpt__recv_bytes(MPI_Comm comm, int src, int tag, void *buf, uint64_t len, uint64_t chunk);
+/* Gathers every rank's `len` bytes of `buf` at `root`: on the root *all holds them end to end
+ * and *offs (size + 1 entries) where rank r's start; free both. `local` is this rank's status
+ * (a failed rank contributes nothing); `scratch` holds 2 x size int64 on the root (unused
+ * elsewhere). Collective; the same status on every rank, agreed (transfer.c). */
+int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,
+                       uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs);
+
+/* One collective for a status and some maxima: every rank passes its status and `n` values; on
+ * return vals[] hold the maxima over ranks. When any status is not CKPT_OK, every rank returns the
+ * same error (the failing rank's message, through ckpt_mpi_agree). At most 8 values. */
+int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
 /* Saver internals the manager needs. */
 struct ckpt_saver;

@@ -6,15 +6,107 @@
 #include "saver_internal.h"
 
 #include "index.h"
+#include "share.h"
 #include "mpickpt/collective.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* the chief's sends of index shares */
+#define TAG_SHARE 0x6d71
+
+/* What this rank reads: every registration's stored name and the box it owns (a blob whole). */
+static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w)
+{
+    size_t cap = 0;
+    int rc = CKPT_OK;
+    for (size_t k = 0; k < s->regs.n && rc == CKPT_OK; k++) {
+        const ckpt__reg *g = &s->regs.v[k];
+        rc = ckpt__share_want(w, &cap, g->stored, g->kind == CKPT_KIND_BLOB ? NULL : &g->slice);
+    }
+    return rc;
+}
+
+/* The chief's side of the share exchange: rank r's wants (unpacked from the gathered bytes) to its
+ * share of the index, sent as {status, length} then the bytes. A rank it cannot serve is sent the
+ * error code; the agreement after the reads then carries the chief's message. */
+static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
+                       const uint64_t *offs)
+{
+    ckpt__share *sh = NULL;
+    int local = ckpt__share_new(&sh, ckpt__reader_index(r));
+    for (int dst = 1; dst < s->size; dst++) {
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        int st = local;
+        if (st == CKPT_OK) {
+            Mpickpt__Fragment *w = mpickpt__fragment__unpack(NULL, (size_t)(offs[dst + 1] - offs[dst]),
+                                                             all + offs[dst]);
+            st = w ? ckpt__share_pack(sh, w, &bytes, &len)
+                   : ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
+            if (w)
+                mpickpt__fragment__free_unpacked(w, NULL);
+            if (st != CKPT_OK)
+                local = st;
+        }
+        int64_t head[2] = { st, st == CKPT_OK ? (int64_t)len : 0 };
+        int rc = MPI_Send(head, 2, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
+                     ? CKPT_OK
+                     : ckpt__error(CKPT_EMPI, "MPI_Send to rank %d failed", dst);
+        if (rc == CKPT_OK && st == CKPT_OK)
+            rc = ckpt__send_bytes(s->comm, dst, TAG_SHARE, bytes, len, s->chunk);
+        free(bytes);
+        if (rc != CKPT_OK && local == CKPT_OK)
+            local = rc;
+    }
+    ckpt__share_free(sh);
+    return local;
+}
+
+/* Receives a share of `len` bytes into `bytes` (taken) and opens it as a reader. */
+static int recv_open(ckpt_saver *s, const char *prefix, ckpt_reader **r, uint8_t *bytes,
+                     uint64_t len)
+{
+    int rc = ckpt__recv_bytes(s->comm, 0, TAG_SHARE, bytes, len, s->chunk);
+    if (rc == CKPT_OK)
+        rc = ckpt__reader_open_payload(r, prefix, bytes, (size_t)len, 0);
+    free(bytes);
+    return rc;
+}
+
+/* A non-chief rank's side: its share of the index, opened as a reader (the chief validated the
+ * whole index and checked its data files). */
+static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
+{
+    int64_t head[2];
+    if (MPI_Recv(head, 2, MPI_INT64_T, 0, TAG_SHARE, s->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        return ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of its share of the index failed",
+                           s->rank);
+    if (head[0] != CKPT_OK) /* the agreement after the reads carries the chief's message */
+        return ckpt__error((int)head[0], "rank %d: the chief could not send its share of the "
+                                         "index", s->rank);
+    uint64_t len = (uint64_t)head[1];
+    uint8_t *bytes = malloc(len ? (size_t)len : 1);
+    if (bytes)
+        return recv_open(s, prefix, r, bytes, len);
+    /* Received even when it cannot be held (one chunk at a time into a sink): the chief's sends
+     * must complete for everybody to reach the agreement that reports this. */
+    uint64_t sink_len = len < s->chunk ? len : s->chunk;
+    uint8_t *sink = malloc(sink_len ? (size_t)sink_len : 1);
+    for (uint64_t off = 0; sink && off < len; off += sink_len)
+        (void)ckpt__recv_bytes(s->comm, 0, TAG_SHARE, sink,
+                               len - off < sink_len ? len - off : sink_len, s->chunk);
+    free(sink);
+    return ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its share of the index (%llu bytes)",
+                       s->rank, (unsigned long long)len);
+}
+
 /*
- * The chief opens the checkpoint (index checks plus data-file sizes) and broadcasts the index;
- * every rank then reads the pieces overlapping what it owns. Collective.
+ * The chief opens the checkpoint (index checks plus data-file sizes); every rank sends it what it
+ * reads and receives its share of the index (lib/share.h), then reads the pieces overlapping what
+ * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
+ * broadcast, a gatherv), the chief's sends, and two agreements.
  */
 int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
                        ckpt_restore_info *info)
@@ -31,55 +123,47 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
     ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
     if (!opts)
         opts = &defaults;
-    /* The chief reads the index file and checks its container; its payload is broadcast as is
-     * and every rank unpacks it; the chief also validates it and checks the data files, and that
-     * verdict is agreed before any rank reads data. */
+    /* The chief reads, validates and checks the checkpoint; its verdict travels with the gather of
+     * every rank's wants. */
     int local = CKPT_OK;
-    uint8_t *file = NULL, *bytes = NULL;
-    const uint8_t *payload = NULL;
-    size_t plen = 0;
-    uint64_t len = 0;
+    ckpt_reader *r = NULL;
     if (s->rank == 0) {
         char ipath[4200];
+        uint8_t *file = NULL;
+        const uint8_t *payload = NULL;
+        size_t plen = 0;
         if ((local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) == CKPT_OK &&
             (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
             ckpt__error(local, "no checkpoint at %s (%s does not exist)", prefix, ipath);
-        len = plen;
-    }
-    int rc = ckpt_mpi_agree(s->comm, local);
-    if (rc != CKPT_OK) {
+        if (local == CKPT_OK)
+            local = ckpt__reader_open_payload(&r, prefix, payload, plen, 1);
         free(file);
-        return rc;
     }
-    if (MPI_Bcast(&len, 1, MPI_UINT64_T, 0, s->comm) != MPI_SUCCESS)
-        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index size failed");
-    if (s->rank == 0)
-        bytes = (uint8_t *)payload;
-    else if (local == CKPT_OK && !(bytes = malloc(len ? len : 1)))
-        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the index", s->rank);
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
-        if (s->rank != 0)
-            free(bytes);
-        free(file);
-        return rc;
+    Mpickpt__Fragment wants = MPICKPT__FRAGMENT__INIT;
+    uint8_t *wbuf = NULL, *all = NULL;
+    uint64_t *offs = NULL;
+    size_t wlen = 0;
+    int mine = s->rank == 0 ? CKPT_OK : build_wants(s, &wants);
+    if (mine == CKPT_OK && s->rank != 0) {
+        wlen = mpickpt__fragment__get_packed_size(&wants);
+        if ((wbuf = malloc(wlen ? wlen : 1)))
+            mpickpt__fragment__pack(&wants, wbuf);
+        else
+            mine = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
     }
-    /* An index larger than INT_MAX bytes is broadcast in chunks. */
-    for (uint64_t off = 0; off < len && local == CKPT_OK; off += (1u << 30)) {
-        int n = (int)(len - off < (1u << 30) ? len - off : (1u << 30));
-        if (MPI_Bcast(bytes + off, n, MPI_BYTE, 0, s->comm) != MPI_SUCCESS)
-            local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index failed");
-    }
-    ckpt_reader *r = NULL;
+    ckpt__fragment_free_built(&wants);
     if (local == CKPT_OK)
-        local = ckpt__reader_open_payload(&r, prefix, bytes, (size_t)len, s->rank == 0);
-    if (s->rank != 0)
-        free(bytes);
-    free(file);
-    /* the chief's validation: a bad index is the same error on every rank */
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+        local = mine;
+    int rc = ckpt__gather_bytes(s->comm, 0, local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
+                                &offs);
+    free(wbuf);
+    if (rc != CKPT_OK) {
         ckpt_reader_free(r);
         return rc;
     }
+    local = s->rank == 0 ? send_shares(s, r, all, offs) : recv_share(s, prefix, &r);
+    free(all);
+    free(offs);
 
     /*
      * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the

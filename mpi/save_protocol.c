@@ -40,16 +40,23 @@
  * a relative path from another working directory) still write and read the same checkpoint. */
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size)
 {
+    /* {status, path} in one broadcast; a failure costs the agreement that carries its message */
+    struct {
+        int64_t status;
+        char path[4096];
+    } msg;
+    memset(&msg, 0, sizeof msg);
     int local = CKPT_OK;
     if (s->rank == 0)
-        local = ckpt__path(out, size, "%s", prefix ? prefix : "");
-    int rc = ckpt_mpi_agree(s->comm, local);
-    if (rc != CKPT_OK)
-        return rc;
-    if (MPI_Bcast(out, (int)size, MPI_CHAR, 0, s->comm) != MPI_SUCCESS)
+        local = ckpt__path(msg.path, size < sizeof msg.path ? size : sizeof msg.path, "%s",
+                           prefix ? prefix : "");
+    msg.status = local;
+    if (MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, s->comm) != MPI_SUCCESS && local == CKPT_OK)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the prefix failed");
-    out[size - 1] = '\0';
-    return ckpt_mpi_agree(s->comm, local);
+    if (msg.status != CKPT_OK)
+        return ckpt_mpi_agree(s->comm, local);
+    msg.path[sizeof msg.path - 1] = '\0';
+    return ckpt__path(out, size, "%s", msg.path);
 }
 
 static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
@@ -135,11 +142,12 @@ void ckpt__free_frags(Mpickpt__Fragment **f, ckpt__arena *arena)
     ckpt__arena_free(arena);
 }
 
-/* Packs `f`, allgathers every rank's bytes, unpacks them into `*out` (n = size), allocated from
- * `*arena`: free with ckpt__free_frags(*out, *arena). Collective.
+/* Packs `f`, gathers every rank's bytes at rank 0 and broadcasts them (mpi/transfer.c: any size,
+ * in chunks past s->chunk), unpacks them into `*out` (n = size), allocated from `*arena`: free
+ * with ckpt__free_frags(*out, *arena). Collective.
  * `local` is this rank's status so far: a failed rank still joins with an empty contribution. */
 int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                               Mpickpt__Fragment ***out, ckpt__arena **arena)
+                              Mpickpt__Fragment ***out, ckpt__arena **arena)
 {
     *out = NULL;
     *arena = NULL;
@@ -151,82 +159,70 @@ int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragm
         mpickpt__fragment__pack(f, buf);
     else
         len = 0;
-    if (len > INT32_MAX && local == CKPT_OK)
-        local = ckpt__error(CKPT_EINVAL, "rank %d: plan of %zu bytes is too large", s->rank, len);
-    int mylen = (int)len;
-    int *lens = calloc((size_t)s->size, sizeof *lens), *displs = calloc((size_t)s->size, sizeof *displs);
     uint8_t *all = NULL;
-    if ((!lens || !displs) && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    int local2 = CKPT_OK;
-    int rc = ckpt_mpi_agree(comm, local);
+    uint64_t *offs = NULL;
+    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, &all,
+                                &offs);
+    free(buf);
     if (rc != CKPT_OK)
-        goto done;
-    /* Both collectives run on every rank: the agreement above made the branch uniform. */
-    if (MPI_Allgather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, comm) != MPI_SUCCESS)
-        local2 = ckpt__error(CKPT_EMPI, "MPI_Allgather of plan sizes failed");
-    int64_t total = 0;
-    for (int i = 0; lens && i < s->size; i++) {
-        displs[i] = (int)total;
-        total += lens[i];
-    }
-    if (total > INT32_MAX)
-        local2 = ckpt__error(CKPT_EINVAL, "the plan (%lld bytes) is too large", (long long)total);
-    all = malloc((size_t)(total ? total : 1));
-    if (!all)
+        return rc;
+    /* the offsets, then (everybody holding room for them, agreed) the bytes */
+    int local2 = CKPT_OK;
+    if (s->rank != 0 && !(offs = malloc(((size_t)s->size + 1) * sizeof *offs)))
         local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
+    uint64_t head[1] = { s->rank == 0 ? offs[s->size] : 0 };
+    if (MPI_Bcast(head, 1, MPI_UINT64_T, 0, comm) != MPI_SUCCESS && local2 == CKPT_OK)
+        local2 = ckpt__error(CKPT_EMPI, "MPI_Bcast of the plan's size failed");
+    if (s->rank != 0 && local2 == CKPT_OK && !(all = malloc(head[0] ? (size_t)head[0] : 1)))
+        local2 = ckpt__error(CKPT_ENOMEM, "rank %d: cannot hold the plan (%llu bytes)", s->rank,
+                             (unsigned long long)head[0]);
+    Mpickpt__Fragment **frags = NULL;
+    ckpt__arena *a = NULL;
     if ((rc = ckpt_mpi_agree(comm, local2)) != CKPT_OK)
         goto done;
-    if (MPI_Allgatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, comm) != MPI_SUCCESS)
-        local2 = ckpt__error(CKPT_EMPI, "MPI_Allgatherv of plans failed");
-    Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
-    ckpt__arena *a = ckpt__arena_new();
+    if ((rc = ckpt__bcast_bytes(comm, 0, offs, ((uint64_t)s->size + 1) * sizeof *offs,
+                                s->chunk)) != CKPT_OK ||
+        (rc = ckpt__bcast_bytes(comm, 0, all, head[0], s->chunk)) != CKPT_OK)
+        local2 = rc;
+    frags = calloc((size_t)s->size, sizeof *frags);
+    a = ckpt__arena_new();
     if ((!frags || !a) && local2 == CKPT_OK)
         local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
     for (int i = 0; local2 == CKPT_OK && i < s->size; i++) {
-        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a), (size_t)lens[i],
-                                             all + displs[i]);
+        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
+                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
         if (!frags[i])
             local2 = ckpt__error(CKPT_ECORRUPT, "rank %d's plan does not parse", i);
         else
             frags[i]->rank = i; /* trust the position, not the bytes */
     }
-    if (local2 != CKPT_OK) {
-        ckpt__free_frags(frags, a);
-        frags = NULL;
-        a = NULL;
-    }
     /* The same bytes on every rank, but a failure to allocate or unpack them is one rank's own:
      * agreed, so that no rank goes on alone into the next collective. */
-    rc = ckpt_mpi_agree(comm, local2);
-    if (rc != CKPT_OK && frags) {
-        ckpt__free_frags(frags, a);
+    if ((rc = ckpt_mpi_agree(comm, local2)) == CKPT_OK) {
+        *out = frags;
+        *arena = a;
         frags = NULL;
         a = NULL;
     }
-    *out = frags;
-    *arena = a;
 done:
-    free(buf);
-    free(lens);
-    free(displs);
+    ckpt__free_frags(frags, a);
     free(all);
+    free(offs);
     return rc;
 }
 
+static int gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                         int *chief, Mpickpt__Fragment ***out, ckpt__arena **arena);
+
 /*
- * Makes the plan when any rank changed its registrations (one allreduce tells). Collective.
- * Every rank validates the same merged plan, so duplicates, overlaps, gaps and disagreements are
- * the same error everywhere, before anything is written.
+ * Makes the plan, once some rank changed its registrations (the first vote of a save tells).
+ * Collective. The merged plan is validated (at the chief, or on every rank in the shared layout)
+ * and voted on, so duplicates, overlaps, gaps and disagreements are the same error everywhere,
+ * before anything is written; a rank keeps only its own pieces.
  */
 static int make_plan(ckpt_saver *s)
 {
-    int dirty = s->dirty || !s->have_plan, any = 0;
-    if (MPI_Allreduce(&dirty, &any, 1, MPI_INT, MPI_MAX, s->comm) != MPI_SUCCESS)
-        return ckpt__error(CKPT_EMPI, "MPI_Allreduce of the plan flag failed");
-    int local = ckpt__fault(s->rank, "plan");
-    if (!any)
-        return ckpt_mpi_agree(s->comm, local);
+    int local = CKPT_OK;
     ckpt__save_free_plan(s);
     Mpickpt__Fragment mine = MPICKPT__FRAGMENT__INIT;
     if (local == CKPT_OK)
@@ -236,27 +232,45 @@ static int make_plan(ckpt_saver *s)
         local = ckpt__plan_fragment(&mine, &s->regs, &s->pieces, s->rank);
     Mpickpt__Fragment **frags = NULL;
     ckpt__arena *arena = NULL;
-    int rc = ckpt__allgather_fragments(s, s->comm, &mine, local, &frags, &arena);
+    /* The shared layout's writer needs the plan on every rank (all of them create every dataset);
+     * the others only need it checked: the chief alone merges it, and a vote tells everyone. */
+    int shared = s->layout == CKPT_LAYOUT_SHARED, chief = CKPT_OK;
+    int rc = shared ? ckpt__allgather_fragments(s, s->comm, &mine, local, &frags, &arena)
+                    : gather_packed(s, s->comm, &mine, local, &chief, &frags, &arena);
     ckpt__fragment_free_built(&mine);
     if (rc != CKPT_OK)
         return rc;
-    s->plan_frags = frags;
-    s->plan_arena = arena;
-    s->plan_nfrags = (size_t)s->size;
-    Mpickpt__Header h = MPICKPT__HEADER__INIT;
-    h.format_version = CKPT_FORMAT_VERSION;
-    h.world_size = s->size;
-    h.layout = (Mpickpt__Layout)s->layout;
-    s->plan.header = &h;
-    rc = ckpt__index_merge(&s->plan, s->plan_frags, s->plan_nfrags);
-    if (rc == CKPT_OK)
-        rc = ckpt__plan_check_replicated(&s->plan, s->plan_frags, s->plan_nfrags, s->size);
-    s->plan.header = NULL;
-    if (rc != CKPT_OK)
-        ckpt__error_wrap(rc, "plan");
-    /* Every rank validated the same plan, but agree anyway: the tiling check is randomized (a
-     * wrong plan could in principle pass on one rank only) and no rank may go on alone. */
-    if ((rc = ckpt_mpi_agree(s->comm, rc)) != CKPT_OK) {
+    if (shared || s->rank == 0) {
+        s->plan_frags = frags;
+        s->plan_arena = arena;
+        s->plan_nfrags = (size_t)s->size;
+        rc = chief;
+    }
+    if (rc == CKPT_OK && s->plan_frags) {
+        Mpickpt__Header h = MPICKPT__HEADER__INIT;
+        h.format_version = CKPT_FORMAT_VERSION;
+        h.world_size = s->size;
+        h.layout = (Mpickpt__Layout)s->layout;
+        s->plan.header = &h;
+        rc = ckpt__index_merge(&s->plan, s->plan_frags, s->plan_nfrags);
+        if (rc == CKPT_OK)
+            rc = ckpt__plan_check_replicated(&s->plan, s->plan_frags, s->plan_nfrags, s->size);
+        s->plan.header = NULL;
+        if (rc != CKPT_OK)
+            ckpt__error_wrap(rc, "plan");
+    }
+    if (!shared) { /* checked: the chief's copy is not needed again */
+        ckpt__index_merged_free(&s->plan);
+        mpickpt__index__init(&s->plan);
+        ckpt__free_frags(s->plan_frags, s->plan_arena);
+        s->plan_frags = NULL;
+        s->plan_arena = NULL;
+        s->plan_nfrags = 0;
+    }
+    /* The shared layout's ranks validated the same plan, but agree anyway: the tiling check is
+     * randomized (a wrong plan could in principle pass on one rank only) and no rank may go on
+     * alone. */
+    if ((rc = ckpt__mpi_vote(s->comm, rc, NULL, 0)) != CKPT_OK) {
         ckpt__save_free_plan(s);
         return rc;
     }
@@ -265,9 +279,28 @@ static int make_plan(ckpt_saver *s)
     return CKPT_OK;
 }
 
+/* The in-flight directories and the space reservation (held until every rank has its own, so a
+ * full disk is the same clean error everywhere before any HDF5 call): this rank's status, not
+ * agreed. *rfd holds the reservation until ckpt__shard_release(). */
+static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
+{
+    *rfd = -1;
+    int local = ckpt__temp_open(&c->n, s->rank, c->dirfd, c->workfd, &c->tempfd);
+    if (local == CKPT_OK && s->reserve) {
+        ckpt__shard_input in;
+        ckpt__save_shard_input(s, c, &in);
+        local = ckpt__shard_reserve(rfd, &in, &c->n, c->tempfd);
+    }
+    return local;
+}
+
 /*
- * The foreground part of a save, collective over the saver's communicator: the chief's prefix,
- * the plan, the registered savers, the chief's temp dir; then, in async mode, the snapshot.
+ * The foreground part of a save, collective over the saver's communicator: the chief's prefix, a
+ * vote (every rank ready, any registration changed), the plan when one did, the registered
+ * savers, the chief's temp dir, the snapshot (async mode) and, in a sync save of the per-rank
+ * layout, every rank's own in-flight directory and reservation (the shared layout's ranks open the
+ * chief's temp dir once it exists; an async save reserves on its writer thread), agreed in a
+ * second vote. With a cached plan: a broadcast and two votes.
  * On success *out is a job ready to run.
  */
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
@@ -280,7 +313,11 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         return rc;
     save_job *j = calloc(1, sizeof *j);
     int local = j ? init_ctx(s, &j->c, prefix) : ckpt__error(CKPT_ENOMEM, "out of memory");
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK || (rc = make_plan(s)) != CKPT_OK) {
+    if (local == CKPT_OK)
+        local = ckpt__fault(s->rank, "plan");
+    double dirty = s->dirty || !s->have_plan;
+    if ((rc = ckpt__mpi_vote(s->comm, local, &dirty, 1)) != CKPT_OK ||
+        (dirty != 0.0 && (rc = make_plan(s)) != CKPT_OK)) {
         ckpt__save_job_free(j);
         return rc;
     }
@@ -306,7 +343,14 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         local = ckpt__temp_fresh(&j->c.n, j->c.dirfd, &j->c.tempfd, 0);
     if (local == CKPT_OK && s->async)
         local = ckpt__save_snapshot(s, j);
-    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK) {
+    int rfd = -1;
+    /* async: the writer thread reserves (a large fallocate must not block the caller) */
+    j->opened = !s->async && s->layout != CKPT_LAYOUT_SHARED;
+    if (local == CKPT_OK && j->opened)
+        local = open_and_reserve(s, &j->c, &rfd);
+    rc = ckpt__mpi_vote(s->comm, local, NULL, 0);
+    ckpt__shard_release(&j->c.n, j->c.tempfd, rfd);
+    if (rc != CKPT_OK) {
         cleanup_temp(s, &j->c);
         ckpt__save_job_free(j);
         return rc;
@@ -316,23 +360,6 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
 }
 
 /* ---- 2. write ----------------------------------------------------------------------------------- */
-
-/* The in-flight directories and the space reservation, agreed by every rank before any HDF5
- * call: a full disk is then the same clean error everywhere. The reservation is held until every
- * rank has its own, then released. */
-static int open_and_reserve(ckpt_saver *s, save_ctx *c)
-{
-    int rfd = -1;
-    int local = ckpt__temp_open(&c->n, s->rank, c->dirfd, c->workfd, &c->tempfd);
-    if (local == CKPT_OK && s->reserve) {
-        ckpt__shard_input in;
-        ckpt__save_shard_input(s, c, &in);
-        local = ckpt__shard_reserve(&rfd, &in, &c->n, c->tempfd);
-    }
-    int rc = ckpt_mpi_agree(c->comm, local);
-    ckpt__shard_release(&c->n, c->tempfd, rfd);
-    return rc;
-}
 
 /* This rank's write (per-rank file or its part of the shared file); its status, not agreed. */
 static int write_data(ckpt_saver *s, save_ctx *c)
@@ -349,88 +376,65 @@ static int write_data(ckpt_saver *s, save_ctx *c)
 
 /* ---- 4. merge ----------------------------------------------------------------------------------- */
 
-/* Gathers every rank's packed fragment at the chief. On the chief, *out receives them unpacked,
- * in *arena (free with free_frags).
- * Collective; a rank with local != OK sends nothing. Returns the gather's own status. */
-static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment ***out,
-                            ckpt__arena **arena)
+/* Packs `f` and gathers every rank's at the chief, unpacked into *out and *arena (free with
+ * ckpt__free_frags). Collective (mpi/transfer.c: a gather, the verdict's broadcast, the bytes);
+ * `local` is this rank's status so far, and the result is agreed: every rank's status and the
+ * chief's room for the bytes. A fragment the chief cannot unpack is its own failure (*chief), for
+ * the next vote to carry. */
+static int gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                         int *chief, Mpickpt__Fragment ***out, ckpt__arena **arena)
 {
     *out = NULL;
     *arena = NULL;
-    /* the record becomes protobuf here, for the wire */
-    Mpickpt__Fragment frag = MPICKPT__FRAGMENT__INIT;
-    if (local == CKPT_OK)
-        local = ckpt__record_fragment(&frag, &c->rec, s->rank, c->n.data_name);
-    size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(&frag) : 0;
+    *chief = CKPT_OK;
+    size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf)
         len = 0, local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    if (len > INT32_MAX)
-        len = 0, local = ckpt__error(CKPT_EINVAL, "rank %d: index fragment too large", s->rank);
-    if (len)
-        mpickpt__fragment__pack(&frag, buf);
-    ckpt__fragment_free_built(&frag);
-    int mylen = (int)len;
-    int *lens = NULL, *displs = NULL;
+    else if (len)
+        mpickpt__fragment__pack(f, buf);
     uint8_t *all = NULL;
-    int grc = CKPT_OK;
-    if (s->rank == 0) {
-        lens = calloc((size_t)s->size, sizeof *lens);
-        displs = calloc((size_t)s->size, sizeof *displs);
-    }
-    /* The chief needs the sizes before it can receive; an allocation failure on the chief is
-     * caught right after, with everybody still in step. */
-    if (MPI_Gather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, c->comm) != MPI_SUCCESS)
-        grc = ckpt__error(CKPT_EMPI, "MPI_Gather of fragment sizes failed");
-    int64_t total = 0;
-    if (s->rank == 0 && lens && displs) {
-        for (int i = 0; i < s->size; i++) {
-            displs[i] = (int)total;
-            total += lens[i];
-        }
-        if (total > INT32_MAX)
-            grc = ckpt__error(CKPT_EINVAL, "the merged index (%lld bytes) is too large",
-                              (long long)total);
-        else if (!(all = malloc((size_t)(total ? total : 1))))
-            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
-    } else if (s->rank == 0) {
-        grc = ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    int ok = grc == CKPT_OK;
-    MPI_Bcast(&ok, 1, MPI_INT, 0, c->comm);
-    if (ok) {
-        if (MPI_Gatherv(buf, mylen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, c->comm) !=
-            MPI_SUCCESS)
-            grc = ckpt__error(CKPT_EMPI, "MPI_Gatherv of index fragments failed");
-    }
-    if (s->rank == 0 && ok && grc == CKPT_OK) {
-        Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
-        ckpt__arena *a = ckpt__arena_new();
-        if (!frags || !a)
-            grc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        for (int i = 0; i < s->size && grc == CKPT_OK; i++) {
-            frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a), (size_t)lens[i],
-                                                 all + displs[i]);
-            if (!frags[i])
-                grc = ckpt__error(CKPT_ECORRUPT, "rank %d's index fragment does not parse", i);
-            else
-                frags[i]->rank = i;
-        }
-        if (grc != CKPT_OK) {
-            ckpt__free_frags(frags, a);
-            frags = NULL;
-            a = NULL;
-        }
-        *out = frags;
-        *arena = a;
-    }
+    uint64_t *offs = NULL;
+    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, &all,
+                                &offs);
     free(buf);
-    free(lens);
-    free(displs);
+    if (rc != CKPT_OK || s->rank != 0)
+        return rc;
+    Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
+    ckpt__arena *a = ckpt__arena_new();
+    if (!frags || !a)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (int i = 0; i < s->size && rc == CKPT_OK; i++) {
+        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
+                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
+        if (!frags[i])
+            rc = ckpt__error(CKPT_ECORRUPT, "rank %d's index fragment does not parse", i);
+        else
+            frags[i]->rank = i; /* trust the position, not the bytes */
+    }
     free(all);
-    return local != CKPT_OK ? local : grc;
+    free(offs);
+    if (rc != CKPT_OK) {
+        ckpt__free_frags(frags, a);
+        *chief = rc;
+        return CKPT_OK;
+    }
+    *out = frags;
+    *arena = a;
+    return CKPT_OK;
 }
 
+/* Every rank's record, as its index fragment (protobuf here, for the wire), at the chief. */
+static int gather_fragments(ckpt_saver *s, save_ctx *c, int local, int *chief,
+                            Mpickpt__Fragment ***out, ckpt__arena **arena)
+{
+    Mpickpt__Fragment frag = MPICKPT__FRAGMENT__INIT;
+    if (local == CKPT_OK)
+        local = ckpt__record_fragment(&frag, &c->rec, s->rank, c->n.data_name);
+    int rc = gather_packed(s, c->comm, &frag, local, chief, out, arena);
+    ckpt__fragment_free_built(&frag);
+    return rc;
+}
 
 /* The chief's index of this save: every rank's fragment merged and validated, under a header
  * describing the save. Local to the chief. */
@@ -465,39 +469,38 @@ static int commit_fault(void *arg)
     return ckpt__fault(0, "commit");
 }
 
-/* The chief's commit (lib/commit.c): every data file from its rank's in-flight directory into
- * place, then the index. */
-static int chief_commit(ckpt_saver *s, save_ctx *c, const Mpickpt__Index *idx)
+/* This rank's data files (those its record lists: its own file, the shared file on the chief)
+ * from its in-flight directory into place, in parallel with every other rank's (lib/commit.c):
+ * the chief renames nobody's file but its own. *done counts those moved. */
+static int move_own(save_ctx *c, ckpt__commit_file *files, size_t *done)
 {
-    int rc = CKPT_OK;
-    ckpt__commit_file *files = calloc(idx->n_files ? idx->n_files : 1, sizeof *files);
-    if (!files)
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (size_t i = 0; rc == CKPT_OK && i < idx->n_files; i++) {
-        const char *name = idx->files[i]->name;
-        ckpt__commit_file *f = &files[i];
-        f->from_fd = c->tempfd;
-        f->from_name = f->name = name;
-        if (s->layout != CKPT_LAYOUT_PER_RANK)
-            continue;
-        /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir */
-        int r = ckpt__data_name_rank(name, c->n.base, s->size);
-        if (r < 0) {
-            rc = ckpt__error(CKPT_ECORRUPT, "unexpected data file name '%s'", name);
-        } else if (r != 0) {
-            f->from_fd = c->workfd;
-            f->from_shown = c->n.work;
-            ckpt__worker_temp_name(f->from_subdir, sizeof f->from_subdir, r);
-        }
+    *done = 0;
+    for (size_t i = 0; i < c->rec.nfiles; i++) {
+        memset(&files[i], 0, sizeof files[i]);
+        files[i].from_fd = c->tempfd;
+        files[i].from_shown = c->n.my_temp;
+        files[i].from_name = files[i].name = c->rec.files[i].name;
     }
-    if (rc == CKPT_OK) {
-        ckpt__commit_req q = { .dirfd = c->dirfd, .dir = c->n.dir, .index_name = c->n.index_name,
-                               .index_shown = c->n.prefix, .idx = idx, .files = files,
-                               .nfiles = idx->n_files, .before_index = commit_fault };
-        rc = ckpt__commit(&q);
-    }
-    free(files);
-    return rc;
+    return ckpt__commit_move(c->dirfd, c->n.dir, files, c->rec.nfiles, done);
+}
+
+/* The chief's commit point once every data file is in place: the directory fsynced, then the
+ * index (lib/commit.c). */
+static int chief_commit(save_ctx *c, const Mpickpt__Index *idx)
+{
+    ckpt__commit_req q = { .dirfd = c->dirfd, .dir = c->n.dir, .index_name = c->n.index_name,
+                           .index_shown = c->n.prefix, .idx = idx, .before_index = commit_fault };
+    return ckpt__commit_index(&q);
+}
+
+/* The sum of the pieces' bytes of a merged index (the chief's metrics). */
+static uint64_t index_bytes(const Mpickpt__Index *idx)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < idx->n_tensors; i++)
+        for (size_t k = 0; k < idx->tensors[i]->n_pieces; k++)
+            total += idx->tensors[i]->pieces[k]->bytes;
+    return total;
 }
 
 /* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort). */
@@ -526,19 +529,17 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
     fclose(f);
 }
 
-/* The maximum over ranks of each phase and the sum of the bytes: the chief's metrics line and
- * every rank's ckpt_saver_last_metrics(). A sync save blocked its caller for all of it. */
-static void record_metrics(save_job *j)
+/* The metrics of a committed save: mx holds the maximum over ranks of each phase (blocking,
+ * write, agree, merge, commit) and the bytes, as the commit vote carried them; `hook_s` is the
+ * commit hook's time here, which a sync save also blocked its caller for. The chief's metrics
+ * line and every rank's ckpt_saver_last_metrics(). */
+static void record_metrics(save_job *j, double *mx, double hook_s)
 {
     ckpt_saver *s = j->s;
     save_ctx *c = &j->c;
     if (!s->async)
-        j->t_block = ckpt__mono_seconds() - j->t_start;
-    double mine[5] = { j->t_block, j->t_write, j->t_agree, j->t_merge, j->t_commit }, mx[5];
-    uint64_t total = 0;
-    if (MPI_Allreduce(mine, mx, 5, MPI_DOUBLE, MPI_MAX, c->comm) != MPI_SUCCESS ||
-        MPI_Allreduce(&j->bytes, &total, 1, MPI_UINT64_T, MPI_SUM, c->comm) != MPI_SUCCESS)
-        return;
+        mx[0] += hook_s;
+    uint64_t total = (uint64_t)mx[5];
     if (s->rank == 0)
         write_metrics(j, mx, total);
     pthread_mutex_lock(&s->lock);
@@ -578,74 +579,102 @@ static int run_hook(save_job *j)
 /* ---- steps 2-5 ---------------------------------------------------------------------------------- */
 
 /*
- * Write, agree, merge, commit, then the commit hook and the metrics, on j->c.comm. Collective over
- * that communicator. Runs on the caller's thread (sync) or the writer thread (async).
+ * Write, gather, merge, commit, then the commit hook and the metrics, on j->c.comm. Collective over
+ * that communicator. Runs on the caller's thread (sync) or the writer thread (async). With the
+ * directories opened at prepare, a save makes five collective calls here: the gather of the
+ * fragments (a gather of statuses, the verdict's broadcast, a gatherv), the pre-commit vote and
+ * the commit vote, which also carries the metrics.
  */
 int ckpt__save_run(save_job *j)
 {
     ckpt_saver *s = j->s;
     save_ctx *c = &j->c;
-    int rc, local;
+    int rc, local = CKPT_OK;
     double t0 = ckpt__mono_seconds();
+    ckpt__commit_file *files = NULL;
+    size_t moved = 0;
 
     ckpt__fault_hold(s->rank, "write", &s->abandon); /* tests: held until the saver gives up */
-    if ((rc = open_and_reserve(s, c)) != CKPT_OK)
-        goto out;
+    if (!j->opened) { /* shared layout (the chief's temp dir exists now) or async */
+        int rfd = -1;
+        local = open_and_reserve(s, c, &rfd);
+        rc = ckpt_mpi_agree(c->comm, local);
+        ckpt__shard_release(&c->n, c->tempfd, rfd);
+        if (rc != CKPT_OK)
+            goto out;
+    }
 
     /* 2. write */
     local = write_data(s, c);
     double t1 = ckpt__mono_seconds();
 
-    /* 3. agree */
+    /* 3. agree, with 4. the gather: every rank's write and fragment */
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "agree");
-    if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK)
-        goto out;
-    double t2 = ckpt__mono_seconds();
-
-    /* 4. merge */
-    local = s->rank == 0 ? CKPT_OK : ckpt__fault(s->rank, "merge");
+    if (local == CKPT_OK && s->rank != 0)
+        local = ckpt__fault(s->rank, "merge");
     j->bytes = ckpt__record_bytes(&c->rec);
     Mpickpt__Fragment **frags = NULL;
     ckpt__arena *frag_arena = NULL;
-    local = gather_fragments(s, c, local, &frags, &frag_arena);
+    if ((rc = gather_fragments(s, c, local, &local, &frags, &frag_arena)) != CKPT_OK)
+        goto out;
+    double t2 = ckpt__mono_seconds();
+
+    /* 4. merge at the chief while every rank moves its own data files into place */
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
     Mpickpt__Index idx = MPICKPT__INDEX__INIT;
     char producer[64];
+    files = calloc(c->rec.nfiles ? c->rec.nfiles : 1, sizeof *files);
+    if (!files && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (local == CKPT_OK)
+        local = move_own(c, files, &moved);
     if (s->rank == 0 && local == CKPT_OK)
         local = merge_index(j, frags, &idx, &hdr, producer, sizeof producer);
 
-    /* 5. commit: the pre-commit vote (the chief's merge, everybody's readiness, no abandoned
-     * close), then the chief's commit, agreed */
+    /* 5. commit: the pre-commit vote (the chief's merge, everybody's files in place, no abandoned
+     * close), then the chief's commit point, voted with the metrics */
     if (s->rank != 0 && local == CKPT_OK)
         local = ckpt__fault(s->rank, "commit");
     /* A close that timed out on any rank abandons the save on every rank: ETIMEDOUT is the most
-     * negative code, so the agreement gives every rank the same answer. */
+     * negative code, so the vote gives every rank the same answer. */
     if (local == CKPT_OK && atomic_load(&s->abandon))
         local = ckpt__error(CKPT_ETIMEDOUT, "rank %d: the saver was closed before this save "
                                             "finished; it was not committed",
                             s->rank);
     double t3 = ckpt__mono_seconds();
-    rc = ckpt_mpi_agree(c->comm, local);
+    rc = ckpt__mpi_vote(c->comm, local, NULL, 0);
+    double mx[6] = { 0 };
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
             hdr.timestamp = ckpt__now_seconds();
-            local = chief_commit(s, c, &idx);
+            local = chief_commit(c, &idx);
+            mx[5] = (double)index_bytes(&idx);
         }
-        rc = ckpt_mpi_agree(c->comm, local);
+        double t4 = ckpt__mono_seconds();
+        j->t_write = t1 - t0;
+        j->t_agree = t2 - t1;
+        j->t_merge = t3 - t2;
+        j->t_commit = t4 - t3;
+        mx[0] = s->async ? j->t_block : t4 - j->t_start;
+        mx[1] = j->t_write;
+        mx[2] = j->t_agree;
+        mx[3] = j->t_merge;
+        mx[4] = j->t_commit;
+        rc = ckpt__mpi_vote(c->comm, local, mx, 6);
     }
     ckpt__index_merged_free(&idx);
     ckpt__free_frags(frags, frag_arena);
-    double t4 = ckpt__mono_seconds();
-    j->t_write = t1 - t0;
-    j->t_agree = t2 - t1;
-    j->t_merge = t3 - t2;
-    j->t_commit = t4 - t3;
+    if (rc != CKPT_OK) { /* not committed: no data file of it stays in place */
+        ckpt__commit_unmove(c->dirfd, files, moved);
+        goto out;
+    }
+    double th = ckpt__mono_seconds();
+    rc = run_hook(j);
     if (rc == CKPT_OK)
-        rc = run_hook(j);
-    if (rc == CKPT_OK)
-        record_metrics(j);
+        record_metrics(j, mx, ckpt__mono_seconds() - th);
 out:
+    free(files);
     cleanup_temp(s, c);
     return rc;
 }

@@ -20,7 +20,7 @@
 /* ---- create: settings decided by rank 0 ------------------------------------------------------- */
 
 /* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */
-enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_N };
+enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_CHUNK, SET_N };
 
 /* This rank's settings from its options (they win) and its environment, every variable parsed
  * strictly; MPICKPT_LOG and MPICKPT_FAULT are checked here too, so that a typo fails the job at
@@ -30,7 +30,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     static const char *const layouts[] = { "per-rank", "shared" };
     static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED };
     int layout, async, reserve, level, target;
-    int64_t pack;
+    int64_t pack, chunk;
     char step[16];
     int mode;
     int rc;
@@ -40,6 +40,8 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
         (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
                               CKPT_PACK_MAX_BYTES_DEFAULT)) ||
+        (rc = ckpt__env_int64(&chunk, "MPICKPT_MPI_CHUNK_BYTES", 1, (int64_t)CKPT__MPI_CHUNK_DEFAULT,
+                              (int64_t)CKPT__MPI_CHUNK_DEFAULT)) ||
         (rc = ckpt__env_log_level(&level)) ||
         (rc = ckpt__fault_spec(&target, step, sizeof step, &mode)))
         return rc;
@@ -53,6 +55,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     set[SET_PACK] = o->pack_max_bytes != 0 ? o->pack_max_bytes : pack > 0 ? pack : -1;
     set[SET_SHARD] = o->max_shard_bytes;
     set[SET_RESERVE] = reserve;
+    set[SET_CHUNK] = chunk;
     return CKPT_OK;
 }
 
@@ -67,19 +70,25 @@ static int decide_settings(ckpt_saver *s)
 {
     int64_t mine[SET_N], buf[2 * SET_N];
     int local = local_settings(&s->opts, mine);
+    /* the root's scratch of every gather (mpi/transfer.c), made once */
+    if (local == CKPT_OK && s->rank == 0 &&
+        !(s->gather_scratch = malloc(2 * (size_t)s->size * sizeof *s->gather_scratch)))
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
     int rc = ckpt_mpi_agree(s->comm, local);
     if (rc != CKPT_OK)
         return rc;
     const ckpt_saver_options *o = &s->opts;
     int64_t raw[SET_N] = { o->layout, o->async != 0, o->collective_io != 0, o->pack_max_bytes,
-                           o->max_shard_bytes, 0 };
+                           o->max_shard_bytes, 0, 0 };
     memcpy(buf, raw, sizeof raw);
     memcpy(buf + SET_N, mine, sizeof mine);
     if (MPI_Bcast(buf, 2 * SET_N, MPI_INT64_T, 0, s->comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the saver's settings failed");
     static const char *const what[SET_N] = { "layout", "async", "collective_io",
-                                             "pack_max_bytes", "max_shard_bytes", "reserve" };
-    for (int i = 0; i < SET_N - 1 && local == CKPT_OK; i++)
+                                             "pack_max_bytes", "max_shard_bytes", "reserve",
+                                             "MPI chunk bytes" };
+    /* the options (not reserve and chunk, environment only) must match rank 0's */
+    for (int i = 0; i < SET_RESERVE && local == CKPT_OK; i++)
         if (raw[i] != buf[i])
             local = ckpt__error(CKPT_EMISMATCH,
                                 "rank %d: ckpt_saver_options.%s is %lld, rank 0 passed %lld (the "
@@ -98,6 +107,7 @@ static int decide_settings(ckpt_saver *s)
     s->opts.pack_max_bytes = buf[SET_N + SET_PACK];
     s->opts.max_shard_bytes = buf[SET_N + SET_SHARD];
     s->reserve = (int)buf[SET_N + SET_RESERVE];
+    s->chunk = (uint64_t)buf[SET_N + SET_CHUNK];
     return CKPT_OK;
 }
 
@@ -144,6 +154,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
         MPI_Comm_free(&s->comm);
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->cond);
+        free(s->gather_scratch);
         free(s);
         return rc;
     }
@@ -171,6 +182,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
             MPI_Comm_free(&dup);
             pthread_mutex_destroy(&s->lock);
             pthread_cond_destroy(&s->cond);
+            free(s->gather_scratch);
             free(s);
             return rc;
         }
@@ -331,6 +343,7 @@ int ckpt_saver_close(ckpt_saver *s)
         MPI_Comm_free(&s->comm);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
+    free(s->gather_scratch);
     free(s);
     return rc;
 }

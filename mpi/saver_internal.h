@@ -68,6 +68,8 @@ struct ckpt_saver {
     size_t nborrowers;
     int hook_running;
     int reserve; /* the up-front space reservation (MPICKPT_RESERVE), decided by rank 0 */
+    uint64_t chunk;          /* largest MPI transfer (MPICKPT_MPI_CHUNK_BYTES), decided by rank 0 */
+    int64_t *gather_scratch; /* rank 0: 2 x size, for ckpt__gather_bytes */
 };
 
 /*
@@ -97,6 +99,7 @@ struct save_job {
     double since_prev;       /* from the previous save's start to this one's */
     double t_write, t_agree, t_merge, t_commit;
     uint64_t bytes;          /* this rank's stored bytes */
+    int opened;              /* in-flight directories opened and reservation agreed at prepare */
     int result;
     char message[2048];      /* the writer thread's error message */
 };

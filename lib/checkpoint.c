@@ -133,6 +133,7 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
         zero.start[d] = 0;
     errno = 0;
     rc = ckpt__h5_write(dset, dtype, &zero, data, H5P_DEFAULT);
+    uint64_t file_offset = bytes ? ckpt__h5_offset(dset) : 0;
     H5Dclose(dset);
     if (rc != CKPT_OK) {
         w->failed = 1; /* the file is abandoned: commit refuses it, free discards it */
@@ -141,7 +142,8 @@ static int writer_add_impl(ckpt_writer *w, const char *name, ckpt_dtype dtype,
     ckpt__written rec = { .name = name, .dtype = dtype,
                           .kind = is_full ? CKPT_KIND_FULL : CKPT_KIND_PARTITIONED,
                           .shape = *shape, .slice = *slice, .dataset = path, .dataset_slice = zero,
-                          .bytes = (uint64_t)bytes, .crc = ckpt_crc32c(data, bytes) };
+                          .bytes = (uint64_t)bytes, .crc = ckpt_crc32c(data, bytes),
+                          .file_offset = file_offset };
     return ckpt__record_add(&w->rec, &rec);
 }
 

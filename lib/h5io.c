@@ -491,6 +491,20 @@ int ckpt__h5_open_dataset(hid_t *out, hid_t file, const char *path, const char *
     return CKPT_OK;
 }
 
+uint64_t ckpt__h5_offset(hid_t dset)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
+    uint64_t off = 0;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_external_count(dcpl) == 0) {
+        haddr_t a = H5Dget_offset(dset);
+        off = a == HADDR_UNDEF ? 0 : (uint64_t)a;
+    }
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return off;
+}
+
 int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size)
 {
     int ok = 0;

@@ -82,6 +82,10 @@ int ckpt__h5_check_box(int nd, const hsize_t *dims, const ckpt_slice *sel);
  * layout, storage allocated, no external storage, the sec2 driver, no user block), sets *fd (owned
  * by HDF5: valid while `file` is open), *addr (its first byte's file offset) and *size (bytes
  * allocated) and returns 1; else returns 0 and the caller goes through H5Dread. */
+/* Where a contiguous dataset's bytes start in a file written with the default (sec2, no user
+ * block) driver: the writers record it per piece (Piece.file_offset). 0 when not known (not
+ * contiguous, external storage, not allocated). */
+uint64_t ckpt__h5_offset(hid_t dset);
 int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64_t *size);
 
 /* For a file opened with the sec2 driver that is being abandoned (a write failed): points HDF5's

@@ -100,9 +100,13 @@ int ckpt__gc(const char *dir, int dry_run, void (*cb)(const char *path, const ch
  * unless something mpickpt did not write is left in them (a warning, not an error). */
 int ckpt__remove_backup_dir(const char *work);
 
-/* For the MPI restore: a reader over an index payload (ckpt__index_read) that the chief read and
- * broadcast. With `check`, validates it and checks its data files as ckpt_reader_open() does;
- * without, trusts it (the other ranks: the chief's check is agreed). The payload is not kept. */
+/* For the MPI restore: a reader over an index payload (ckpt__index_read) that the chief read, or
+ * a rank's share of it (lib/share.h). With `check`, validates it and checks its data files as
+ * ckpt_reader_open() does; without, trusts it (the other ranks: the chief's check is agreed). The
+ * payload is not kept. Its reads take a piece's recorded file offset when the index has one
+ * (Piece.file_offset): a pread of the data file opened by descriptor, no HDF5, the CRC-32C
+ * checking every byte; how the dataset is stored is then not looked at (ckpt_reader_verify and
+ * ckpt_reader_check still go through HDF5). */
 int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
                               size_t plen, int check);
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);

@@ -13,8 +13,9 @@
  * returns CKPT_OK; a lie in the files is CKPT_ECORRUPT naming the tensor, the piece and the file,
  * never a crash.
  * Reads go by pread at the dataset's offset when its bytes are one extent of the file (the
- * saver's always are), else through H5Dread; the last dataset stays open (packed pieces share
- * one). Every entry point that calls HDF5 holds the library's HDF5 lock (h5io.h).
+ * saver's always are), else through H5Dread; the collective restore's reader goes straight to a
+ * piece's recorded file offset when the index has one (ckpt__reader_open_payload). The last
+ * dataset stays open (packed pieces share one). Every entry point that calls HDF5 holds the library's HDF5 lock (h5io.h).
  */
 #include "mpickpt/checkpoint.h"
 
@@ -24,10 +25,12 @@
 #include "index.h"
 #include "mpickpt/crc32c.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void reader_free_impl(ckpt_reader *r);
@@ -40,6 +43,9 @@ struct ckpt_reader {
     ckpt__arena *arena;
     ckpt_header hdr;
     hid_t *files; /* opened lazily, parallel to idx->files */
+    int by_offset; /* reads go by the pieces' recorded file offsets (the collective restore) */
+    int *fds;     /* plain descriptors of the same files, for pieces with a recorded offset */
+    uint64_t *fd_size;
     void *tmp;    /* piece buffer for sub-slice reads, kept across reads: a fresh buffer would
                    * fault in every page again on every read (it dominated resharded restores) */
     size_t tmp_size;
@@ -160,13 +166,18 @@ static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint
         rc = ckpt__error(CKPT_ECORRUPT, "%s: index has no header", r->index_path);
         goto fail;
     }
-    r->files = malloc((r->idx->n_files ? r->idx->n_files : 1) * sizeof *r->files);
-    if (!r->files) {
+    size_t nf = r->idx->n_files ? r->idx->n_files : 1;
+    r->files = malloc(nf * sizeof *r->files);
+    r->fds = malloc(nf * sizeof *r->fds);
+    r->fd_size = calloc(nf, sizeof *r->fd_size);
+    if (!r->files || !r->fds || !r->fd_size) {
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < r->idx->n_files; i++)
+    for (size_t i = 0; i < r->idx->n_files; i++) {
         r->files[i] = H5I_INVALID_HID;
+        r->fds[i] = -1;
+    }
     for (size_t i = 0; check_files && i < r->idx->n_files; i++) {
         char path[8400];
         uint64_t size = 0;
@@ -218,7 +229,10 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
 int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
                               size_t plen, int check)
 {
-    return reader_from_payload(out, prefix, payload, plen, check, check);
+    int rc = reader_from_payload(out, prefix, payload, plen, check, check);
+    if (rc == CKPT_OK)
+        (*out)->by_offset = 1;
+    return rc;
 }
 
 int ckpt_reader_open(ckpt_reader **out, const char *prefix)
@@ -317,10 +331,35 @@ typedef struct piece_loc {
     ckpt_slice sel;   /* the piece's box in the dataset (a byte range of a pack) */
     uint64_t off;     /* when raw: file offset of the piece's first byte */
     int raw;          /* the piece is one run of bytes at `off` that pread can reach */
+    int fd;           /* ... in this descriptor */
 } piece_loc;
 
+/* The plain descriptor of file slot `slot` (opened below the checkpoint's directory, no links,
+ * FIFOs or devices), for pieces whose offset the index records. */
+static int slot_fd(ckpt_reader *r, size_t slot, const Mpickpt__Tensor *t, const char *path)
+{
+    if (r->fds[slot] >= 0)
+        return CKPT_OK;
+    int fd;
+    int rc = ckpt__file_open(&fd, NULL, r->dirfd, r->idx->files[slot]->name, O_RDONLY, r->dir);
+    if (rc != CKPT_OK)
+        return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s'", t->name);
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        rc = ckpt__errno(errno, "fstat", path);
+        close(fd);
+        return rc;
+    }
+    r->fds[slot] = fd;
+    r->fd_size[slot] = (uint64_t)st.st_size;
+    return CKPT_OK;
+}
+
+/* Where piece p of tensor t is: with `by_offset` and an offset recorded in the index, in its file at
+ * that offset (no HDF5: the CRC-32C checks the bytes); otherwise through its HDF5 dataset, opened
+ * and checked. */
 static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p,
-                        piece_loc *loc)
+                        piece_loc *loc, int by_offset)
 {
     size_t slot = file_slot(r, p->file);
     ckpt_slice s;
@@ -334,6 +373,23 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
     ckpt__piece_dataset_slice(&loc->sel, p, shape.ndims);
     if (!ckpt_slice_is_full(&s, &shape))
         ckpt_slice_spec_format(loc->spec, sizeof loc->spec, &shape, &s);
+    loc->dt = p->packed ? CKPT_UINT8 : (ckpt_dtype)t->dtype;
+    if (by_offset && p->file_offset) {
+        if ((rc = slot_fd(r, slot, t, loc->path)) != CKPT_OK)
+            return rc;
+        if (p->file_offset > r->fd_size[slot] || p->bytes > r->fd_size[slot] - p->file_offset)
+            return ckpt__error(CKPT_ECORRUPT,
+                               "tensor '%s' piece %s in %s: bytes %llu..%llu lie past the file's "
+                               "end (%llu bytes)",
+                               t->name, loc->spec, loc->path,
+                               (unsigned long long)p->file_offset,
+                               (unsigned long long)(p->file_offset + p->bytes),
+                               (unsigned long long)r->fd_size[slot]);
+        loc->raw = 1;
+        loc->off = p->file_offset;
+        loc->fd = r->fds[slot];
+        return CKPT_OK;
+    }
     if (r->files[slot] < 0) {
         /* By descriptor, not by name: a link, FIFO or device in place of the data file is refused
          * before HDF5 sees it, and HDF5 opens exactly the file checked (/proc/self/fd). */
@@ -356,7 +412,6 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
         return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name, loc->spec,
                                 loc->path);
     /* A packed piece is a byte range of a one-dimensional uint8 dataset. */
-    loc->dt = p->packed ? CKPT_UINT8 : (ckpt_dtype)t->dtype;
     if (p->packed) {
         loc->sel.ndims = 1;
         loc->sel.start[0] = (int64_t)p->pack_offset;
@@ -377,6 +432,7 @@ static int locate_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt_
     loc->raw = r->ds_raw && box_run(r->ds_dims, &loc->sel, ckpt_dtype_size(loc->dt), &off) &&
                off <= r->ds_size && p->bytes <= r->ds_size - off;
     loc->off = loc->raw ? r->ds_addr + off : 0;
+    loc->fd = r->ds_fd;
     return CKPT_OK;
 }
 
@@ -392,16 +448,17 @@ static int crc_mismatch(const Mpickpt__Tensor *t, const Mpickpt__Piece *p, const
 /* Reads piece `p` of tensor `t` whole into `buf` (p->bytes long) and checks its CRC-32C. A piece
  * that is one run of bytes in its file (always, for the saver's files) is read with pread and
  * checksummed chunk by chunk while the chunk is in cache; anything else goes through H5Dread. */
-static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p, void *buf)
+static int read_piece(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Piece *p, void *buf,
+                      int by_offset)
 {
     piece_loc loc;
-    int rc = locate_piece(r, t, p, &loc);
+    int rc = locate_piece(r, t, p, &loc, by_offset);
     if (rc != CKPT_OK)
         return rc;
     uint32_t crc = 0;
     if (p->bytes > 0) {
         if (loc.raw) {
-            rc = ckpt__pread_crc(r->ds_fd, loc.off, buf, (size_t)p->bytes, &crc);
+            rc = ckpt__pread_crc(loc.fd, loc.off, buf, (size_t)p->bytes, &crc);
         } else {
             rc = ckpt__h5_read(r->ds, loc.dt, &loc.sel, buf, H5P_DEFAULT);
             crc = rc == CKPT_OK ? ckpt_crc32c(buf, (size_t)p->bytes) : 0;
@@ -454,7 +511,7 @@ static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Pi
     if (blo == 0 && bhi == p->bytes)
         return 1;
     piece_loc loc;
-    int rc = locate_piece(r, t, p, &loc);
+    int rc = locate_piece(r, t, p, &loc, r->by_offset);
     if (rc != CKPT_OK)
         return rc;
     if (!loc.raw)
@@ -484,14 +541,14 @@ static int read_rows(ckpt_reader *r, const Mpickpt__Tensor *t, const Mpickpt__Pi
         if (direct) { /* [b, lo) to scratch, [max(b,lo), min(e,hi)) to out, [hi, e) to scratch */
             uint64_t a = b > lo ? b : lo, z = e < hi ? e : hi;
             if (b < a)
-                rc = ckpt__pread_crc(r->ds_fd, loc.off + b, scratch, (size_t)(a - b), &crc);
+                rc = ckpt__pread_crc(loc.fd, loc.off + b, scratch, (size_t)(a - b), &crc);
             if (rc == CKPT_OK)
-                rc = ckpt__pread_crc(r->ds_fd, loc.off + a, direct + (a - lo), (size_t)(z - a),
+                rc = ckpt__pread_crc(loc.fd, loc.off + a, direct + (a - lo), (size_t)(z - a),
                                      &crc);
             if (rc == CKPT_OK && z < e)
-                rc = ckpt__pread_crc(r->ds_fd, loc.off + z, scratch, (size_t)(e - z), &crc);
+                rc = ckpt__pread_crc(loc.fd, loc.off + z, scratch, (size_t)(e - z), &crc);
         } else {
-            rc = ckpt__pread_crc(r->ds_fd, loc.off + b, scratch + (b - blo), (size_t)(e - b),
+            rc = ckpt__pread_crc(loc.fd, loc.off + b, scratch + (b - blo), (size_t)(e - b),
                                  &crc);
         }
         if (rc != CKPT_OK)
@@ -549,14 +606,14 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
         if (ckpt_slice_intersect(&region, &ps, &want) != 1)
             continue;
         if (ckpt_slice_equal(&ps, &want)) { /* the piece is exactly what was asked: no copy */
-            rc = read_piece(r, t, p, out);
+            rc = read_piece(r, t, p, out, r->by_offset);
             continue;
         }
         if ((rc = read_rows(r, t, p, &ps, &region, &want, out, esize)) != 1)
             continue; /* read only the rows wanted, or failed */
         if ((rc = grow_tmp(r, p->bytes, name)) != CKPT_OK)
             break;
-        if ((rc = read_piece(r, t, p, r->tmp)) == CKPT_OK)
+        if ((rc = read_piece(r, t, p, r->tmp, r->by_offset)) == CKPT_OK)
             rc = ckpt_slice_copy(out, &want, r->tmp, &ps, &region, esize);
     }
     return rc;
@@ -582,7 +639,7 @@ static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
                 buf = nb;
                 cap = (size_t)p->bytes;
             }
-            rc = read_piece(r, t, p, buf);
+            rc = read_piece(r, t, p, buf, 0); /* through HDF5: what any HDF5 reader sees */
             /* The block checksums that partial reads rely on must describe the same bytes. */
             for (size_t b = 0; rc == CKPT_OK && b < p->n_block_crc32c; b++) {
                 uint64_t off = (uint64_t)b * p->block_bytes;
@@ -619,7 +676,7 @@ static int reader_check_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
         const Mpickpt__Tensor *t = r->idx->tensors[i];
         for (size_t j = 0; j < t->n_pieces; j++) {
             piece_loc loc;
-            int rc = locate_piece(r, t, t->pieces[j], &loc);
+            int rc = locate_piece(r, t, t->pieces[j], &loc, 0); /* through HDF5: all checks */
             if (rc != CKPT_OK) {
                 bad++;
                 const ckpt_error *e = ckpt_error_last();
@@ -643,7 +700,12 @@ static void reader_free_impl(ckpt_reader *r)
         for (size_t i = 0; i < r->idx->n_files; i++)
             if (r->files[i] >= 0)
                 H5Fclose(r->files[i]);
+    if (r->fds && r->idx)
+        for (size_t i = 0; i < r->idx->n_files; i++)
+            ckpt__close(r->fds[i]);
     free(r->files);
+    free(r->fds);
+    free(r->fd_size);
     free(r->tmp);
     ckpt__arena_free(r->arena); /* the index */
     ckpt__close(r->dirfd);

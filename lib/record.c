@@ -97,6 +97,7 @@ int ckpt__record_fragment(Mpickpt__Fragment *f, const ckpt__record *r, int rank,
         Mpickpt__Piece *p = t->pieces[0];
         p->packed = w->packed != 0;
         p->pack_offset = w->pack_offset;
+        p->file_offset = w->file_offset;
         if (w->n_block) {
             if (!(p->block_crc32c = malloc(w->n_block * sizeof *p->block_crc32c))) {
                 rc = ckpt__error(CKPT_ENOMEM, "out of memory recording tensor '%s'", w->name);

@@ -34,6 +34,7 @@ typedef struct ckpt__written {
     uint32_t crc;
     int packed;               /* in a pack dataset at pack_offset (format 2) */
     uint64_t pack_offset;
+    uint64_t file_offset;     /* the piece's first byte in its file, when one run there; 0: unknown */
     uint32_t *block_crc;      /* owned: CRC-32C of every CKPT__CRC_BLOCK, or NULL */
     size_t n_block;
 } ckpt__written;

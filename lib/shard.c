@@ -155,6 +155,7 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
 {
     char path[16384];
     pack_writer pw;
+    size_t first = rec->n; /* this file's records */
     int rc = pack_open(in, bufs, &pw, file);
     for (size_t j = 0; j < in->pieces->n && rc == CKPT_OK; j++) {
         const ckpt__piece *p = &in->pieces->v[j];
@@ -180,6 +181,7 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
             break;
         errno = 0;
         rc = ckpt__h5_write(dset, g->dtype, &w.dataset_slice, bytes, H5P_DEFAULT);
+        w.file_offset = len ? ckpt__h5_offset(dset) : 0;
         H5Dclose(dset);
         if (rc == CKPT_OK)
             rc = ckpt__record_add_data(rec, &w, bytes, len);
@@ -187,6 +189,11 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
     if (pw.dset >= 0) {
         if (rc == CKPT_OK)
             rc = pack_flush(&pw);
+        /* the packed pieces' offsets in the file, now that the pack is allocated */
+        uint64_t base = rc == CKPT_OK ? ckpt__h5_offset(pw.dset) : 0;
+        for (size_t k = first; base && k < rec->n; k++)
+            if (rec->v[k].packed)
+                rec->v[k].file_offset = base + rec->v[k].pack_offset;
         H5Dclose(pw.dset);
     }
     /* registered savers' bytes */
@@ -205,6 +212,7 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
                                           &w.slice)))
             break;
         rc = ckpt__h5_write(dset, CKPT_UINT8, &w.slice, in->blob_data[i], H5P_DEFAULT);
+        w.file_offset = in->blob_len[i] ? ckpt__h5_offset(dset) : 0;
         H5Dclose(dset);
         if (rc == CKPT_OK)
             rc = ckpt__record_add(rec, &w);

@@ -339,6 +339,8 @@ static int write_data(ckpt_saver *s, save_ctx *c)
 {
     if (s->layout == CKPT_LAYOUT_SHARED)
         return ckpt__save_write_shared(s, c);
+    if (s->layout == CKPT_LAYOUT_PER_NODE)
+        return ckpt__save_write_node(s, c);
     ckpt__shard_input in;
     ckpt__save_shard_input(s, c, &in);
     ckpt__h5_lock();
@@ -478,10 +480,14 @@ static int chief_commit(ckpt_saver *s, save_ctx *c, const Mpickpt__Index *idx)
         ckpt__commit_file *f = &files[i];
         f->from_fd = c->tempfd;
         f->from_name = f->name = name;
-        if (s->layout != CKPT_LAYOUT_PER_RANK)
+        if (s->layout != CKPT_LAYOUT_PER_RANK && s->layout != CKPT_LAYOUT_PER_NODE)
             continue;
-        /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir */
-        int r = ckpt__data_name_rank(name, c->n.base, s->size);
+        /* the file of rank r is <base>.data-<r>-of-<n>, in rank r's temp dir; node k's is
+         * <base>.data-<k>-of-<nnodes>, in its leader's */
+        int node = s->layout == CKPT_LAYOUT_PER_NODE;
+        int r = ckpt__data_name_rank(name, c->n.base, node ? s->nnodes : s->size);
+        if (r >= 0 && node)
+            r = s->node_leaders[r];
         if (r < 0) {
             rc = ckpt__error(CKPT_ECORRUPT, "unexpected data file name '%s'", name);
         } else if (r != 0) {

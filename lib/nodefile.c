@@ -425,6 +425,6 @@ int ckpt__nodefile_write(ckpt__record *rec, const ckpt__shard_input *in, ckpt__s
     if (rc == CKPT_OK)
         rc = ckpt__fsync_fd(fd, shown);
     if (rc != CKPT_OK)
-        return ckpt__error_wrap(rc, "rank %d: write %s", in->rank, shown);
+        return ckpt__error_wrap(rc, "rank %d", in->rank);
     return CKPT_OK;
 }

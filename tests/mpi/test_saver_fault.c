@@ -1,4 +1,5 @@
-/* Collective saver under injected faults and bad input (usage: test_saver_fault OUTDIR LAYOUT).
+/* Collective saver under injected faults and bad input (usage: test_saver_fault OUTDIR LAYOUT,
+ * shared, per-rank or per-node).
  *
  * 1. The test model (model.h: row- and column-partitioned tensors, a full tensor per rank,
  *    replicated primaries, a per-rank component, a blob whose length changes with the step) is
@@ -466,15 +467,15 @@ int main(int argc, char **argv)
 {
     check_watchdog_s = 45; /* seconds a case may take */
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
-    if (argc != 3 || (strcmp(argv[2], "shared") != 0 && strcmp(argv[2], "per-rank") != 0)) {
+    if (argc != 3 || tm_layout(argv[2]) == CKPT_LAYOUT_UNKNOWN) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: test_saver_fault OUTDIR shared|per-rank\n");
+            fprintf(stderr, "usage: test_saver_fault OUTDIR shared|per-rank|per-node\n");
         MPI_Finalize();
         return 2;
     }
     snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
     g_layout_name = argv[2];
-    g_layout = strcmp(argv[2], "shared") == 0 ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK;
+    g_layout = tm_layout(argv[2]); /* per-node: nodes of MPICKPT_RANKS_PER_NODE ranks */
     unsetenv("MPICKPT_FAULT"); /* only what this test sets */
     if (g_rank == 0)
         mkdir(g_dir, 0755);

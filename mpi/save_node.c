@@ -11,15 +11,21 @@
  * duplicate of the node communicator.
  *
  * A save (ckpt__save_write_node), on the node's communicator, no MPI-IO:
- *   1. every rank sends the leader its list of datasets (MPI_Gather of {status, length} in 64-bit
- *      integers, then the bytes point to point, in chunks of at most 1 GiB);
+ *   1. every rank sends the leader a header {status, length of its list of datasets, how many}
+ *      (MPI_Gather, 64-bit integers); the leader makes room for every list and says go
+ *      (MPI_Bcast) only when every rank and itself are fine; then the lists travel point to point,
+ *      in chunks of at most 1 GiB, so no count overflows and nothing is ever sent that cannot be
+ *      received in full;
  *   2. the leader creates the file with every dataset allocated (HDF5's metadata written by one
- *      process) and sends each rank {status, file identity, size, count} and its offsets;
+ *      process: lib/nodefile.c) and sends each rank {status, file identity, size} and, when all
+ *      went well, its offsets (as many as it said it has, and has room for);
  *   3. every rank opens the file by descriptor in the leader's in-flight directory (checking it
  *      is the very file the leader made), pwrites its bytes at its offsets, recording each piece
  *      with its checksums, and fsyncs; the leader alone lists the file in its record.
- * A rank that fails keeps sending and receiving what its peers expect, so nobody waits forever;
- * the status returned is this rank's own (the caller agrees it over the whole communicator).
+ * A rank that fails keeps joining the node's collectives and receiving what its leader sends, so
+ * nobody waits forever; the status returned is this rank's own, and a rank told of its leader's
+ * or a peer's failure returns CKPT_OK (the caller agrees the statuses over the whole
+ * communicator, and the failing rank's message is the one every rank reports).
  */
 #include "saver_internal.h"
 
@@ -39,6 +45,13 @@
 #define TAG_PLACE 0x6e70  /* the leader's placement header, to a rank */
 #define TAG_OFFSETS 0x6e6f /* ... and that rank's offsets */
 #define CHUNK ((uint64_t)1 << 30)
+
+/* What each rank tells its leader (MPI_Gather): its status, its list's length and its number of
+ * datasets (it has room for that many offsets). */
+enum { HD_STATUS, HD_LEN, HD_COUNT, HD_N };
+/* What the leader tells each rank: the status, then (when it is CKPT_OK) the file's identity and
+ * size; HD_COUNT offsets follow. */
+enum { PL_STATUS, PL_DEV, PL_INO, PL_SIZE, PL_N };
 
 /* ---- nodes ----------------------------------------------------------------------------------- */
 
@@ -68,7 +81,7 @@ int ckpt__save_node_init(ckpt_saver *s)
     if (!all && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK && s->node_rank == 0 &&
-        !(s->node_hdrs = malloc(2 * (size_t)s->node_size * sizeof *s->node_hdrs)))
+        !(s->node_hdrs = malloc(HD_N * (size_t)s->node_size * sizeof *s->node_hdrs)))
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     int rc = ckpt_mpi_agree(s->comm, local);
     if (rc == CKPT_OK) {
@@ -139,88 +152,86 @@ void ckpt__save_node_free(ckpt_saver *s)
 
 /* ---- point to point, 64-bit lengths ------------------------------------------------------------ */
 
+/* Both sides know `len` beforehand and have room for all of it: a message is never truncated
+ * (a truncating receive of a large message breaks Open MPI's shared-memory transport). */
 static int send_bytes(const void *buf, uint64_t len, int dest, int tag, MPI_Comm comm)
 {
     const uint8_t *p = buf;
-    int rc = CKPT_OK;
     for (uint64_t at = 0; at < len; at += CHUNK) {
         uint64_t n = len - at < CHUNK ? len - at : CHUNK;
-        if (MPI_Send(p + at, (int)n, MPI_BYTE, dest, tag, comm) != MPI_SUCCESS && rc == CKPT_OK)
-            rc = ckpt__error(CKPT_EMPI, "MPI_Send of %llu bytes to node rank %d failed",
-                             (unsigned long long)n, dest);
+        if (MPI_Send(p + at, (int)n, MPI_BYTE, dest, tag, comm) != MPI_SUCCESS)
+            return ckpt__error(CKPT_EMPI, "MPI_Send of %llu bytes to node rank %d failed",
+                               (unsigned long long)n, dest);
     }
-    return rc;
+    return CKPT_OK;
 }
 
-/* Receives what send_bytes sent; buf NULL (no memory for it): the chunks are received and
- * dropped, so that the sender is not left waiting. */
 static int recv_bytes(void *buf, uint64_t len, int src, int tag, MPI_Comm comm)
 {
-    uint8_t *p = buf, drop;
-    int rc = CKPT_OK;
+    uint8_t *p = buf;
     for (uint64_t at = 0; at < len; at += CHUNK) {
         uint64_t n = len - at < CHUNK ? len - at : CHUNK;
-        int m = MPI_Recv(p ? p + at : &drop, p ? (int)n : 0, MPI_BYTE, src, tag, comm,
-                         MPI_STATUS_IGNORE);
-        if (m != MPI_SUCCESS && p && rc == CKPT_OK) /* dropped: truncated on purpose */
-            rc = ckpt__error(CKPT_EMPI, "MPI_Recv of %llu bytes from node rank %d failed",
-                             (unsigned long long)n, src);
+        if (MPI_Recv(p + at, (int)n, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return ckpt__error(CKPT_EMPI, "MPI_Recv of %llu bytes from node rank %d failed",
+                               (unsigned long long)n, src);
     }
-    return rc;
+    return CKPT_OK;
 }
 
 /* ---- the leader ------------------------------------------------------------------------------- */
 
-/* Placement header sent to each rank: status, then (when it is CKPT_OK) the file's identity and
- * size and the number of offsets that follow. */
-enum { PL_STATUS, PL_DEV, PL_INO, PL_SIZE, PL_COUNT, PL_N };
-
-/* The leader's part after the gather: every rank's list received and checked, the file made,
- * each rank told where its datasets are. `mine` is the leader's own packed list. On success *nf
- * holds the file (open) and the leader's own offsets are nf->off[0 .. nf->first[1]). */
-static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, uint64_t mine_len,
-                int local, ckpt__nodefile *nf)
+/* The leader's part after the gather of headers: room for every rank's list, the go-ahead
+ * (MPI_Bcast: the ranks send their lists only when everybody is fine, so nothing is sent that
+ * cannot be received), the lists checked, the file made, each rank told where its datasets are.
+ * `mine` is the leader's own packed list. On success *nf holds the file (open) and the leader's
+ * own offsets are nf->off[0 .. nf->first[1]). */
+static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, int local,
+                ckpt__nodefile *nf)
 {
     int ns = s->node_size, peer_failed = 0;
     const int64_t *h = s->node_hdrs;
     uint8_t **bufs = calloc((size_t)ns, sizeof *bufs);
     Mpickpt__Fragment **lists = calloc((size_t)ns, sizeof *lists);
-    int *ranks = calloc((size_t)ns, sizeof *ranks);
     ckpt__arena *arena = ckpt__arena_new();
-    if ((!bufs || !lists || !ranks || !arena) && local == CKPT_OK)
+    if ((!bufs || !lists || !arena) && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-    for (int i = 1; i < ns; i++) {
-        if (h[2 * i] != CKPT_OK) {
-            peer_failed = 1;
-            continue; /* it sends nothing */
-        }
-        uint64_t len = h[2 * i + 1] > 0 ? (uint64_t)h[2 * i + 1] : 0;
-        uint8_t *b = NULL;
-        if (local == CKPT_OK && len <= SIZE_MAX && !(b = malloc(len ? (size_t)len : 1)))
-            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for rank %d's list",
-                                s->rank, s->node_ranks[i]);
-        if (bufs)
-            bufs[i] = b;
-        int r = recv_bytes(b, len, i, TAG_LIST, nc);
+    for (int i = 1; i < ns; i++)
+        peer_failed |= h[HD_N * i + HD_STATUS] != CKPT_OK;
+    for (int i = 1; i < ns && local == CKPT_OK && !peer_failed; i++) {
+        int64_t len = h[HD_N * i + HD_LEN];
+        if (len < 0 || (uint64_t)len > SIZE_MAX || !(bufs[i] = malloc(len ? (size_t)len : 1)))
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for rank %d's list of %lld "
+                                             "bytes",
+                                s->rank, s->node_ranks[i], (long long)len);
+    }
+    int go = local == CKPT_OK && !peer_failed;
+    if (MPI_Bcast(&go, 1, MPI_INT, 0, nc) != MPI_SUCCESS) {
+        if (local == CKPT_OK)
+            local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Bcast on the node failed", s->rank);
+        go = 0;
+    }
+    for (int i = 1; i < ns && go; i++) {
+        int r = recv_bytes(bufs[i], (uint64_t)h[HD_N * i + HD_LEN], i, TAG_LIST, nc);
         if (r != CKPT_OK && local == CKPT_OK)
             local = r;
     }
-        for (int i = 0; local == CKPT_OK && !peer_failed && i < ns; i++) {
+    for (int i = 0; go && local == CKPT_OK && i < ns; i++) {
         const uint8_t *b = i == 0 ? mine : bufs[i];
-        uint64_t len = i == 0 ? mine_len : (uint64_t)h[2 * i + 1];
-        if (len > SIZE_MAX) {
-            local = ckpt__error(CKPT_ENOMEM, "rank %d's list is too large", s->node_ranks[i]);
-            break;
-        }
-        ranks[i] = s->node_ranks[i];
-        lists[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(arena), (size_t)len, b);
+        lists[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(arena),
+                                             (size_t)h[HD_N * i + HD_LEN], b);
         if (!lists[i])
             local = ckpt__error(CKPT_ECORRUPT, "rank %d's list of datasets does not parse",
-                                ranks[i]);
+                                s->node_ranks[i]);
+        else if ((int64_t)lists[i]->n_tensors != h[HD_N * i + HD_COUNT])
+            local = ckpt__error(CKPT_ECORRUPT, "rank %d's list holds %zu datasets, it said %lld",
+                                s->node_ranks[i], lists[i]->n_tensors,
+                                (long long)h[HD_N * i + HD_COUNT]);
     }
-    if (local == CKPT_OK && !peer_failed) {
+    if (go && local == CKPT_OK) /* tests: a leader failing after its ranks sent their lists */
+        local = ckpt__fault(s->rank, "node");
+    if (go && local == CKPT_OK) {
         ckpt__h5_lock();
-        local = ckpt__nodefile_create(nf, lists, ranks, (size_t)ns, &c->n, c->tempfd);
+        local = ckpt__nodefile_create(nf, lists, s->node_ranks, (size_t)ns, &c->n, c->tempfd);
         ckpt__h5_unlock();
     }
     /* Every rank is told, whatever happened: a failed leader or peer sends status only. */
@@ -232,14 +243,14 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, ui
             pl[PL_DEV] = nf->dev;
             pl[PL_INO] = nf->ino;
             pl[PL_SIZE] = nf->size;
-            pl[PL_COUNT] = nf->first[i + 1] - nf->first[i];
         }
         int r = CKPT_OK;
         if (MPI_Send(pl, PL_N, MPI_UINT64_T, i, TAG_PLACE, nc) != MPI_SUCCESS)
             r = ckpt__error(CKPT_EMPI, "MPI_Send of the placement to node rank %d failed", i);
-        else if (st == CKPT_OK)
-            r = send_bytes(nf->off + nf->first[i], pl[PL_COUNT] * sizeof *nf->off, i,
-                           TAG_OFFSETS, nc);
+        else if (st == CKPT_OK) /* as many as the rank said it has (checked above) */
+            r = send_bytes(nf->off + nf->first[i],
+                           (nf->first[i + 1] - nf->first[i]) * sizeof *nf->off, i, TAG_OFFSETS,
+                           nc);
         if (r != CKPT_OK && local == CKPT_OK)
             local = r;
     }
@@ -247,19 +258,27 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, ui
         free(bufs[i]);
     free(bufs);
     free(lists);
-    free(ranks);
     ckpt__arena_free(arena);
     return local;
 }
 
 /* ---- every rank ------------------------------------------------------------------------------- */
 
-/* A rank other than the leader: its placement received, its bytes written into the leader's
- * file (opened by descriptor in the leader's in-flight directory, and checked to be the file
- * the leader made). `ndata`: the datasets of its own list. */
+/* A rank other than the leader, after the gather of headers: its list sent when the leader says
+ * go, its placement received into `off` (room for its `ndata` offsets), its bytes written into
+ * the leader's file (opened by descriptor in the leader's in-flight directory, and checked to be
+ * the file the leader made). */
 static int member(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const ckpt__shard_input *in,
-                  size_t ndata, int local)
+                  const uint8_t *buf, uint64_t len, uint64_t *off, size_t ndata, int local)
 {
+    int go = 0;
+    if (MPI_Bcast(&go, 1, MPI_INT, 0, nc) != MPI_SUCCESS && local == CKPT_OK)
+        local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Bcast on the node failed", s->rank);
+    if (go) { /* only when this rank's header said it is fine */
+        int r = send_bytes(buf, len, 0, TAG_LIST, nc);
+        if (r != CKPT_OK && local == CKPT_OK)
+            local = r;
+    }
     uint64_t pl[PL_N];
     if (MPI_Recv(pl, PL_N, MPI_UINT64_T, 0, TAG_PLACE, nc, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return local != CKPT_OK ? local
@@ -268,18 +287,9 @@ static int member(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const ckpt__shard_inp
                                               s->rank);
     if ((int64_t)pl[PL_STATUS] != CKPT_OK)
         return local; /* the leader's failure, or a peer's: theirs to report */
-    uint64_t n = pl[PL_COUNT];
-    uint64_t *off = n <= SIZE_MAX / sizeof(uint64_t) ? malloc(n ? (size_t)n * sizeof *off : 1)
-                                                     : NULL;
-    if (!off && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for %llu offsets", s->rank,
-                            (unsigned long long)n);
-    int r = recv_bytes(off, n * sizeof *off, 0, TAG_OFFSETS, nc);
+    int r = recv_bytes(off, (uint64_t)ndata * sizeof *off, 0, TAG_OFFSETS, nc);
     if (r != CKPT_OK && local == CKPT_OK)
         local = r;
-    if (local == CKPT_OK && n != ndata)
-        local = ckpt__error(CKPT_ECORRUPT, "rank %d: the leader placed %llu datasets of its %zu",
-                            s->rank, (unsigned long long)n, ndata);
     int dfd = -1, fd = -1;
     struct stat st;
     if (local == CKPT_OK && (local = ckpt__node_temp_open(&c->n, c->dirfd, c->workfd, &dfd)) ==
@@ -292,11 +302,10 @@ static int member(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const ckpt__shard_inp
                                            "(replaced while the save ran?)",
                             s->rank, c->n.my_file);
     if (local == CKPT_OK)
-        local = ckpt__nodefile_write(&c->rec, in, &s->bufs, off, (size_t)n, pl[PL_SIZE], fd,
+        local = ckpt__nodefile_write(&c->rec, in, &s->bufs, off, ndata, pl[PL_SIZE], fd,
                                      c->n.my_file);
     ckpt__close(fd);
     ckpt__close(dfd);
-    free(off);
     return local;
 }
 
@@ -311,44 +320,47 @@ int ckpt__save_write_node(ckpt_saver *s, save_ctx *c)
     int local = ckpt__save_names_node(&c->n, s->node, s->nnodes, s->node_leaders[s->node]);
     Mpickpt__Fragment list = MPICKPT__FRAGMENT__INIT;
     uint8_t *buf = NULL;
-    uint64_t len = 0;
-    size_t ndata = 0;
+    uint64_t *off = NULL;
+    size_t len = 0, ndata = 0;
     if (local == CKPT_OK)
         local = ckpt__nodefile_list(&list, &in);
     if (local == CKPT_OK) {
         ndata = list.n_tensors;
         len = mpickpt__fragment__get_packed_size(&list);
-        if (!(buf = malloc(len ? (size_t)len : 1)))
+        buf = malloc(len ? len : 1);
+        off = malloc(ndata ? ndata * sizeof *off : 1); /* where the placement goes */
+        if (!buf || !off)
             local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
         else
             mpickpt__fragment__pack(&list, buf);
     }
     ckpt__fragment_free_built(&list);
-    /* 1. the lists at the leader: {status, length}, then the bytes of those that are fine */
-    int64_t hdr[2] = { local, local == CKPT_OK ? (int64_t)len : 0 };
-    if (MPI_Gather(hdr, 2, MPI_INT64_T, s->node_hdrs, 2, MPI_INT64_T, 0, nc) != MPI_SUCCESS &&
+    if (local == CKPT_OK && s->node_rank != 0) /* tests: a rank failing before its leader hears */
+        local = ckpt__fault(s->rank, "node");
+    /* 1. every rank's header at the leader (64-bit lengths) */
+    int64_t hdr[HD_N] = { local, local == CKPT_OK ? (int64_t)len : 0,
+                          local == CKPT_OK ? (int64_t)ndata : 0 };
+    if (MPI_Gather(hdr, HD_N, MPI_INT64_T, s->node_hdrs, HD_N, MPI_INT64_T, 0, nc) !=
+            MPI_SUCCESS &&
         local == CKPT_OK)
         local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Gather of the node's lists failed", s->rank);
-    if (s->node_rank != 0 && hdr[0] == CKPT_OK) {
-        int r = send_bytes(buf, len, 0, TAG_LIST, nc);
-        if (r != CKPT_OK && local == CKPT_OK)
-            local = r;
-    }
-    /* 2-3. the file, the placements, the bytes */
+    /* 2-3. the lists, the file, the placements, the bytes */
     if (s->node_rank == 0) {
         ckpt__nodefile nf;
         ckpt__nodefile_init(&nf);
-        local = lead(s, c, nc, buf, len, local, &nf);
-        if (local == CKPT_OK)
+        local = lead(s, c, nc, buf, local, &nf);
+        /* no file (and CKPT_OK) when a peer failed: that peer reports it */
+        if (local == CKPT_OK && nf.fd >= 0)
             local = ckpt__nodefile_write(&c->rec, &in, &s->bufs, nf.off, nf.first[1], nf.size,
                                          nf.fd, c->n.my_file);
-        if (local == CKPT_OK) /* the file is listed once, by its leader */
+        if (local == CKPT_OK && nf.fd >= 0) /* the file is listed once, by its leader */
             local = ckpt__record_add_file(&c->rec, c->n.data_name, nf.size);
         ckpt__nodefile_free(&nf);
     } else {
-        local = member(s, c, nc, &in, ndata, local);
+        local = member(s, c, nc, &in, buf, len, off, ndata, local);
     }
     free(buf);
+    free(off);
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "write");
     return local;

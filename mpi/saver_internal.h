@@ -77,7 +77,7 @@ struct ckpt_saver {
     int node, nnodes, node_rank, node_size;
     int *node_leaders;  /* [nnodes] */
     int *node_ranks;    /* leader: [node_size] */
-    int64_t *node_hdrs; /* leader: [2 * node_size] */
+    int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c) */
 };
 
 /*

@@ -4,7 +4,8 @@
  * 1. The test model (model.h: row- and column-partitioned tensors, a full tensor per rank,
  *    replicated primaries, a per-rank component, a blob whose length changes with the step) is
  *    saved at OUTDIR/ck (-> ck-1) with the values of step 1.
- * 2. For every protocol step (plan, write, agree, merge, commit) and failing rank (0, size-1),
+ * 2. For every protocol step (plan, write, agree, merge, commit; per-node also node) and failing
+ *    rank (0, size-1),
  *    MPICKPT_FAULT=<rank>:<step> makes that save fail: every rank must return CKPT_EIO with a
  *    message naming the fault and the rank, nothing may be committed or left behind, and ck-1 still
  *    restores the step-1 values everywhere.
@@ -99,7 +100,9 @@ static int64_t counter_same_everywhere(ckpt_saver *s, const char *what)
 
 /* ---- 1-3: faults in every protocol step ---- */
 
-static const char *const fault_steps[] = { "plan", "write", "agree", "merge", "commit" };
+/* "node" (per-node layout only): a member fails before telling its leader; a leader (rank 0, and
+ * the last rank when it leads a node) after its ranks sent their lists, before the file exists */
+static const char *const fault_steps[] = { "plan", "write", "agree", "merge", "commit", "node" };
 
 static void test_faults(void)
 {
@@ -133,6 +136,8 @@ static void test_faults(void)
         for (int fi = 0; fi < nfail; fi++) {
             const char *step = fault_steps[si];
             int fr = fail_ranks[fi];
+            if (strcmp(step, "node") == 0 && g_layout != CKPT_LAYOUT_PER_NODE)
+                continue;
             char what[256], fault[64];
             snprintf(fault, sizeof fault, "%d:%s", fr, step);
             snprintf(what, sizeof what, "MPICKPT_FAULT=%s (%d ranks, %s)", fault, g_size,

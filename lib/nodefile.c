@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- this rank's list ---------------------------------------------------------------------------- */
+/* ---- this rank's list ------------------------------------------------------------------------ */
 
 static uint64_t pack_total(const ckpt__shard_input *in)
 {
@@ -53,8 +53,8 @@ int ckpt__nodefile_list(Mpickpt__Fragment *f, const ckpt__shard_input *in)
         ckpt_slice full;
         ckpt__blob_box((size_t)total, &sh, &full);
         pack_path(path, sizeof path, in->rank);
-        rc = ckpt__fragment_add(f, &cap, "(packed pieces)", CKPT_UINT8, &sh, CKPT_KIND_BLOB,
-                                &full, "", path, &full, total, 0);
+        rc = ckpt__fragment_add(f, &cap, "(packed pieces)", CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
+                                "", path, &full, total, 0);
     }
     for (size_t j = 0; j < in->pieces->n && rc == CKPT_OK; j++) {
         const ckpt__piece *p = &in->pieces->v[j];
@@ -63,8 +63,8 @@ int ckpt__nodefile_list(Mpickpt__Fragment *f, const ckpt__shard_input *in)
         if (total > 0 && ckpt__shard_packs(in, len))
             continue;
         if ((rc = piece_path(path, sizeof path, g, p)) == CKPT_OK)
-            rc = ckpt__fragment_add(f, &cap, g->stored, g->dtype, &g->shape, g->kind, &p->slice,
-                                    "", path, &p->slice, (uint64_t)len, 0);
+            rc = ckpt__fragment_add(f, &cap, g->stored, g->dtype, &g->shape, g->kind, &p->slice, "",
+                                    path, &p->slice, (uint64_t)len, 0);
     }
     for (size_t i = 0; i < in->regs->n && rc == CKPT_OK; i++) {
         const ckpt__reg *g = &in->regs->v[i];
@@ -74,15 +74,15 @@ int ckpt__nodefile_list(Mpickpt__Fragment *f, const ckpt__shard_input *in)
         ckpt_slice full;
         ckpt__blob_box(in->blob_len[i], &sh, &full);
         if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) == CKPT_OK)
-            rc = ckpt__fragment_add(f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full,
-                                    "", path, &full, (uint64_t)in->blob_len[i], 0);
+            rc = ckpt__fragment_add(f, &cap, g->stored, CKPT_UINT8, &sh, CKPT_KIND_BLOB, &full, "",
+                                    path, &full, (uint64_t)in->blob_len[i], 0);
     }
     if (rc != CKPT_OK)
         return ckpt__error_wrap(rc, "rank %d: node file datasets", in->rank);
     return CKPT_OK;
 }
 
-/* ---- the leader: the file and its datasets -------------------------------------------------------- */
+/* ---- the leader: the file and its datasets --------------------------------------------------- */
 
 void ckpt__nodefile_init(ckpt__nodefile *nf)
 {
@@ -251,8 +251,7 @@ int ckpt__nodefile_create(ckpt__nodefile *out, Mpickpt__Fragment *const *lists, 
      * extent would grow while the ranks write, after its size was recorded. */
     if (rc == CKPT_OK && (uint64_t)st.st_size < end)
         rc = ckpt__error(CKPT_EIO, "rank %d: %s ends at %llu bytes, before its last extent (%llu)",
-                         me, n->my_file, (unsigned long long)st.st_size,
-                         (unsigned long long)end);
+                         me, n->my_file, (unsigned long long)st.st_size, (unsigned long long)end);
     if (rc != CKPT_OK) {
         close(fd);
         ckpt__nodefile_free(out);
@@ -265,7 +264,7 @@ int ckpt__nodefile_create(ckpt__nodefile *out, Mpickpt__Fragment *const *lists, 
     return CKPT_OK;
 }
 
-/* ---- every rank: its bytes ------------------------------------------------------------------------ */
+/* ---- every rank: its bytes ------------------------------------------------------------------- */
 
 static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const char *shown)
 {
@@ -324,9 +323,17 @@ static int pack_add(ckpt__record *rec, pack_writer *pw, const ckpt__reg *g, cons
         pw->flushed += len;
         crc = ckpt_crc32c(bytes, len);
     }
-    ckpt__written w = { .name = g->stored, .dtype = g->dtype, .kind = g->kind, .shape = g->shape,
-                        .slice = p->slice, .dataset = pw->path, .dataset_slice = p->slice,
-                        .bytes = (uint64_t)len, .crc = crc, .packed = 1, .pack_offset = off };
+    ckpt__written w = {.name = g->stored,
+                       .dtype = g->dtype,
+                       .kind = g->kind,
+                       .shape = g->shape,
+                       .slice = p->slice,
+                       .dataset = pw->path,
+                       .dataset_slice = p->slice,
+                       .bytes = (uint64_t)len,
+                       .crc = crc,
+                       .packed = 1,
+                       .pack_offset = off};
     for (int d = 0; d < w.dataset_slice.ndims; d++)
         w.dataset_slice.start[d] = 0;
     return ckpt__record_add(rec, &w);
@@ -356,7 +363,7 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
     char path[16384];
     size_t k = 0;
     int rc = CKPT_OK;
-    pack_writer pw = { .fd = fd, .shown = shown };
+    pack_writer pw = {.fd = fd, .shown = shown};
     pack_path(pw.path, sizeof pw.path, in->rank);
     uint64_t total = pack_total(in);
     if (total > 0) {
@@ -378,9 +385,13 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
             rc = pack_add(rec, &pw, g, p, bytes, len);
             continue;
         }
-        ckpt__written w = { .name = g->stored, .dtype = g->dtype, .kind = g->kind,
-                            .shape = g->shape, .slice = p->slice, .dataset = path,
-                            .dataset_slice = p->slice };
+        ckpt__written w = {.name = g->stored,
+                           .dtype = g->dtype,
+                           .kind = g->kind,
+                           .shape = g->shape,
+                           .slice = p->slice,
+                           .dataset = path,
+                           .dataset_slice = p->slice};
         for (int d = 0; d < w.dataset_slice.ndims; d++)
             w.dataset_slice.start[d] = 0;
         if ((rc = piece_path(path, sizeof path, g, p)) ||
@@ -399,9 +410,12 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
         if (g->kind != CKPT_KIND_BLOB)
             continue;
         uint64_t at;
-        ckpt__written w = { .name = g->stored, .dtype = CKPT_UINT8, .kind = CKPT_KIND_BLOB,
-                            .dataset = path, .bytes = in->blob_len[i],
-                            .crc = ckpt_crc32c(in->blob_data[i], in->blob_len[i]) };
+        ckpt__written w = {.name = g->stored,
+                           .dtype = CKPT_UINT8,
+                           .kind = CKPT_KIND_BLOB,
+                           .dataset = path,
+                           .bytes = in->blob_len[i],
+                           .crc = ckpt_crc32c(in->blob_data[i], in->blob_len[i])};
         ckpt__blob_box(in->blob_len[i], &w.shape, &w.slice);
         w.dataset_slice = w.slice;
         if ((rc = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) ||

@@ -41,8 +41,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define TAG_LIST 0x6e6c   /* a rank's dataset list, to its leader */
-#define TAG_PLACE 0x6e70  /* the leader's placement header, to a rank */
+#define TAG_LIST 0x6e6c    /* a rank's dataset list, to its leader */
+#define TAG_PLACE 0x6e70   /* the leader's placement header, to a rank */
 #define TAG_OFFSETS 0x6e6f /* ... and that rank's offsets */
 #define CHUNK ((uint64_t)1 << 30)
 
@@ -102,9 +102,9 @@ int ckpt__save_node_init(ckpt_saver *s)
         int n = 0;
         for (int r = 0; local == CKPT_OK && r < s->size; r++) {
             if (all[r] < 0 || all[r] > r || all[all[r]] != all[r])
-                local = ckpt__error(CKPT_EMPI, "rank %d: inconsistent nodes (rank %d's leader "
-                                               "is %d)",
-                                    s->rank, r, all[r]);
+                local =
+                    ckpt__error(CKPT_EMPI, "rank %d: inconsistent nodes (rank %d's leader is %d)",
+                                s->rank, r, all[r]);
             else if (all[r] == r)
                 all[n++] = r; /* n <= r: entries before r are not read again */
         }
@@ -114,8 +114,8 @@ int ckpt__save_node_init(ckpt_saver *s)
             if (all[k] == leader)
                 s->node = k;
         if (local == CKPT_OK && s->node < 0)
-            local = ckpt__error(CKPT_EMPI, "rank %d: its leader %d is not a leader", s->rank,
-                                leader);
+            local =
+                ckpt__error(CKPT_EMPI, "rank %d: its leader %d is not a leader", s->rank, leader);
         if (local == CKPT_OK && !(s->node_leaders = malloc((size_t)n * sizeof *s->node_leaders)))
             local = ckpt__error(CKPT_ENOMEM, "out of memory");
         if (local == CKPT_OK)
@@ -150,7 +150,7 @@ void ckpt__save_node_free(ckpt_saver *s)
     s->node_hdrs = NULL;
 }
 
-/* ---- point to point, 64-bit lengths ------------------------------------------------------------ */
+/* ---- point to point, 64-bit lengths ---------------------------------------------------------- */
 
 /* Both sides know `len` beforehand and have room for all of it: a message is never truncated
  * (a truncating receive of a large message breaks Open MPI's shared-memory transport). */
@@ -178,7 +178,7 @@ static int recv_bytes(void *buf, uint64_t len, int src, int tag, MPI_Comm comm)
     return CKPT_OK;
 }
 
-/* ---- the leader ------------------------------------------------------------------------------- */
+/* ---- the leader ------------------------------------------------------------------------------ */
 
 /* The leader's part after the gather of headers: room for every rank's list, the go-ahead
  * (MPI_Bcast: the ranks send their lists only when everybody is fine, so nothing is sent that
@@ -200,9 +200,9 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, in
     for (int i = 1; i < ns && local == CKPT_OK && !peer_failed; i++) {
         int64_t len = h[HD_N * i + HD_LEN];
         if (len < 0 || (uint64_t)len > SIZE_MAX || !(bufs[i] = malloc(len ? (size_t)len : 1)))
-            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for rank %d's list of %lld "
-                                             "bytes",
-                                s->rank, s->node_ranks[i], (long long)len);
+            local =
+                ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for rank %d's list of %lld bytes",
+                            s->rank, s->node_ranks[i], (long long)len);
     }
     int go = local == CKPT_OK && !peer_failed;
     if (MPI_Bcast(&go, 1, MPI_INT, 0, nc) != MPI_SUCCESS) {
@@ -236,7 +236,7 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, in
     }
     /* Every rank is told, whatever happened: a failed leader or peer sends status only. */
     for (int i = 1; i < ns; i++) {
-        uint64_t pl[PL_N] = { 0 };
+        uint64_t pl[PL_N] = {0};
         int st = local != CKPT_OK ? local : peer_failed ? CKPT_EPEER : CKPT_OK;
         pl[PL_STATUS] = (uint64_t)(int64_t)st;
         if (st == CKPT_OK) {
@@ -249,8 +249,7 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, in
             r = ckpt__error(CKPT_EMPI, "MPI_Send of the placement to node rank %d failed", i);
         else if (st == CKPT_OK) /* as many as the rank said it has (checked above) */
             r = send_bytes(nf->off + nf->first[i],
-                           (nf->first[i + 1] - nf->first[i]) * sizeof *nf->off, i, TAG_OFFSETS,
-                           nc);
+                           (nf->first[i + 1] - nf->first[i]) * sizeof *nf->off, i, TAG_OFFSETS, nc);
         if (r != CKPT_OK && local == CKPT_OK)
             local = r;
     }
@@ -262,7 +261,7 @@ static int lead(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const uint8_t *mine, in
     return local;
 }
 
-/* ---- every rank ------------------------------------------------------------------------------- */
+/* ---- every rank ------------------------------------------------------------------------------ */
 
 /* A rank other than the leader, after the gather of headers: its list sent when the leader says
  * go, its placement received into `off` (room for its `ndata` offsets), its bytes written into
@@ -282,8 +281,9 @@ static int member(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const ckpt__shard_inp
     uint64_t pl[PL_N];
     if (MPI_Recv(pl, PL_N, MPI_UINT64_T, 0, TAG_PLACE, nc, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return local != CKPT_OK ? local
-                                : ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of the node file's "
-                                                         "placement failed",
+                                : ckpt__error(CKPT_EMPI,
+                                              "rank %d: MPI_Recv of the node file's "
+                                              "placement failed",
                                               s->rank);
     if ((int64_t)pl[PL_STATUS] != CKPT_OK)
         return local; /* the leader's failure, or a peer's: theirs to report */
@@ -292,18 +292,20 @@ static int member(ckpt_saver *s, save_ctx *c, MPI_Comm nc, const ckpt__shard_inp
         local = r;
     int dfd = -1, fd = -1;
     struct stat st;
-    if (local == CKPT_OK && (local = ckpt__node_temp_open(&c->n, c->dirfd, c->workfd, &dfd)) ==
-                                CKPT_OK)
+    if (local == CKPT_OK &&
+        (local = ckpt__node_temp_open(&c->n, c->dirfd, c->workfd, &dfd)) == CKPT_OK)
         local = ckpt__file_open(&fd, NULL, dfd, c->n.data_name, O_WRONLY, c->n.node_temp);
     if (local == CKPT_OK && fstat(fd, &st) != 0)
         local = ckpt__errno(errno, "stat", c->n.my_file);
-    if (local == CKPT_OK && ((uint64_t)st.st_dev != pl[PL_DEV] || (uint64_t)st.st_ino != pl[PL_INO]))
-        local = ckpt__error(CKPT_ECORRUPT, "rank %d: %s is not the file its leader made "
-                                           "(replaced while the save ran?)",
+    if (local == CKPT_OK &&
+        ((uint64_t)st.st_dev != pl[PL_DEV] || (uint64_t)st.st_ino != pl[PL_INO]))
+        local = ckpt__error(CKPT_ECORRUPT,
+                            "rank %d: %s is not the file its leader made "
+                            "(replaced while the save ran?)",
                             s->rank, c->n.my_file);
     if (local == CKPT_OK)
-        local = ckpt__nodefile_write(&c->rec, in, &s->bufs, off, ndata, pl[PL_SIZE], fd,
-                                     c->n.my_file);
+        local =
+            ckpt__nodefile_write(&c->rec, in, &s->bufs, off, ndata, pl[PL_SIZE], fd, c->n.my_file);
     ckpt__close(fd);
     ckpt__close(dfd);
     return local;
@@ -338,10 +340,9 @@ int ckpt__save_write_node(ckpt_saver *s, save_ctx *c)
     if (local == CKPT_OK && s->node_rank != 0) /* tests: a rank failing before its leader hears */
         local = ckpt__fault(s->rank, "node");
     /* 1. every rank's header at the leader (64-bit lengths) */
-    int64_t hdr[HD_N] = { local, local == CKPT_OK ? (int64_t)len : 0,
-                          local == CKPT_OK ? (int64_t)ndata : 0 };
-    if (MPI_Gather(hdr, HD_N, MPI_INT64_T, s->node_hdrs, HD_N, MPI_INT64_T, 0, nc) !=
-            MPI_SUCCESS &&
+    int64_t hdr[HD_N] = {local, local == CKPT_OK ? (int64_t)len : 0,
+                         local == CKPT_OK ? (int64_t)ndata : 0};
+    if (MPI_Gather(hdr, HD_N, MPI_INT64_T, s->node_hdrs, HD_N, MPI_INT64_T, 0, nc) != MPI_SUCCESS &&
         local == CKPT_OK)
         local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Gather of the node's lists failed", s->rank);
     /* 2-3. the lists, the file, the placements, the bytes */

@@ -38,12 +38,27 @@ enum { SIZE = 4, NODES = 2 };
 #define BIG_ROWS_PER_RANK 300 /* 1.2 MB of float32 per rank: two checksum blocks */
 #define PACK_MAX 64
 
-static int leader_of(int r) { return r < 2 ? 0 : 2; }
-static int node_of(int r) { return r < 2 ? 0 : 1; }
+static int leader_of(int r)
+{
+    return r < 2 ? 0 : 2;
+}
+static int node_of(int r)
+{
+    return r < 2 ? 0 : 1;
+}
 
-static float big_val(int seed, int64_t i) { return (float)(seed * 7 + i % 100003); }
-static int32_t small_val(int seed, int r, int i) { return seed * 100 + r * 10 + i; }
-static double lr_val(int seed) { return seed + 0.125; }
+static float big_val(int seed, int64_t i)
+{
+    return (float)(seed * 7 + i % 100003);
+}
+static int32_t small_val(int seed, int r, int i)
+{
+    return seed * 100 + r * 10 + i;
+}
+static double lr_val(int seed)
+{
+    return seed + 0.125;
+}
 
 typedef struct sim {
     char dir[4200], prefix[4400];
@@ -71,7 +86,7 @@ typedef struct sim {
 
 static int sim_regs(sim *s, int seed)
 {
-    int64_t dbig[2] = { SIZE * BIG_ROWS_PER_RANK, BIG_COLS }, d3 = 3, de[2] = { 0, 3 };
+    int64_t dbig[2] = {SIZE * BIG_ROWS_PER_RANK, BIG_COLS}, d3 = 3, de[2] = {0, 3};
     ckpt_shape sbig, s3, s0, se;
     ckpt_shape_init(&sbig, 2, dbig);
     ckpt_shape_init(&s3, 1, &d3);
@@ -84,7 +99,7 @@ static int sim_regs(sim *s, int seed)
     int rc = CKPT_OK;
     for (int r = 0; r < SIZE && rc == CKPT_OK; r++) {
         ckpt__regs *g = &s->regs[r];
-        int64_t st[2] = { (int64_t)r * BIG_ROWS_PER_RANK, 0 }, ct[2] = { BIG_ROWS_PER_RANK, BIG_COLS };
+        int64_t st[2] = {(int64_t)r * BIG_ROWS_PER_RANK, 0}, ct[2] = {BIG_ROWS_PER_RANK, BIG_COLS};
         ckpt_slice rows;
         ckpt_slice_init(&rows, 2, st, ct);
         s->big[r] = malloc((size_t)BIG_ROWS_PER_RANK * BIG_COLS * sizeof(float));
@@ -130,9 +145,13 @@ static int sim_regs(sim *s, int seed)
 
 static ckpt__shard_input sim_input(sim *s, int r)
 {
-    return (ckpt__shard_input){ .regs = &s->regs[r], .pieces = &s->pieces[r], .src = s->src[r],
-                                .blob_data = s->blob_data[r], .blob_len = s->blob_len[r],
-                                .pack_max = PACK_MAX, .rank = r };
+    return (ckpt__shard_input){.regs = &s->regs[r],
+                               .pieces = &s->pieces[r],
+                               .src = s->src[r],
+                               .blob_data = s->blob_data[r],
+                               .blob_len = s->blob_len[r],
+                               .pack_max = PACK_MAX,
+                               .rank = r};
 }
 
 /* Rank r's list as the leader receives it: built, packed, unpacked into `arena`. */
@@ -155,12 +174,13 @@ static int wire_list(Mpickpt__Fragment **out, sim *s, int r, ckpt__arena *arena)
 }
 
 /* Node k: the leader makes the file from its ranks' lists, every rank writes its bytes (the
- * members through descriptors of their own, checked to be the leader's file), the leader lists it. */
+ * members through descriptors of their own, checked to be the leader's file), the leader lists it.
+ */
 static int write_node(sim *s, int k)
 {
-    int ranks[2] = { 2 * k, 2 * k + 1 };
+    int ranks[2] = {2 * k, 2 * k + 1};
     int leader = ranks[0];
-    Mpickpt__Fragment *lists[2] = { NULL, NULL };
+    Mpickpt__Fragment *lists[2] = {NULL, NULL};
     ckpt__arena *arena = ckpt__arena_new();
     int rc = arena ? CKPT_OK : CKPT_ENOMEM;
     for (int i = 0; i < 2 && rc == CKPT_OK; i++)
@@ -258,16 +278,19 @@ static int sim_commit(sim *s)
         int k = ckpt__data_name_rank(name, s->n[0].base, NODES);
         if (k < 0)
             return ckpt__error(CKPT_ERROR, "unexpected file %s", name);
-        files[i] = (ckpt__commit_file){ .from_fd = s->tempfd[0], .from_name = name,
-                                        .name = name };
+        files[i] = (ckpt__commit_file){.from_fd = s->tempfd[0], .from_name = name, .name = name};
         if (2 * k != 0) {
             files[i].from_fd = s->workfd;
             ckpt__worker_temp_name(files[i].from_subdir, sizeof files[i].from_subdir, 2 * k);
         }
     }
-    ckpt__commit_req q = { .dirfd = s->dirfd, .dir = s->dir, .index_name = s->n[0].index_name,
-                           .index_shown = s->prefix, .idx = &s->idx, .files = files,
-                           .nfiles = NODES };
+    ckpt__commit_req q = {.dirfd = s->dirfd,
+                          .dir = s->dir,
+                          .index_name = s->n[0].index_name,
+                          .index_shown = s->prefix,
+                          .idx = &s->idx,
+                          .files = files,
+                          .nfiles = NODES};
     return ckpt__commit(&q);
 }
 
@@ -314,9 +337,9 @@ static void check_reads_back(const char *dir, const char *base, int seed)
         bad += big[i] != big_val(seed, (int64_t)i);
     CHECK_MSG(bad == 0, "%zu values of big differ", bad);
     /* rows inside rank 2's second checksum block, and across ranks 1 and 2 */
-    int64_t wins[2][2] = { { 2 * BIG_ROWS_PER_RANK + 260, 10 }, { 2 * BIG_ROWS_PER_RANK - 3, 6 } };
+    int64_t wins[2][2] = {{2 * BIG_ROWS_PER_RANK + 260, 10}, {2 * BIG_ROWS_PER_RANK - 3, 6}};
     for (int w = 0; w < 2; w++) {
-        int64_t st[2] = { wins[w][0], 0 }, ct[2] = { wins[w][1], BIG_COLS };
+        int64_t st[2] = {wins[w][0], 0}, ct[2] = {wins[w][1], BIG_COLS};
         ckpt_slice sl;
         ckpt_slice_init(&sl, 2, st, ct);
         memset(big, 0, (size_t)wins[w][1] * BIG_COLS * sizeof *big);
@@ -330,7 +353,7 @@ static void check_reads_back(const char *dir, const char *base, int seed)
     free(big);
     for (int k = 0; k < SIZE; k++) {
         char name[32];
-        int32_t v[3] = { 0, 0, 0 };
+        int32_t v[3] = {0, 0, 0};
         snprintf(name, sizeof name, "small_r%d", k);
         CHECK_OK(ckpt_reader_read(r, name, CKPT_INT32, NULL, v, sizeof v));
         for (int i = 0; i < 3; i++)
@@ -354,7 +377,8 @@ static void check_reads_back(const char *dir, const char *base, int seed)
         CHECK_OK(ckpt_reader_find(&ti, r, name));
         ckpt_tensor_info t;
         CHECK_OK(ckpt_reader_tensor(&t, r, ti));
-        size_t want_len = k == SIZE - 1 ? 0 : strlen(pathf(blob, sizeof blob, "blob of %d at %d", k, seed));
+        size_t want_len =
+            k == SIZE - 1 ? 0 : strlen(pathf(blob, sizeof blob, "blob of %d at %d", k, seed));
         CHECK_EQ_INT(t.shape.dims[0], (int64_t)want_len);
         char got[32] = "";
         if (want_len)
@@ -411,7 +435,7 @@ static void test_save(void)
     CHECK_EQ_INT(count_entries(pathf(p, sizeof p, "%s/workertemp_2", dir)), -1); /* removed */
 }
 
-/* ---- hostile lists and placements -------------------------------------------------------------- */
+/* ---- hostile lists and placements ------------------------------------------------------------ */
 
 typedef enum bad_list {
     BAD_TWO_COMPONENTS,
@@ -427,10 +451,14 @@ typedef enum bad_list {
 
 static const char *bad_name(bad_list b)
 {
-    static const char *const names[BAD_N] = { "a path of two components", "a path outside",
-                                              "..", "bytes that do not fit the box",
-                                              "two pieces", "17 dimensions", "an invalid dtype",
-                                              "a box outside its shape" };
+    static const char *const names[BAD_N] = {"a path of two components",
+                                             "a path outside",
+                                             "..",
+                                             "bytes that do not fit the box",
+                                             "two pieces",
+                                             "17 dimensions",
+                                             "an invalid dtype",
+                                             "a box outside its shape"};
     return names[b];
 }
 
@@ -450,8 +478,8 @@ static void make_bad(Mpickpt__Fragment *f, size_t *cap, bad_list b)
     size_t np = b == BAD_TWO_PIECES ? 2 : 1;
     CHECK_OK(ckpt__fragment_tensor(&t, f, cap, "x", CKPT_FLOAT32, &sh, CKPT_KIND_FULL, np));
     for (size_t i = 0; t && i < np; i++)
-        CHECK_OK(ckpt__fragment_piece(t, i, 1, &full, "", path, &full, b == BAD_BYTES ? 17 : 16,
-                                      0));
+        CHECK_OK(
+            ckpt__fragment_piece(t, i, 1, &full, "", path, &full, b == BAD_BYTES ? 17 : 16, 0));
     if (!t)
         return;
     if (b == BAD_DIMS)
@@ -473,7 +501,7 @@ static void test_hostile_lists(void)
     CHECK_OK(ckpt__save_names_init(&n, prefix, 0, 2, 0));
     CHECK_OK(ckpt__save_names_node(&n, 0, 1, 0));
     CHECK_OK(ckpt__temp_fresh(&n, dirfd, &tempfd, 0));
-    int ranks[2] = { 0, 1 };
+    int ranks[2] = {0, 1};
     for (int b = 0; b < BAD_N; b++) {
         Mpickpt__Fragment good = MPICKPT__FRAGMENT__INIT, bad = MPICKPT__FRAGMENT__INIT;
         size_t c1 = 0, c2 = 0;
@@ -485,7 +513,7 @@ static void test_hostile_lists(void)
         CHECK_OK(ckpt__fragment_add(&good, &c1, "g", CKPT_INT64, &sh, CKPT_KIND_FULL, &full, "",
                                     "/tensors/g", &full, 16, 0));
         make_bad(&bad, &c2, (bad_list)b);
-        Mpickpt__Fragment *lists[2] = { &good, &bad };
+        Mpickpt__Fragment *lists[2] = {&good, &bad};
         ckpt__nodefile nf;
         int rc = ckpt__nodefile_create(&nf, lists, ranks, 2, &n, tempfd);
         CHECK_MSG(rc == CKPT_ECORRUPT && strstr(last_msg(), "rank 1"),
@@ -506,7 +534,7 @@ static void test_hostile_lists(void)
                                 "/tensors/g", &full, 16, 0));
     CHECK_OK(ckpt__fragment_add(&b, &cb, "g", CKPT_INT64, &sh, CKPT_KIND_FULL, &full, "",
                                 "/tensors/g", &full, 16, 0));
-    Mpickpt__Fragment *lists[2] = { &a, &b };
+    Mpickpt__Fragment *lists[2] = {&a, &b};
     ckpt__nodefile nf;
     int rc = ckpt__nodefile_create(&nf, lists, ranks, 2, &n, tempfd);
     CHECK_MSG(rc != CKPT_OK && strstr(last_msg(), "/tensors/g"),
@@ -514,26 +542,24 @@ static void test_hostile_lists(void)
     CHECK(nf.fd == -1);
 
     /* placements: one good file of rank 0's one dataset, then wrong offsets */
-    Mpickpt__Fragment *one[1] = { &a };
+    Mpickpt__Fragment *one[1] = {&a};
     CHECK_OK(ckpt__nodefile_create(&nf, one, ranks, 1, &n, tempfd));
-    int64_t val[2] = { 11, 22 };
-    ckpt__regs regs = { 0 };
-    ckpt__pieces pieces = { 0 };
-    ckpt__shard_bufs bufs = { 0 };
+    int64_t val[2] = {11, 22};
+    ckpt__regs regs = {0};
+    ckpt__pieces pieces = {0};
+    ckpt__shard_bufs bufs = {0};
     CHECK_OK(ckpt__regs_add(&regs, 0, "g", "g", CKPT_INT64, &sh, &full, CKPT_KIND_FULL, val));
     CHECK_OK(ckpt__plan_pieces(&pieces, &regs, 0, 1, 0));
-    const void *src[1] = { val };
-    ckpt__shard_input in = { .regs = &regs, .pieces = &pieces, .src = src, .pack_max = 0,
-                             .rank = 0 };
+    const void *src[1] = {val};
+    ckpt__shard_input in = {.regs = &regs, .pieces = &pieces, .src = src, .pack_max = 0, .rank = 0};
     uint64_t size_before = nf.size;
-    uint64_t wrong[3][2] = { { nf.off[0], 0 }, { nf.size - 8, 0 }, { UINT64_MAX - 4, 0 } };
-    size_t counts[5] = { 0, 2, 1, 1, 1 };
-    const uint64_t *offs[5] = { wrong[0], wrong[0], wrong[1], wrong[2], nf.off };
+    uint64_t wrong[3][2] = {{nf.off[0], 0}, {nf.size - 8, 0}, {UINT64_MAX - 4, 0}};
+    size_t counts[5] = {0, 2, 1, 1, 1};
+    const uint64_t *offs[5] = {wrong[0], wrong[0], wrong[1], wrong[2], nf.off};
     for (int i = 0; i < 5; i++) {
         ckpt__record rec;
         ckpt__record_init(&rec);
-        rc = ckpt__nodefile_write(&rec, &in, &bufs, offs[i], counts[i], nf.size, nf.fd,
-                                  n.my_file);
+        rc = ckpt__nodefile_write(&rec, &in, &bufs, offs[i], counts[i], nf.size, nf.fd, n.my_file);
         if (i < 4)
             CHECK_MSG(rc == CKPT_ECORRUPT, "placement %d: returned %d: %s", i, rc, last_msg());
         else

@@ -213,11 +213,13 @@ cleanup:
     return rc;
 }
 
-int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
-                            ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held)
+static int create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
+                          ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held,
+                          int early)
 {
     int rc = CKPT_OK;
     hid_t space = H5I_INVALID_HID, dset = H5I_INVALID_HID, lcpl = H5I_INVALID_HID;
+    hid_t dcpl = H5P_DEFAULT;
     char spec[1024];
     *out = H5I_INVALID_HID;
     ckpt__h5_init();
@@ -237,8 +239,17 @@ int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char
         rc = ckpt__h5_error(CKPT_EIO, "dataspace for tensor '%s'", name);
         goto cleanup;
     }
+    /* Early allocation without fill: the extent's file address is known at creation and nothing
+     * is written into it (ckpt__h5_create_dataset_early). */
+    if (early && ((dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 ||
+                  H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0 ||
+                  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0 ||
+                  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)) {
+        rc = ckpt__h5_error(CKPT_EIO, "creation properties for tensor '%s'", name);
+        goto cleanup;
+    }
     /* Contiguous storage: one extent per dataset is what makes large writes stream at disk speed. */
-    dset = H5Dcreate2(file, path, ftype, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    dset = H5Dcreate2(file, path, ftype, space, lcpl, dcpl, H5P_DEFAULT);
     if (dset < 0) {
         rc = ckpt__h5_error(CKPT_EIO, "create dataset %s for tensor '%s'", path, name);
         goto cleanup;
@@ -252,11 +263,26 @@ int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char
 cleanup:
     if (dset >= 0)
         H5Dclose(dset);
+    if (dcpl != H5P_DEFAULT && dcpl >= 0)
+        H5Pclose(dcpl);
     if (lcpl >= 0)
         H5Pclose(lcpl);
     if (space >= 0)
         H5Sclose(space);
     return rc;
+}
+
+int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
+                            ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held)
+{
+    return create_dataset(out, file, path, name, dtype, global, held, 0);
+}
+
+int ckpt__h5_create_dataset_early(hid_t *out, hid_t file, const char *path, const char *name,
+                                  ckpt_dtype dtype, const ckpt_shape *global,
+                                  const ckpt_slice *held)
+{
+    return create_dataset(out, file, path, name, dtype, global, held, 1);
 }
 
 /* Selects `sel` in the dataset's file space and builds the matching memory space. An empty

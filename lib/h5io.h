@@ -47,6 +47,13 @@ hid_t ckpt__h5_mem_type(ckpt_dtype dtype);
 int ckpt__h5_create_dataset(hid_t *out, hid_t file, const char *path, const char *name,
                             ckpt_dtype dtype, const ckpt_shape *global, const ckpt_slice *held);
 
+/* The same, with the extent allocated in the file at creation (H5D_ALLOC_TIME_EARLY) and never
+ * filled (H5D_FILL_TIME_NEVER): H5Dget_offset() then gives where its bytes go, and whoever writes
+ * them there (pwrite, lib/nodefile.c) is the only writer. A dataset of no element has no extent. */
+int ckpt__h5_create_dataset_early(hid_t *out, hid_t file, const char *path, const char *name,
+                                  ckpt_dtype dtype, const ckpt_shape *global,
+                                  const ckpt_slice *held);
+
 /* Writes `buf` (dense, row-major) into the box `sel` of dataset `dset` (whose extent is `dims`).
  * `sel` may hold zero elements (an empty selection, for ranks that join a collective with nothing
  * to write); `dxpl` may be H5P_DEFAULT. */

@@ -44,6 +44,7 @@ const char *ckpt_layout_name(ckpt_layout layout)
     switch (layout) {
     case CKPT_LAYOUT_SHARED: return "shared";
     case CKPT_LAYOUT_PER_RANK: return "per-rank";
+    case CKPT_LAYOUT_PER_NODE: return "per-node";
     default: return "unknown";
     }
 }

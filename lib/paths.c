@@ -105,6 +105,7 @@ int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int
                                         "bytes",
                            prefix);
     c->shared = shared;
+    c->node_leader = -1;
     snprintf(c->base, sizeof c->base, "%s", base);
     snprintf(c->index_name, sizeof c->index_name, "%s.index", base);
     snprintf(c->temp_name, sizeof c->temp_name, "%s_temp", base);
@@ -126,6 +127,36 @@ int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int
     if ((rc = ckpt__data_name(c->data_name, sizeof c->data_name, base, rank, size)))
         return rc;
     return ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->my_temp, c->data_name);
+}
+
+int ckpt__save_names_node(ckpt__save_names *c, int node, int nnodes, int leader)
+{
+    if (node < 0 || node >= nnodes || leader < 0)
+        return ckpt__error(CKPT_EINVAL, "node %d of %d (leader rank %d)", node, nnodes, leader);
+    int rc;
+    if (leader == 0) {
+        rc = ckpt__path(c->node_temp, sizeof c->node_temp, "%s", c->chief_temp);
+    } else {
+        char wt[64];
+        ckpt__worker_temp_name(wt, sizeof wt, leader);
+        rc = ckpt__path(c->node_temp, sizeof c->node_temp, "%s/%s", c->work, wt);
+    }
+    if (rc || (rc = ckpt__data_name(c->data_name, sizeof c->data_name, c->base, node, nnodes)))
+        return rc;
+    c->node_leader = leader;
+    return ckpt__path(c->my_file, sizeof c->my_file, "%s/%s", c->node_temp, c->data_name);
+}
+
+int ckpt__node_temp_open(const ckpt__save_names *c, int dirfd, int workfd, int *fd)
+{
+    *fd = -1;
+    if (c->node_leader < 0)
+        return ckpt__error(CKPT_EINVAL, "internal: no node file in this save");
+    if (c->node_leader == 0)
+        return ckpt__subdir_open(fd, dirfd, c->temp_name, 0, c->dir);
+    char wt[64];
+    ckpt__worker_temp_name(wt, sizeof wt, c->node_leader);
+    return ckpt__subdir_open(fd, workfd, wt, 0, c->work);
 }
 
 int ckpt__temp_fresh(const ckpt__save_names *c, int dirfd, int *tempfd, int replace)

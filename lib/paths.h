@@ -5,7 +5,10 @@
  * Contract:
  *   <dir>/<base>.index                 the commit point of checkpoint <dir>/<base>
  *   <dir>/<base>.data-RRRRR-of-NNNNN   rank R's data file (per-rank layout), or 00000-of-00001
- *                                      (shared layout, single-process writer)
+ *                                      (shared layout, single-process writer), or node R's of N
+ *                                      nodes (per-node layout: made in the in-flight directory
+ *                                      of the node's leader, its lowest rank, and written by
+ *                                      every rank of the node)
  *   <dir>/<base>_temp/                 the chief's in-flight directory (every rank's, shared layout)
  *   <work>/workertemp_<r>/             rank r's in-flight directory (per-rank layout, r > 0);
  *                                      <work> is the parent of <dir> when <dir> is named chief/,
@@ -48,11 +51,23 @@ typedef struct ckpt__save_names {
     char reserve_name[64];  /* .reserve-<rank> in the in-flight directory */
     char pad_name[64];      /* .pad-<rank> in the in-flight directory */
     int shared;             /* one data file for every rank (the chief's temp dir holds it) */
+    int node_leader;        /* per-node layout: the rank whose in-flight directory holds this
+                             * rank's node file (ckpt__save_names_node), else -1 */
+    char node_temp[4400];   /* that directory, for messages */
 } ckpt__save_names;
 
 /* Fills `n`. CKPT_EINVAL when the prefix's file name part is not 1..200 safe bytes. */
 int ckpt__save_names_init(ckpt__save_names *n, const char *prefix, int rank, int size,
                           int shared);
+
+/* Per-node layout: this rank's data file becomes its node's, <base>.data-<node>-of-<nnodes>, in the
+ * in-flight directory of rank `leader` (<base>_temp when that is rank 0, else
+ * workertemp_<leader>): data_name (what every rank of the node records), my_file, node_leader
+ * and node_temp are set. CKPT_EINVAL unless 0 <= node < nnodes and leader >= 0. */
+int ckpt__save_names_node(ckpt__save_names *n, int node, int nnodes, int leader);
+/* Opens the node leader's in-flight directory (ckpt__save_names_node), which the leader made:
+ * never created here, a link refused. */
+int ckpt__node_temp_open(const ckpt__save_names *n, int dirfd, int workfd, int *fd);
 
 /* <work> of a checkpoint directory: its parent when it is named chief, else itself. */
 int ckpt__work_dir(char *out, size_t size, const char *dir);

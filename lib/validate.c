@@ -162,7 +162,8 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
         return ckpt__error(bad, "%s: big-endian checkpoints are not supported", what);
     if (h->world_size < 1)
         return ckpt__error(bad, "%s: world size %d", what, h->world_size);
-    if (h->layout != MPICKPT__LAYOUT__LAYOUT_SHARED && h->layout != MPICKPT__LAYOUT__LAYOUT_PER_RANK)
+    if (h->layout != MPICKPT__LAYOUT__LAYOUT_SHARED && h->layout != MPICKPT__LAYOUT__LAYOUT_PER_RANK &&
+        h->layout != MPICKPT__LAYOUT__LAYOUT_PER_NODE)
         return ckpt__error(bad, "%s: unknown layout %d", what, (int)h->layout);
     if (h->save_counter < 0 || h->save_counter > CKPT__COUNTER_MAX)
         return ckpt__error(bad, "%s: save counter %lld outside [0, %lld]", what,

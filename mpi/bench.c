@@ -4,7 +4,7 @@
  * only ratios of medians of interleaved measurements mean anything).
  *
  *   mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all
- *          [--mb-per-rank M] [--reps R] [--layout shared|per-rank] [--collective 0|1] [--json]
+ *          [--mb-per-rank M] [--reps R] [--layout shared|per-rank|per-node] [--collective 0|1] [--json]
  *          [--tensors K] [--min-kb A] [--max-kb B] [--max-shard-bytes S] [--hint KEY=VALUE]...
  *          [--cold 0|1] [-v]
  *
@@ -89,7 +89,7 @@ static double quantile(const double *v, int n, double q)
 
 static const char *layout_name(ckpt_layout l)
 {
-    return l == CKPT_LAYOUT_SHARED ? "shared" : "per-rank";
+    return ckpt_layout_name(l);
 }
 
 void print_result(const opts *o, const result *r)
@@ -165,7 +165,7 @@ static void usage(void)
         fprintf(
             stderr,
             "usage: mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all\n"
-            "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank]\n"
+            "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank|per-node]\n"
             "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
             "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
             "         [-v]\n");
@@ -214,6 +214,8 @@ static int parse(opts *o, int argc, char **argv)
                 o->layout = CKPT_LAYOUT_SHARED;
             else if (!strcmp(v, "per-rank"))
                 o->layout = CKPT_LAYOUT_PER_RANK;
+            else if (!strcmp(v, "per-node"))
+                o->layout = CKPT_LAYOUT_PER_NODE;
             else
                 return -1;
         } else if (!strcmp(a, "--collective"))

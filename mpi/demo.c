@@ -4,7 +4,7 @@
  * every value it restored.
  *
  *   mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S] [--ckpt-every K]
- *          [--keep N] [--mb M] [--layout shared|per-rank] [--crash-rank R --crash-step T] [--async]
+ *          [--keep N] [--mb M] [--layout shared|per-rank|per-node] [--crash-rank R --crash-step T] [--async]
  *          [--deadline-reserve S] [--step-sleep MS]
  *
  * The state looks like a model's:
@@ -111,7 +111,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S]\n"
-            "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank]\n"
+            "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank|per-node]\n"
             "         [--crash-rank R --crash-step T] [--async] [--deadline-reserve S]\n"
             "         [--step-sleep MS] [--hold]\n"
             "  --dir DIR              training-state directory (checkpoints in DIR/chief/)\n"
@@ -122,7 +122,8 @@ static void usage(FILE *f)
             "  --keep N               checkpoints kept (default 3; 0 keeps all)\n"
             "  --mb M                 model size: 4*M MiB of kernel + optimizer slot in total,\n"
             "                         about M MiB per rank at 4 ranks (default 4)\n"
-            "  --layout L             data files: per-rank (default) or shared (one file, MPI-IO)\n"
+            "  --layout L             data files: per-rank (default), shared (one file, MPI-IO)\n"
+            "                         or per-node (one file per node)\n"
             "  --crash-rank R --crash-step T   rank R aborts at global step T (simulated failure)\n"
             "  --async                asynchronous saves: a backup blocks the loop only while the\n"
             "                         state is copied; its `checkpoint` line (with the background\n"
@@ -186,8 +187,10 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
                 o->layout = CKPT_LAYOUT_SHARED;
             else if (v && !strcmp(v, "per-rank"))
                 o->layout = CKPT_LAYOUT_PER_RANK;
+            else if (v && !strcmp(v, "per-node"))
+                o->layout = CKPT_LAYOUT_PER_NODE;
             else {
-                fprintf(err, "mpickpt-demo: --layout is shared or per-rank, got '%s'\n",
+                fprintf(err, "mpickpt-demo: --layout is shared, per-rank or per-node, got '%s'\n",
                         v ? v : "");
                 rc = 2;
             }

@@ -21,7 +21,8 @@ int ckpt__mpi_error(int mpi_rc, const char *what)
  * protocol's. CKPT_OK with *target = -1 when unset; *mode 0 (fail), 1 (kill) or 2 (hold). */
 int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
 {
-    static const char *const steps[] = { "plan", "write", "agree", "merge", "commit" };
+    /* "node": the per-node layout's node file (mpi/save_node.c); no effect in other layouts */
+    static const char *const steps[] = { "plan", "write", "agree", "merge", "commit", "node" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;
@@ -51,7 +52,7 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
     if (!ok || !known)
         return ckpt__error(CKPT_EINVAL,
                            "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
-                           "among plan, write, agree, merge, commit",
+                           "among plan, write, agree, merge, commit, node",
                            spec);
     *target = (int)t;
     *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;

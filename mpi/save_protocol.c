@@ -366,6 +366,8 @@ static int write_data(ckpt_saver *s, save_ctx *c)
 {
     if (s->layout == CKPT_LAYOUT_SHARED)
         return ckpt__save_write_shared(s, c);
+    if (s->layout == CKPT_LAYOUT_PER_NODE)
+        return ckpt__save_write_node(s, c);
     ckpt__shard_input in;
     ckpt__save_shard_input(s, c, &in);
     ckpt__h5_lock();

@@ -20,33 +20,39 @@
 /* ---- create: settings decided by rank 0 ------------------------------------------------------- */
 
 /* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */
-enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_CHUNK, SET_N };
+enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_RPN, SET_CHUNK,
+       SET_N };
+/* The settings before this one come from the options too (a difference is CKPT_EMISMATCH); the
+ * others only from the environment. */
+#define SET_FROM_OPTIONS SET_RESERVE
 
 /* This rank's settings from its options (they win) and its environment, every variable parsed
  * strictly; MPICKPT_LOG and MPICKPT_FAULT are checked here too, so that a typo fails the job at
  * its start. */
 static int local_settings(const ckpt_saver_options *o, int64_t *set)
 {
-    static const char *const layouts[] = { "per-rank", "shared" };
-    static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED };
+    static const char *const layouts[] = { "per-rank", "shared", "per-node" };
+    static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED,
+                                         CKPT_LAYOUT_PER_NODE };
     int layout, async, reserve, level, target;
-    int64_t pack, chunk;
+    int64_t pack, rpn, chunk;
     char step[16];
     int mode;
     int rc;
-    if ((rc = ckpt__env_choice(&layout, "MPICKPT_LAYOUT", layouts, layout_values, 2,
+    if ((rc = ckpt__env_choice(&layout, "MPICKPT_LAYOUT", layouts, layout_values, 3,
                                CKPT_LAYOUT_PER_RANK)) ||
         (rc = ckpt__env_bool(&async, "MPICKPT_ASYNC", 0)) ||
         (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
                               CKPT_PACK_MAX_BYTES_DEFAULT)) ||
+        (rc = ckpt__env_int64(&rpn, "MPICKPT_RANKS_PER_NODE", 1, INT32_MAX, 0)) ||
         (rc = ckpt__env_int64(&chunk, "MPICKPT_MPI_CHUNK_BYTES", 1, (int64_t)CKPT__MPI_CHUNK_DEFAULT,
                               (int64_t)CKPT__MPI_CHUNK_DEFAULT)) ||
         (rc = ckpt__env_log_level(&level)) ||
         (rc = ckpt__fault_spec(&target, step, sizeof step, &mode)))
         return rc;
     if (o->layout != CKPT_LAYOUT_UNKNOWN && o->layout != CKPT_LAYOUT_SHARED &&
-        o->layout != CKPT_LAYOUT_PER_RANK)
+        o->layout != CKPT_LAYOUT_PER_RANK && o->layout != CKPT_LAYOUT_PER_NODE)
         return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown layout %d", (int)o->layout);
     set[SET_LAYOUT] = o->layout != CKPT_LAYOUT_UNKNOWN ? (int64_t)o->layout : (int64_t)layout;
     set[SET_ASYNC] = o->async != 0 || async;
@@ -55,6 +61,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     set[SET_PACK] = o->pack_max_bytes != 0 ? o->pack_max_bytes : pack > 0 ? pack : -1;
     set[SET_SHARD] = o->max_shard_bytes;
     set[SET_RESERVE] = reserve;
+    set[SET_RPN] = rpn; /* 0 (unset): nodes by shared memory */
     set[SET_CHUNK] = chunk;
     return CKPT_OK;
 }
@@ -79,16 +86,15 @@ static int decide_settings(ckpt_saver *s)
         return rc;
     const ckpt_saver_options *o = &s->opts;
     int64_t raw[SET_N] = { o->layout, o->async != 0, o->collective_io != 0, o->pack_max_bytes,
-                           o->max_shard_bytes, 0, 0 };
+                           o->max_shard_bytes, 0, 0, 0 };
     memcpy(buf, raw, sizeof raw);
     memcpy(buf + SET_N, mine, sizeof mine);
     if (MPI_Bcast(buf, 2 * SET_N, MPI_INT64_T, 0, s->comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the saver's settings failed");
-    static const char *const what[SET_N] = { "layout", "async", "collective_io",
-                                             "pack_max_bytes", "max_shard_bytes", "reserve",
-                                             "MPI chunk bytes" };
-    /* the options (not reserve and chunk, environment only) must match rank 0's */
-    for (int i = 0; i < SET_RESERVE && local == CKPT_OK; i++)
+    static const char *const what[SET_N] = { "layout",          "async",   "collective_io",
+                                             "pack_max_bytes",  "max_shard_bytes", "reserve",
+                                             "ranks_per_node",  "MPI chunk bytes" };
+    for (int i = 0; i < SET_FROM_OPTIONS && local == CKPT_OK; i++)
         if (raw[i] != buf[i])
             local = ckpt__error(CKPT_EMISMATCH,
                                 "rank %d: ckpt_saver_options.%s is %lld, rank 0 passed %lld (the "
@@ -107,6 +113,7 @@ static int decide_settings(ckpt_saver *s)
     s->opts.pack_max_bytes = buf[SET_N + SET_PACK];
     s->opts.max_shard_bytes = buf[SET_N + SET_SHARD];
     s->reserve = (int)buf[SET_N + SET_RESERVE];
+    s->ranks_per_node = buf[SET_N + SET_RPN];
     s->chunk = (uint64_t)buf[SET_N + SET_CHUNK];
     return CKPT_OK;
 }
@@ -147,6 +154,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
         memcpy(&s->opts, opts,
                opts->version >= 2 ? sizeof *opts : offsetof(ckpt_saver_options, pack_max_bytes));
     s->async_comm = MPI_COMM_NULL;
+    s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);
@@ -186,6 +194,16 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
             free(s);
             return rc;
         }
+    }
+    /* The per-node layout's nodes, once (and the writer thread's duplicate of its own). */
+    if (s->layout == CKPT_LAYOUT_PER_NODE && (rc = ckpt__save_node_init(s)) != CKPT_OK) {
+        if (s->async_comm != MPI_COMM_NULL)
+            MPI_Comm_free(&s->async_comm);
+        MPI_Comm_free(&s->comm);
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->cond);
+        free(s);
+        return rc;
     }
     s->dirty = 1;
     mpickpt__index__init(&s->plan);
@@ -337,6 +355,7 @@ int ckpt_saver_close(ckpt_saver *s)
         free(s->snap[i]);
     free(s->snap);
     free(s->snap_cap);
+    ckpt__save_node_free(s);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
     if (s->comm != MPI_COMM_NULL)

@@ -3,10 +3,11 @@
  *   saver.c          create (settings decided by rank 0), registration, close, borrowers
  *   save_protocol.c  the save protocol of DESIGN §4: prefix, plan, write, agree, merge, commit
  *   save_shared.c    the shared-layout writer (one file through MPI-IO)
+ *   save_node.c      the per-node layout: nodes, and a node's file written by its ranks
  *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting
  *   restore.c        the collective restore
  * The MPI-free phases are in lib/: plan.c (registrations, sharding), shard.c (a rank's data
- * file, packing, reservation), record.c (what was written, as a fragment), commit.c, paths.c.
+ * file, packing, reservation), nodefile.c (a node's data file), record.c (what was written, as a fragment), commit.c, paths.c.
  */
 #ifndef MPICKPT_SAVER_INTERNAL_H
 #define MPICKPT_SAVER_INTERNAL_H
@@ -70,6 +71,15 @@ struct ckpt_saver {
     int reserve; /* the up-front space reservation (MPICKPT_RESERVE), decided by rank 0 */
     uint64_t chunk;          /* largest MPI transfer (MPICKPT_MPI_CHUNK_BYTES), decided by rank 0 */
     int64_t *gather_scratch; /* rank 0: 2 x size, for ckpt__gather_bytes */
+    /* Per-node layout (save_node.c), made at create: this rank's node and its communicator
+     * (and the writer thread's duplicate), every node's leader (its lowest rank) by node index,
+     * and on a leader its members' ranks and the gather's buffer. */
+    int64_t ranks_per_node; /* MPICKPT_RANKS_PER_NODE, decided by rank 0; 0: shared memory */
+    MPI_Comm node_comm, node_async_comm;
+    int node, nnodes, node_rank, node_size;
+    int *node_leaders;  /* [nnodes] */
+    int *node_ranks;    /* leader: [node_size] */
+    int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c) */
 };
 
 /*
@@ -119,6 +129,12 @@ void ckpt__save_shard_input(const ckpt_saver *s, const save_ctx *c, ckpt__shard_
 
 /* save_shared.c: the shared layout's write, collective over c->comm */
 int ckpt__save_write_shared(ckpt_saver *s, save_ctx *c);
+
+/* save_node.c: the nodes (at create; freed at close) and the per-node layout's write, collective
+ * over the node of c->comm */
+int ckpt__save_node_init(ckpt_saver *s);
+void ckpt__save_node_free(ckpt_saver *s);
+int ckpt__save_write_node(ckpt_saver *s, save_ctx *c);
 
 /* save_async.c */
 int ckpt__save_snapshot(ckpt_saver *s, save_job *j);

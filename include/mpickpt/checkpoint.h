@@ -38,10 +38,11 @@ CKPT_EXTERN const char *ckpt_kind_name(ckpt_kind kind);
 typedef enum ckpt_layout {
     CKPT_LAYOUT_UNKNOWN = 0,
     CKPT_LAYOUT_SHARED = 1,   /**< one HDF5 file written by all ranks */
-    CKPT_LAYOUT_PER_RANK = 2  /**< one HDF5 file per rank */
+    CKPT_LAYOUT_PER_RANK = 2, /**< one HDF5 file per rank */
+    CKPT_LAYOUT_PER_NODE = 3  /**< one HDF5 file per node, written by the ranks of that node */
 } ckpt_layout;
 
-/** "shared", "per-rank" or "unknown". */
+/** "shared", "per-rank", "per-node" or "unknown". */
 CKPT_EXTERN const char *ckpt_layout_name(ckpt_layout layout);
 
 /** Header of a checkpoint's index. */

@@ -31,7 +31,10 @@ typedef struct ckpt_saver ckpt_saver;
 /** Options of ckpt_saver_create(). Initialize with CKPT_SAVER_OPTIONS_INIT. */
 typedef struct ckpt_saver_options {
     unsigned int version;    /**< CKPT_SAVER_OPTIONS_VERSION */
-    ckpt_layout layout;      /**< CKPT_LAYOUT_UNKNOWN = default (per-rank; MPICKPT_LAYOUT overrides) */
+    /** CKPT_LAYOUT_UNKNOWN = default (per-rank; MPICKPT_LAYOUT overrides), CKPT_LAYOUT_PER_RANK,
+     *  CKPT_LAYOUT_SHARED or CKPT_LAYOUT_PER_NODE (one file per node: MPI_COMM_TYPE_SHARED, or
+     *  nodes of MPICKPT_RANKS_PER_NODE ranks) */
+    ckpt_layout layout;
     int collective_io;       /**< shared layout: 1 = collective MPI-IO transfers, 0 = independent */
     MPI_Info info;           /**< MPI-IO hints for the shared layout (MPI_INFO_NULL: none) */
     int64_t max_shard_bytes; /**< >0: split every stored piece into pieces of at most this size */
@@ -40,10 +43,11 @@ typedef struct ckpt_saver_options {
      *  merges and commits. Needs MPI_THREAD_MULTIPLE. */
     int async;
     double close_timeout_s;  /**< async: how long close waits for a save in flight (0: 600 s) */
-    /** Per-rank layout: pieces of at most this many bytes are stored back to back in one uint8
-     *  dataset per rank (packed, format 2) instead of a dataset each, whose creation dominates
-     *  the save of small tensors. 0: the default, CKPT_PACK_MAX_BYTES_DEFAULT, or the value of
-     *  the environment variable MPICKPT_PACK_BYTES; < 0: never pack. (Since options version 2.) */
+    /** Per-rank and per-node layouts: pieces of at most this many bytes are stored back to back
+     *  in one uint8 dataset per rank (packed, format 2) instead of a dataset each, whose creation
+     *  dominates the save of small tensors. 0: the default, CKPT_PACK_MAX_BYTES_DEFAULT, or the
+     *  value of the environment variable MPICKPT_PACK_BYTES; < 0: never pack. (Since options
+     *  version 2.) */
     int64_t pack_max_bytes;
 } ckpt_saver_options;
 

@@ -481,3 +481,47 @@ int tm_flip_piece_byte(const char *prefix, const char *tensor, int victim, char 
     close(fd);
     return rc;
 }
+
+ckpt_layout tm_layout(const char *name)
+{
+    if (strcmp(name, "shared") == 0)
+        return CKPT_LAYOUT_SHARED;
+    if (strcmp(name, "per-rank") == 0)
+        return CKPT_LAYOUT_PER_RANK;
+    if (strcmp(name, "per-node") == 0)
+        return CKPT_LAYOUT_PER_NODE;
+    return CKPT_LAYOUT_UNKNOWN;
+}
+
+int tm_ranks_per_node(void)
+{
+    const char *v = getenv("MPICKPT_RANKS_PER_NODE");
+    return v && *v ? atoi(v) : 0;
+}
+
+int tm_data_files(ckpt_layout layout, int n)
+{
+    if (layout == CKPT_LAYOUT_SHARED)
+        return 1;
+    if (layout != CKPT_LAYOUT_PER_NODE)
+        return n;
+    int k = tm_ranks_per_node();
+    return k > 0 ? (n + k - 1) / k : 1;
+}
+
+int tm_data_file_of(ckpt_layout layout, int n, int r)
+{
+    (void)n;
+    if (layout == CKPT_LAYOUT_SHARED)
+        return 0;
+    if (layout != CKPT_LAYOUT_PER_NODE)
+        return r;
+    int k = tm_ranks_per_node();
+    return k > 0 ? r / k : 0;
+}
+
+void tm_data_file_name(char *out, size_t size, const char *base, ckpt_layout layout, int n, int r)
+{
+    snprintf(out, size, "%s.data-%05d-of-%05d", base, tm_data_file_of(layout, n, r),
+             tm_data_files(layout, n));
+}

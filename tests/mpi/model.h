@@ -165,4 +165,18 @@ uint64_t tm_stored_bytes(int n, int64_t big_rows, int64_t step);
 int tm_flip_piece_byte(const char *prefix, const char *tensor, int victim, char *file_out,
                        size_t file_size);
 
+/* Layouts of the tests: "shared", "per-rank" or "per-node" (CKPT_LAYOUT_UNKNOWN otherwise). The
+ * per-node tests run on one machine with nodes of MPICKPT_RANKS_PER_NODE=k ranks (ranks
+ * [j*k, (j+1)*k) form node j); without the variable all ranks share one node. */
+ckpt_layout tm_layout(const char *name);
+/* Ranks per node of the per-node layout in this environment (0: every rank on one node). */
+int tm_ranks_per_node(void);
+/* How many data files a checkpoint of `layout` written by n ranks has, and which one holds the
+ * pieces of rank r (per-rank: r; per-node: its node; shared: 0). */
+int tm_data_files(ckpt_layout layout, int n);
+int tm_data_file_of(ckpt_layout layout, int n, int r);
+/* "<base>.data-<file>-of-<files>" of rank r's pieces, for `layout` and n writer ranks. */
+void tm_data_file_name(char *out, size_t size, const char *base, ckpt_layout layout, int n,
+                       int r);
+
 #endif

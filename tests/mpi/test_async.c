@@ -1,6 +1,6 @@
 /* Async checkpointing: the saver's async mode (DESIGN §5, TensorFlow's async_checkpoint_helper.py).
  *
- * usage: test_async OUTDIR CASE shared|per-rank [ARG]
+ * usage: test_async OUTDIR CASE shared|per-rank|per-node [ARG]
  *
  *   snapshot      save returns `<prefix>-N` at once; the buffers (and the blob callback's bytes)
  *                 are overwritten right after it returns; after sync the checkpoint holds the values
@@ -453,9 +453,15 @@ static void wait_writer_done(const char *dir, const char *prefix, const char *wh
     snprintf(chief_temp, sizeof chief_temp, "%s_temp", prefix);
     const char *base = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
     mine[0] = '\0';
-    if (g_rank > 0 && g_layout == CKPT_LAYOUT_PER_RANK)
-        snprintf(mine, sizeof mine, "%s/workertemp_%d/%s.data-%05d-of-%05d", dir, g_rank, base,
-                 g_rank, g_size);
+    /* per-node: a node's file is in its leader's (lowest rank's) temp dir */
+    int k = tm_ranks_per_node();
+    int holds = g_layout == CKPT_LAYOUT_PER_RANK ||
+                (g_layout == CKPT_LAYOUT_PER_NODE && k > 0 && g_rank % k == 0);
+    if (g_rank > 0 && holds) {
+        char name[512];
+        tm_data_file_name(name, sizeof name, base, g_layout, g_size, g_rank);
+        snprintf(mine, sizeof mine, "%s/workertemp_%d/%s", dir, g_rank, name);
+    }
     double t0 = now_s();
     int gone = 0;
     while (now_s() - t0 < 60) {
@@ -1159,10 +1165,9 @@ int main(int argc, char **argv)
     int known = 0;
     for (size_t i = 0; argc >= 4 && i < sizeof cases / sizeof cases[0]; i++)
         known |= strcmp(argv[2], cases[i]) == 0;
-    if (argc < 4 || argc > 5 || !known ||
-        (strcmp(argv[3], "shared") != 0 && strcmp(argv[3], "per-rank") != 0)) {
+    if (argc < 4 || argc > 5 || !known || tm_layout(argv[3]) == CKPT_LAYOUT_UNKNOWN) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: test_async OUTDIR CASE shared|per-rank [ARG]\n  CASE: "
+            fprintf(stderr, "usage: test_async OUTDIR CASE shared|per-rank|per-node [ARG]\n  CASE: "
                             "snapshot fault enospc enospc_noreserve close close_partial back2back identical "
                             "training metrics kill_write VICTIM kill_restore NWRITER\n");
         MPI_Finalize();
@@ -1179,7 +1184,7 @@ int main(int argc, char **argv)
     }
     snprintf(g_out, sizeof g_out, "%s", argv[1]);
     g_layout_name = argv[3];
-    g_layout = strcmp(argv[3], "shared") == 0 ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK;
+    g_layout = tm_layout(argv[3]); /* per-node: nodes of MPICKPT_RANKS_PER_NODE ranks */
     const char *c = argv[2];
     int arg = argc == 5 ? atoi(argv[4]) : -1;
     /* only what this test sets */

@@ -3,7 +3,8 @@
  *
  *   mpirun -np N test_blocks OUTDIR
  *
- * Every rank saves its rows of a ~4 MiB-per-rank float32 tensor (per-rank and shared layouts),
+ * Every rank saves its rows of a ~4 MiB-per-rank float32 tensor (per-rank, shared and per-node
+ * layouts),
  * then reads row windows through ckpt_reader_read (inside one block, across block and piece
  * boundaries, with a column range) and restores through a saver whose row split is shifted by
  * half a block; every value is checked on every rank. Then a byte of one block is flipped: rows
@@ -275,5 +276,7 @@ int main(int argc, char **argv)
     g_rows = (int64_t)g_size * (3 * ROWS_PER_BLOCK + 213);
     check_layout(argv[1], CKPT_LAYOUT_PER_RANK);
     check_layout(argv[1], CKPT_LAYOUT_SHARED);
+    /* nodes of MPICKPT_RANKS_PER_NODE ranks (tests/CMakeLists.txt), or one node */
+    check_layout(argv[1], CKPT_LAYOUT_PER_NODE);
     return check_mpi_done("test_blocks");
 }

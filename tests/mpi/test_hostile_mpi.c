@@ -21,7 +21,7 @@
  *       (CKPT_ETIMEDOUT, the saver left allocated as saver.h documents), then the manager freed:
  *       no crash, the abandoned save is not committed, the state still lists the previous one.
  *       ASan turns a use of the freed manager by the writer thread into a failure.
- *   enospc_sync shared|per-rank reserve|noreserve
+ *   enospc_sync shared|per-rank|per-node reserve|noreserve
  *       a synchronous saver and manager on a small tmpfs (mounted by rank 0 as root; exit 77 when
  *       it cannot): ckpt-1 fits, ckpt-2 does not: CKPT_ENOSPC (or CKPT_EIO saying no space) on
  *       every rank, ckpt-1 stays the latest and restores exactly, no temp files and no space
@@ -30,12 +30,13 @@
  *       noreserve: MPICKPT_RESERVE=0, the full disk is met inside HDF5 / MPI-IO.
  *   settings
  *       bad MPICKPT_* values -> CKPT_EINVAL on every rank naming the variable and the value (also
- *       when only rank 1 has it); divergent valid MPICKPT_LAYOUT / MPICKPT_PACK_BYTES -> rank 0's
+ *       when only rank 1 has it); divergent valid MPICKPT_LAYOUT / MPICKPT_PACK_BYTES /
+ *       MPICKPT_RANKS_PER_NODE -> rank 0's
  *       setting is what the checkpoint shows; ckpt_saver_options differing on one rank ->
  *       CKPT_EMISMATCH on every rank; a valid MPICKPT_FAULT still injects.
- *   dir per-rank|shared
+ *   dir per-rank|shared|per-node
  *       a checkpoint directory others wrote into, under a collective saver and a manager:
- *       workertemp_1 (N >= 2) and <base>_temp planted as links to a victim directory -> the save
+ *       workertemp_1 (N >= 2; per-node: the second node's leader's) and <base>_temp planted as links to a victim directory -> the save
  *       fails with CKPT_ECORRUPT naming them on every rank, the victim is untouched, nothing is
  *       committed; links planted under the data files' final names and under metrics.jsonl ->
  *       the save commits, the link is replaced or left, never written through; a FIFO
@@ -800,16 +801,22 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     ckpt_save_info info = { 0, 1, 0 };
     snprintf(prefix, sizeof prefix, "%s/ck", dir);
 
-    /* planted workertemp_1 (a non-chief rank's temp dir) */
-    if (g_size >= 2 && layout == CKPT_LAYOUT_PER_RANK) {
-        begin_case("dir %s: workertemp_1 is a link to a victim directory", layout_name);
-        snprintf(p, sizeof p, "%s/workertemp_1", dir);
+    /* planted workertemp_<r> (the temp dir of a non-chief rank that makes a data file: rank 1, or
+     * per-node the leader of node 1) */
+    int rpn = tm_ranks_per_node(), wr = layout == CKPT_LAYOUT_PER_RANK ? 1
+                                        : layout == CKPT_LAYOUT_PER_NODE && rpn > 0 ? rpn
+                                                                                  : g_size;
+    if (wr < g_size) {
+        char wt[64];
+        snprintf(wt, sizeof wt, "workertemp_%d", wr);
+        begin_case("dir %s: %s is a link to a victim directory", layout_name, wt);
+        snprintf(p, sizeof p, "%s/%s", dir, wt);
         rank0_link(victim, p);
         tm_fill(&m, 1);
         if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
-                 "save through a planted workertemp_1"))
-            CHECK_MSG(strstr(g_msg, "workertemp_1") && contains_ci(g_msg, "link"),
-                      "the message does not name workertemp_1 as a link: %s", g_msg);
+                 "save through a planted workertemp_<r>"))
+            CHECK_MSG(strstr(g_msg, wt) && contains_ci(g_msg, "link"),
+                      "the message does not name %s as a link: %s", wt, g_msg);
         CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
                   "the victim directory changed");
         snprintf(q, sizeof q, "%s-1", prefix);
@@ -832,7 +839,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     /* links under the data files' final names and under metrics.jsonl: replaced or left, never
      * written through */
     begin_case("dir %s: links planted under the final names", layout_name);
-    int nfiles = layout == CKPT_LAYOUT_SHARED ? 1 : g_size;
+    int nfiles = tm_data_files(layout, g_size);
     for (int r = 0; r < nfiles; r++) {
         snprintf(p, sizeof p, "%s-1.data-%05d-of-%05d", prefix, r, nfiles);
         rank0_link(vfile, p);
@@ -1065,7 +1072,7 @@ static int check_written(const char *prefix, ckpt_layout want_layout, int want_p
                   g_size);
     }
     /* the data files the layout makes */
-    int nfiles = want_layout == CKPT_LAYOUT_SHARED ? 1 : g_size;
+    int nfiles = tm_data_files(want_layout, g_size);
     for (int f = 0; f < g_size || f < 2; f++) {
         char p[4400];
         snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, f, nfiles);
@@ -1075,7 +1082,7 @@ static int check_written(const char *prefix, ckpt_layout want_layout, int want_p
             CHECK_MSG(0, "%s: %s %s", what, p, want ? "is missing" : "exists");
         }
     }
-    if (want_layout == CKPT_LAYOUT_SHARED && g_size > 1) {
+    if (want_layout != CKPT_LAYOUT_PER_RANK && nfiles != g_size) {
         char p[4400];
         snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, 0, g_size);
         if (exists(p)) {
@@ -1141,7 +1148,11 @@ static void settings_divergent(const char *var, const char *v0, const char *v1,
     char w[700];
     snprintf(w, sizeof w, "%s: write", what);
     if (coll(ckpt_saver_write(s, prefix, &info), CKPT_OK, w)) {
+        /* nodes of rank 0's MPICKPT_RANKS_PER_NODE: what tm_data_files() reads */
+        if (strcmp(var, "MPICKPT_RANKS_PER_NODE") == 0 && v0)
+            setenv(var, v0, 1);
         check_written(prefix, want_layout, want_packed, what);
+        unsetenv("MPICKPT_RANKS_PER_NODE");
         if (g_rank == 1) {
             static const char *const words[] = { "rank 0", NULL };
             CHECK_MSG(logs_find(words) != NULL,
@@ -1184,11 +1195,16 @@ static void case_settings(void)
     char dir[2200];
     snprintf(dir, sizeof dir, "%s/settings", g_out);
     make_dir(dir);
+    /* the nodes of the per-node cases are set below (MPICKPT_RANKS_PER_NODE is left set for the
+     * other cases of this program: their per-node runs use it) */
+    unsetenv("MPICKPT_RANKS_PER_NODE");
     static const char *const bad[][2] = {
         { "MPICKPT_LAYOUT", "sharde" },   { "MPICKPT_ASYNC", "maybe" },
         { "MPICKPT_RESERVE", "2" },       { "MPICKPT_PACK_BYTES", "12x" },
         { "MPICKPT_PACK_BYTES", "-5" },   { "MPICKPT_FAULT", "1:wrtie" },
         { "MPICKPT_FAULT", "x:write" },   { "MPICKPT_LOG", "verbose" },
+        { "MPICKPT_RANKS_PER_NODE", "0" }, { "MPICKPT_RANKS_PER_NODE", "two" },
+        { "MPICKPT_LAYOUT", "pernode" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         settings_bad(bad[i][0], bad[i][1], -1);
@@ -1207,6 +1223,11 @@ static void case_settings(void)
                            CKPT_LAYOUT_PER_RANK, 0, 4);
         settings_divergent("MPICKPT_PACK_BYTES", "1048576", "0", CKPT_LAYOUT_PER_RANK,
                            CKPT_LAYOUT_PER_RANK, 1, 5);
+        /* per-node: the layout, and the nodes (rank 0: nodes of 1 rank; rank 1: of 2) */
+        settings_divergent("MPICKPT_LAYOUT", "per-node", "per-rank", CKPT_LAYOUT_UNKNOWN,
+                           CKPT_LAYOUT_PER_NODE, -1, 6);
+        settings_divergent("MPICKPT_RANKS_PER_NODE", "1", "2", CKPT_LAYOUT_PER_NODE,
+                           CKPT_LAYOUT_PER_NODE, -1, 7);
         settings_options_differ(0);
         settings_options_differ(1);
     } else if (g_rank == 0) {
@@ -1460,11 +1481,9 @@ int main(int argc, char **argv)
     int nargs = argc - 3;
     int ok = (strcmp(c, "fallback_per_rank") == 0 && nargs == 1 &&
               (strcmp(argv[3], "sync") == 0 || strcmp(argv[3], "async") == 0)) ||
-             (strcmp(c, "enospc_sync") == 0 && nargs == 2 &&
-              (strcmp(argv[3], "shared") == 0 || strcmp(argv[3], "per-rank") == 0) &&
+             (strcmp(c, "enospc_sync") == 0 && nargs == 2 && tm_layout(argv[3]) &&
               (strcmp(argv[4], "reserve") == 0 || strcmp(argv[4], "noreserve") == 0)) ||
-             (strcmp(c, "dir") == 0 && nargs == 1 &&
-              (strcmp(argv[3], "shared") == 0 || strcmp(argv[3], "per-rank") == 0)) ||
+             (strcmp(c, "dir") == 0 && nargs == 1 && tm_layout(argv[3])) ||
              ((strcmp(c, "async_lifetime") == 0 || strcmp(c, "settings") == 0 ||
                strcmp(c, "utf8_names") == 0) &&
               nargs == 0);
@@ -1472,8 +1491,8 @@ int main(int argc, char **argv)
         if (g_rank == 0)
             fprintf(stderr, "usage: test_hostile_mpi OUTDIR CASE [ARG...]\n"
                             "  fallback_per_rank sync|async\n  async_lifetime\n"
-                            "  enospc_sync shared|per-rank reserve|noreserve\n  settings\n"
-                            "  utf8_names\n  dir shared|per-rank\n");
+                            "  enospc_sync shared|per-rank|per-node reserve|noreserve\n"
+                            "  settings\n  utf8_names\n  dir shared|per-rank|per-node\n");
         MPI_Finalize();
         return 2;
     }
@@ -1499,13 +1518,10 @@ int main(int argc, char **argv)
         case_async_lifetime();
         snprintf(title, sizeof title, "test_hostile_mpi async_lifetime");
     } else if (strcmp(c, "enospc_sync") == 0) {
-        int shared = strcmp(argv[3], "shared") == 0;
-        case_enospc_sync(shared ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK, argv[3],
-                         strcmp(argv[4], "reserve") == 0);
+        case_enospc_sync(tm_layout(argv[3]), argv[3], strcmp(argv[4], "reserve") == 0);
         snprintf(title, sizeof title, "test_hostile_mpi enospc_sync %s %s", argv[3], argv[4]);
     } else if (strcmp(c, "dir") == 0) {
-        int shared = strcmp(argv[3], "shared") == 0;
-        case_dir(shared ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK, argv[3]);
+        case_dir(tm_layout(argv[3]), argv[3]);
         snprintf(title, sizeof title, "test_hostile_mpi dir %s", argv[3]);
     } else if (strcmp(c, "settings") == 0) {
         case_settings();

@@ -1,5 +1,5 @@
 /* Checkpoint manager and worker training state under MPI.
- * Usage: test_manager OUTDIR CASE [per-rank|shared]
+ * Usage: test_manager OUTDIR CASE [per-rank|shared|per-node]
  *
  * CASE (each a ctest entry; "all" runs every one in its own subdirectory of OUTDIR):
  *   retention   max_to_keep=3 over 7 saves: the state lists exactly ckpt-5..7 oldest first, the
@@ -280,7 +280,7 @@ static void data_name(char *out, size_t n, const char *stem, int64_t counter, in
 
 static int num_data_files(void)
 {
-    return g_layout == CKPT_LAYOUT_SHARED ? 1 : g_size;
+    return tm_data_files(g_layout, g_size); /* per-node: one per node (model.h) */
 }
 
 /* Files a checkpoint directory may hold besides checkpoints and the state file: the saver's
@@ -1805,15 +1805,14 @@ int main(int argc, char **argv)
             found |= strcmp(argv[2], cases[i].name) == 0;
         found |= strcmp(argv[2], "all") == 0;
         if (argc == 4) {
-            if (strcmp(argv[3], "shared") == 0)
-                g_layout = CKPT_LAYOUT_SHARED;
-            else if (strcmp(argv[3], "per-rank") != 0)
+            g_layout = tm_layout(argv[3]);
+            if (g_layout == CKPT_LAYOUT_UNKNOWN)
                 found = 0;
         }
     }
     if (!found) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: test_manager OUTDIR CASE [per-rank|shared]; CASE: all "
+            fprintf(stderr, "usage: test_manager OUTDIR CASE [per-rank|shared|per-node]; CASE: all "
                             "retention keep_hours fallback bcast initial delete gc workertemp\n");
         MPI_Finalize();
         return 2;

@@ -6,9 +6,10 @@
  *   test_saver OUTDIR read LAYOUT STEP N_WRITER         restores OUTDIR/ck written by N_WRITER
  * ranks
  *
- * LAYOUT is "shared" or "per-rank" (for read: the layout the checkpoint must report). Variants
- * for write/roundtrip: "shared-coll" (shared with collective MPI-IO) and "shared-shard" /
- * "per-rank-shard" (max_shard_bytes = SHARD_BYTES: every stored piece split). Every check runs on
+ * LAYOUT is "shared", "per-rank" or "per-node" (for read: the layout the checkpoint must report;
+ * per-node: nodes of MPICKPT_RANKS_PER_NODE ranks, model.h). Variants for write/roundtrip:
+ * "shared-coll" (shared with collective MPI-IO) and "shared-shard" / "per-rank-shard" /
+ * "per-node-shard" (max_shard_bytes = SHARD_BYTES: every stored piece split). Every check runs on
  * every rank; every rank exits with the same code (check_mpi_done). */
 #include "mpi_check.h"
 #include "coll.h"
@@ -115,15 +116,27 @@ static void check_files(const char *prefix, int nranks, ckpt_layout layout, cons
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s.index", prefix);
     CHECK_MSG(path_exists(p), "%s: %s missing", what, p);
-    if (layout == CKPT_LAYOUT_SHARED) {
-        snprintf(p, sizeof p, "%s.data-00000-of-00001", prefix);
+    int nfiles = tm_data_files(layout, nranks);
+    for (int i = 0; i < nfiles; i++) {
+        snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, i, nfiles);
         CHECK_MSG(path_exists(p), "%s: %s missing", what, p);
-    } else {
-        for (int i = 0; i < nranks; i++) {
-            snprintf(p, sizeof p, "%s.data-%05d-of-%05d", prefix, i, nranks);
-            CHECK_MSG(path_exists(p), "%s: %s missing", what, p);
-        }
     }
+    /* and no other data file of this checkpoint (per-node: one per node, not per rank) */
+    char dir[PATH_MAX], stem[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : prefix;
+    snprintf(stem, sizeof stem, "%s.data-", base);
+    if (slash)
+        *slash = '\0';
+    DIR *d = opendir(slash ? dir : ".");
+    int count = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        count += strncmp(e->d_name, stem, strlen(stem)) == 0;
+    if (d)
+        closedir(d);
+    CHECK_MSG(count == nfiles, "%s: %d data files of %s, want %d (%s layout, %d ranks)", what,
+              count, base, nfiles, ckpt_layout_name(layout), nranks);
 }
 
 static void check_restore_info(const ckpt_restore_info *ri, int64_t counter, int64_t step,
@@ -219,10 +232,10 @@ static void check_on_disk(const char *prefix, int nranks, int64_t counter, int64
                 CHECK_MSG(ckpt_slice_equal(&pi.dataset_slice, &pi.slice),
                           "shared: w piece %zu dataset_start != start", j);
             } else {
-                snprintf(want_file, sizeof want_file, "%s.data-%05d-of-%05d", base, (int)pi.rank,
-                         nranks);
+                tm_data_file_name(want_file, sizeof want_file, base, layout, nranks,
+                                  (int)pi.rank);
                 CHECK_MSG(pi.dataset_slice.start[0] == 0 && pi.dataset_slice.start[1] == 0,
-                          "per-rank: w piece %zu dataset_start not 0", j);
+                          "%s: w piece %zu dataset_start not 0", ckpt_layout_name(layout), j);
             }
             CHECK_MSG(strcmp(pi.file, want_file) == 0, "w piece %zu (rank %d) in file %s, want %s",
                       j, (int)pi.rank, pi.file, want_file);
@@ -472,10 +485,7 @@ static void negative_cases(const char *good_prefix, const char *prefix)
     snprintf(p, sizeof p, "%s-3", prefix);
     if (g_rank == 0) {
         char data[PATH_MAX + 64];
-        if (g_layout == CKPT_LAYOUT_SHARED)
-            snprintf(data, sizeof data, "%s.data-00000-of-00001", p);
-        else
-            snprintf(data, sizeof data, "%s.data-00000-of-%05d", p, g_size);
+        tm_data_file_name(data, sizeof data, p, g_layout, g_size, 0);
         struct stat sb;
         CHECK(stat(data, &sb) == 0 && truncate(data, sb.st_size - 1) == 0);
     }
@@ -770,6 +780,10 @@ int main(int argc, char **argv)
         g_layout = CKPT_LAYOUT_SHARED, g_max_shard = SHARD_BYTES;
     else if (strcmp(argv[3], "per-rank-shard") == 0)
         g_layout = CKPT_LAYOUT_PER_RANK, g_max_shard = SHARD_BYTES;
+    else if (strcmp(argv[3], "per-node") == 0) /* nodes: MPICKPT_RANKS_PER_NODE (model.h) */
+        g_layout = CKPT_LAYOUT_PER_NODE;
+    else if (strcmp(argv[3], "per-node-shard") == 0)
+        g_layout = CKPT_LAYOUT_PER_NODE, g_max_shard = SHARD_BYTES;
     else {
         if (g_rank == 0)
             fprintf(stderr, "test_saver: unknown layout %s\n", argv[3]);

@@ -1,9 +1,11 @@
-/* Collective saver under injected faults and bad input (usage: test_saver_fault OUTDIR LAYOUT).
+/* Collective saver under injected faults and bad input (usage: test_saver_fault OUTDIR LAYOUT,
+ * shared, per-rank or per-node).
  *
  * 1. The test model (model.h: row- and column-partitioned tensors, a full tensor per rank,
  *    replicated primaries, a per-rank component, a blob whose length changes with the step) is
  *    saved at OUTDIR/ck (-> ck-1) with the values of step 1.
- * 2. For every protocol step (plan, write, agree, merge, commit) and failing rank (0, size-1),
+ * 2. For every protocol step (plan, write, agree, merge, commit; per-node also node) and failing
+ *    rank (0, size-1),
  *    MPICKPT_FAULT=<rank>:<step> makes that save fail: every rank must return CKPT_EIO with a
  *    message naming the fault and the rank, nothing may be committed or left behind, and ck-1 still
  *    restores the step-1 values everywhere.
@@ -98,7 +100,9 @@ static int64_t counter_same_everywhere(ckpt_saver *s, const char *what)
 
 /* ---- 1-3: faults in every protocol step ---- */
 
-static const char *const fault_steps[] = { "plan", "write", "agree", "merge", "commit" };
+/* "node" (per-node layout only): a member fails before telling its leader; a leader (rank 0, and
+ * the last rank when it leads a node) after its ranks sent their lists, before the file exists */
+static const char *const fault_steps[] = { "plan", "write", "agree", "merge", "commit", "node" };
 
 static void test_faults(void)
 {
@@ -132,6 +136,8 @@ static void test_faults(void)
         for (int fi = 0; fi < nfail; fi++) {
             const char *step = fault_steps[si];
             int fr = fail_ranks[fi];
+            if (strcmp(step, "node") == 0 && g_layout != CKPT_LAYOUT_PER_NODE)
+                continue;
             char what[256], fault[64];
             snprintf(fault, sizeof fault, "%d:%s", fr, step);
             snprintf(what, sizeof what, "MPICKPT_FAULT=%s (%d ranks, %s)", fault, g_size,
@@ -466,15 +472,15 @@ int main(int argc, char **argv)
 {
     check_watchdog_s = 45; /* seconds a case may take */
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
-    if (argc != 3 || (strcmp(argv[2], "shared") != 0 && strcmp(argv[2], "per-rank") != 0)) {
+    if (argc != 3 || tm_layout(argv[2]) == CKPT_LAYOUT_UNKNOWN) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: test_saver_fault OUTDIR shared|per-rank\n");
+            fprintf(stderr, "usage: test_saver_fault OUTDIR shared|per-rank|per-node\n");
         MPI_Finalize();
         return 2;
     }
     snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
     g_layout_name = argv[2];
-    g_layout = strcmp(argv[2], "shared") == 0 ? CKPT_LAYOUT_SHARED : CKPT_LAYOUT_PER_RANK;
+    g_layout = tm_layout(argv[2]); /* per-node: nodes of MPICKPT_RANKS_PER_NODE ranks */
     unsetenv("MPICKPT_FAULT"); /* only what this test sets */
     if (g_rank == 0)
         mkdir(g_dir, 0755);

@@ -38,7 +38,8 @@ __all__ = [
 __version__ = _C.version()
 EXIT_PREEMPTED = _C.EXIT_PREEMPTED
 
-_LAYOUTS = {None: _C.LAYOUT_DEFAULT, "per-rank": _C.LAYOUT_PER_RANK, "shared": _C.LAYOUT_SHARED}
+_LAYOUTS = {None: _C.LAYOUT_DEFAULT, "per-rank": _C.LAYOUT_PER_RANK, "shared": _C.LAYOUT_SHARED,
+            "per-node": _C.LAYOUT_PER_NODE}
 
 # Savers still open at exit are closed (an async save in flight is waited for) before mpi4py
 # finalizes MPI: the handler is registered after mpi4py.MPI was imported, so it runs first.
@@ -71,7 +72,7 @@ def _comm_of(comm: Any) -> Any:
 
 def _layout(layout: Optional[str]) -> int:
     if layout not in _LAYOUTS:
-        raise InvalidArgumentError(f"layout {layout!r}: use None, 'per-rank' or 'shared'")
+        raise InvalidArgumentError(f"layout {layout!r}: use None, 'per-rank', 'shared' or 'per-node'")
     return _LAYOUTS[layout]
 
 

@@ -260,6 +260,9 @@ function get(line, key,   m) {
   if (get($0, "skipped") != "") { fixed[s, k] = "skipped"; next }
   v = get($0, "over_raw"); g = get($0, "goal_over_raw")
   fixed[s, k] = sprintf("%.2f (best %.2f)%s", v, get($0, "over_raw_best"), (v + 0 <= g + 0) ? " ok" : " MISS")
+  own = ""; if (match($0, /"own":\{[^}]*\}/)) own = substr($0, RSTART, RLENGTH)
+  fixedown[s, k] = sprintf("%.2f (best %.2f)", get(own, "over_raw"), get(own, "over_raw_best"))
+  fixedempty[k] = sprintf("%.5f", get($0, "empty_span_s"))
   next
 }
 {
@@ -386,7 +389,8 @@ END {
     }
   }
   if (nfk) {
-    printf "\nfixed cost: mpickpt / raw of the same bytes in the same run, median (best of the reps); lower is better\n"
+    printf "\nfixed cost: mpickpt / raw of the same bytes in the same run, median (best of the reps); lower is better;\n"
+    printf "times are spans (a barrier before, one after: first start to last finish); own: the duration of each rank alone, max over ranks\n"
     printf "  %-28s", "ratio (goal)"
     for (c = 1; c <= nfk; c++) { split(fk[c], a, "|"); printf " %24s", "np" a[1] " " a[2] }
     printf "\n"
@@ -394,6 +398,12 @@ END {
     for (c = 1; c <= nfk; c++) printf " %24s", (fixed["fixed_save", fk[c]] == "") ? "-" : fixed["fixed_save", fk[c]]
     printf "\n  %-28s", "small restore / raw (<= 3)"
     for (c = 1; c <= nfk; c++) printf " %24s", (fixed["fixed_restore", fk[c]] == "") ? "-" : fixed["fixed_restore", fk[c]]
+    printf "\n  %-28s", "  save, own durations"
+    for (c = 1; c <= nfk; c++) printf " %24s", (fixedown["fixed_save", fk[c]] == "") ? "-" : fixedown["fixed_save", fk[c]]
+    printf "\n  %-28s", "  restore, own durations"
+    for (c = 1; c <= nfk; c++) printf " %24s", (fixedown["fixed_restore", fk[c]] == "") ? "-" : fixedown["fixed_restore", fk[c]]
+    printf "\n  %-28s", "  barriers alone (s)"
+    for (c = 1; c <= nfk; c++) printf " %24s", (fixedempty[fk[c]] == "") ? "-" : fixedempty[fk[c]]
     printf "\n"
   }
 }

@@ -58,7 +58,7 @@ int check_linear(const float *f, size_t n, uint64_t base);
 void plain_write(const char *path, const void *buf, size_t n);
 double timed_plain_write(const char *path, const void *buf, size_t n);
 double timed_plain_read(const char *path, void *buf, size_t n);
-double timed_plain_pread(const char *path, void *buf, size_t n);
+void plain_pread(const char *path, void *buf, size_t n);
 double timed_checked_read(const char *path, void *buf, size_t n);
 void remove_all(const char *path);
 int drop_caches(char *why, size_t whylen);

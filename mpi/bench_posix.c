@@ -121,7 +121,7 @@ static void plain_read(const char *path, void *buf, size_t n)
 }
 
 /* open + pread(2) from offset 0 in large chunks + close. Local. */
-static void plain_pread(const char *path, void *buf, size_t n)
+void plain_pread(const char *path, void *buf, size_t n)
 {
     int fd = open(path, O_RDONLY);
     if (fd < 0)
@@ -175,14 +175,6 @@ double timed_plain_read(const char *path, void *buf, size_t n)
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
     plain_read(path, buf, n);
-    return max_all(now() - t0);
-}
-
-double timed_plain_pread(const char *path, void *buf, size_t n)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = now();
-    plain_pread(path, buf, n);
     return max_all(now() - t0);
 }
 

@@ -189,6 +189,17 @@ for np_ in fixed_nps:
                     bad.append("%s: %s > %s" % (what, a, b))
             if sc == "fixed_save" and not isinstance(j.get("phases"), dict):
                 bad.append("%s: no phases" % what)
+            if j.get("timing") != "span":
+                bad.append("%s: timing = %r" % (what, j.get("timing")))
+            num(j, "empty_span_s", strict=True)
+            own = j.get("own")
+            if not isinstance(own, dict):
+                bad.append("%s: no own durations" % what)
+            else:
+                own = dict(own, scenario=sc, layout=layout)
+                for f in ("mpickpt_s", "mpickpt_best_s", "raw_s", "raw_best_s", "over_raw",
+                          "over_raw_best"):
+                    num(own, f, strict=True)
 
 for n in notes:
     print("note:", n)

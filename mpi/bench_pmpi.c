@@ -5,8 +5,10 @@
  *
  * Why it sees the library's calls: libmpickpt.so and libhdf5 call MPI_X through their PLT, and the
  * dynamic linker binds it to the first definition in lookup order, the executable's, provided the
- * executable exports it (mpickpt-bench is linked with ENABLE_EXPORTS, i.e. -rdynamic). The
- * collectives scenario checks that calls from libmpickpt were counted (bench_scale.c).
+ * executable exports it: GNU ld does for a symbol that a linked shared library (libmpi.so) also
+ * defines, and mpickpt-bench is linked with ENABLE_EXPORTS (-rdynamic) so that it does not depend
+ * on the link line. The collectives scenario checks that calls from libmpickpt were counted
+ * (bench_scale.c).
  *
  * Counting is off outside a window (pmpi_begin .. pmpi_end): a wrapper then costs one relaxed
  * atomic load. Inside it, counters are atomic: an async save's writer thread counts too. */

@@ -886,7 +886,7 @@ void run_fixed(const opts *o)
     print_fixed(o, "fixed_restore", "small restore / raw", "pread", 3.0, "<= 3", m.bytes, &tr, n,
                 NULL);
     if (g_rank == 0) {
-        printf("  (a span of no operation, i.e. the barriers alone: median %.4f s)\n",
+        printf("  (a span of no operation, i.e. the barriers alone: median %.6f s)\n",
                median(ts.empty, n));
         fflush(stdout);
     }

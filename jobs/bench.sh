@@ -23,7 +23,7 @@
 #   BENCH_MEM_NP=4           memory row: rank count
 #   BENCH_MEM_PIECES="1000 10000 100000 1000000"   memory row: total piece counts
 #   BENCH_MEM_KIND=partitioned   or owned (full tensors; registration is quadratic past ~100k/rank)
-#   BENCH_MEM_LAYOUTS=per-rank   memory row: layouts
+#   BENCH_MEM_LAYOUTS=per-rank   memory row: layouts (shared: a dataset per tensor, slow past 10k)
 #   BENCH_FIXED_NP="4 16"    fixed-cost rows: rank counts (16 oversubscribes 2 cores: fine)
 #   BENCH_FIXED_MB=4         fixed-cost rows: MiB per rank
 #   BENCH_FIXED_REPS=11      fixed-cost rows: reps (median and best reported)

@@ -3,10 +3,17 @@
  * of the same bytes measured in the same run (this machine's disk drifts 2-3x over minutes, so
  * only ratios of medians of interleaved measurements mean anything).
  *
- *   mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all
- *          [--mb-per-rank M] [--reps R] [--layout shared|per-rank|per-node] [--collective 0|1] [--json]
- *          [--tensors K] [--min-kb A] [--max-kb B] [--max-shard-bytes S] [--hint KEY=VALUE]...
- *          [--cold 0|1] [-v]
+ *   mpirun -np N mpickpt-bench --dir DIR --scenario LIST
+ *          [--mb-per-rank M] [--reps R] [--layout shared|per-rank|per-node] [--collective 0|1]
+ *          [--json] [--tensors K] [--min-kb A] [--max-kb B] [--max-shard-bytes S]
+ *          [--hint KEY=VALUE]... [--cold 0|1] [--fixed-mb M] [--fixed-reps R]
+ *          [--mem-pieces P1,P2,...] [--mem-kind partitioned|owned] [--mem-rank1-pieces K]
+ *          [--ranks-per-node K] [-v]
+ *
+ * LIST: comma-separated scenarios; "all" is large,small,restore,async (as it always was); the
+ * scale rows (bench_scale.c) are asked for by name: collectives, memory, files, fixed.
+ * --layout per-node asks for it through MPICKPT_LAYOUT=per-node (rows skipped with the saver's
+ * message when this build has no such layout).
  *
  * Scenarios (every time is the maximum over ranks: barrier before, allreduce MAX after; each rep
  * runs the library and the baseline back to back, alternating which goes first):
@@ -25,6 +32,20 @@
  *            into pre-faulted buffers; also the background time (start to ckpt_saver_sync()).
  * A warm-up save (or restore) precedes the reps of each scenario and is not counted: it makes the
  * plan, faults in the library's snapshot buffers and HDF5's first-use costs.
+ * The scale rows (issue 15; bench_scale.c; each prints its own table and JSON lines; see
+ * docs/performance.md):
+ *   collectives  MPI calls of the first save, a save with the cached plan, a restore and an async
+ *                save (4 tensors, --fixed-mb MiB per rank), counted per rank through PMPI
+ *                (bench_pmpi.c): {"scenario":"collectives","op",...,"collective_max/_chief",
+ *                "p2p_*","io_*","wait_*","mpickpt_collective_*","agree_*","hdf5_collective_*",
+ *                "by_caller":{...},"by_function":{"MPI_X":{"kind","max","chief"}}}
+ *   memory       peak VmHWM growth of each rank during a restore, for each --mem-pieces total
+ *                (rank 1 holds a fixed --mem-rank1-pieces): {"scenario":"restore_memory",
+ *                "total_pieces","pieces_chief","pieces_rank1","peak_kb_chief","peak_kb_rank1",...}
+ *   files        the entries one save creates, per layout: {"scenario":"files","entries",...}
+ *   fixed        save and restore of --fixed-mb MiB per rank vs write+fsync and pread of the same
+ *                bytes, --fixed-reps reps: {"scenario":"fixed_save"|"fixed_restore","over_raw"
+ *                (median mpickpt / median raw),"over_raw_best" (best / best),"goal_over_raw",...}
  *
  * Output: a table on rank 0; with --json also one JSON line per scenario:
  *   {"scenario","ranks","layout","collective","bytes_per_rank","reps","mpickpt_s","baseline_s",
@@ -63,7 +84,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(const double *v, int n)
+double median(const double *v, int n)
 {
     double s[MAX_REPS];
     if (n <= 0)
@@ -74,7 +95,7 @@ static double median(const double *v, int n)
 }
 
 /* Quantile q of v (linear interpolation between order statistics). */
-static double quantile(const double *v, int n, double q)
+double quantile(const double *v, int n, double q)
 {
     double s[MAX_REPS];
     if (n <= 0)
@@ -86,10 +107,11 @@ static double quantile(const double *v, int n, double q)
     return i + 1 < n ? s[i] + (x - i) * (s[i + 1] - s[i]) : s[n - 1];
 }
 
-
-static const char *layout_name(ckpt_layout l)
+const char *layout_name(const opts *o)
 {
-    return ckpt_layout_name(l);
+    if (o->layout_env)
+        return o->layout_env;
+    return o->layout == CKPT_LAYOUT_SHARED ? "shared" : "per-rank";
 }
 
 void print_result(const opts *o, const result *r)
@@ -107,7 +129,7 @@ void print_result(const opts *o, const result *r)
         if (o->json)
             printf("{\"scenario\":\"%s\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
                    "\"skipped\":\"%s\"}\n",
-                   r->scenario, g_size, layout_name(o->layout), o->collective, r->skipped);
+                   r->scenario, g_size, layout_name(o), o->collective, r->skipped);
         fflush(stdout);
         return;
     }
@@ -124,7 +146,7 @@ void print_result(const opts *o, const result *r)
     double q1 = quantile(paired, r->reps, 0.25), q3 = quantile(paired, r->reps, 0.75);
     printf("%-20s %-8s %4s %5d %9.1f %4d %10.4f %10.4f %7.3f %8.3f %8.3f | %8.4f %8.4f %8.4f "
            "%8.4f\n",
-           r->scenario, layout_name(o->layout),
+           r->scenario, layout_name(o),
            o->layout == CKPT_LAYOUT_SHARED ? (o->collective ? "on" : "off") : "-", g_size,
            (double)r->bytes / MiB, r->reps, lib, base, ratio, total / lib / 1e9, total / base / 1e9,
            ph[0], ph[1], ph[2], ph[3]);
@@ -143,7 +165,7 @@ void print_result(const opts *o, const result *r)
                "\"bytes_per_rank\":%zu,\"reps\":%d,\"mpickpt_s\":%.9g,\"baseline_s\":%.9g,"
                "\"speed_ratio\":%.6g,\"mpickpt_gbps\":%.6g,\"baseline_gbps\":%.6g,"
                "\"baseline\":\"%s\"",
-               r->scenario, g_size, layout_name(o->layout), o->collective, r->bytes, r->reps, lib,
+               r->scenario, g_size, layout_name(o), o->collective, r->bytes, r->reps, lib,
                base, ratio, total / lib / 1e9, total / base / 1e9, r->baseline);
         printf(",\"paired_ratio_p25\":%.6g,\"paired_ratio_p50\":%.6g,\"paired_ratio_p75\":%.6g", q1,
                quantile(paired, r->reps, 0.5), q3);
@@ -164,10 +186,15 @@ static void usage(void)
     if (g_rank == 0)
         fprintf(
             stderr,
-            "usage: mpirun -np N mpickpt-bench --dir DIR --scenario large|small|restore|async|all\n"
+            "usage: mpirun -np N mpickpt-bench --dir DIR --scenario LIST\n"
+            "         LIST: comma-separated of large|small|restore|async|all (the four before)\n"
+            "               |collectives|memory|files|fixed (the scale rows)\n"
             "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank|per-node]\n"
             "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
             "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
+            "         [--fixed-mb M (4)] [--fixed-reps R (11)] [--mem-pieces P1,P2,...\n"
+            "         (1000,10000,100000)] [--mem-kind partitioned|owned] [--mem-rank1-pieces K\n"
+            "         (100)] [--ranks-per-node K]\n"
             "         [-v]\n");
 }
 
@@ -183,6 +210,14 @@ static int parse(opts *o, int argc, char **argv)
     o->max_kb = 64;
     o->cold = 1;
     o->info = MPI_INFO_NULL;
+    o->fixed_mb = 4;
+    o->fixed_reps = 11;
+    o->n_mem = 3;
+    o->mem_partitioned = 1;
+    o->mem_rank1 = 100;
+    o->mem_pieces[0] = 1000;
+    o->mem_pieces[1] = 10000;
+    o->mem_pieces[2] = 100000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
@@ -210,13 +245,15 @@ static int parse(opts *o, int argc, char **argv)
         else if (!strcmp(a, "--reps"))
             o->reps = atoi(v);
         else if (!strcmp(a, "--layout")) {
+            o->layout_env = NULL;
             if (!strcmp(v, "shared"))
                 o->layout = CKPT_LAYOUT_SHARED;
             else if (!strcmp(v, "per-rank"))
                 o->layout = CKPT_LAYOUT_PER_RANK;
-            else if (!strcmp(v, "per-node"))
-                o->layout = CKPT_LAYOUT_PER_NODE;
-            else
+            else if (!strcmp(v, "per-node")) {
+                o->layout = CKPT_LAYOUT_UNKNOWN;
+                o->layout_env = "per-node";
+            } else
                 return -1;
         } else if (!strcmp(a, "--collective"))
             o->collective = atoi(v) != 0;
@@ -230,6 +267,34 @@ static int parse(opts *o, int argc, char **argv)
             o->max_shard_bytes = atoll(v);
         else if (!strcmp(a, "--cold"))
             o->cold = atoi(v) != 0;
+        else if (!strcmp(a, "--fixed-mb"))
+            o->fixed_mb = atol(v);
+        else if (!strcmp(a, "--fixed-reps"))
+            o->fixed_reps = atoi(v);
+        else if (!strcmp(a, "--mem-rank1-pieces"))
+            o->mem_rank1 = atol(v);
+        else if (!strcmp(a, "--ranks-per-node"))
+            o->ranks_per_node = atoi(v);
+        else if (!strcmp(a, "--mem-kind")) {
+            if (!strcmp(v, "owned"))
+                o->mem_partitioned = 0;
+            else if (!strcmp(v, "partitioned"))
+                o->mem_partitioned = 1;
+            else
+                return -1;
+        } else if (!strcmp(a, "--mem-pieces")) {
+            o->n_mem = 0;
+            for (const char *p = v; *p;) {
+                char *end;
+                long n = strtol(p, &end, 10);
+                if (end == p || n < 1 || o->n_mem == MAX_MEM_POINTS || (*end && *end != ','))
+                    return -1;
+                o->mem_pieces[o->n_mem++] = n;
+                p = *end ? end + 1 : end;
+            }
+            if (o->n_mem == 0)
+                return -1;
+        }
         else if (!strcmp(a, "--hint")) {
             const char *eq = strchr(v, '=');
             if (!eq)
@@ -245,12 +310,37 @@ static int parse(opts *o, int argc, char **argv)
             return -1;
         }
     }
-    const char *sc = o->scenario;
     if (!o->dir || o->mb < 1 || o->reps < 1 || o->reps > MAX_REPS || o->tensors < 1 ||
-        o->min_kb < 1 || o->max_kb < o->min_kb ||
-        (strcmp(sc, "large") && strcmp(sc, "small") && strcmp(sc, "restore") &&
-         strcmp(sc, "async") && strcmp(sc, "all")))
+        o->min_kb < 1 || o->max_kb < o->min_kb || o->fixed_mb < 1 || o->fixed_reps < 1 ||
+        o->fixed_reps > MAX_REPS || o->ranks_per_node < 0 || o->mem_rank1 < 0)
         return -1;
+    static const char *const known[] = { "large", "small", "restore", "async", "all",
+                                         "collectives", "memory", "files", "fixed" };
+    for (const char *p = o->scenario; *p;) {
+        size_t n = strcspn(p, ",");
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            ok |= strlen(known[k]) == n && !strncmp(p, known[k], n);
+        if (!ok) {
+            if (g_rank == 0)
+                fprintf(stderr, "mpickpt-bench: unknown scenario %.*s\n", (int)n, p);
+            return -1;
+        }
+        p += n + (p[n] == ',');
+    }
+    return o->scenario[0] ? 0 : -1;
+}
+
+/* Is `name` one of the comma-separated scenarios of `list`? */
+static int has_scenario(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == len && !strncmp(p, name, n))
+            return 1;
+        p += n + (p[n] == ',');
+    }
     return 0;
 }
 
@@ -309,18 +399,24 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *sc = o.scenario;
-    int all = !strcmp(sc, "all");
-    int do_large = all || !strcmp(sc, "large"), do_small = all || !strcmp(sc, "small");
-    int do_restore = all || !strcmp(sc, "restore"), do_async = all || !strcmp(sc, "async");
+    int all = has_scenario(sc, "all");
+    int do_large = all || has_scenario(sc, "large"), do_small = all || has_scenario(sc, "small");
+    int do_restore = all || has_scenario(sc, "restore");
+    int do_async = all || has_scenario(sc, "async");
     int uses_large = do_large || do_restore || do_async;
     size_t small_bytes = do_small ? small_model_bytes(&o) : 0;
-    if (!check_dir(&o, uses_large ? (size_t)o.mb << 20 : 0, small_bytes)) {
+    int scale_rows = has_scenario(sc, "collectives") || has_scenario(sc, "files") ||
+                     has_scenario(sc, "memory") || has_scenario(sc, "fixed");
+    size_t big = uses_large ? (size_t)o.mb << 20 : 0;
+    if (scale_rows && ((size_t)o.fixed_mb << 20) > big)
+        big = (size_t)o.fixed_mb << 20;
+    if (!check_dir(&o, big, small_bytes)) {
         MPI_Finalize();
         return 3;
     }
     if (g_rank == 0) {
         printf("mpickpt-bench %s: %d ranks, layout %s%s, %s, %d reps, dir %s\n", ckpt_version(),
-               g_size, layout_name(o.layout),
+               g_size, layout_name(&o),
                o.layout == CKPT_LAYOUT_SHARED
                    ? (o.collective ? " (collective MPI-IO)" : " (independent MPI-IO)")
                    : "",
@@ -342,9 +438,17 @@ int main(int argc, char **argv)
     if (do_async)
         run_async(&o, &m);
     free(m.arena);
+    if (has_scenario(sc, "collectives"))
+        run_collectives(&o);
+    if (has_scenario(sc, "files"))
+        run_files(&o);
+    if (has_scenario(sc, "memory"))
+        run_memory(&o);
+    if (has_scenario(sc, "fixed"))
+        run_fixed(&o);
     if (o.info != MPI_INFO_NULL)
         MPI_Info_free(&o.info);
     MPI_Comm_free(&g_node);
     MPI_Finalize();
-    return 0;
+    return g_status;
 }

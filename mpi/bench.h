@@ -1,6 +1,8 @@
 /* mpickpt-bench's shared parts (not installed): the options, a result row, the large model, and
- * what each of bench.c (main, options, output), bench_posix.c (timing, the plain-POSIX baselines)
- * and bench_scenarios.c (the models and the scenarios) takes from another. */
+ * what each of bench.c (main, options, output), bench_posix.c (timing, the plain-POSIX baselines),
+ * bench_scenarios.c (the models and the scenarios), bench_scale.c (the scale rows: collective
+ * calls, restore memory, files, fixed cost) and bench_pmpi.c (MPI calls counted through PMPI)
+ * takes from another. */
 #ifndef MPICKPT_BENCH_H
 #define MPICKPT_BENCH_H
 
@@ -13,6 +15,7 @@
 #define NT 4              /* tensors of the large model */
 #define COLS 1024         /* float32 columns: 4 KiB rows */
 #define MAX_REPS 1000
+#define MAX_MEM_POINTS 16 /* --mem-pieces: total piece counts of the memory row */
 
 typedef struct opts {
     const char *dir;
@@ -27,9 +30,20 @@ typedef struct opts {
     MPI_Info info;
     int cold; /* 1: measure cold restores (when drop_caches is permitted) */
     int verbose;
+    /* --layout per-node: the saver is created with layout "unknown" and MPICKPT_LAYOUT=per-node
+     * (a layout this build may not have: the rows that need it say so and are skipped) */
+    const char *layout_env;
+    int ranks_per_node;   /* files row: also per-node with MPICKPT_RANKS_PER_NODE=K (0: no) */
+    long fixed_mb;        /* fixed-cost, collectives and files rows: MiB per rank (4) */
+    int fixed_reps;       /* fixed-cost rows: reps (11) */
+    long mem_pieces[MAX_MEM_POINTS]; /* memory row: total piece counts */
+    int n_mem;
+    int mem_partitioned;  /* memory row: 1 tensors split across ranks (default); 0 full tensors */
+    long mem_rank1;       /* memory row: the pieces rank 1 holds at every point (100) */
 } opts;
 
 extern int g_rank, g_size;
+extern int g_status; /* main's exit code (bench_scale.c sets 4 when PMPI counting is broken) */
 extern MPI_Comm g_node; /* ranks on this node: its rank 0 drops the node's page cache */
 
 /* ---- bench_posix.c: helpers and plain-POSIX baselines (timed ones are collective: barrier
@@ -44,6 +58,7 @@ int check_linear(const float *f, size_t n, uint64_t base);
 void plain_write(const char *path, const void *buf, size_t n);
 double timed_plain_write(const char *path, const void *buf, size_t n);
 double timed_plain_read(const char *path, void *buf, size_t n);
+void plain_pread(const char *path, void *buf, size_t n);
 double timed_checked_read(const char *path, void *buf, size_t n);
 void remove_all(const char *path);
 int drop_caches(char *why, size_t whylen);
@@ -64,6 +79,9 @@ typedef struct result {
 } result;
 
 void print_result(const opts *o, const result *r);
+double median(const double *v, int n);
+double quantile(const double *v, int n, double q);
+const char *layout_name(const opts *o);
 
 /* ---- bench_scenarios.c ---- */
 /* Large: tensor 0 is `part` (global [size*R, COLS], this rank's R rows), 1..3 are full [R, COLS]
@@ -81,5 +99,29 @@ void run_large(const opts *o, large_model *m);
 void run_small(const opts *o);
 void run_restore(const opts *o, large_model *m);
 void run_async(const opts *o, large_model *m);
+/* shared with bench_scale.c */
+ckpt_saver *make_saver(const opts *o, int async);
+int try_make_saver(ckpt_saver **out, const opts *o, int async); /* agreed code, no exit */
+void large_register(ckpt_saver *s, large_model *m, int reshard);
+int large_check(const large_model *m, int reshard);
+void delete_ckpt(const char *prefix);
+double timed_save(ckpt_saver *s, const char *prefix, result *r, int i);
+double timed_restore(ckpt_saver *s, const char *prefix);
+
+/* ---- bench_scale.c: the scale rows (issue 15) ---- */
+void run_collectives(const opts *o);
+void run_memory(const opts *o);
+void run_files(const opts *o);
+void run_fixed(const opts *o);
+
+/* ---- bench_pmpi.c: MPI calls counted through the profiling interface ---- */
+enum { PMPI_COLL, PMPI_P2P, PMPI_IO, PMPI_WAIT, PMPI_NKIND };
+enum { PMPI_CALLER_AGREE /* libmpickpt's ckpt_mpi_agree */, PMPI_CALLER_MPICKPT /* the rest */,
+       PMPI_CALLER_HDF5, PMPI_CALLER_BENCH, PMPI_CALLER_OTHER, PMPI_NCALLER };
+int pmpi_nfunc(void);
+const char *pmpi_func_name(int f);
+int pmpi_func_kind(int f);
+void pmpi_begin(void);    /* zeroes this process's counters and starts counting */
+void pmpi_end(long *out); /* stops; out[f * PMPI_NCALLER + caller] for f < pmpi_nfunc() */
 
 #endif

@@ -120,6 +120,28 @@ static void plain_read(const char *path, void *buf, size_t n)
     close(fd);
 }
 
+/* open + pread(2) from offset 0 in large chunks + close. Local. */
+void plain_pread(const char *path, void *buf, size_t n)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        die_errno("open", path);
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done > CHUNK ? CHUNK : n - done;
+        ssize_t r = pread(fd, (unsigned char *)buf + done, want, (off_t)done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = EIO;
+            die_errno("pread", path);
+        }
+        done += (size_t)r;
+    }
+    close(fd);
+}
+
 /* The least a reader that checks every byte must do: read(2) in 256 KiB chunks, each checksummed
  * right after it is read (mpickpt's own read loop, without HDF5, the index or MPI). */
 static void checked_read(const char *path, void *buf, size_t n)

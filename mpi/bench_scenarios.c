@@ -37,7 +37,7 @@ void large_init(large_model *m, long mb)
  * [rR + R/2, (r+1)R + R/2) of `part` (the last rank: its last R/2 rows plus rows [0, R/2)), so
  * every rank's box straddles two stored pieces, and the full tensors of rank r-1 (another rank's
  * file). */
-static void large_register(ckpt_saver *s, large_model *m, int reshard)
+void large_register(ckpt_saver *s, large_model *m, int reshard)
 {
     int64_t R = m->R, half = R / 2, dims[2] = {(int64_t)g_size * R, COLS}, fd[2] = {R, COLS};
     ckpt_shape gshape, fshape;
@@ -77,7 +77,7 @@ static void large_register(ckpt_saver *s, large_model *m, int reshard)
 }
 
 /* After a restore with the given registration: are the values the ones that were saved? */
-static int large_check(const large_model *m, int reshard)
+int large_check(const large_model *m, int reshard)
 {
     int64_t R = m->R, half = R / 2;
     size_t n = m->tbytes / sizeof(float);
@@ -159,16 +159,38 @@ static void small_register(ckpt_saver *s, small_model *m)
     }
 }
 
-static ckpt_saver *make_saver(const opts *o, int async)
+/* Creates the saver of o's layout. --layout per-node asks for it through MPICKPT_LAYOUT (the
+ * options' layout left "unknown"), so that a build without that layout says so: the code of
+ * ckpt_saver_create, the same on every rank, is returned (no exit). Collective. */
+int try_make_saver(ckpt_saver **out, const opts *o, int async)
 {
     ckpt_saver_options so = CKPT_SAVER_OPTIONS_INIT;
-    so.layout = o->layout;
+    so.layout = o->layout_env ? CKPT_LAYOUT_UNKNOWN : o->layout;
     so.collective_io = o->collective;
     so.info = o->info;
     so.max_shard_bytes = o->max_shard_bytes;
     so.async = async;
+    char old[256] = "";
+    const char *had = getenv("MPICKPT_LAYOUT");
+    if (had)
+        snprintf(old, sizeof old, "%s", had);
+    if (o->layout_env)
+        setenv("MPICKPT_LAYOUT", o->layout_env, 1);
+    *out = NULL;
+    int rc = ckpt_saver_create(out, MPI_COMM_WORLD, &so);
+    if (o->layout_env) {
+        if (had)
+            setenv("MPICKPT_LAYOUT", old, 1);
+        else
+            unsetenv("MPICKPT_LAYOUT");
+    }
+    return rc;
+}
+
+ckpt_saver *make_saver(const opts *o, int async)
+{
     ckpt_saver *s = NULL;
-    int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, &so);
+    int rc = try_make_saver(&s, o, async);
     if (rc != CKPT_OK)
         die("ckpt_saver_create", rc);
     return s;
@@ -181,7 +203,7 @@ static void ckpt_path(char *out, size_t n, const opts *o, const char *what, int 
 
 /* Removes a checkpoint (rank 0) and waits for it (collective). Also used before a save, against
  * the leftovers of an interrupted run. */
-static void delete_ckpt(const char *prefix)
+void delete_ckpt(const char *prefix)
 {
     if (g_rank == 0) {
         int rc = ckpt_checkpoint_delete(prefix);
@@ -192,7 +214,7 @@ static void delete_ckpt(const char *prefix)
 }
 
 /* One timed sync save: max over ranks; phases into r at sample i (when r != NULL). */
-static double timed_save(ckpt_saver *s, const char *prefix, result *r, int i)
+double timed_save(ckpt_saver *s, const char *prefix, result *r, int i)
 {
     delete_ckpt(prefix);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -265,8 +287,6 @@ void run_large(const opts *o, large_model *m)
     print_result(o, &r);
 }
 
-static double timed_restore(ckpt_saver *s, const char *prefix);
-
 void run_small(const opts *o)
 {
     static result r;
@@ -324,7 +344,7 @@ void run_small(const opts *o)
 
 /* ---- restore --------------------------------------------------------------------------------- */
 
-static double timed_restore(ckpt_saver *s, const char *prefix)
+double timed_restore(ckpt_saver *s, const char *prefix)
 {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();

@@ -1,0 +1,895 @@
+/* mpickpt-bench: the scale rows (issue 15), each printed as a table on rank 0 and, with --json,
+ * one JSON line per row:
+ *   collectives  MPI calls per save and restore, counted through PMPI (bench_pmpi.c): the first
+ *                save (the plan is made), a save with the cached plan, the restore of that
+ *                checkpoint, and an async save with a cached plan (start to ckpt_saver_sync);
+ *                per rank, reported as the max over ranks and the chief's (rank 0).
+ *   memory       per-rank peak memory growth during ckpt_saver_restore against the total piece
+ *                count (tiny pieces: one float32 each), on the chief and on the other ranks.
+ *   files        the directory entries one save creates, per layout (per-node when the saver
+ *                accepts MPICKPT_LAYOUT=per-node).
+ *   fixed        save and restore of a few MiB per rank as ratios to a raw write+fsync and a raw
+ *                pread of the same bytes, interleaved in the same run.
+ * Collective: every rank runs every row. */
+#include "bench.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int g_status; /* main's exit code: set when a row finds the benchmark itself broken */
+
+static void scale_path(char *out, size_t n, const opts *o, const char *what)
+{
+    snprintf(out, n, "%s/bench-%s", o->dir, what);
+}
+
+/* The reason of the last failed library call, the same text on every rank (rank 0's). */
+static void agreed_reason(char *why, size_t n, const char *what, int rc)
+{
+    const ckpt_error *e = ckpt_error_last();
+    snprintf(why, n, "%s: %s%s%s", what, ckpt_strerror(rc), e && e->message[0] ? ": " : "",
+             e ? e->message : "");
+    for (char *p = why; *p; p++)
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20)
+            *p = '\'';
+    MPI_Bcast(why, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD);
+    why[n - 1] = '\0';
+}
+
+static void print_skipped(const opts *o, const char *scenario, const char *layout, const char *why)
+{
+    if (g_rank != 0)
+        return;
+    printf("%-20s %s skipped: %s\n", scenario, layout, why);
+    if (o->json)
+        printf("{\"scenario\":\"%s\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
+               "\"skipped\":\"%s\"}\n",
+               scenario, g_size, layout, o->collective, why);
+    fflush(stdout);
+}
+
+/* ---- collectives: MPI calls counted through PMPI ------------------------------------------- */
+
+static const char *const g_kind_names[PMPI_NKIND] = { "collective", "p2p", "io", "wait" };
+/* the groups reported: every call from libmpickpt, those of its ckpt_mpi_agree, HDF5's, the
+ * benchmark's own (none: it makes no call inside a window), the rest (e.g. inside libmpi) */
+enum { G_MPICKPT, G_AGREE, G_HDF5, G_BENCH, G_OTHER, NGROUP };
+static const char *const g_group_names[NGROUP] = { "mpickpt", "mpickpt_agree", "hdf5", "bench",
+                                                   "other" };
+
+static void add_group(long *v, int g, int kind, long n)
+{
+    v[PMPI_NKIND + g * PMPI_NKIND + kind] += n;
+}
+
+/* One window's counts (this rank's), reduced to the max over ranks and printed with the chief's
+ * (rank 0's). Returns this rank's number of collective calls made from libmpickpt. Collective. */
+static long report_calls(const opts *o, const char *op, const long *c)
+{
+    int nf = pmpi_nfunc();
+    /* v: kind totals, then [group][kind], then per function (all callers) */
+    int nv = PMPI_NKIND + NGROUP * PMPI_NKIND + nf;
+    long *v = calloc((size_t)nv, sizeof *v), *mx = calloc((size_t)nv, sizeof *mx);
+    if (!v || !mx)
+        die_errno("calloc", "counts");
+    static const int group_of[PMPI_NCALLER] = { [PMPI_CALLER_AGREE] = G_AGREE,
+                                                [PMPI_CALLER_MPICKPT] = G_MPICKPT,
+                                                [PMPI_CALLER_HDF5] = G_HDF5,
+                                                [PMPI_CALLER_BENCH] = G_BENCH,
+                                                [PMPI_CALLER_OTHER] = G_OTHER };
+    for (int f = 0; f < nf; f++)
+        for (int k = 0; k < PMPI_NCALLER; k++) {
+            long n = c[f * PMPI_NCALLER + k];
+            int kind = pmpi_func_kind(f);
+            v[kind] += n;
+            add_group(v, group_of[k], kind, n);
+            if (k == PMPI_CALLER_AGREE) /* also part of libmpickpt's */
+                add_group(v, G_MPICKPT, kind, n);
+            v[PMPI_NKIND + NGROUP * PMPI_NKIND + f] += n;
+        }
+    MPI_Allreduce(v, mx, nv, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+#define GV(a, g, k) (a)[PMPI_NKIND + (g)*PMPI_NKIND + (k)]
+    long lib_coll = GV(v, G_MPICKPT, PMPI_COLL);
+    if (g_rank == 0) {
+        const long *cf = v + PMPI_NKIND + NGROUP * PMPI_NKIND;
+        const long *mf = mx + PMPI_NKIND + NGROUP * PMPI_NKIND;
+        char col[PMPI_NKIND][32], lib[32], agr[32], h5[32];
+        for (int k = 0; k < PMPI_NKIND; k++)
+            snprintf(col[k], sizeof col[k], "%ld/%ld", mx[k], v[k]);
+        snprintf(lib, sizeof lib, "%ld/%ld", GV(mx, G_MPICKPT, PMPI_COLL), lib_coll);
+        snprintf(agr, sizeof agr, "%ld/%ld", GV(mx, G_AGREE, PMPI_COLL), GV(v, G_AGREE, PMPI_COLL));
+        snprintf(h5, sizeof h5, "%ld/%ld", GV(mx, G_HDF5, PMPI_COLL), GV(v, G_HDF5, PMPI_COLL));
+        printf("  %-12s %10s %8s %8s %8s | %10s %8s %8s |", op, col[0], col[1], col[2], col[3],
+               lib, agr, h5);
+        for (int f = 0; f < nf; f++)
+            if (mf[f] || cf[f])
+                printf(" %s %ld/%ld", pmpi_func_name(f) + 4, mf[f], cf[f]);
+        printf("\n");
+        if (o->json) {
+            printf("{\"scenario\":\"collectives\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
+                   "\"op\":\"%s\",\"bytes_per_rank\":%zu",
+                   g_size, layout_name(o), o->collective, op, (size_t)o->fixed_mb << 20);
+            for (int k = 0; k < PMPI_NKIND; k++)
+                printf(",\"%s_max\":%ld,\"%s_chief\":%ld", g_kind_names[k], mx[k], g_kind_names[k],
+                       v[k]);
+            printf(",\"mpickpt_collective_max\":%ld,\"mpickpt_collective_chief\":%ld,"
+                   "\"agree_max\":%ld,\"agree_chief\":%ld,\"hdf5_collective_max\":%ld,"
+                   "\"hdf5_collective_chief\":%ld",
+                   GV(mx, G_MPICKPT, PMPI_COLL), lib_coll, GV(mx, G_AGREE, PMPI_COLL),
+                   GV(v, G_AGREE, PMPI_COLL), GV(mx, G_HDF5, PMPI_COLL), GV(v, G_HDF5, PMPI_COLL));
+            printf(",\"by_caller\":{");
+            for (int g = 0; g < NGROUP; g++) {
+                printf("%s\"%s\":{", g ? "," : "", g_group_names[g]);
+                for (int k = 0; k < PMPI_NKIND; k++)
+                    printf("%s\"%s_max\":%ld,\"%s_chief\":%ld", k ? "," : "", g_kind_names[k],
+                           GV(mx, g, k), g_kind_names[k], GV(v, g, k));
+                printf("}");
+            }
+            printf("},\"by_function\":{");
+            int first = 1;
+            for (int f = 0; f < nf; f++)
+                if (mf[f] || cf[f]) {
+                    printf("%s\"%s\":{\"kind\":\"%s\",\"max\":%ld,\"chief\":%ld}", first ? "" : ",",
+                           pmpi_func_name(f), g_kind_names[pmpi_func_kind(f)], mf[f], cf[f]);
+                    first = 0;
+                }
+            printf("}}\n");
+        }
+        fflush(stdout);
+    }
+#undef GV
+    free(v);
+    free(mx);
+    return lib_coll;
+}
+
+static void calls_header(const opts *o)
+{
+    if (g_rank != 0)
+        return;
+    printf("\ncollective calls (counted through PMPI, per rank; cells: max over ranks/chief), "
+           "layout %s, %ld MiB per rank in 4 tensors\n",
+           layout_name(o), o->fixed_mb);
+    printf("  %-12s %10s %8s %8s %8s | %10s %8s %8s | by function (max/chief)\n", "op",
+           "collective", "p2p", "file_io", "wait", "libmpickpt", "of them", "hdf5");
+    printf("  %-12s %10s %8s %8s %8s | %10s %8s %8s |\n", "", "", "", "indep.", "test",
+           "collective", "agree", "collect.");
+    fflush(stdout);
+}
+
+void run_collectives(const opts *o)
+{
+    int nf = pmpi_nfunc();
+    long *c = calloc((size_t)nf * PMPI_NCALLER, sizeof *c);
+    if (!c)
+        die_errno("calloc", "counts");
+    large_model m;
+    large_init(&m, o->fixed_mb);
+    char p1[4096], p2[4096], pa[4096], why[512];
+    scale_path(p1, sizeof p1, o, "coll-first");
+    scale_path(p2, sizeof p2, o, "coll-cached");
+    scale_path(pa, sizeof pa, o, "coll-async");
+    ckpt_saver *s = NULL;
+    int rc = try_make_saver(&s, o, 0);
+    if (rc != CKPT_OK) {
+        agreed_reason(why, sizeof why, "ckpt_saver_create", rc);
+        print_skipped(o, "collectives", layout_name(o), why);
+        free(m.arena);
+        free(c);
+        return;
+    }
+    calls_header(o);
+    large_register(s, &m, 0);
+    delete_ckpt(p1);
+    delete_ckpt(p2);
+    delete_ckpt(pa);
+
+    /* the first save: the plan is made */
+    MPI_Barrier(MPI_COMM_WORLD);
+    pmpi_begin();
+    rc = ckpt_saver_write(s, p1, NULL);
+    pmpi_end(c);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_write", rc);
+    long lib_first = report_calls(o, "save_first", c);
+    delete_ckpt(p1);
+
+    /* the same registrations again: the cached plan */
+    MPI_Barrier(MPI_COMM_WORLD);
+    pmpi_begin();
+    rc = ckpt_saver_write(s, p2, NULL);
+    pmpi_end(c);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_write", rc);
+    report_calls(o, "save_cached", c);
+
+    /* restore of that checkpoint through the same registrations */
+    memset(m.arena, 0, m.bytes);
+    MPI_Barrier(MPI_COMM_WORLD);
+    pmpi_begin();
+    rc = ckpt_saver_restore(s, p2, NULL, NULL);
+    pmpi_end(c);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_restore", rc);
+    report_calls(o, "restore", c);
+    if (!large_check(&m, 0)) {
+        if (g_rank == 0)
+            fprintf(stderr, "mpickpt-bench: collectives: restored values are wrong\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ckpt_saver_free(s);
+    delete_ckpt(p2);
+
+    /* async, the cached plan (a warm-up save first): start of the save to ckpt_saver_sync, the
+     * writer thread's calls included */
+    ckpt_saver *a = make_saver(o, 1);
+    large_register(a, &m, 0);
+    if ((rc = ckpt_saver_write(a, pa, NULL)) != CKPT_OK || (rc = ckpt_saver_sync(a)) != CKPT_OK)
+        die("async warm-up save", rc);
+    delete_ckpt(pa);
+    MPI_Barrier(MPI_COMM_WORLD);
+    pmpi_begin();
+    rc = ckpt_saver_write(a, pa, NULL);
+    if (rc == CKPT_OK)
+        rc = ckpt_saver_sync(a);
+    pmpi_end(c);
+    if (rc != CKPT_OK)
+        die("async ckpt_saver_write/sync", rc);
+    report_calls(o, "async", c);
+    if ((rc = ckpt_saver_close(a)) != CKPT_OK)
+        die("ckpt_saver_close", rc);
+    delete_ckpt(pa);
+
+    /* Every save makes collective calls: none counted means the executable's MPI_* definitions
+     * are not the ones libmpickpt.so binds to (not exported: link with -rdynamic). */
+    if (g_rank == 0) {
+        if (lib_first > 0)
+            printf("  (interposition checked: the chief counted %ld collective calls from "
+                   "libmpickpt in the first save)\n",
+                   lib_first);
+        else {
+            fprintf(stderr, "mpickpt-bench: collectives: no MPI call from libmpickpt was counted: "
+                            "the executable does not interpose MPI_* (export its symbols)\n");
+            g_status = 4;
+        }
+        fflush(stdout);
+    }
+    free(m.arena);
+    free(c);
+}
+
+/* ---- memory: per-rank restore memory against the total piece count ---------------------- */
+
+/* A field of /proc/self/status in KiB, -1 when absent. */
+static long status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atol(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Resets VmHWM to the current RSS (Linux >= 4.0; a process may do it to itself). */
+static int hwm_reset(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY);
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static long heap_in_use_kb(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return (long)((mi.uordblks + mi.hblkhd) / 1024);
+}
+
+static float piece_value(long i)
+{
+    return (float)(i & 0xFFFFF);
+}
+
+/* Who holds which pieces at one point of the memory row. Rank 1 holds a fixed number of pieces
+ * (K, --mem-rank1-pieces) at every point and the other ranks hold the rest, so that rank 1 shows
+ * what a rank with a fixed share pays as the total grows (on 2 cores the total cannot grow by
+ * adding ranks). partitioned: K tensors "s<j>" of `size` float32s, element r on rank r, and B
+ * tensors "b<j>" of size-1 float32s split over the ranks other than 1; owned: full tensors
+ * "t<j>" of one float32, K on rank 1, the rest spread over the others. */
+typedef struct mem_plan {
+    long K, B, total, nloc, first; /* first: owned, this rank's first tensor number */
+    int part, W, elem;             /* partitioned: "b" tensors' length and this rank's element */
+} mem_plan;
+
+static void mem_plan_make(mem_plan *L, const opts *o, long P)
+{
+    memset(L, 0, sizeof *L);
+    L->part = o->mem_partitioned;
+    if (g_size == 1) {
+        L->B = L->total = L->nloc = P;
+        L->W = 1;
+        return;
+    }
+    int others = g_size - 1, oi = g_rank == 0 ? 0 : g_rank - 1; /* rank's number among others */
+    if (L->part) {
+        L->K = o->mem_rank1 < P / g_size ? o->mem_rank1 : P / g_size;
+        L->B = (P - L->K * g_size) / others;
+        L->total = L->K * g_size + L->B * others;
+        L->nloc = L->K + (g_rank == 1 ? 0 : L->B);
+        L->W = others;
+        L->elem = oi;
+    } else {
+        L->K = o->mem_rank1 < P ? o->mem_rank1 : P;
+        long rest = P - L->K, per = rest / others, rem = rest % others;
+        L->total = P;
+        L->nloc = g_rank == 1 ? L->K : per + (oi < rem);
+        L->first = g_rank == 1 ? 0 : L->K + oi * per + (oi < rem ? oi : rem);
+    }
+}
+
+/* Piece i of this rank: registers it in s with its value in *v (the value's number from which
+ * piece_value derives it: the same on save and check). */
+static long mem_piece_id(const mem_plan *L, long i)
+{
+    if (!L->part)
+        return L->first + i;
+    if (i < L->K)
+        return i * g_size + g_rank;
+    return L->K * g_size + (i - L->K) * L->W + L->elem;
+}
+
+static int mem_register(ckpt_saver *s, const mem_plan *L, long i, float *v)
+{
+    char name[64];
+    *v = piece_value(mem_piece_id(L, i));
+    if (!L->part) {
+        int64_t one = 1;
+        ckpt_shape sh;
+        ckpt_shape_init(&sh, 1, &one);
+        snprintf(name, sizeof name, "t%08ld", L->first + i);
+        return ckpt_saver_add_full(s, name, CKPT_FLOAT32, &sh, v);
+    }
+    int64_t dim = i < L->K ? g_size : L->W, st = i < L->K ? g_rank : L->elem, ct = 1;
+    ckpt_shape sh;
+    ckpt_slice sl;
+    ckpt_shape_init(&sh, 1, &dim);
+    ckpt_slice_init(&sl, 1, &st, &ct);
+    snprintf(name, sizeof name, i < L->K ? "s%07ld" : "b%07ld", i < L->K ? i : i - L->K);
+    return ckpt_saver_add_slice(s, name, CKPT_FLOAT32, &sh, &sl, v);
+}
+
+/* One point: P total pieces registered as mem_plan_make says, saved, then restored by every rank
+ * through its own registrations with the peak measured. *warm: a first, unmeasured restore was
+ * made (at the first point). */
+static void memory_point(const opts *o, long P, int *warm)
+{
+    mem_plan L;
+    mem_plan_make(&L, o, P);
+    size_t vbytes = (size_t)(L.nloc ? L.nloc : 1) * sizeof(float);
+    float *vals = alloc_touched(vbytes);
+    ckpt_saver *s = make_saver(o, 0);
+    int rc;
+    double r0 = now();
+    for (long i = 0; i < L.nloc; i++)
+        if ((rc = mem_register(s, &L, i, vals + i)) != CKPT_OK)
+            die("register", rc);
+    double reg_s = max_all(now() - r0);
+    char prefix[4096];
+    snprintf(prefix, sizeof prefix, "%s/bench-memory-%ld", o->dir, L.total);
+    double save_s = timed_save(s, prefix, NULL, 0);
+    if (!*warm) {
+        timed_restore(s, prefix); /* code pages, HDF5's first use, MPI's buffers */
+        *warm = 1;
+    }
+    memset(vals, 0, vbytes);
+    malloc_trim(0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    int hwm_ok = hwm_reset() == 0;
+    long base = status_kb("VmHWM"), heap0 = heap_in_use_kb();
+    double t0 = now();
+    rc = ckpt_saver_restore(s, prefix, NULL, NULL);
+    double t = now() - t0;
+    long peak = status_kb("VmHWM"), heap1 = heap_in_use_kb();
+    if (rc != CKPT_OK)
+        die("ckpt_saver_restore", rc);
+    double restore_s = max_all(t);
+    int ok = 1;
+    for (long i = 0; i < L.nloc && ok; i++)
+        ok = vals[i] == piece_value(mem_piece_id(&L, i));
+    int all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+        if (g_rank == 0)
+            fprintf(stderr, "mpickpt-bench: memory: restored values are wrong\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int64_t mine[5] = { hwm_ok && base >= 0 && peak >= 0 ? peak - base : -1, L.nloc, heap1 - heap0,
+                        hwm_ok, peak };
+    int64_t *all = g_rank == 0 ? calloc((size_t)g_size * 5, sizeof *all) : NULL;
+    MPI_Gather(mine, 5, MPI_INT64_T, all, 5, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        struct stat st;
+        char ipath[4200];
+        snprintf(ipath, sizeof ipath, "%s.index", prefix);
+        long long ibytes = stat(ipath, &st) == 0 ? (long long)st.st_size : -1;
+        int hwm_all = 1;
+        long long other_max = -1; /* ranks 2.. (the big shares) */
+        for (int r = 0; r < g_size; r++) {
+            hwm_all &= all[5 * r + 3] != 0;
+            if (r > 1 && all[5 * r] > other_max)
+                other_max = all[5 * r];
+        }
+        long long r1_peak = g_size > 1 ? all[5] : -1, r1_pieces = g_size > 1 ? all[6] : -1;
+        long long r1_heap = g_size > 1 ? all[7] : 0;
+        char c[5][32]; /* MiB, or "-" where there is no such rank or no VmHWM */
+        long long kb[5] = { all[0], r1_peak, other_max, all[4], g_size > 1 ? all[9] : -1 };
+        for (int i = 0; i < 5; i++)
+            if (kb[i] < 0)
+                snprintf(c[i], sizeof c[i], "-");
+            else
+                snprintf(c[i], sizeof c[i], "%.1f", (double)kb[i] / 1024);
+        printf("  %10ld %10lld %9lld %9.2f %7.3f %7.3f %9.4f | %9s %9s %10s | %7s %7s | %7lld "
+               "%7lld\n",
+               L.total, (long long)all[1], r1_pieces, (double)ibytes / MiB, reg_s, save_s,
+               restore_s, c[0], c[1], c[2], c[3], c[4], (long long)all[2], r1_heap);
+        if (o->json) {
+            printf("{\"scenario\":\"restore_memory\",\"ranks\":%d,\"layout\":\"%s\","
+                   "\"collective\":%d,\"kind\":\"%s\",\"total_pieces\":%ld,"
+                   "\"pieces_chief\":%lld,\"pieces_rank1\":%lld,\"index_bytes\":%lld,"
+                   "\"register_s\":%.9g,\"save_s\":%.9g,\"restore_s\":%.9g,\"method\":\"%s\","
+                   "\"peak_kb_chief\":%lld,\"peak_kb_rank1\":%lld,\"peak_kb_others_max\":%lld,"
+                   "\"hwm_kb_chief\":%lld,\"hwm_kb_rank1\":%lld,"
+                   "\"heap_retained_kb_chief\":%lld,\"heap_retained_kb_rank1\":%lld}\n",
+                   g_size, layout_name(o), o->collective, L.part ? "partitioned" : "owned",
+                   L.total, (long long)all[1], r1_pieces, ibytes, reg_s, save_s, restore_s,
+                   hwm_all ? "VmHWM after clear_refs 5" : "unavailable", (long long)all[0],
+                   r1_peak, other_max, (long long)all[4], g_size > 1 ? (long long)all[9] : -1LL,
+                   (long long)all[2], r1_heap);
+        }
+        fflush(stdout);
+        free(all);
+    }
+    ckpt_saver_free(s);
+    delete_ckpt(prefix);
+    free(vals);
+}
+
+void run_memory(const opts *o)
+{
+    /* a layout this build lacks: say so (the saver is made per point below) */
+    ckpt_saver *probe = NULL;
+    char why[512];
+    int rc = try_make_saver(&probe, o, 0);
+    if (rc != CKPT_OK) {
+        agreed_reason(why, sizeof why, "ckpt_saver_create", rc);
+        print_skipped(o, "restore_memory", layout_name(o), why);
+        return;
+    }
+    ckpt_saver_free(probe);
+    if (g_rank == 0) {
+        printf("\nrestore memory per rank: %s pieces of one float32, rank 1 holds %ld of them at "
+               "every point, the other ranks the rest; layout %s\n",
+               o->mem_partitioned ? "partitioned (tensors split across ranks)"
+                                  : "owned (full tensors)",
+               o->mem_rank1, layout_name(o));
+        printf("  peak: VmHWM growth during ckpt_saver_restore (VmHWM reset by clear_refs 5 just "
+               "before; MiB); hwm: VmHWM after it; heap: mallinfo2 in use after - before (KiB)\n");
+        printf("  %10s %10s %9s %9s %7s %7s %9s | %9s %9s %10s | %7s %7s | %7s %7s\n", "pieces",
+               "chief's", "rank 1's", "index_MiB", "reg_s", "save_s", "restore_s", "peak_chf",
+               "peak_r1", "peak_other", "hwm_chf", "hwm_r1", "heap_c", "heap_r1");
+        fflush(stdout);
+    }
+    int warm = 0;
+    for (int i = 0; i < o->n_mem; i++)
+        memory_point(o, o->mem_pieces[i], &warm);
+}
+
+/* ---- files per checkpoint ---------------------------------------------------------------- */
+
+typedef struct tree_count {
+    long entries, regular, dirs, data, index, other;
+    char names[512];
+} tree_count;
+
+/* Counts what is below dir (lstat: links are counted, not followed). Rank 0 only. */
+static void count_tree(const char *dir, const char *rel, tree_count *t)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char path[4600], name[600];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(name, sizeof name, "%s%s", rel, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0)
+            continue;
+        t->entries++;
+        size_t used = strlen(t->names);
+        if (t->entries <= 6)
+            snprintf(t->names + used, sizeof t->names - used, "%s%s%s", used ? " " : "", name,
+                     S_ISDIR(st.st_mode) ? "/" : "");
+        else if (t->entries == 7)
+            snprintf(t->names + used, sizeof t->names - used, " ...");
+        if (S_ISDIR(st.st_mode)) {
+            t->dirs++;
+            char sub[600];
+            snprintf(sub, sizeof sub, "%s/", name);
+            count_tree(path, sub, t);
+        } else if (S_ISREG(st.st_mode)) {
+            t->regular++;
+            if (strstr(e->d_name, ".data-"))
+                t->data++;
+            else if (strlen(e->d_name) > 6 && !strcmp(e->d_name + strlen(e->d_name) - 6, ".index"))
+                t->index++;
+            else
+                t->other++;
+        } else {
+            t->other++;
+        }
+    }
+    closedir(d);
+}
+
+/* Removes the benchmark's own directory (a checkpoint left by an interrupted run). Rank 0. */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char path[4600];
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            struct stat st;
+            if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+                remove_tree(path);
+            else
+                unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void files_row(const opts *base, const char *tag, ckpt_layout layout, const char *env,
+                      int rpn, large_model *m)
+{
+    opts o = *base;
+    o.layout = layout;
+    o.layout_env = env;
+    char label[64], dir[4096], prefix[4200], why[512];
+    if (rpn)
+        snprintf(label, sizeof label, "%s (%d ranks/node)", env ? env : layout_name(&o), rpn);
+    else
+        snprintf(label, sizeof label, "%s", env ? env : layout_name(&o));
+    snprintf(dir, sizeof dir, "%s/bench-files-%s", o.dir, tag);
+    snprintf(prefix, sizeof prefix, "%s/ckpt", dir);
+    if (g_rank == 0) {
+        remove_tree(dir);
+        if (mkdir(dir, 0755) != 0)
+            die_errno("mkdir", dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    char rpn_s[32];
+    snprintf(rpn_s, sizeof rpn_s, "%d", rpn);
+    if (rpn)
+        setenv("MPICKPT_RANKS_PER_NODE", rpn_s, 1);
+    ckpt_saver *s = NULL;
+    int rc = try_make_saver(&s, &o, 0);
+    if (rc != CKPT_OK) {
+        agreed_reason(why, sizeof why, "ckpt_saver_create", rc);
+        if (rpn)
+            unsetenv("MPICKPT_RANKS_PER_NODE");
+        if (g_rank == 0) {
+            printf("  %-24s skipped: %s\n", label, why);
+            if (o.json)
+                printf("{\"scenario\":\"files\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
+                       "\"ranks_per_node\":%d,\"skipped\":\"%s\"}\n",
+                       g_size, env ? env : layout_name(&o), o.collective, rpn, why);
+            fflush(stdout);
+            remove_tree(dir);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        return;
+    }
+    large_register(s, m, 0);
+    rc = ckpt_saver_write(s, prefix, NULL);
+    if (rpn)
+        unsetenv("MPICKPT_RANKS_PER_NODE");
+    if (rc != CKPT_OK)
+        die("ckpt_saver_write", rc);
+    ckpt_saver_free(s);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        tree_count t;
+        memset(&t, 0, sizeof t);
+        count_tree(dir, "", &t);
+        int drc = ckpt_checkpoint_delete(prefix);
+        tree_count left;
+        memset(&left, 0, sizeof left);
+        count_tree(dir, "", &left);
+        printf("  %-24s %8ld %8ld %6ld %6ld %6ld %6ld %10ld | %s\n", label, t.entries, t.regular,
+               t.data, t.index, t.dirs, t.other, left.entries, t.names);
+        if (drc != CKPT_OK)
+            printf("  (ckpt_checkpoint_delete: %s)\n", ckpt_strerror(drc));
+        if (o.json)
+            printf("{\"scenario\":\"files\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
+                   "\"ranks_per_node\":%d,\"entries\":%ld,\"regular_files\":%ld,"
+                   "\"data_files\":%ld,\"index_files\":%ld,\"dirs\":%ld,\"other\":%ld,"
+                   "\"left_after_delete\":%ld}\n",
+                   g_size, env ? env : layout_name(&o), o.collective, rpn, t.entries, t.regular,
+                   t.data, t.index, t.dirs,
+                   t.other, left.entries);
+        fflush(stdout);
+        remove_tree(dir);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void run_files(const opts *o)
+{
+    large_model m;
+    large_init(&m, o->fixed_mb);
+    if (g_rank == 0) {
+        printf("\nfiles per checkpoint: entries one save creates in a fresh directory (%d ranks, "
+               "%ld MiB per rank in 4 tensors); left: after ckpt_checkpoint_delete\n",
+               g_size, o->fixed_mb);
+        printf("  %-24s %8s %8s %6s %6s %6s %6s %10s | %s\n", "layout", "entries", "files", "data",
+               "index", "dirs", "other", "left", "names");
+        fflush(stdout);
+    }
+    files_row(o, "per-rank", CKPT_LAYOUT_PER_RANK, NULL, 0, &m);
+    files_row(o, "shared", CKPT_LAYOUT_SHARED, NULL, 0, &m);
+    files_row(o, "per-node", CKPT_LAYOUT_UNKNOWN, "per-node", 0, &m);
+    if (o->ranks_per_node > 0) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "per-node-%d", o->ranks_per_node);
+        files_row(o, tag, CKPT_LAYOUT_UNKNOWN, "per-node", o->ranks_per_node, &m);
+    }
+    free(m.arena);
+}
+
+/* ---- fixed cost: a small save and restore against raw write+fsync and pread ---------------- */
+
+static double min_of(const double *v, int n)
+{
+    double m = n > 0 ? v[0] : 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] < m)
+            m = v[i];
+    return m;
+}
+
+/* Times of one fixed-cost row, per rep: [SPAN] from a barrier until every rank is done (a
+ * closing barrier; the max over ranks is the first start to the last finish), [OWN] each rank's
+ * own duration up to its return (max over ranks: the convention of the other rows). Measured in
+ * the same calls. With more ranks than cores a rank's own duration hides the others' (a rank
+ * that runs its 0.3 ms pread before the next one is scheduled measures 0.3 ms while all 16 take
+ * 16 times that); the library's collectives make its own durations nearly spans anyway. So the
+ * span is the row's ratio, and the own-duration ratio is printed next to it. */
+enum { SPAN, OWN };
+typedef struct fixed_times {
+    double lib[2][MAX_REPS], raw[2][MAX_REPS];
+    double empty[MAX_REPS]; /* the span of no operation: what the barriers cost */
+} fixed_times;
+
+/* Ends a measured call started at t0 on this rank: own and span, each the max over ranks. */
+static void span_end(double t0, double *span, double *own)
+{
+    double t[2] = { now() - t0, 0 }, mx[2];
+    MPI_Barrier(MPI_COMM_WORLD);
+    t[1] = now() - t0;
+    MPI_Allreduce(t, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    *own = mx[0];
+    *span = mx[1];
+}
+
+static void span_save(ckpt_saver *s, const char *prefix, result *r, int i, double *span,
+                      double *own)
+{
+    delete_ckpt(prefix);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    int rc = ckpt_saver_write(s, prefix, NULL);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_write", rc);
+    span_end(t0, span, own);
+    ckpt_save_metrics mt;
+    if ((rc = ckpt_saver_last_metrics(s, &mt)) != CKPT_OK)
+        die("ckpt_saver_last_metrics", rc);
+    r->ph[0][i] = mt.write_s;
+    r->ph[1][i] = mt.agree_s;
+    r->ph[2][i] = mt.merge_s;
+    r->ph[3][i] = mt.commit_s;
+    if (i + 1 > r->nph)
+        r->nph = i + 1;
+}
+
+static void span_restore(ckpt_saver *s, const char *prefix, double *span, double *own)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    int rc = ckpt_saver_restore(s, prefix, NULL, NULL);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_restore", rc);
+    span_end(t0, span, own);
+}
+
+/* write: plain_write; 0: plain_pread; -1: nothing (the span's own cost) */
+static void span_raw(const char *path, void *buf, size_t n, int write, double *span, double *own)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    if (write > 0)
+        plain_write(path, buf, n);
+    else if (write == 0)
+        plain_pread(path, buf, n);
+    span_end(t0, span, own);
+}
+
+/* median/median and best/best of lib over raw, and the per-rep ratios' quartiles */
+typedef struct ratio_stats {
+    double lm, lb, bm, bb, rm, rb, q1, q2, q3;
+} ratio_stats;
+
+static void ratios(ratio_stats *st, const double *lib, const double *raw, int n)
+{
+    double paired[MAX_REPS];
+    for (int i = 0; i < n; i++)
+        paired[i] = raw[i] > 0 ? lib[i] / raw[i] : 0;
+    st->lm = median(lib, n);
+    st->lb = min_of(lib, n);
+    st->bm = median(raw, n);
+    st->bb = min_of(raw, n);
+    st->rm = st->bm > 0 ? st->lm / st->bm : 0;
+    st->rb = st->bb > 0 ? st->lb / st->bb : 0;
+    st->q1 = quantile(paired, n, 0.25);
+    st->q2 = quantile(paired, n, 0.5);
+    st->q3 = quantile(paired, n, 0.75);
+}
+
+static void print_fixed(const opts *o, const char *scenario, const char *label, const char *raw,
+                        double goal, const char *goal_s, size_t bytes, const fixed_times *t,
+                        int n, const result *ph)
+{
+    if (g_rank != 0)
+        return;
+    ratio_stats sp, ow;
+    ratios(&sp, t->lib[SPAN], t->raw[SPAN], n);
+    ratios(&ow, t->lib[OWN], t->raw[OWN], n);
+    printf("  %-20s %9.4f %9.4f | %-12s %9.4f %9.4f | %7.2f %7.2f  %-7s | %5.2f..%-5.2f\n", label,
+           sp.lm, sp.lb, raw, sp.bm, sp.bb, sp.rm, sp.rb, goal_s, sp.q1, sp.q3);
+    printf("  %-20s %9.4f %9.4f | %-12s %9.4f %9.4f | %7.2f %7.2f  %-7s | %5.2f..%-5.2f\n",
+           "  (own durations)", ow.lm, ow.lb, "", ow.bm, ow.bb, ow.rm, ow.rb, "", ow.q1, ow.q3);
+    double em = median(t->empty, n);
+    if (o->json) {
+        printf("{\"scenario\":\"%s\",\"ranks\":%d,\"layout\":\"%s\",\"collective\":%d,"
+               "\"bytes_per_rank\":%zu,\"reps\":%d,\"timing\":\"span\",\"mpickpt_s\":%.9g,"
+               "\"mpickpt_best_s\":%.9g,\"baseline\":\"%s\",\"raw_s\":%.9g,\"raw_best_s\":%.9g,"
+               "\"over_raw\":%.6g,\"over_raw_best\":%.6g,\"goal_over_raw\":%g,"
+               "\"paired_over_raw_p25\":%.6g,\"paired_over_raw_p50\":%.6g,"
+               "\"paired_over_raw_p75\":%.6g,\"empty_span_s\":%.9g",
+               scenario, g_size, layout_name(o), o->collective, bytes, n, sp.lm, sp.lb, raw,
+               sp.bm, sp.bb, sp.rm, sp.rb, goal, sp.q1, sp.q2, sp.q3, em);
+        printf(",\"own\":{\"mpickpt_s\":%.9g,\"mpickpt_best_s\":%.9g,\"raw_s\":%.9g,"
+               "\"raw_best_s\":%.9g,\"over_raw\":%.6g,\"over_raw_best\":%.6g}",
+               ow.lm, ow.lb, ow.bm, ow.bb, ow.rm, ow.rb);
+        if (ph)
+            printf(",\"phases\":{\"write\":%.9g,\"agree\":%.9g,\"merge\":%.9g,\"commit\":%.9g}",
+                   median(ph->ph[0], ph->nph), median(ph->ph[1], ph->nph),
+                   median(ph->ph[2], ph->nph), median(ph->ph[3], ph->nph));
+        printf("}\n");
+    }
+    fflush(stdout);
+}
+
+void run_fixed(const opts *o)
+{
+    static result sv;
+    static fixed_times ts, tr; /* save, restore */
+    memset(&sv, 0, sizeof sv);
+    memset(&ts, 0, sizeof ts);
+    memset(&tr, 0, sizeof tr);
+    large_model m;
+    large_init(&m, o->fixed_mb);
+    unsigned char *rbuf = alloc_touched(m.bytes);
+    char why[512];
+    ckpt_saver *s = NULL;
+    int rc = try_make_saver(&s, o, 0);
+    if (rc != CKPT_OK) {
+        agreed_reason(why, sizeof why, "ckpt_saver_create", rc);
+        print_skipped(o, "fixed_save", layout_name(o), why);
+        print_skipped(o, "fixed_restore", layout_name(o), why);
+        free(rbuf);
+        free(m.arena);
+        return;
+    }
+    large_register(s, &m, 0);
+    char prefix[4096], raw[4096];
+    snprintf(raw, sizeof raw, "%s/bench-raw-%05d.bin", o->dir, g_rank);
+    int n = o->fixed_reps;
+    double sp, ow;
+    /* warm-up: the plan, HDF5's first use, the first allocation of both files */
+    scale_path(prefix, sizeof prefix, o, "fixed-0");
+    span_save(s, prefix, &sv, 0, &sp, &ow);
+    span_restore(s, prefix, &sp, &ow);
+    delete_ckpt(prefix);
+    span_raw(raw, m.arena, m.bytes, 1, &sp, &ow);
+    span_raw(raw, rbuf, m.bytes, 0, &sp, &ow);
+    remove_all(raw);
+    for (int i = 0; i < n; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "fixed-%d", i + 1);
+        scale_path(prefix, sizeof prefix, o, what);
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (i % 2 == 0))
+                span_save(s, prefix, &sv, i, &ts.lib[SPAN][i], &ts.lib[OWN][i]);
+            else
+                span_raw(raw, m.arena, m.bytes, 1, &ts.raw[SPAN][i], &ts.raw[OWN][i]);
+        }
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0) == (i % 2 == 0)) {
+                memset(m.arena, 0, m.bytes);
+                span_restore(s, prefix, &tr.lib[SPAN][i], &tr.lib[OWN][i]);
+                if (!large_check(&m, 0)) {
+                    if (g_rank == 0)
+                        fprintf(stderr, "mpickpt-bench: fixed: restored values are wrong\n");
+                    MPI_Abort(MPI_COMM_WORLD, 1);
+                }
+            } else {
+                span_raw(raw, rbuf, m.bytes, 0, &tr.raw[SPAN][i], &tr.raw[OWN][i]);
+            }
+        }
+        span_raw(NULL, NULL, 0, -1, &ts.empty[i], &sp);
+        tr.empty[i] = ts.empty[i];
+        delete_ckpt(prefix);
+        remove_all(raw);
+        if (o->verbose && g_rank == 0)
+            fprintf(stderr, "  fixed rep %d (span): save %.4f s, write+fsync %.4f s, restore "
+                            "%.4f s, pread %.4f s\n",
+                    i, ts.lib[SPAN][i], ts.raw[SPAN][i], tr.lib[SPAN][i], tr.raw[SPAN][i]);
+    }
+    ckpt_saver_free(s);
+    if (g_rank == 0) {
+        printf("\nfixed cost: %ld MiB per rank (4 tensors), %d ranks, layout %s, %d reps "
+               "interleaved; seconds from a barrier until every rank is done (a closing barrier "
+               "on both sides; own durations below it); ratio = mpickpt / raw (lower is "
+               "better)\n",
+               o->fixed_mb, g_size, layout_name(o), n);
+        printf("  %-20s %9s %9s | %-12s %9s %9s | %7s %7s  %-7s | %s\n", "row", "median", "best",
+               "raw", "median", "best", "ratio", "best", "goal", "per-rep p25..p75");
+    }
+    print_fixed(o, "fixed_save", "small save / raw", "write+fsync", 1.5, "<= 1.5", m.bytes, &ts, n,
+                &sv);
+    print_fixed(o, "fixed_restore", "small restore / raw", "pread", 3.0, "<= 3", m.bytes, &tr, n,
+                NULL);
+    if (g_rank == 0) {
+        printf("  (a span of no operation, i.e. the barriers alone: median %.6f s)\n",
+               median(ts.empty, n));
+        fflush(stdout);
+    }
+    free(rbuf);
+    free(m.arena);
+}

@@ -11,6 +11,42 @@
 
 /* ---- registrations -------------------------------------------------------------------------- */
 
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The slot of `stored` in the unique-name table: its entry, or the empty slot where it goes. */
+static size_t name_slot(const ckpt__regs *regs, const char *stored)
+{
+    size_t mask = regs->names_cap - 1, i = (size_t)name_hash(stored) & mask;
+    while (regs->names[i] && strcmp(regs->v[regs->names[i] - 1].stored, stored) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Room for one more unique name (the table at most half full). */
+static int names_grow(ckpt__regs *regs)
+{
+    if (2 * (regs->names_n + 1) <= regs->names_cap)
+        return CKPT_OK;
+    size_t cap = regs->names_cap ? 2 * regs->names_cap : 64;
+    size_t *old = regs->names, ocap = regs->names_cap;
+    if (!(regs->names = calloc(cap, sizeof *regs->names))) {
+        regs->names = old;
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    regs->names_cap = cap;
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i])
+            regs->names[name_slot(regs, regs->v[old[i] - 1].stored)] = old[i];
+    free(old);
+    return CKPT_OK;
+}
+
 int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *stored,
                    ckpt_dtype dtype, const ckpt_shape *shape, const ckpt_slice *slice,
                    ckpt_kind kind, void *data)
@@ -33,11 +69,15 @@ int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *sto
     ckpt_slice_num_elements(&n, slice);
     if (n > 0 && !data && kind != CKPT_KIND_BLOB)
         return ckpt__error(CKPT_EINVAL, "tensor '%s': data is NULL", name);
-    if (kind != CKPT_KIND_PARTITIONED)
-        for (size_t i = 0; i < regs->n; i++)
-            if (strcmp(regs->v[i].stored, stored) == 0)
-                return ckpt__error(CKPT_EINVAL, "tensor '%s' is already registered on rank %d",
-                                   name, rank);
+    /* Every stored name is in the table (a partitioned tensor's at its first slice): a tensor of
+     * another kind may not take a name already registered; a partitioned slice may share its name
+     * with other slices. */
+    if ((rc = names_grow(regs)) != CKPT_OK)
+        return rc;
+    size_t slot = name_slot(regs, stored);
+    if (kind != CKPT_KIND_PARTITIONED && regs->names[slot])
+        return ckpt__error(CKPT_EINVAL, "tensor '%s' is already registered on rank %d", name,
+                           rank);
     if (regs->n == regs->cap) {
         size_t ncap = regs->cap ? regs->cap * 2 : 16;
         ckpt__reg *nr = realloc(regs->v, ncap * sizeof *nr);
@@ -61,6 +101,10 @@ int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *sto
     r->kind = kind;
     r->data = data;
     regs->n++;
+    if (!regs->names[slot]) {
+        regs->names[slot] = regs->n;
+        regs->names_n++;
+    }
     return CKPT_OK;
 }
 
@@ -71,14 +115,19 @@ void ckpt__regs_clear(ckpt__regs *regs)
         free(regs->v[i].stored);
     }
     regs->n = 0;
+    if (regs->names)
+        memset(regs->names, 0, regs->names_cap * sizeof *regs->names);
+    regs->names_n = 0;
 }
 
 void ckpt__regs_free(ckpt__regs *regs)
 {
     ckpt__regs_clear(regs);
     free(regs->v);
+    free(regs->names);
     regs->v = NULL;
-    regs->cap = 0;
+    regs->names = NULL;
+    regs->cap = regs->names_cap = 0;
 }
 
 /* ---- sharding policy -------------------------------------------------------------------------- */

@@ -43,6 +43,10 @@ typedef struct ckpt__reg {
 typedef struct ckpt__regs {
     ckpt__reg *v;
     size_t n, cap;
+    /* every stored name (a partitioned tensor's at its first slice): an open-addressing table
+     * of index + 1, so a registration is checked in O(1) */
+    size_t *names;
+    size_t names_cap, names_n;
 } ckpt__regs;
 
 /* One piece this rank stores at a save: a box of one registration. */

@@ -41,12 +41,19 @@ static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
         size_t len = 0;
         int st = local;
         if (st == CKPT_OK) {
-            Mpickpt__Fragment *w = mpickpt__fragment__unpack(NULL, (size_t)(offs[dst + 1] - offs[dst]),
-                                                             all + offs[dst]);
-            st = w ? ckpt__share_pack(sh, w, &bytes, &len)
-                   : ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
-            if (w)
-                mpickpt__fragment__free_unpacked(w, NULL);
+            /* unpacked into an arena (protobuf-c would make several allocations per entry) */
+            ckpt__arena *a = ckpt__arena_new();
+            Mpickpt__Fragment *w =
+                a ? mpickpt__fragment__unpack(ckpt__arena_allocator(a),
+                                              (size_t)(offs[dst + 1] - offs[dst]), all + offs[dst])
+                  : NULL;
+            if (!a)
+                st = ckpt__error(CKPT_ENOMEM, "out of memory");
+            else if (!w)
+                st = ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
+            else
+                st = ckpt__share_pack(sh, w, &bytes, &len);
+            ckpt__arena_free(a);
             if (st != CKPT_OK)
                 local = st;
         }

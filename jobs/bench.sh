@@ -36,7 +36,8 @@
 #   BENCH_REPS=R             reps per scenario, medians reported (default 5)
 #   BENCH_TENSORS=K          small tensors per rank (default 2000)
 #   BENCH_NP="4 2"           rank counts
-#   BENCH_CONFIGS="per-rank shared:0 shared:1"   layouts (shared:<collective MPI-IO 0|1>)
+#   BENCH_CONFIGS="per-rank shared:0 shared:1"   layouts (shared:<collective MPI-IO 0|1>; also per-node,
+#                            with MPICKPT_RANKS_PER_NODE=k for nodes of k ranks on one machine)
 #   BENCH_SCENARIOS=all      or large|small|restore|async
 #   BENCH_ARGS="..."         extra mpickpt-bench arguments (e.g. --hint romio_cb_write=disable)
 #   BENCH_FIO=0              skip the fio reference run (default: on when fio is installed)
@@ -90,7 +91,7 @@ results=$logs/results.jsonl
 
 if [ "$check" = 1 ] || [ "$check_scale" = 1 ]; then
   mb=4; reps=2; tensors=40; nps="2"; scen=all
-  configs="per-rank shared:0 shared:1"
+  configs="per-rank shared:0 shared:1 per-node"
 else
   mb=${BENCH_MB:-256}; reps=${BENCH_REPS:-5}; tensors=${BENCH_TENSORS:-2000}
   nps=${BENCH_NP:-"4 2"}; scen=${BENCH_SCENARIOS:-all}

@@ -21,7 +21,7 @@ for n, line in enumerate(open(path), 1):
     key = (j.get("ranks"), j.get("layout"), j.get("collective"))
     seen.setdefault(key, set()).add(j.get("scenario"))
     sc = j.get("scenario")
-    if not isinstance(sc, str) or j.get("layout") not in ("shared", "per-rank"):
+    if not isinstance(sc, str) or j.get("layout") not in ("shared", "per-rank", "per-node"):
         bad.append("line %d: no scenario/layout" % n); continue
     if "skipped" in j:
         if not sc.endswith("_cold") or not j["skipped"]:

@@ -1,8 +1,8 @@
 """Every dtype round trip, bit for bit: NumPy (float16/32/64, int8..64, uint8..64, bool) or PyTorch
 (float16, bfloat16, float32, float64, int8..64, uint8, bool) arrays of shapes 0-d to 4-d, empty
 and odd-sized, with NaN payloads, +-inf, -0.0 and subnormals; replicated, PerRank and Shard; small
-ones (packed into /packs/rank-N in the per-rank layout) and ones over the pack limit; both
-layouts. Saved with CheckpointManager.save, clobbered, restored in place (the same objects hold the
+ones (packed into /packs/rank-N in the per-rank and per-node layouts) and ones over the pack
+limit; the three layouts (per-node: nodes of MPICKPT_RANKS_PER_NODE ranks, or one). Saved with CheckpointManager.save, clobbered, restored in place (the same objects hold the
 values, views leave their base's other elements alone), then read back by name with
 mpickpt.open(): whole, [a:b], [i], [-1], [..., j], np.asarray, .to_torch().
 
@@ -199,13 +199,17 @@ def check_open(path, expect, layout):
 
 
 def check_layout_files(path, layout):
-    """Rank 0: small tensors are packed into /packs/rank-N in the per-rank layout, never in the
-    shared one; the big one has a dataset of its own."""
+    """Rank 0: small tensors are packed into /packs/rank-N in the per-rank and per-node layouts
+    (per-node: a file per node of MPICKPT_RANKS_PER_NODE ranks, or one), never in the shared one;
+    the big one has a dataset of its own."""
     files = sorted(glob.glob(path + ".data-*"))
-    check(len(files) == (size if layout == "per-rank" else 1), f"data files {files}")
+    k = int(os.environ.get("MPICKPT_RANKS_PER_NODE") or 0)
+    want = {"per-rank": size, "shared": 1, "per-node": (size + k - 1) // k if k else 1}[layout]
+    check(len(files) == want, f"data files {files}, want {want}")
     sets = [d for f in files for d in pc.datasets(f)]
     packs = [d for d in sets if d.startswith("/packs/rank-")]
-    if layout == "per-rank":
+    if layout != "shared":
+        check(len(packs) == size, f"packs {packs}, want one per rank")
         check(packs, f"no /packs/rank-N in {files}: {sets}")
     else:
         check(not packs, f"packs in the shared layout: {packs}")
@@ -244,6 +248,6 @@ def run(layout):
 
 
 if __name__ == "__main__":
-    for layout in ("per-rank", "shared"):
+    for layout in ("per-rank", "shared", "per-node"):
         run(layout)
     pc.comm.Barrier()

@@ -40,7 +40,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     int mode;
     int rc;
     if ((rc = ckpt__env_choice(&layout, "MPICKPT_LAYOUT", layouts, layout_values, 3,
-                               CKPT_LAYOUT_PER_RANK)) ||
+                               CKPT_LAYOUT_PER_NODE)) ||
         (rc = ckpt__env_bool(&async, "MPICKPT_ASYNC", 0)) ||
         (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,

@@ -1214,8 +1214,9 @@ static void case_settings(void)
         /* layout from the environment (options leave it unset) */
         settings_divergent("MPICKPT_LAYOUT", "per-rank", "shared", CKPT_LAYOUT_UNKNOWN,
                            CKPT_LAYOUT_PER_RANK, -1, 1);
+        /* rank 0's environment unset: the default layout, per-node */
         settings_divergent("MPICKPT_LAYOUT", NULL, "shared", CKPT_LAYOUT_UNKNOWN,
-                           CKPT_LAYOUT_PER_RANK, -1, 2);
+                           CKPT_LAYOUT_PER_NODE, -1, 2);
         settings_divergent("MPICKPT_LAYOUT", "shared", "per-rank", CKPT_LAYOUT_UNKNOWN,
                            CKPT_LAYOUT_SHARED, -1, 3);
         /* packing (per-rank layout): rank 0 never packs, rank 1 would, and the other way */

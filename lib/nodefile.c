@@ -286,58 +286,17 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off, const c
     return CKPT_OK;
 }
 
-/* The pack: small pieces copied back to back through the staging buffer, as in lib/shard.c. */
-typedef struct pack_writer {
+/* The pack (lib/shard.h): written with pwrite at its place in the node's file. */
+typedef struct pack_place {
     int fd;
     const char *shown;
-    uint64_t at;      /* the pack dataset's file offset */
-    uint64_t flushed; /* bytes of it written so far */
-    size_t fill;      /* bytes staged after `flushed` */
-    uint8_t *buf;
-    char path[64];
-} pack_writer;
+    uint64_t at; /* the pack dataset's file offset */
+} pack_place;
 
-static int pack_flush(pack_writer *pw)
+static int pack_write_fd(void *arg, uint64_t off, const void *buf, size_t len)
 {
-    int rc = pwrite_all(pw->fd, pw->buf, pw->fill, pw->at + pw->flushed, pw->shown);
-    pw->flushed += pw->fill;
-    pw->fill = 0;
-    return rc;
-}
-
-static int pack_add(ckpt__record *rec, pack_writer *pw, const ckpt__reg *g, const ckpt__piece *p,
-                    const void *bytes, size_t len)
-{
-    uint64_t off = pw->flushed + pw->fill;
-    uint32_t crc;
-    int rc;
-    if (len > CKPT__PACK_STAGE - pw->fill && (rc = pack_flush(pw)) != CKPT_OK)
-        return rc;
-    if (len <= CKPT__PACK_STAGE) {
-        memcpy(pw->buf + pw->fill, bytes, len);
-        crc = ckpt_crc32c(pw->buf + pw->fill, len);
-        pw->fill += len;
-    } else { /* a pack limit above the staging size: written straight from the source */
-        if ((rc = pwrite_all(pw->fd, bytes, len, pw->at + off, pw->shown)) != CKPT_OK)
-            return rc;
-        pw->flushed += len;
-        crc = ckpt_crc32c(bytes, len);
-    }
-    ckpt__written w = {.name = g->stored,
-                       .dtype = g->dtype,
-                       .kind = g->kind,
-                       .shape = g->shape,
-                       .slice = p->slice,
-                       .dataset = pw->path,
-                       .dataset_slice = p->slice,
-                       .bytes = (uint64_t)len,
-                       .crc = crc,
-                       .packed = 1,
-                       .pack_offset = off,
-                       .file_offset = pw->at + off};
-    for (int d = 0; d < w.dataset_slice.ndims; d++)
-        w.dataset_slice.start[d] = 0;
-    return ckpt__record_add(rec, &w);
+    const pack_place *pp = arg;
+    return pwrite_all(pp->fd, buf, len, pp->at + off, pp->shown);
 }
 
 /* The next dataset's offset, checked against its length and the file's size. */
@@ -364,15 +323,18 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
     char path[16384];
     size_t k = 0;
     int rc = CKPT_OK;
-    pack_writer pw = {.fd = fd, .shown = shown};
-    pack_path(pw.path, sizeof pw.path, in->rank);
+    char pack_name[64];
+    pack_path(pack_name, sizeof pack_name, in->rank);
+    pack_place pp = {.fd = fd, .shown = shown};
+    ckpt__pack pw = {.write = pack_write_fd, .arg = &pp, .path = pack_name};
     uint64_t total = pack_total(in);
     if (total > 0) {
         if (!bufs->pack_buf && !(bufs->pack_buf = malloc(CKPT__PACK_STAGE)))
             return ckpt__error(CKPT_ENOMEM, "out of memory");
         pw.buf = bufs->pack_buf;
-        if ((rc = next_off(&pw.at, off, n_off, &k, total, size, shown)) != CKPT_OK)
+        if ((rc = next_off(&pp.at, off, n_off, &k, total, size, shown)) != CKPT_OK)
             return rc;
+        pw.file_offset = pp.at;
     }
     for (size_t j = 0; j < in->pieces->n && rc == CKPT_OK; j++) {
         const ckpt__piece *p = &in->pieces->v[j];
@@ -383,7 +345,7 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
         if ((rc = ckpt__piece_bytes(g, in->src[p->reg], p, &bufs->scratch, &bytes, &len)))
             break;
         if (total > 0 && ckpt__shard_packs(in, len)) {
-            rc = pack_add(rec, &pw, g, p, bytes, len);
+            rc = ckpt__pack_add(rec, &pw, g, p, bytes, len);
             continue;
         }
         ckpt__written w = {.name = g->stored,
@@ -402,8 +364,8 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
         w.file_offset = len ? at : 0;
         rc = ckpt__record_add_data(rec, &w, bytes, len);
     }
-    if (rc == CKPT_OK && pw.fill)
-        rc = pack_flush(&pw);
+    if (rc == CKPT_OK)
+        rc = ckpt__pack_flush(&pw);
     if (rc == CKPT_OK && pw.flushed != total)
         rc = ckpt__error(CKPT_ERROR, "internal: %llu packed bytes written, %llu expected",
                          (unsigned long long)pw.flushed, (unsigned long long)total);

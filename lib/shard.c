@@ -72,53 +72,58 @@ uint64_t ckpt__shard_metadata_room(const ckpt__shard_input *in, const Mpickpt__I
 
 /* ---- the pack: small pieces in one uint8 dataset, filled through a staging buffer -------------- */
 
-typedef struct pack_writer {
-    hid_t dset;
-    char path[64];
-    uint64_t total;   /* dataset size: every packed piece's bytes */
-    uint64_t flushed; /* bytes of the dataset written so far */
-    size_t fill;      /* bytes staged after `flushed` */
-    uint8_t *buf;
-} pack_writer;
-
-static int pack_flush(pack_writer *pw)
+int ckpt__pack_flush(ckpt__pack *pk)
 {
-    if (pw->fill == 0)
+    if (pk->fill == 0)
         return CKPT_OK;
-    ckpt_slice sel = { 1, { (int64_t)pw->flushed }, { (int64_t)pw->fill } };
     errno = 0;
-    int rc = ckpt__h5_write(pw->dset, CKPT_UINT8, &sel, pw->buf, H5P_DEFAULT);
-    pw->flushed += pw->fill;
-    pw->fill = 0;
+    int rc = pk->write(pk->arg, pk->flushed, pk->buf, pk->fill);
+    pk->flushed += pk->fill;
+    pk->fill = 0;
     return rc;
 }
 
-/* Copies piece p (len bytes at `bytes`) into the pack and records it. */
-static int pack_add(ckpt__record *rec, pack_writer *pw, const ckpt__reg *g, const ckpt__piece *p,
-                    const void *bytes, size_t len)
+int ckpt__pack_add(ckpt__record *rec, ckpt__pack *pk, const ckpt__reg *g, const ckpt__piece *p,
+                   const void *bytes, size_t len)
 {
-    uint64_t off = pw->flushed + pw->fill;
+    uint64_t off = pk->flushed + pk->fill;
     uint32_t crc = 0;
     int rc = CKPT_OK;
-    if (len > CKPT__PACK_STAGE - pw->fill && (rc = pack_flush(pw)) != CKPT_OK)
+    if (len > CKPT__PACK_STAGE - pk->fill && (rc = ckpt__pack_flush(pk)) != CKPT_OK)
         return rc;
+    off = pk->flushed + pk->fill;
     if (len <= CKPT__PACK_STAGE) {
-        memcpy(pw->buf + pw->fill, bytes, len);
-        crc = ckpt_crc32c(pw->buf + pw->fill, len); /* of the copy, while it is in cache */
-        pw->fill += len;
+        memcpy(pk->buf + pk->fill, bytes, len);
+        crc = ckpt_crc32c(pk->buf + pk->fill, len); /* of the copy, while it is in cache */
+        pk->fill += len;
     } else { /* a pack limit above the staging size: written straight from the source */
-        ckpt_slice sel = { 1, { (int64_t)off }, { (int64_t)len } };
-        if ((rc = ckpt__h5_write(pw->dset, CKPT_UINT8, &sel, bytes, H5P_DEFAULT)) != CKPT_OK)
+        if ((rc = pk->write(pk->arg, off, bytes, len)) != CKPT_OK)
             return rc;
-        pw->flushed += len;
+        pk->flushed += len;
         crc = ckpt_crc32c(bytes, len);
     }
     ckpt__written w = { .name = g->stored, .dtype = g->dtype, .kind = g->kind, .shape = g->shape,
-                        .slice = p->slice, .dataset = pw->path, .dataset_slice = p->slice,
-                        .bytes = (uint64_t)len, .crc = crc, .packed = 1, .pack_offset = off };
+                        .slice = p->slice, .dataset = pk->path, .dataset_slice = p->slice,
+                        .bytes = (uint64_t)len, .crc = crc, .packed = 1, .pack_offset = off,
+                        .file_offset = pk->file_offset ? pk->file_offset + off : 0 };
     for (int d = 0; d < w.dataset_slice.ndims; d++)
         w.dataset_slice.start[d] = 0;
     return ckpt__record_add(rec, &w);
+}
+
+/* The per-rank pack: an HDF5 dataset of this rank's file. */
+typedef struct pack_writer {
+    ckpt__pack pk;
+    hid_t dset;
+    char path[64];
+    uint64_t total; /* dataset size: every packed piece's bytes */
+} pack_writer;
+
+static int pack_write_h5(void *arg, uint64_t off, const void *buf, size_t len)
+{
+    pack_writer *pw = arg;
+    ckpt_slice sel = { 1, { (int64_t)off }, { (int64_t)len } };
+    return ckpt__h5_write(pw->dset, CKPT_UINT8, &sel, buf, H5P_DEFAULT);
 }
 
 /* Creates this save's pack dataset when some pieces are small enough to be packed. */
@@ -128,6 +133,9 @@ static int pack_open(const ckpt__shard_input *in, ckpt__shard_bufs *bufs, pack_w
     memset(pw, 0, sizeof *pw);
     pw->dset = H5I_INVALID_HID;
     snprintf(pw->path, sizeof pw->path, "/packs/rank-%d", in->rank);
+    pw->pk.write = pack_write_h5;
+    pw->pk.arg = pw;
+    pw->pk.path = pw->path;
     for (size_t j = 0; j < in->pieces->n; j++) {
         size_t len = ckpt__piece_len(in->regs, &in->pieces->v[j]);
         if (ckpt__shard_packs(in, len))
@@ -137,7 +145,7 @@ static int pack_open(const ckpt__shard_input *in, ckpt__shard_bufs *bufs, pack_w
         return CKPT_OK;
     if (!bufs->pack_buf && !(bufs->pack_buf = malloc(CKPT__PACK_STAGE)))
         return ckpt__error(CKPT_ENOMEM, "out of memory");
-    pw->buf = bufs->pack_buf;
+    pw->pk.buf = bufs->pack_buf;
     int64_t total = (int64_t)pw->total;
     ckpt_shape sh;
     ckpt_slice full;
@@ -167,7 +175,7 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
         if ((rc = ckpt__piece_bytes(g, in->src[p->reg], p, &bufs->scratch, &bytes, &len)))
             break;
         if (pw.dset >= 0 && ckpt__shard_packs(in, len)) {
-            rc = pack_add(rec, &pw, g, p, bytes, len);
+            rc = ckpt__pack_add(rec, &pw.pk, g, p, bytes, len);
             continue;
         }
         ckpt__written w = { .name = g->stored, .dtype = g->dtype, .kind = g->kind,
@@ -188,7 +196,7 @@ static int write_datasets(ckpt__record *rec, const ckpt__shard_input *in, ckpt__
     }
     if (pw.dset >= 0) {
         if (rc == CKPT_OK)
-            rc = pack_flush(&pw);
+            rc = ckpt__pack_flush(&pw.pk);
         /* the packed pieces' offsets in the file, now that the pack is allocated */
         uint64_t base = rc == CKPT_OK ? ckpt__h5_offset(pw.dset) : 0;
         for (size_t k = first; base && k < rec->n; k++)

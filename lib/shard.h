@@ -54,6 +54,27 @@ typedef int (*ckpt__fault_fn)(int rank, const char *step);
 int ckpt__shard_write(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard_bufs *bufs,
                       const ckpt__save_names *n, int tempfd, ckpt__fault_fn fault);
 
+/*
+ * The pack of a rank: its small pieces copied back to back into one uint8 dataset through a
+ * staging buffer (CKPT__PACK_STAGE bytes, kept in ckpt__shard_bufs) and written one buffer at a
+ * time by `write` — a range of an HDF5 dataset (per-rank, lib/shard.c) or a pwrite at the pack's
+ * place in the node's file (per-node, lib/nodefile.c). ckpt__pack_add() records each piece (its
+ * CRC-32C of the staged copy, its pack offset, and its file offset when `file_offset`, where the
+ * pack starts in its file, is known); ckpt__pack_flush() writes what is staged.
+ */
+typedef struct ckpt__pack {
+    int (*write)(void *arg, uint64_t off, const void *buf, size_t len); /* off: in the pack */
+    void *arg;
+    const char *path;     /* the pack dataset's name, /packs/rank-<r> */
+    uint64_t file_offset; /* where the pack starts in its file; 0: not known (yet) */
+    uint64_t flushed;     /* bytes of the pack written so far */
+    size_t fill;          /* bytes staged after `flushed` */
+    uint8_t *buf;         /* the staging buffer */
+} ckpt__pack;
+int ckpt__pack_flush(ckpt__pack *pk);
+int ckpt__pack_add(ckpt__record *rec, ckpt__pack *pk, const ckpt__reg *g, const ckpt__piece *p,
+                   const void *bytes, size_t len);
+
 /* Whether a piece of `len` bytes is packed. */
 int ckpt__shard_packs(const ckpt__shard_input *in, size_t len);
 

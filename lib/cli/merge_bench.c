@@ -29,6 +29,7 @@
 #include "index.h"
 
 #include "mpickpt/checkpoint.h"
+#include "mpickpt/crc32c.h"
 #include "mpickpt/dtype.h"
 #include "mpickpt/slice.h"
 
@@ -63,6 +64,8 @@ typedef struct bench_result {
     double gathered_mb;    /* packed fragments, as the chief receives them */
     double index_mb;       /* packed merged index */
     double heap_mb;        /* largest heap in use after a phase (mallinfo2) */
+    uint32_t index_crc;    /* CRC-32C of the packed merged index: equal before and after a change
+                            * to the merge means the same index, byte for byte */
     double peak_mb;        /* ru_maxrss */
 } bench_result;
 
@@ -294,6 +297,7 @@ static void run_config(const bench_config *c, bench_result *res)
             die_ckpt("ckpt__index_validate", rc);
         double t4 = now_s();
 
+        res->index_crc = ckpt_crc32c(ibuf, ilen);
         free(ibuf);
         ckpt__index_merged_free(&idx);
         if (arena)
@@ -334,11 +338,12 @@ static void print_json(const bench_config *c, const bench_result *r)
            "\"merge_cpu_s\":%.6f,\"pack_cpu_s\":%.6f,\"cpu_s\":%.6f,\"per_rank\":%zu,"
            "\"mix\":[%zu,%zu,%zu],\"revalidate_s\":%.6f,\"free_s\":%.6f,\"build_s\":%.6f,"
            "\"gathered_mb\":%.2f,\"index_mb\":%.2f,\"heap_mb\":%.1f,\"repeat\":%d,"
-           "\"arena\":%s}\n",
+           "\"arena\":%s,\"index_crc32c\":\"%08x\"}\n",
            c->ranks, r->tensors, r->pieces, r->unpack_s, r->merge_s, r->pack_s, r->total_s,
            r->peak_mb, r->unpack_cpu_s, r->merge_cpu_s, r->pack_cpu_s, r->cpu_s, c->per_rank,
            r->np, r->nf, r->nr, r->revalidate_s, r->free_s, r->build_s,
-           r->gathered_mb, r->index_mb, r->heap_mb, c->repeat, c->arena ? "true" : "false");
+           r->gathered_mb, r->index_mb, r->heap_mb, c->repeat, c->arena ? "true" : "false",
+           r->index_crc);
 }
 
 static void print_header(void)

@@ -12,7 +12,7 @@
 typedef struct arena_chunk {
     struct arena_chunk *next;
     size_t used, size;
-    max_align_t data[]; /* aligned for any type; allocations inside as arena_alloc says */
+    max_align_t data[]; /* every allocation is aligned for any type, as malloc's are */
 } arena_chunk;
 
 struct ckpt__arena {
@@ -21,26 +21,15 @@ struct ckpt__arena {
     size_t next_size;
 };
 
-/*
- * An object of n bytes is aligned to the largest power of two that divides n, at most 8: the
- * alignment of any type divides its size, so an object (or array) of a type with that size is
- * aligned for it, and protobuf-c allocates nothing that needs more than 8 (its widest scalars are
- * int64, double and pointers). Strings thus pack byte to byte instead of every allocation
- * taking a multiple of 16: about 7% less memory for an unpacked index (30-35 bytes per piece).
- */
 static void *arena_alloc(void *data, size_t n)
 {
     ckpt__arena *a = data;
+    const size_t align = _Alignof(max_align_t);
     if (n > SIZE_MAX / 2)
         return NULL;
-    size_t align = n ? n & -n : 1;
-    if (align > 8)
-        align = 8;
-    n = n ? n : 1; /* distinct objects get distinct addresses */
+    n = n ? (n + align - 1) & ~(align - 1) : align;
     arena_chunk *c = a->head;
-    size_t pad = c ? (align - c->used % align) % align : 0;
-    if (!c || c->size - c->used < n + pad) {
-        pad = 0; /* a chunk's data is aligned for any type */
+    if (!c || c->size - c->used < n) {
         size_t size = n > a->next_size ? n : a->next_size;
         c = malloc(sizeof *c + size);
         if (!c)
@@ -52,8 +41,8 @@ static void *arena_alloc(void *data, size_t n)
         if (a->next_size < ARENA_MAX_CHUNK)
             a->next_size *= 2;
     }
-    void *p = (unsigned char *)c->data + c->used + pad;
-    c->used += pad + n;
+    void *p = (unsigned char *)c->data + c->used;
+    c->used += n;
     return p;
 }
 

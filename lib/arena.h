@@ -11,9 +11,7 @@
  * index piece, half of the chief's unpack time at 1M pieces. An arena hands out memory from a few
  * large chunks and frees them all at once. Everything unpacked with ckpt__arena_allocator(a) is
  * released by ckpt__arena_free(a) and by nothing else (its per-object free does nothing, so
- * *__free_unpacked() on such a message is harmless but frees nothing). Not thread-safe. Memory
- * is aligned for what protobuf-c stores (up to 8 bytes, by the size asked for), not for
- * max_align_t as malloc's: not a general-purpose allocator.
+ * *__free_unpacked() on such a message is harmless but frees nothing). Not thread-safe.
  */
 typedef struct ckpt__arena ckpt__arena;
 

@@ -3,7 +3,9 @@
  * Every simulated rank builds its index fragment with ckpt__fragment_add() (the way the saver
  * does) and packs it, as it would before MPI_Gatherv; the packed fragments are laid end to end in
  * one buffer, as the chief receives them. Then, timed: unpacking every fragment, ckpt__index_merge
- * (which validates the result), and packing the merged index. Per rank the pieces are a mix of
+ * (which validates the result), and packing the merged index into its container
+ * (ckpt__container_pack: length, payload, CRC-32C, what the commit writes). Per rank the pieces
+ * are a mix of
  *   partitioned  tensors split by rows across all ranks (every rank holds one piece of each;
  *                uneven splits),
  *   full         tensors owned whole by this rank (e.g. a pipeline stage's or an expert's),
@@ -452,12 +454,13 @@ static void run_config(const bench_config *c, bench_result *res)
             exit(1);
         }
 
-        size_t ilen = mpickpt__index__get_packed_size(&idx);
-        uint8_t *ibuf = xmalloc(ilen);
-        if (mpickpt__index__pack(&idx, ibuf) != ilen) {
-            fprintf(stderr, "mpickpt-merge-bench: packed size mismatch\n");
-            exit(1);
-        }
+        /* packed into its file's container (length, CRC-32C), as the chief's commit does */
+        uint8_t *cbuf;
+        size_t clen;
+        if ((rc = ckpt__container_pack(&cbuf, &clen, CKPT__MAGIC_INDEX, &idx.base)) != CKPT_OK)
+            die_ckpt("ckpt__container_pack", rc);
+        const uint8_t *ibuf = cbuf + CKPT__CONTAINER_HEAD;
+        size_t ilen = clen - CKPT__CONTAINER_HEAD - CKPT__CONTAINER_TAIL;
         double t3 = now_s();
         double c3 = cpu_now_s();
         h = heap_mb() > h ? heap_mb() : h;
@@ -466,8 +469,8 @@ static void run_config(const bench_config *c, bench_result *res)
             die_ckpt("ckpt__index_validate", rc);
         double t4 = now_s();
 
-        res->index_crc = ckpt_crc32c(ibuf, ilen);
-        free(ibuf);
+        res->index_crc = ckpt_crc32c(ibuf, ilen); /* of the payload: the index message */
+        free(cbuf);
         ckpt__index_merged_free(&idx);
         free_frags(frags, in->n, arena);
         double t5 = now_s();

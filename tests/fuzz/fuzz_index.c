@@ -217,7 +217,20 @@ static void check_hierarchical(Mpickpt__Fragment **frags, size_t n, Mpickpt__Hea
     ckpt__fragment_merged_free(&part);
     Mpickpt__Fragment *two[2] = { mpickpt__fragment__unpack(NULL, plen, pb), frags[n - 1] };
     free(pb);
-    FUZZ_ASSERT(two[0] != NULL);
+    if (!two[0]) {
+        /* protobuf-c keeps an unknown field whose tag was written in two bytes as field number
+         * 0, then packs it in one byte, which it refuses to read: the result does not survive the
+         * trip. The flat merge carries the same field into the index, which must not survive a
+         * pack and unpack either. (The saver's fragments hold no unknown fields.) */
+        if (flat) {
+            size_t a;
+            uint8_t *x = pack_index(&a, flat);
+            Mpickpt__Index *back = mpickpt__index__unpack(NULL, a, x);
+            FUZZ_ASSERT(back == NULL);
+            free(x);
+        }
+        return;
+    }
     Mpickpt__Index out;
     mpickpt__index__init(&out);
     out.header = hdr;

@@ -3,11 +3,27 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 /* Chunks start small (a save of a few tensors stays small) and double up to a cap, so a large
  * unpack takes a few dozen mallocs instead of millions. */
 #define ARENA_FIRST_CHUNK ((size_t)64 << 10)
 #define ARENA_MAX_CHUNK ((size_t)64 << 20)
+
+/* From this size on, ckpt__malloc_huge asks for transparent huge pages (arena.h). */
+#define ARENA_HUGE_CHUNK ((size_t)4 << 20)
+
+void *ckpt__malloc_huge(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+#ifdef MADV_HUGEPAGE
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)p + n) & ~(uintptr_t)4095;
+    if (p && n >= ARENA_HUGE_CHUNK && hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* a refusal costs nothing */
+#endif
+    return p;
+}
 
 typedef struct arena_chunk {
     struct arena_chunk *next;
@@ -31,7 +47,7 @@ static void *arena_alloc(void *data, size_t n)
     arena_chunk *c = a->head;
     if (!c || c->size - c->used < n) {
         size_t size = n > a->next_size ? n : a->next_size;
-        c = malloc(sizeof *c + size);
+        c = ckpt__malloc_huge(sizeof *c + size);
         if (!c)
             return NULL;
         c->next = a->head;

@@ -24,6 +24,16 @@ ProtobufCAllocator *ckpt__arena_allocator(ckpt__arena *a);
 /* Frees every chunk; NULL is a no-op. */
 void ckpt__arena_free(ckpt__arena *a);
 
+/*
+ * malloc(n), and from 4 MiB on the kernel is asked for transparent huge pages for it before its
+ * first touch (madvise MADV_HUGEPAGE; advisory: nothing changes where THP is off, e.g. `never` in
+ * /sys/kernel/mm/transparent_hugepage/enabled). Free with free(). For the arena's chunks and the
+ * index's container: written once in order, then read all over, they fault once per 2 MiB
+ * instead of per 4 KiB and miss the TLB far less (unpacking 10^6 pieces: 0.40 s -> 0.23 s;
+ * 10^7: 5.2 s -> 2.3-2.9 s CPU; docs/performance.md).
+ */
+void *ckpt__malloc_huge(size_t n);
+
 #pragma GCC visibility pop
 
 #endif

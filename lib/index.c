@@ -19,6 +19,7 @@
  */
 #include "index.h"
 
+#include "arena.h"
 #include "fsutil.h"
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/crc32c.h"
@@ -73,7 +74,7 @@ int ckpt__container_pack(uint8_t **out, size_t *len, const char magic[8],
 {
     size_t plen = protobuf_c_message_get_packed_size(msg);
     size_t total = CKPT__CONTAINER_HEAD + plen + CKPT__CONTAINER_TAIL;
-    uint8_t *buf = malloc(total);
+    uint8_t *buf = ckpt__malloc_huge(total); /* large: written in order, then CRC and write */
     if (!buf)
         return ckpt__error(CKPT_ENOMEM, "cannot allocate %zu bytes for an index", total);
     memcpy(buf, magic, 8);

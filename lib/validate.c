@@ -22,6 +22,7 @@
 #include "internal.h"
 #include "mpickpt/dtype.h"
 #include "mpickpt/slice.h"
+#include "strhash.h"
 #include "tiling.h"
 
 #include <stdlib.h>
@@ -46,11 +47,92 @@ static int dataset_path_ok(const char *ds, int packed)
 }
 
 
+/* The data files of an index, for the pieces' lookups: a hash set over the sorted, unique names
+ * (a binary search made a dozen strcmp of names sharing their first 12 bytes per piece). */
+struct fileset {
+    const char *const *names; /* sorted */
+    size_t n;
+    uint32_t *slots;          /* name index + 1; 0 is empty */
+    size_t mask;
+};
+
+static int fileset_init(struct fileset *fs, const char *const *names, size_t n)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    fs->names = names;
+    fs->n = n;
+    fs->mask = cap - 1;
+    if (n >= UINT32_MAX || !(fs->slots = calloc(cap, sizeof *fs->slots)))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = (size_t)ckpt__strhash(names[i], strlen(names[i])) & fs->mask;
+        while (fs->slots[k])
+            k = (k + 1) & fs->mask;
+        fs->slots[k] = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
+/* Whether `name` is one of the files. The hash is not keyed, so an index from disk could list
+ * names made to collide: past a few probes the lookup is a binary search, O(log n) at worst. */
+static int fileset_has(const struct fileset *fs, const char *name)
+{
+    size_t k = (size_t)ckpt__strhash(name, strlen(name)) & fs->mask;
+    for (int probes = 0; fs->slots[k]; k = (k + 1) & fs->mask) {
+        if (strcmp(fs->names[fs->slots[k] - 1], name) == 0)
+            return 1;
+        if (++probes == 16)
+            return bsearch(&name, fs->names, fs->n, sizeof *fs->names, cmp_str_ptr) != NULL;
+    }
+    return 0;
+}
+
+/* The error of a piece whose coordinates piece_box() refused, as the checks below word it. */
+static int piece_box_error(const Mpickpt__Piece *p, size_t j, const ckpt_shape *shape, int bad,
+                           const char *what, const char *name)
+{
+    ckpt_slice s, ds;
+    int nd = shape->ndims;
+    if (ckpt__piece_slice(&s, p, nd) != CKPT_OK ||
+        ckpt__piece_dataset_slice(&ds, p, nd) != CKPT_OK)
+        return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu", what, name, j);
+    if (ckpt_slice_validate(&s, shape) != CKPT_OK)
+        return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu (rank %d) lies outside the shape",
+                                what, name, j, p->rank);
+    return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset offset", what, name, j);
+}
+
+/* A piece's box into x (start[0..nd) then count[0..nd)) and its element count into *n, when its
+ * coordinates are as many as the shape's dimensions, its slice lies inside the shape and its
+ * dataset offsets are in range; else 0 (piece_box_error() says why). */
+static int piece_box(int64_t *x, int64_t *n, const Mpickpt__Piece *p, const ckpt_shape *shape)
+{
+    int nd = shape->ndims;
+    if (p->n_start != (size_t)nd || p->n_count != (size_t)nd || p->n_dataset_start != (size_t)nd)
+        return 0;
+    int64_t elems = 1;
+    int zero = 0;
+    for (int d = 0; d < nd; d++) {
+        int64_t st = p->start[d], ct = p->count[d], ds = p->dataset_start[d];
+        if (st < 0 || ct < 0 || st > shape->dims[d] - ct || ds < 0 || ds > INT64_MAX - ct)
+            return 0;
+        x[d] = st;
+        x[nd + d] = ct;
+        zero |= ct == 0;
+        /* inside the shape: without a zero count the product is at most the shape's, which
+         * fits; with one, it is 0 (the product of the others may wrap, and is not used) */
+        elems = (int64_t)((uint64_t)elems * (uint64_t)ct);
+    }
+    *n = zero ? 0 : elems;
+    return 1;
+}
+
 /* Validates one tensor; `scratch` has room for t->n_pieces rows of its rank (vrow_size) and as
  * many pointers. */
 static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t version,
-                           const char *const *files, size_t nfiles, char *scratch, int bad,
-                           const char *what)
+                           const struct fileset *files, char *scratch, int bad, const char *what)
 {
     const char *name = t->name ? t->name : "";
     size_t nlen = strnlen(name, 4097);
@@ -88,33 +170,25 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
     for (size_t j = 0; j < t->n_pieces; j++) {
         const Mpickpt__Piece *p = t->pieces[j];
         struct vrow *v = (struct vrow *)(void *)(scratch + j * stride);
-        ckpt_slice s, ds;
         int64_t n;
         char sl[256];
-        if (ckpt__piece_slice(&s, p, nd) != CKPT_OK ||
-            ckpt__piece_dataset_slice(&ds, p, nd) != CKPT_OK)
-            return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu", what, name, j);
-        if (ckpt_slice_validate(&s, &shape) != CKPT_OK)
-            return ckpt__error_wrap(bad, "%s: tensor '%s' piece %zu (rank %d) lies outside the shape",
-                                    what, name, j, p->rank);
-        for (int d = 0; d < ds.ndims; d++)
-            if (ds.start[d] < 0 || ds.start[d] > INT64_MAX - ds.count[d])
-                return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset offset", what, name,
-                                   j);
+        if (j + 4 < t->n_pieces)
+            __builtin_prefetch(t->pieces[j + 4]);
+        if (!piece_box(v->x, &n, p, &shape))
+            return piece_box_error(p, j, &shape, bad, what, name);
         if (p->rank < 0 || p->rank >= world)
             return ckpt__error(bad, "%s: tensor '%s' piece %zu: rank %d outside world size %d",
                                what, name, j, p->rank, world);
-        if (!p->file || !bsearch(&p->file, files, nfiles, sizeof *files, cmp_str_ptr))
+        if (!p->file || !fileset_has(files, p->file))
             return ckpt__error(bad, "%s: tensor '%s' piece %zu names data file '%s' not listed in "
                                     "the index",
                                what, name, j, p->file ? p->file : "");
         if (!dataset_path_ok(p->dataset, p->packed))
             return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad dataset path", what, name, j);
-        ckpt_slice_num_elements(&n, &s);
         if (p->packed) {
             int zero = 1;
-            for (int d = 0; d < ds.ndims; d++)
-                zero &= ds.start[d] == 0;
+            for (int d = 0; d < nd; d++)
+                zero &= p->dataset_start[d] == 0;
             if (version < 2 || !zero || p->pack_offset > (uint64_t)INT64_MAX - (uint64_t)n * esize)
                 return ckpt__error(bad, "%s: tensor '%s' piece %zu: bad packed piece (format %u, "
                                         "offset %llu)",
@@ -133,6 +207,8 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
                                    p->block_bytes, version);
         }
         if (p->bytes != (uint64_t)n * esize) {
+            ckpt_slice s;
+            ckpt__piece_slice(&s, p, nd);
             fmt_slice(sl, sizeof sl, &shape, &s);
             return ckpt__error(bad, "%s: tensor '%s' piece %s: %llu bytes recorded, %llu expected",
                                what, name, sl, (unsigned long long)p->bytes,
@@ -141,8 +217,6 @@ static int validate_tensor(const Mpickpt__Tensor *t, int32_t world, uint32_t ver
         if (__builtin_add_overflow(covered, n, &covered))
             return ckpt__error(bad, "%s: tensor '%s': element count overflows", what, name);
         v->p = p;
-        memcpy(v->x, s.start, (size_t)nd * sizeof *v->x);
-        memcpy(v->x + nd, s.count, (size_t)nd * sizeof *v->x);
     }
 
     return ckpt__tiling_check(scratch, t->n_pieces, &shape, total, covered, bad, what, name);
@@ -170,6 +244,7 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
                            (long long)h->save_counter, (long long)CKPT__COUNTER_MAX);
 
     int rc = CKPT_OK;
+    struct fileset fs = { NULL, 0, NULL, 0 };
     const char **files = malloc((idx->n_files + 1) * sizeof *files);
     size_t need = vrow_size(0), bytes; /* the largest tensor's rows and pointers to them */
     for (size_t i = 0; i < idx->n_tensors; i++) {
@@ -201,11 +276,14 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
             rc = ckpt__error(bad, "%s: data file '%s' listed twice", what, files[i]);
             goto done;
         }
+    if (fileset_init(&fs, files, idx->n_files) != 0) {
+        rc = ckpt__error(CKPT_ENOMEM, "%s: out of memory validating the index", what);
+        goto done;
+    }
     for (size_t i = 0; i < idx->n_tensors; i++) {
         const Mpickpt__Tensor *t = idx->tensors[i];
         /* first: the name is then known to be non-empty UTF-8, fit to compare and print */
-        rc = validate_tensor(t, h->world_size, h->format_version, files, idx->n_files, scratch, bad,
-                             what);
+        rc = validate_tensor(t, h->world_size, h->format_version, &fs, scratch, bad, what);
         if (rc != CKPT_OK)
             goto done;
         if (i > 0 && strcmp(idx->tensors[i - 1]->name, t->name) >= 0) {
@@ -214,6 +292,7 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what)
         }
     }
 done:
+    free(fs.slots);
     free(files);
     free(scratch);
     return rc;

@@ -29,8 +29,8 @@ void ckpt__arena_free(ckpt__arena *a);
  * first touch (madvise MADV_HUGEPAGE; advisory: nothing changes where THP is off, e.g. `never` in
  * /sys/kernel/mm/transparent_hugepage/enabled). Free with free(). For the arena's chunks and the
  * index's container: written once in order, then read all over, they fault once per 2 MiB
- * instead of per 4 KiB and miss the TLB far less (unpacking 10^6 pieces: 0.40 s -> 0.23 s;
- * 10^7: 5.2 s -> 2.3-2.9 s CPU; docs/performance.md).
+ * instead of per 4 KiB and miss the TLB far less (unpacking 10^6 pieces: 0.38 s -> 0.22 s;
+ * 10^7: a median of 5.5 s -> 2.9 s; docs/performance.md).
  */
 void *ckpt__malloc_huge(size_t n);
 

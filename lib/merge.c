@@ -9,10 +9,11 @@
  * by name as a stable sort would leave them; data files are concatenated; the result has passed
  * ckpt__index_validate() with CKPT_EMISMATCH. Merging is associative over consecutive fragments:
  * merging the partial merges of consecutive runs of the fragments, in order, gives the same index
- * as merging all of them at once (tests/unit/test_merge.c). The output borrows the fragments'
- * strings, arrays, pieces and the tensors that only one fragment holds: ckpt__index_merged_free()
- * frees only what the merge allocated. O(n) for n entries plus the sort of the distinct names
- * (a string sort that reads a shared prefix once, not once per comparison).
+ * as merging all of them at once (tests/unit/test_merge.c). The output's tensors are copies of
+ * the entries in one allocation; it borrows the fragments' strings, arrays and pieces (and the
+ * piece array of a name only one entry holds): ckpt__index_merged_free() frees only what the merge
+ * allocated. O(n) for n entries plus the sort of the distinct names (compact copies, qsort).
+ * ckpt__fragment_merge() is the same merge without the validation, into a fragment.
  *
  * Called by the saver's merge step on the chief (mpi/save_protocol.c), the single-process writer's
  * commit (lib/checkpoint.c) and mpickpt-merge-bench.

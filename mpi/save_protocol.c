@@ -146,11 +146,11 @@ void ckpt__free_frags(Mpickpt__Fragment **f, ckpt__arena *arena)
  * in chunks past s->chunk), unpacks them into `*out` (n = size), allocated from `*arena`: free
  * with ckpt__free_frags(*out, *arena). Collective.
  * `local` is this rank's status so far: a failed rank still joins with an empty contribution. */
-int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                              Mpickpt__Fragment ***out, ckpt__arena **arena)
+/* Packs `f` (when local is CKPT_OK) and gathers every rank's bytes at rank 0: *all and *offs
+ * there (ckpt__gather_bytes). Collective; the result is agreed. */
+static int pack_gather(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                       uint8_t **all, uint64_t **offs)
 {
-    *out = NULL;
-    *arena = NULL;
     size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf && local == CKPT_OK)
@@ -159,11 +159,49 @@ int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragm
         mpickpt__fragment__pack(f, buf);
     else
         len = 0;
+    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, all, offs);
+    free(buf);
+    return rc;
+}
+
+/* The n fragments laid end to end in `all` (rank i's at offs[i]) unpacked into *out, allocated
+ * from *arena (free with ckpt__free_frags; nothing to free after an error). A fragment's rank is
+ * its position, not what its bytes say. `what` names them in messages. */
+static int unpack_frags(const uint8_t *all, const uint64_t *offs, int n, const char *what,
+                        Mpickpt__Fragment ***out, ckpt__arena **arena)
+{
+    *out = NULL;
+    *arena = NULL;
+    int rc = CKPT_OK;
+    Mpickpt__Fragment **frags = calloc((size_t)n, sizeof *frags);
+    ckpt__arena *a = ckpt__arena_new();
+    if (!frags || !a)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (int i = 0; i < n && rc == CKPT_OK; i++) {
+        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
+                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
+        if (!frags[i])
+            rc = ckpt__error(CKPT_ECORRUPT, "rank %d's %s does not parse", i, what);
+        else
+            frags[i]->rank = i; /* trust the position, not the bytes */
+    }
+    if (rc != CKPT_OK) {
+        ckpt__free_frags(frags, a);
+        return rc;
+    }
+    *out = frags;
+    *arena = a;
+    return CKPT_OK;
+}
+
+int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                              Mpickpt__Fragment ***out, ckpt__arena **arena)
+{
+    *out = NULL;
+    *arena = NULL;
     uint8_t *all = NULL;
     uint64_t *offs = NULL;
-    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, &all,
-                                &offs);
-    free(buf);
+    int rc = pack_gather(s, comm, f, local, &all, &offs);
     if (rc != CKPT_OK)
         return rc;
     /* the offsets, then (everybody holding room for them, agreed) the bytes */
@@ -184,18 +222,8 @@ int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragm
                                 s->chunk)) != CKPT_OK ||
         (rc = ckpt__bcast_bytes(comm, 0, all, head[0], s->chunk)) != CKPT_OK)
         local2 = rc;
-    frags = calloc((size_t)s->size, sizeof *frags);
-    a = ckpt__arena_new();
-    if ((!frags || !a) && local2 == CKPT_OK)
-        local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (int i = 0; local2 == CKPT_OK && i < s->size; i++) {
-        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
-                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
-        if (!frags[i])
-            local2 = ckpt__error(CKPT_ECORRUPT, "rank %d's plan does not parse", i);
-        else
-            frags[i]->rank = i; /* trust the position, not the bytes */
-    }
+    if (local2 == CKPT_OK)
+        local2 = unpack_frags(all, offs, s->size, "plan", &frags, &a);
     /* The same bytes on every rank, but a failure to allocate or unpack them is one rank's own:
      * agreed, so that no rank goes on alone into the next collective. */
     if ((rc = ckpt_mpi_agree(comm, local2)) == CKPT_OK) {
@@ -389,40 +417,14 @@ static int gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *
     *out = NULL;
     *arena = NULL;
     *chief = CKPT_OK;
-    size_t len = local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf)
-        len = 0, local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    else if (len)
-        mpickpt__fragment__pack(f, buf);
     uint8_t *all = NULL;
     uint64_t *offs = NULL;
-    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, &all,
-                                &offs);
-    free(buf);
+    int rc = pack_gather(s, comm, f, local, &all, &offs);
     if (rc != CKPT_OK || s->rank != 0)
         return rc;
-    Mpickpt__Fragment **frags = calloc((size_t)s->size, sizeof *frags);
-    ckpt__arena *a = ckpt__arena_new();
-    if (!frags || !a)
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (int i = 0; i < s->size && rc == CKPT_OK; i++) {
-        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
-                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
-        if (!frags[i])
-            rc = ckpt__error(CKPT_ECORRUPT, "rank %d's index fragment does not parse", i);
-        else
-            frags[i]->rank = i; /* trust the position, not the bytes */
-    }
+    *chief = unpack_frags(all, offs, s->size, "index fragment", out, arena);
     free(all);
     free(offs);
-    if (rc != CKPT_OK) {
-        ckpt__free_frags(frags, a);
-        *chief = rc;
-        return CKPT_OK;
-    }
-    *out = frags;
-    *arena = a;
     return CKPT_OK;
 }
 

@@ -21,8 +21,11 @@ int ckpt__mpi_error(int mpi_rc, const char *what)
  * protocol's. CKPT_OK with *target = -1 when unset; *mode 0 (fail), 1 (kill) or 2 (hold). */
 int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
 {
-    /* "node": the per-node layout's node file (mpi/save_node.c); no effect in other layouts */
-    static const char *const steps[] = { "plan", "write", "agree", "merge", "commit", "node" };
+    /* "node": the per-node layout's node file (mpi/save_node.c); "node-merge": a leader's merge
+     * of its node's fragments (the hierarchical merge, mpi/save_protocol.c); no effect where
+     * they do not run */
+    static const char *const steps[] = { "plan",   "write", "agree",     "merge",
+                                         "commit", "node",  "node-merge" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;

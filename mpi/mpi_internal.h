@@ -41,6 +41,14 @@ int ckpt__recv_bytes(MPI_Comm comm, int src, int tag, void *buf, uint64_t len, u
  * elsewhere). Collective; the same status on every rank, agreed (transfer.c). */
 int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,
                        uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs);
+/* The same gather without the agreement: when some rank's `status` is not CKPT_OK (or the root
+ * cannot hold the total), nothing is transferred, *failed is set on every rank and each returns
+ * only an error of its own made here (the root's out of memory, an MPI failure), else CKPT_OK: a
+ * later vote carries the failing rank's message. For the two steps of a hierarchical merge,
+ * where the ranks of one communicator do not all meet the next. */
+int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *buf, uint64_t len,
+                             uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs,
+                             int *failed);
 
 /* One collective for a status and some maxima: every rank passes its status and `n` values; on
  * return vals[] hold the maxima over ranks. When any status is not CKPT_OK, every rank returns the

@@ -55,9 +55,37 @@ enum { PL_STATUS, PL_DEV, PL_INO, PL_SIZE, PL_N };
 
 /* ---- nodes ----------------------------------------------------------------------------------- */
 
+/* The leaders' communicator (rank order, so the chief is its rank 0) and its duplicate for the
+ * writer thread. Collective over s->comm. */
+static int make_leaders(ckpt_saver *s)
+{
+    int local = CKPT_OK;
+    int mrc = MPI_Comm_split(s->comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
+                             &s->leader_comm);
+    if (mrc != MPI_SUCCESS) {
+        s->leader_comm = MPI_COMM_NULL;
+        return ckpt__mpi_error(mrc, "MPI_Comm_split of the nodes' leaders");
+    }
+    if (s->leader_comm == MPI_COMM_NULL)
+        return CKPT_OK;
+    MPI_Comm_set_errhandler(s->leader_comm, MPI_ERRORS_RETURN);
+    if (s->async) {
+        mrc = MPI_Comm_dup(s->leader_comm, &s->leader_async_comm);
+        if (mrc != MPI_SUCCESS) {
+            s->leader_async_comm = MPI_COMM_NULL;
+            local = ckpt__mpi_error(mrc, "MPI_Comm_dup of the leaders for the writer thread");
+        } else {
+            MPI_Comm_set_errhandler(s->leader_async_comm, MPI_ERRORS_RETURN);
+        }
+    }
+    return local;
+}
+
 int ckpt__save_node_init(ckpt_saver *s)
 {
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
+    s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
+    s->hier_merge = 0;
     s->node_leaders = s->node_ranks = NULL;
     s->node_hdrs = NULL;
     int local = CKPT_OK, mrc, leader = s->rank;
@@ -131,6 +159,12 @@ int ckpt__save_node_init(ckpt_saver *s)
         }
         rc = ckpt_mpi_agree(s->comm, local);
     }
+    /* The leaders' communicator of the hierarchical merge: nnodes is the same everywhere. */
+    if (rc == CKPT_OK && s->hier_wanted && s->nnodes > 1 && s->nnodes < s->size) {
+        local = make_leaders(s);
+        if ((rc = ckpt_mpi_agree(s->comm, local)) == CKPT_OK)
+            s->hier_merge = 1;
+    }
     free(all);
     if (rc != CKPT_OK)
         ckpt__save_node_free(s);
@@ -139,6 +173,11 @@ int ckpt__save_node_init(ckpt_saver *s)
 
 void ckpt__save_node_free(ckpt_saver *s)
 {
+    if (s->leader_async_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->leader_async_comm);
+    if (s->leader_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->leader_comm);
+    s->hier_merge = 0;
     if (s->node_async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->node_async_comm);
     if (s->node_comm != MPI_COMM_NULL)

@@ -21,7 +21,7 @@
 
 /* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */
 enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_RPN, SET_CHUNK,
-       SET_N };
+       SET_HIER, SET_N };
 /* The settings before this one come from the options too (a difference is CKPT_EMISMATCH); the
  * others only from the environment. */
 #define SET_FROM_OPTIONS SET_RESERVE
@@ -34,7 +34,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     static const char *const layouts[] = { "per-rank", "shared", "per-node" };
     static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED,
                                          CKPT_LAYOUT_PER_NODE };
-    int layout, async, reserve, level, target;
+    int layout, async, reserve, hier, level, target;
     int64_t pack, rpn, chunk;
     char step[16];
     int mode;
@@ -43,6 +43,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
                                CKPT_LAYOUT_PER_NODE)) ||
         (rc = ckpt__env_bool(&async, "MPICKPT_ASYNC", 0)) ||
         (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
+        (rc = ckpt__env_bool(&hier, "MPICKPT_HIER_MERGE", 1)) ||
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
                               CKPT_PACK_MAX_BYTES_DEFAULT)) ||
         (rc = ckpt__env_int64(&rpn, "MPICKPT_RANKS_PER_NODE", 1, INT32_MAX, 0)) ||
@@ -63,6 +64,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     set[SET_RESERVE] = reserve;
     set[SET_RPN] = rpn; /* 0 (unset): nodes by shared memory */
     set[SET_CHUNK] = chunk;
+    set[SET_HIER] = hier;
     return CKPT_OK;
 }
 
@@ -86,14 +88,15 @@ static int decide_settings(ckpt_saver *s)
         return rc;
     const ckpt_saver_options *o = &s->opts;
     int64_t raw[SET_N] = { o->layout, o->async != 0, o->collective_io != 0, o->pack_max_bytes,
-                           o->max_shard_bytes, 0, 0, 0 };
+                           o->max_shard_bytes, 0, 0, 0, 0 };
     memcpy(buf, raw, sizeof raw);
     memcpy(buf + SET_N, mine, sizeof mine);
     if (MPI_Bcast(buf, 2 * SET_N, MPI_INT64_T, 0, s->comm) != MPI_SUCCESS)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the saver's settings failed");
     static const char *const what[SET_N] = { "layout",          "async",   "collective_io",
                                              "pack_max_bytes",  "max_shard_bytes", "reserve",
-                                             "ranks_per_node",  "MPI chunk bytes" };
+                                             "ranks_per_node",  "MPI chunk bytes",
+                                             "hierarchical merge" };
     for (int i = 0; i < SET_FROM_OPTIONS && local == CKPT_OK; i++)
         if (raw[i] != buf[i])
             local = ckpt__error(CKPT_EMISMATCH,
@@ -115,6 +118,7 @@ static int decide_settings(ckpt_saver *s)
     s->reserve = (int)buf[SET_N + SET_RESERVE];
     s->ranks_per_node = buf[SET_N + SET_RPN];
     s->chunk = (uint64_t)buf[SET_N + SET_CHUNK];
+    s->hier_wanted = (int)buf[SET_N + SET_HIER];
     return CKPT_OK;
 }
 
@@ -155,6 +159,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
                opts->version >= 2 ? sizeof *opts : offsetof(ckpt_saver_options, pack_max_bytes));
     s->async_comm = MPI_COMM_NULL;
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
+    s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);

@@ -79,7 +79,14 @@ struct ckpt_saver {
     int node, nnodes, node_rank, node_size;
     int *node_leaders;  /* [nnodes] */
     int *node_ranks;    /* leader: [node_size] */
-    int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c) */
+    int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c); also the
+                         * scratch of the node's gather of fragments (HD_N >= 2 per rank) */
+    /* The hierarchical merge (save_protocol.c), when there are several nodes and some node has
+     * several ranks: the leaders' communicator (MPI_COMM_NULL elsewhere; the chief is its rank 0)
+     * and the writer thread's duplicate. hier_wanted: MPICKPT_HIER_MERGE (default 1), decided by
+     * rank 0; 0 keeps the one-step merge at the chief. */
+    int hier_wanted, hier_merge;
+    MPI_Comm leader_comm, leader_async_comm;
 };
 
 /*

@@ -10,6 +10,8 @@
  * point-to-point in chunks). When any rank's status is not CKPT_OK, or the root cannot hold the
  * total, every rank returns the same error through ckpt_mpi_agree() (the failing rank's message),
  * with nothing transferred: the verdict replaces a separate agreement.
+ * ckpt__gather_bytes_quiet() is the same gather without that agreement (a flag instead), for the
+ * hierarchical merge's two steps, whose ranks meet again only at the save's pre-commit vote.
  */
 #include "mpi_internal.h"
 
@@ -58,9 +60,13 @@ int ckpt__recv_bytes(MPI_Comm comm, int src, int tag, void *buf, uint64_t len, u
     return CKPT_OK;
 }
 
-int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,
-                       uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs)
+/* The gather of both flavours: `failed` NULL agrees on a failure (ckpt__gather_bytes), else
+ * sets *failed and returns this rank's own new error only (ckpt__gather_bytes_quiet). */
+static int gather_core(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,
+                       uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs,
+                       int *failed)
 {
+    int status = local;
     *all = NULL;
     *offs = NULL;
     int rank, size;
@@ -105,6 +111,10 @@ int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint
     if (verdict[0] != CKPT_OK) {
         free(data);
         free(off);
+        if (failed) { /* quiet: the caller's vote carries the failing rank's message */
+            *failed = 1;
+            return local == status ? CKPT_OK : local;
+        }
         /* every rank is here: the failing rank's own message for everybody */
         int rc = ckpt_mpi_agree(comm, local);
         return rc != CKPT_OK ? rc : ckpt__error((int)verdict[0], "rank %d failed",
@@ -142,4 +152,18 @@ int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint
     *all = data;
     *offs = off;
     return CKPT_OK;
+}
+
+int ckpt__gather_bytes(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,
+                       uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs)
+{
+    return gather_core(comm, root, local, buf, len, chunk, scratch, all, offs, NULL);
+}
+
+int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *buf, uint64_t len,
+                             uint64_t chunk, int64_t *scratch, uint8_t **all, uint64_t **offs,
+                             int *failed)
+{
+    *failed = 0;
+    return gather_core(comm, root, status, buf, len, chunk, scratch, all, offs, failed);
 }

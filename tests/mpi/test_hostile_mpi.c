@@ -1004,7 +1004,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
 
 static const char *const g_vars[] = { "MPICKPT_LAYOUT",     "MPICKPT_ASYNC", "MPICKPT_RESERVE",
                                       "MPICKPT_PACK_BYTES", "MPICKPT_FAULT", "MPICKPT_LOG",
-                                      NULL };
+                                      "MPICKPT_HIER_MERGE", NULL };
 
 static void unset_all(void)
 {
@@ -1204,7 +1204,7 @@ static void case_settings(void)
         { "MPICKPT_PACK_BYTES", "-5" },   { "MPICKPT_FAULT", "1:wrtie" },
         { "MPICKPT_FAULT", "x:write" },   { "MPICKPT_LOG", "verbose" },
         { "MPICKPT_RANKS_PER_NODE", "0" }, { "MPICKPT_RANKS_PER_NODE", "two" },
-        { "MPICKPT_LAYOUT", "pernode" },
+        { "MPICKPT_LAYOUT", "pernode" },  { "MPICKPT_HIER_MERGE", "yes please" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         settings_bad(bad[i][0], bad[i][1], -1);

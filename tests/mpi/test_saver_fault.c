@@ -101,8 +101,24 @@ static int64_t counter_same_everywhere(ckpt_saver *s, const char *what)
 /* ---- 1-3: faults in every protocol step ---- */
 
 /* "node" (per-node layout only): a member fails before telling its leader; a leader (rank 0, and
- * the last rank when it leads a node) after its ranks sent their lists, before the file exists */
-static const char *const fault_steps[] = { "plan", "write", "agree", "merge", "commit", "node" };
+ * the last rank when it leads a node) after its ranks sent their lists, before the file exists.
+ * "node-merge" (per-node with several nodes of which some have several ranks: the hierarchical
+ * merge): a leader (rank 0, and the last node's) after its node's fragments arrived. */
+static const char *const fault_steps[] = { "plan",   "write", "agree",
+                                           "merge",  "commit", "node",
+                                           "node-merge" };
+
+/* Ranks per simulated node, when the hierarchical merge runs (0 otherwise): the saver's rule
+ * (mpi/save_node.c) on MPICKPT_RANKS_PER_NODE. */
+static int hier_ranks_per_node(void)
+{
+    const char *e = getenv("MPICKPT_RANKS_PER_NODE");
+    int k = e ? atoi(e) : 0;
+    if (g_layout != CKPT_LAYOUT_PER_NODE || k <= 0)
+        return 0;
+    int nnodes = (g_size + k - 1) / k;
+    return nnodes > 1 && nnodes < g_size ? k : 0;
+}
 
 static void test_faults(void)
 {
@@ -138,6 +154,12 @@ static void test_faults(void)
             int fr = fail_ranks[fi];
             if (strcmp(step, "node") == 0 && g_layout != CKPT_LAYOUT_PER_NODE)
                 continue;
+            if (strcmp(step, "node-merge") == 0) { /* leaders only: rank 0, the last node's */
+                int k = hier_ranks_per_node();
+                if (k == 0 || (fi == 1 && (g_size - 1) / k == 0))
+                    continue;
+                fr = fi == 0 ? 0 : (g_size - 1) / k * k;
+            }
             char what[256], fault[64];
             snprintf(fault, sizeof fault, "%d:%s", fr, step);
             snprintf(what, sizeof what, "MPICKPT_FAULT=%s (%d ranks, %s)", fault, g_size,

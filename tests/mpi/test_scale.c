@@ -22,9 +22,15 @@
  *
  * Files: per-rank N data files, each holding one rank's pieces; shared 1; per-node:K ceil(N/K),
  * each holding the pieces of at most K ranks, every rank's pieces in one file. Counted from the
- * index (ckpt_reader) and from the directory. */
+ * index (ckpt_reader) and from the directory.
+ *
+ * Per-node (several nodes of several ranks: the hierarchical merge, node leaders merging their
+ * ranks' fragments) writes the saver's checkpoint a second time with MPICKPT_HIER_MERGE=0 (every
+ * fragment to the chief) and rank 0 checks that the two indexes are the same bytes but for the
+ * timestamp. */
 #include "mpi_check.h"
 #include "coll.h"
+#include "index.h"
 #include "mpickpt.h"
 
 #include <dirent.h>
@@ -388,6 +394,61 @@ static void join(char *out, size_t n, const char *a, const char *b)
     snprintf(out, n, "%s/%s", a, b);
 }
 
+/* Rank 0: the indexes of checkpoints `a` and `b` are the same message, byte for byte, but for the
+ * header's timestamp. */
+static void check_same_index(const char *a, const char *b, const char *what)
+{
+    char pa[4300], pb[4300];
+    snprintf(pa, sizeof pa, "%s.index", a);
+    snprintf(pb, sizeof pb, "%s.index", b);
+    Mpickpt__Index *ia = NULL, *ib = NULL;
+    CHECK_OK(ckpt__index_load(&ia, pa));
+    CHECK_OK(ckpt__index_load(&ib, pb));
+    if (ia && ib) {
+        ia->header->timestamp = ib->header->timestamp = 0;
+        size_t na = mpickpt__index__get_packed_size(ia), nb = mpickpt__index__get_packed_size(ib);
+        uint8_t *ba = malloc(na ? na : 1), *bb = malloc(nb ? nb : 1);
+        CHECK_MSG(ba && bb, "%s: out of memory", what);
+        if (ba && bb) {
+            mpickpt__index__pack(ia, ba);
+            mpickpt__index__pack(ib, bb);
+            CHECK_MSG(na == nb && memcmp(ba, bb, na) == 0,
+                      "%s: the indexes differ (%zu and %zu bytes; %zu tensors and %zu)", what, na,
+                      nb, ia->n_tensors, ib->n_tensors);
+        }
+        free(ba);
+        free(bb);
+    }
+    if (ia)
+        mpickpt__index__free_unpacked(ia, NULL);
+    if (ib)
+        mpickpt__index__free_unpacked(ib, NULL);
+}
+
+/* Per-node: the save again with MPICKPT_HIER_MERGE=0 (every rank's fragment to the chief) into
+ * OUTDIR/flat/ck, and its index compared with the hierarchical merge's at `prefix` (nodes of
+ * consecutive ranks: the same index). */
+static void check_flat_merge(tm_model *m, const char *prefix, const ckpt_save_info *si)
+{
+    char dir[4096], flat[4200], what[160];
+    join(dir, sizeof dir, g_outdir, "flat");
+    join(flat, sizeof flat, dir, "ck");
+    make_dir(dir);
+    snprintf(what, sizeof what, "%s on %d ranks: the index without the hierarchical merge",
+             g_layout, g_size);
+    check_case(1, "%s", what);
+    setenv("MPICKPT_HIER_MERGE", "0", 1);
+    ckpt_saver *f = layout_saver();
+    unsetenv("MPICKPT_HIER_MERGE");
+    if (!f)
+        return;
+    register_or_die(m, f);
+    tm_fill(m, STEP_SAVER);
+    if (coll(ckpt_saver_write(f, flat, si), CKPT_OK, what) && g_rank == 0)
+        check_same_index(prefix, flat, what);
+    ckpt_saver_free(f);
+}
+
 static void mode_write(int n_expected)
 {
     CHECK_MSG(g_size == n_expected, "write: running on %d ranks, expected %d", g_size, n_expected);
@@ -422,6 +483,8 @@ static void mode_write(int n_expected)
         snprintf(what, sizeof what, "restore %s %d -> %d ranks (saver)", g_layout, g_size, g_size);
         saver_restore(s, &m, prefix, STEP_SAVER, g_size, what);
     }
+    if (strcmp(g_layout, "per-node") == 0)
+        check_flat_merge(&m, prefix, &si);
 
     /* the manager: save ckpt-1, restore it */
     snprintf(what, sizeof what, "save %s on %d ranks (manager)", g_layout, g_size);

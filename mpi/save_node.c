@@ -159,8 +159,11 @@ int ckpt__save_node_init(ckpt_saver *s)
         }
         rc = ckpt_mpi_agree(s->comm, local);
     }
-    /* The leaders' communicator of the hierarchical merge: nnodes is the same everywhere. */
-    if (rc == CKPT_OK && s->hier_wanted && s->nnodes > 1 && s->nnodes < s->size) {
+    /* The leaders' communicator of the hierarchical merge, where it pays: real nodes, whose
+     * leaders merge at the same time (simulated nodes share one machine's cores: there it only
+     * adds work, so only MPICKPT_HIER_MERGE=1 asks for it). nnodes is the same everywhere. */
+    int hier = s->hier_wanted > 0 || (s->hier_wanted < 0 && s->ranks_per_node == 0);
+    if (rc == CKPT_OK && hier && s->nnodes > 1 && s->nnodes < s->size) {
         local = make_leaders(s);
         if ((rc = ckpt_mpi_agree(s->comm, local)) == CKPT_OK)
             s->hier_merge = 1;

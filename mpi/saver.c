@@ -34,6 +34,8 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     static const char *const layouts[] = { "per-rank", "shared", "per-node" };
     static const int layout_values[] = { CKPT_LAYOUT_PER_RANK, CKPT_LAYOUT_SHARED,
                                          CKPT_LAYOUT_PER_NODE };
+    static const char *const hier_words[] = { "auto", "0", "1", "off", "on" };
+    static const int hier_values[] = { -1, 0, 1, 0, 1 };
     int layout, async, reserve, hier, level, target;
     int64_t pack, rpn, chunk;
     char step[16];
@@ -43,7 +45,7 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
                                CKPT_LAYOUT_PER_NODE)) ||
         (rc = ckpt__env_bool(&async, "MPICKPT_ASYNC", 0)) ||
         (rc = ckpt__env_bool(&reserve, "MPICKPT_RESERVE", 1)) ||
-        (rc = ckpt__env_bool(&hier, "MPICKPT_HIER_MERGE", 1)) ||
+        (rc = ckpt__env_choice(&hier, "MPICKPT_HIER_MERGE", hier_words, hier_values, 5, -1)) ||
         (rc = ckpt__env_int64(&pack, "MPICKPT_PACK_BYTES", 0, (int64_t)1 << 40,
                               CKPT_PACK_MAX_BYTES_DEFAULT)) ||
         (rc = ckpt__env_int64(&rpn, "MPICKPT_RANKS_PER_NODE", 1, INT32_MAX, 0)) ||

@@ -83,8 +83,9 @@ struct ckpt_saver {
                          * scratch of the node's gather of fragments (HD_N >= 2 per rank) */
     /* The hierarchical merge (save_protocol.c), when there are several nodes and some node has
      * several ranks: the leaders' communicator (MPI_COMM_NULL elsewhere; the chief is its rank 0)
-     * and the writer thread's duplicate. hier_wanted: MPICKPT_HIER_MERGE (default 1), decided by
-     * rank 0; 0 keeps the one-step merge at the chief. */
+     * and the writer thread's duplicate. hier_wanted: MPICKPT_HIER_MERGE, decided by rank 0:
+     * -1 (auto: nodes that share memory, not MPICKPT_RANKS_PER_NODE's simulated ones), 0 (the
+     * one-step merge at the chief), 1 (any nodes). */
     int hier_wanted, hier_merge;
     MPI_Comm leader_comm, leader_async_comm;
 };

@@ -109,12 +109,12 @@ static const char *const fault_steps[] = { "plan",   "write", "agree",
                                            "node-merge" };
 
 /* Ranks per simulated node, when the hierarchical merge runs (0 otherwise): the saver's rule
- * (mpi/save_node.c) on MPICKPT_RANKS_PER_NODE. */
+ * (mpi/save_node.c) on MPICKPT_RANKS_PER_NODE and MPICKPT_HIER_MERGE=1 (CMake sets both). */
 static int hier_ranks_per_node(void)
 {
-    const char *e = getenv("MPICKPT_RANKS_PER_NODE");
+    const char *e = getenv("MPICKPT_RANKS_PER_NODE"), *h = getenv("MPICKPT_HIER_MERGE");
     int k = e ? atoi(e) : 0;
-    if (g_layout != CKPT_LAYOUT_PER_NODE || k <= 0)
+    if (g_layout != CKPT_LAYOUT_PER_NODE || k <= 0 || !h || strcmp(h, "1") != 0)
         return 0;
     int nnodes = (g_size + k - 1) / k;
     return nnodes > 1 && nnodes < g_size ? k : 0;

@@ -374,6 +374,8 @@ static ckpt_saver *layout_saver(void)
         char k[16];
         snprintf(k, sizeof k, "%d", g_ranks_per_node);
         setenv("MPICKPT_RANKS_PER_NODE", k, 1);
+        /* simulated nodes: the hierarchical merge only when asked (unless a case says 0) */
+        setenv("MPICKPT_HIER_MERGE", "1", 0);
     }
     ckpt_saver *s = NULL;
     int rc = ckpt_saver_create(&s, MPI_COMM_WORLD, NULL);
@@ -439,7 +441,7 @@ static void check_flat_merge(tm_model *m, const char *prefix, const ckpt_save_in
     check_case(1, "%s", what);
     setenv("MPICKPT_HIER_MERGE", "0", 1);
     ckpt_saver *f = layout_saver();
-    unsetenv("MPICKPT_HIER_MERGE");
+    setenv("MPICKPT_HIER_MERGE", "1", 1);
     if (!f)
         return;
     register_or_die(m, f);

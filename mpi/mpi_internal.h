@@ -57,6 +57,13 @@ int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
 /* Saver internals the manager needs. */
 struct ckpt_saver;
+/* The cache level (docs/levels.md, mpi/save_levels.c): nodes, this node's cache directory from
+ * `pattern` (%n: the node), partners when `redundancy` is CKPT__REDUNDANCY_PARTNER, in failure
+ * groups named by `group` (NULL: every node its own). Collective; freed with the saver. */
+enum { CKPT__REDUNDANCY_NONE = 0, CKPT__REDUNDANCY_PARTNER = 1 };
+int ckpt__saver_cache_init(struct ckpt_saver *s, const char *pattern, int redundancy,
+                           const char *group);
+void ckpt__saver_cache_free(struct ckpt_saver *s);
 MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);
@@ -83,6 +90,12 @@ struct ckpt_save_info;
 int ckpt__saver_save_hook(struct ckpt_saver *s, const char *prefix,
                           const struct ckpt_save_info *info, int64_t counter,
                           ckpt__commit_hook hook, void *payload);
+/* The same to the cache level when `cache` (ckpt__saver_cache_init first): `prefix` is then the
+ * checkpoint's name, which each rank puts in its node's cache directory. */
+int ckpt__saver_save_level(struct ckpt_saver *s, const char *prefix, int cache,
+                           const struct ckpt_save_info *info, int64_t counter,
+                           ckpt__commit_hook hook,
+                           void *payload);
 
 #pragma GCC visibility pop
 

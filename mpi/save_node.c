@@ -57,8 +57,11 @@ enum { PL_STATUS, PL_DEV, PL_INO, PL_SIZE, PL_N };
 
 /* The leaders' communicator (rank order, so the chief is its rank 0) and its duplicate for the
  * writer thread. Collective over s->comm. */
-static int make_leaders(ckpt_saver *s)
+int ckpt__save_node_leaders(ckpt_saver *s)
 {
+    if (s->leaders_made) /* the same on every rank */
+        return CKPT_OK;
+    s->leaders_made = 1;
     int local = CKPT_OK;
     int mrc = MPI_Comm_split(s->comm, s->node_rank == 0 ? 0 : MPI_UNDEFINED, s->rank,
                              &s->leader_comm);
@@ -85,7 +88,7 @@ int ckpt__save_node_init(ckpt_saver *s)
 {
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
-    s->hier_merge = 0;
+    s->hier_merge = s->leaders_made = 0;
     s->node_leaders = s->node_ranks = NULL;
     s->node_hdrs = NULL;
     int local = CKPT_OK, mrc, leader = s->rank;
@@ -164,7 +167,7 @@ int ckpt__save_node_init(ckpt_saver *s)
      * adds work, so only MPICKPT_HIER_MERGE=1 asks for it). nnodes is the same everywhere. */
     int hier = s->hier_wanted > 0 || (s->hier_wanted < 0 && s->ranks_per_node == 0);
     if (rc == CKPT_OK && hier && s->nnodes > 1 && s->nnodes < s->size) {
-        local = make_leaders(s);
+        local = ckpt__save_node_leaders(s);
         if ((rc = ckpt_mpi_agree(s->comm, local)) == CKPT_OK)
             s->hier_merge = 1;
     }
@@ -180,7 +183,7 @@ void ckpt__save_node_free(ckpt_saver *s)
         MPI_Comm_free(&s->leader_async_comm);
     if (s->leader_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->leader_comm);
-    s->hier_merge = 0;
+    s->hier_merge = s->leaders_made = 0;
     if (s->node_async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->node_async_comm);
     if (s->node_comm != MPI_COMM_NULL)

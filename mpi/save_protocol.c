@@ -342,15 +342,30 @@ static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
  * On success *out is a job ready to run.
  */
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
-                       int64_t counter, save_job **out)
+                       int64_t counter, int cache, save_job **out)
 {
     *out = NULL;
-    char prefix[4096];
+    char prefix[4096], name[4096];
     int rc = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
     if (rc != CKPT_OK)
         return rc;
     save_job *j = calloc(1, sizeof *j);
-    int local = j ? init_ctx(s, &j->c, prefix) : ckpt__error(CKPT_ENOMEM, "out of memory");
+    int local = j ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (j)
+        j->c.dirfd = j->c.workfd = j->c.tempfd = -1; /* until init_ctx */
+    if (local == CKPT_OK && cache) { /* the name, in this rank's node's cache directory */
+        if (!s->cache.on)
+            local = ckpt__error(CKPT_EINVAL, "a save to the cache level without a cache");
+        else if (!ckpt__safe_filename(prefix))
+            local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name",
+                                prefix);
+        else if ((local = ckpt__path(name, sizeof name, "%s", prefix)) == CKPT_OK)
+            local = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.dir, name);
+    }
+    if (local == CKPT_OK)
+        local = init_ctx(s, &j->c, prefix);
+    if (j)
+        j->cache = cache;
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "plan");
     double dirty = s->dirty || !s->have_plan;
@@ -731,6 +746,22 @@ int ckpt__save_run(save_job *j)
     if (s->rank == 0 && local == CKPT_OK && !skip) /* skip: a failure the vote reports */
         local = merge_index(j, frags, nfrags, &idx, &hdr, producer, sizeof producer);
 
+    /* 4b. the cache level: the partner copies, and the index on every node (docs/levels.md) */
+    char **placed = NULL;
+    size_t nplaced = 0, packed_len = 0;
+    int wrote_index = 0;
+    uint8_t *packed = NULL;
+    if (j->cache) {
+        if (local == CKPT_OK)
+            local = ckpt__fault(s->rank, "partner");
+        local = ckpt__cache_partner_copy(s, c, local, &placed, &nplaced);
+        if (s->rank == 0 && local == CKPT_OK && !skip) {
+            hdr.timestamp = ckpt__now_seconds(); /* the chief's index below: the same bytes */
+            local = ckpt__container_pack(&packed, &packed_len, CKPT__MAGIC_INDEX, &idx.base);
+        }
+        local = ckpt__cache_index_copies(s, c, local, packed, packed_len, &wrote_index);
+    }
+
     /* 5. commit: the pre-commit vote (the chief's merge, everybody's files in place, no abandoned
      * close), then the chief's commit point, voted with the metrics */
     if (s->rank != 0 && local == CKPT_OK)
@@ -746,7 +777,8 @@ int ckpt__save_run(save_job *j)
     double mx[6] = { 0 };
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
-            hdr.timestamp = ckpt__now_seconds();
+            if (!j->cache)
+                hdr.timestamp = ckpt__now_seconds();
             local = chief_commit(c, &idx);
             mx[5] = (double)index_bytes(&idx);
         }
@@ -764,10 +796,14 @@ int ckpt__save_run(save_job *j)
     }
     ckpt__index_merged_free(&idx);
     ckpt__free_frags(frags, frag_arena);
+    free(packed);
     if (rc != CKPT_OK) { /* not committed: no data file of it stays in place */
+        ckpt__cache_undo(c, placed, nplaced, wrote_index);
         ckpt__commit_unmove(c->dirfd, files, moved);
-        goto out;
     }
+    ckpt__cache_placed_free(placed, nplaced);
+    if (rc != CKPT_OK)
+        goto out;
     double th = ckpt__mono_seconds();
     rc = run_hook(j);
     if (rc == CKPT_OK)

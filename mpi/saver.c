@@ -162,6 +162,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     s->async_comm = MPI_COMM_NULL;
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
+    s->cache.partner = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);
@@ -362,6 +363,7 @@ int ckpt_saver_close(ckpt_saver *s)
         free(s->snap[i]);
     free(s->snap);
     free(s->snap_cap);
+    ckpt__saver_cache_free(s);
     ckpt__save_node_free(s);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);

@@ -86,8 +86,17 @@ struct ckpt_saver {
      * and the writer thread's duplicate. hier_wanted: MPICKPT_HIER_MERGE, decided by rank 0:
      * -1 (auto: nodes that share memory, not MPICKPT_RANKS_PER_NODE's simulated ones), 0 (the
      * one-step merge at the chief), 1 (any nodes). */
-    int hier_wanted, hier_merge;
+    int hier_wanted, hier_merge, leaders_made;
     MPI_Comm leader_comm, leader_async_comm;
+    /* The cache level (save_levels.c, docs/levels.md), set up by a manager that asks for it. */
+    struct {
+        int on;
+        int redundancy;  /* CKPT__REDUNDANCY_* */
+        char dir[4096];  /* this node's cache directory */
+        int partner;     /* the rank that holds this rank's partner copies; -1: none */
+        int *from;       /* the ranks whose copies this rank holds */
+        int nfrom;
+    } cache;
 };
 
 /*
@@ -118,6 +127,7 @@ struct save_job {
     double t_write, t_agree, t_merge, t_commit;
     uint64_t bytes;          /* this rank's stored bytes */
     int opened;              /* in-flight directories opened and reservation agreed at prepare */
+    int cache;               /* to the cache level: each rank's directory is its node's */
     int result;
     char message[2048];      /* the writer thread's error message */
 };
@@ -125,7 +135,7 @@ struct save_job {
 /* save_protocol.c */
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size);
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
-                       int64_t counter, save_job **out);
+                       int64_t counter, int cache, save_job **out);
 int ckpt__save_run(save_job *j);
 void ckpt__save_job_free(save_job *j);
 void ckpt__save_free_plan(ckpt_saver *s);
@@ -142,7 +152,18 @@ int ckpt__save_write_shared(ckpt_saver *s, save_ctx *c);
  * over the node of c->comm */
 int ckpt__save_node_init(ckpt_saver *s);
 void ckpt__save_node_free(ckpt_saver *s);
+/* the leaders' communicator (and its async twin), when it does not exist yet; collective */
+int ckpt__save_node_leaders(ckpt_saver *s);
 int ckpt__save_write_node(ckpt_saver *s, save_ctx *c);
+
+/* save_levels.c: the cache level of a save (see there). Each returns this rank's status: none
+ * agrees, the pre-commit vote does. */
+int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed,
+                             size_t *nplaced);
+int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_t *packed,
+                             size_t len, int *wrote);
+void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index);
+void ckpt__cache_placed_free(char **placed, size_t nplaced);
 
 /* save_async.c */
 int ckpt__save_snapshot(ckpt_saver *s, save_job *j);

@@ -1,0 +1,450 @@
+/*
+ * The cache level of a save (docs/levels.md): every rank's checkpoint directory is its node's
+ * cache directory, each data file is also written on the partner node before the commit vote,
+ * and every node's leader holds a copy of the index.
+ *
+ *   ckpt__saver_cache_init   at the manager's creation: nodes (mpi/save_node.c), this node's cache
+ *                            directory, failure groups and partners (lib/levels.c)
+ *   ckpt__cache_partner_copy after the owners moved their files into place: each rank sends the
+ *                            files it owns to its partner rank (nonblocking sends from a read-only
+ *                            mapping, so a ring of partners cannot deadlock), and receives those
+ *                            of the ranks it protects into its node's directory (temp name, fsync,
+ *                            rename)
+ *   ckpt__cache_index_copies the chief's packed index to the node leaders, which write it
+ *   ckpt__cache_undo         a save that is not committed: the partner copies and the index copy
+ *                            this rank placed are removed
+ * None of these agrees: a failure stays in the failing rank's status and reaches every rank at the
+ * save's pre-commit vote, and every rank takes part in every transfer whatever its status, so the
+ * messages always match.
+ */
+#include "saver_internal.h"
+
+#include "fsutil.h"
+#include "index.h"
+#include "levels.h"
+#include "mpickpt/collective.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define TAG_CP_HEAD 0x6c68 /* a sender's {status, number of files}, to its partner */
+#define TAG_CP_FILE 0x6c66 /* a file's size and name */
+#define TAG_CP_DATA 0x6c64 /* its bytes, in chunks */
+#define PARTNER_CHUNK ((uint64_t)64 << 20)
+#define GROUP_MAX 64
+
+typedef struct {
+    int64_t size;
+    char name[320];
+} cp_file;
+
+/* ---- init -------------------------------------------------------------------------------- */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every node's failure group as an int (equal names, equal ints); the ranks of a node must name
+ * the same group. Collective (one allgather of GROUP_MAX bytes per rank). */
+static int node_groups(ckpt_saver *s, const char *group, const int *node_of, int *groups)
+{
+    char mine[GROUP_MAX] = { 0 };
+    int local = CKPT_OK;
+    if (group && strlen(group) >= GROUP_MAX)
+        local = ckpt__error(CKPT_EINVAL, "rank %d: failure group '%.40s...' is longer than %d bytes",
+                            s->rank, group, GROUP_MAX - 1);
+    else if (group)
+        snprintf(mine, sizeof mine, "%s", group);
+    char *all = malloc((size_t)s->size * GROUP_MAX);
+    char **sorted = malloc((size_t)s->nnodes * sizeof *sorted);
+    if ((!all || !sorted) && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc == CKPT_OK &&
+        MPI_Allgather(mine, GROUP_MAX, MPI_CHAR, all, GROUP_MAX, MPI_CHAR, s->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Allgather of the failure groups failed");
+    for (int r = 0; rc == CKPT_OK && local == CKPT_OK && r < s->size; r++) {
+        int leader = s->node_leaders[node_of[r]];
+        if (strcmp(all + (size_t)r * GROUP_MAX, all + (size_t)leader * GROUP_MAX) != 0)
+            local = ckpt__error(CKPT_EINVAL,
+                                "ranks %d and %d share a node but name failure groups '%s' and "
+                                "'%s'",
+                                leader, r, all + (size_t)leader * GROUP_MAX,
+                                all + (size_t)r * GROUP_MAX);
+    }
+    if (rc == CKPT_OK && local == CKPT_OK) {
+        /* a group's int: its rank among the distinct names; no names: every node its own */
+        int named = 0;
+        for (int k = 0; k < s->nnodes; k++) {
+            sorted[k] = all + (size_t)s->node_leaders[k] * GROUP_MAX;
+            named |= sorted[k][0] != '\0';
+        }
+        qsort(sorted, (size_t)s->nnodes, sizeof *sorted, cmp_names);
+        for (int k = 0; k < s->nnodes; k++) {
+            const char *g = all + (size_t)s->node_leaders[k] * GROUP_MAX;
+            groups[k] = k;
+            if (!named)
+                continue;
+            for (int j = 0; j < s->nnodes; j++)
+                if (strcmp(sorted[j], g) == 0) {
+                    groups[k] = j;
+                    break;
+                }
+        }
+    }
+    if (rc == CKPT_OK)
+        rc = ckpt_mpi_agree(s->comm, local);
+    free(all);
+    free(sorted);
+    return rc;
+}
+
+/* This rank's partner and the ranks it protects: node k's i-th rank's partner is the
+ * (i mod size)-th rank of node k's partner node. Local (from node_of, the same everywhere). */
+static int partners(ckpt_saver *s, const int *node_of, const int *groups)
+{
+    int n = s->nnodes, rc;
+    int *pnode = malloc((size_t)n * sizeof *pnode), *count = calloc((size_t)n, sizeof *count);
+    int *pos = malloc((size_t)s->size * sizeof *pos);
+    if (!pnode || !count || !pos) {
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = ckpt__partner_nodes(pnode, groups, n)) != CKPT_OK)
+        goto done;
+    for (int r = 0; r < s->size; r++) /* node rank of r: ranks of a node in rank order */
+        pos[r] = count[node_of[r]]++;
+    /* partner of rank r: the member of node pnode[node_of[r]] at node rank pos[r] % count */
+    int *first = malloc((size_t)n * sizeof *first);
+    int *members = malloc((size_t)s->size * sizeof *members);
+    if (!first || !members) {
+        free(first);
+        free(members);
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int k = 0, at = 0; k < n; k++) {
+        first[k] = at;
+        at += count[k];
+    }
+    for (int r = 0; r < s->size; r++)
+        members[first[node_of[r]] + pos[r]] = r;
+    s->cache.nfrom = 0;
+    s->cache.from = malloc((size_t)s->size * sizeof *s->cache.from);
+    if (!s->cache.from)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (int r = 0; rc == CKPT_OK && r < s->size; r++) {
+        int p = pnode[node_of[r]];
+        int partner = members[first[p] + pos[r] % count[p]];
+        if (r == s->rank)
+            s->cache.partner = partner;
+        if (partner == s->rank)
+            s->cache.from[s->cache.nfrom++] = r;
+    }
+    free(first);
+    free(members);
+done:
+    free(pnode);
+    free(count);
+    free(pos);
+    return rc;
+}
+
+int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, const char *group)
+{
+    int rc = CKPT_OK, local = CKPT_OK;
+    ckpt__saver_cache_free(s);
+    if (s->node_comm == MPI_COMM_NULL && (rc = ckpt__save_node_init(s)) != CKPT_OK)
+        return rc;
+    if (s->nnodes > 1 && (rc = ckpt_mpi_agree(s->comm, ckpt__save_node_leaders(s))) != CKPT_OK)
+        return rc;
+    if (s->layout == CKPT_LAYOUT_SHARED)
+        local = ckpt__error(CKPT_EINVAL, "the cache level needs the per-rank or per-node layout "
+                                         "(the shared layout writes one file for every node)");
+    else if (redundancy != CKPT__REDUNDANCY_NONE && redundancy != CKPT__REDUNDANCY_PARTNER)
+        local = ckpt__error(CKPT_EINVAL, "unknown redundancy %d", redundancy);
+    else if (s->ranks_per_node > 0 && s->nnodes > 1 && pattern && !strstr(pattern, "%n"))
+        local = ckpt__error(CKPT_EINVAL,
+                            "cache directory '%s': nodes are simulated (MPICKPT_RANKS_PER_NODE), "
+                            "so it needs %%n to give each node its own directory",
+                            pattern);
+    if (local == CKPT_OK)
+        local = ckpt__cache_dir(s->cache.dir, sizeof s->cache.dir, pattern, s->node);
+    if (local == CKPT_OK)
+        local = ckpt__mkdir_p(s->cache.dir, 0700);
+    int *node_of = malloc((size_t)s->size * sizeof *node_of);
+    int *groups = malloc((size_t)s->nnodes * sizeof *groups);
+    if ((!node_of || !groups) && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
+        goto done;
+    if (MPI_Allgather(&s->node, 1, MPI_INT, node_of, 1, MPI_INT, s->comm) != MPI_SUCCESS)
+        local = ckpt__error(CKPT_EMPI, "MPI_Allgather of the ranks' nodes failed");
+    if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK ||
+        (rc = node_groups(s, group, node_of, groups)) != CKPT_OK)
+        goto done;
+    s->cache.partner = -1;
+    if (redundancy == CKPT__REDUNDANCY_PARTNER)
+        local = partners(s, node_of, groups);
+    if ((rc = ckpt_mpi_agree(s->comm, local)) == CKPT_OK) {
+        s->cache.redundancy = redundancy;
+        s->cache.on = 1;
+    }
+done:
+    free(node_of);
+    free(groups);
+    if (rc != CKPT_OK)
+        ckpt__saver_cache_free(s);
+    return rc;
+}
+
+void ckpt__saver_cache_free(ckpt_saver *s)
+{
+    free(s->cache.from);
+    memset(&s->cache, 0, sizeof s->cache);
+    s->cache.partner = -1;
+}
+
+/* ---- partner copies ---------------------------------------------------------------------- */
+
+/* A received file: into a temp name of dirfd, fsynced, renamed to its name. While *local is not
+ * CKPT_OK the bytes are received and dropped (the messages must match). */
+static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint8_t *buf,
+                     uint64_t chunk, int *local, char **placed, size_t *nplaced)
+{
+    char tmp[400];
+    int fd = -1;
+    if (*local == CKPT_OK) {
+        size_t blen = strlen(c->n.base);
+        if (!ckpt__safe_filename(h->name) || strncmp(h->name, c->n.base, blen) != 0 ||
+            strncmp(h->name + blen, ".data-", 6) != 0 || h->size < 0)
+            *local = ckpt__error(CKPT_ECORRUPT,
+                                 "rank %d: rank %d sent a partner copy named '%s' (%lld bytes), "
+                                 "not a data file of %s",
+                                 s->rank, src, h->name, (long long)h->size, c->n.base);
+    }
+    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, h->name)) == CKPT_OK)
+        *local = ckpt__file_create(&fd, c->dirfd, tmp, O_WRONLY, s->cache.dir);
+    int rc = CKPT_OK;
+    for (uint64_t off = 0; off < (uint64_t)(h->size > 0 ? h->size : 0) && rc == CKPT_OK;) {
+        uint64_t n = (uint64_t)h->size - off < chunk ? (uint64_t)h->size - off : chunk;
+        if (MPI_Recv(buf, (int)n, MPI_BYTE, src, TAG_CP_DATA, c->comm, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS) {
+            rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of rank %d's partner copy failed",
+                             s->rank, src);
+            break;
+        }
+        for (uint64_t w = 0; *local == CKPT_OK && w < n;) {
+            ssize_t k = write(fd, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                *local = ckpt__errno(k < 0 ? errno : ENOSPC, "write of a partner copy", h->name);
+            else
+                w += (uint64_t)k;
+        }
+        off += n;
+    }
+    if (*local == CKPT_OK)
+        *local = ckpt__fsync_fd(fd, h->name);
+    ckpt__close(fd);
+    if (*local == CKPT_OK && renameat(c->dirfd, tmp, c->dirfd, h->name) != 0)
+        *local = ckpt__errno(errno, "rename of a partner copy", h->name);
+    if (*local == CKPT_OK) {
+        if (!(placed[*nplaced] = strdup(h->name)))
+            *local = ckpt__error(CKPT_ENOMEM, "out of memory");
+        else
+            (*nplaced)++;
+    } else if (fd >= 0) {
+        unlinkat(c->dirfd, tmp, 0);
+    }
+    return rc;
+}
+
+int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed,
+                             size_t *nplaced)
+{
+    *placed = NULL;
+    *nplaced = 0;
+    if (s->cache.partner < 0)
+        return local;
+    uint64_t chunk = s->chunk < PARTNER_CHUNK ? s->chunk : PARTNER_CHUNK;
+    size_t nf = local == CKPT_OK ? c->rec.nfiles : 0, nmapped = 0;
+    cp_file *hdrs = calloc(nf ? nf : 1, sizeof *hdrs);
+    void **maps = calloc(nf ? nf : 1, sizeof *maps);
+    size_t nreq = 1;
+    if ((!hdrs || !maps) && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    /* this rank's files, mapped read-only (from their final place: they moved already) */
+    for (size_t i = 0; i < nf && local == CKPT_OK; i++) {
+        int fd;
+        uint64_t size;
+        snprintf(hdrs[i].name, sizeof hdrs[i].name, "%s", c->rec.files[i].name);
+        if ((local = ckpt__file_open(&fd, &size, c->dirfd, hdrs[i].name, O_RDONLY,
+                                     s->cache.dir)) != CKPT_OK)
+            break;
+        hdrs[i].size = (int64_t)size;
+        nmapped = i + 1;
+        if (size > 0) {
+            maps[i] = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+            if (maps[i] == MAP_FAILED) {
+                maps[i] = NULL;
+                local = ckpt__errno(errno, "mmap", hdrs[i].name);
+            }
+        }
+        close(fd);
+        nreq += 1 + (size_t)((size + chunk - 1) / chunk);
+    }
+    if (local != CKPT_OK)
+        nf = 0, nreq = 1;
+    MPI_Request *req = malloc(nreq * sizeof *req);
+    int64_t head[2] = { local, (int64_t)nf };
+    if (!req) { /* still tell the partner, blocking: it receives before it waits on its own */
+        if (local == CKPT_OK)
+            local = head[0] = ckpt__error(CKPT_ENOMEM, "out of memory");
+        head[1] = 0;
+        nf = 0;
+    }
+    int rc = CKPT_OK;
+    size_t q = 0;
+    if (req) {
+        if (MPI_Isend(head, 2, MPI_INT64_T, s->cache.partner, TAG_CP_HEAD, c->comm, &req[q++]) !=
+            MPI_SUCCESS)
+            rc = ckpt__error(CKPT_EMPI, "MPI_Isend to the partner failed");
+        for (size_t i = 0; i < nf && rc == CKPT_OK; i++) {
+            if (MPI_Isend(&hdrs[i], (int)sizeof hdrs[i], MPI_BYTE, s->cache.partner, TAG_CP_FILE,
+                          c->comm, &req[q++]) != MPI_SUCCESS)
+                rc = ckpt__error(CKPT_EMPI, "MPI_Isend to the partner failed");
+            for (uint64_t off = 0; off < (uint64_t)hdrs[i].size && rc == CKPT_OK; off += chunk) {
+                uint64_t n = (uint64_t)hdrs[i].size - off < chunk ? (uint64_t)hdrs[i].size - off
+                                                                   : chunk;
+                if (MPI_Isend((uint8_t *)maps[i] + off, (int)n, MPI_BYTE, s->cache.partner,
+                              TAG_CP_DATA, c->comm, &req[q++]) != MPI_SUCCESS)
+                    rc = ckpt__error(CKPT_EMPI, "MPI_Isend to the partner failed");
+            }
+        }
+    } else if (MPI_Send(head, 2, MPI_INT64_T, s->cache.partner, TAG_CP_HEAD, c->comm) !=
+               MPI_SUCCESS) {
+        rc = ckpt__error(CKPT_EMPI, "MPI_Send to the partner failed");
+    }
+
+    /* the files of the ranks this rank protects */
+    size_t cap = 0;
+    uint8_t *buf = malloc(chunk);
+    if (!buf && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (int k = 0; k < s->cache.nfrom && rc == CKPT_OK; k++) {
+        int src = s->cache.from[k];
+        int64_t h[2];
+        if (MPI_Recv(h, 2, MPI_INT64_T, src, TAG_CP_HEAD, c->comm, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS) {
+            rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
+            break;
+        }
+        if (h[1] < 0 || h[1] > 1 << 20) {
+            rc = ckpt__error(CKPT_EMPI, "rank %d announced %lld partner files", src,
+                             (long long)h[1]);
+            break;
+        }
+        char **grown = realloc(*placed, (cap + (size_t)h[1] + 1) * sizeof *grown);
+        if (!grown) {
+            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+            break;
+        }
+        *placed = grown;
+        cap += (size_t)h[1];
+        for (int64_t i = 0; i < h[1] && rc == CKPT_OK; i++) {
+            cp_file fh;
+            if (MPI_Recv(&fh, (int)sizeof fh, MPI_BYTE, src, TAG_CP_FILE, c->comm,
+                         MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
+                break;
+            }
+            fh.name[sizeof fh.name - 1] = '\0';
+            rc = recv_file(s, c, src, &fh, buf, chunk, &local, *placed, nplaced);
+        }
+    }
+    if (local == CKPT_OK && *nplaced > 0)
+        local = ckpt__fsync_fd(c->dirfd, s->cache.dir);
+    if (req && MPI_Waitall((int)q, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
+        rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the partner copies failed");
+    for (size_t i = 0; i < nmapped; i++)
+        if (maps[i])
+            munmap(maps[i], (size_t)hdrs[i].size);
+    free(buf);
+    free(req);
+    free(maps);
+    free(hdrs);
+    return rc != CKPT_OK ? rc : local;
+}
+
+/* ---- index copies ------------------------------------------------------------------------ */
+
+int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_t *packed,
+                             size_t len, int *wrote)
+{
+    *wrote = 0;
+    if (s->node_rank != 0 || s->nnodes < 2)
+        return local;
+    MPI_Comm lc = c->comm == s->async_comm && s->leader_async_comm != MPI_COMM_NULL
+                      ? s->leader_async_comm
+                      : s->leader_comm;
+    /* the chief without an index to send (a failure some rank reports) sends EPEER */
+    int st = local != CKPT_OK ? local : packed ? CKPT_OK : CKPT_EPEER;
+    int64_t head[2] = { s->rank == 0 ? st : CKPT_OK, s->rank == 0 ? (int64_t)len : 0 };
+    if (MPI_Bcast(head, 2, MPI_INT64_T, 0, lc) != MPI_SUCCESS)
+        return local != CKPT_OK ? local
+                                : ckpt__error(CKPT_EMPI, "MPI_Bcast of the index's size failed");
+    if (head[0] != CKPT_OK) /* the chief's failure: it reports it */
+        return local;
+    uint64_t total = (uint64_t)head[1], chunk = s->chunk;
+    uint8_t *buf = (uint8_t *)packed, *sink = NULL;
+    if (s->rank != 0 && !(buf = malloc(total ? (size_t)total : 1))) {
+        /* no room for the index: take part in the broadcast chunk by chunk, write nothing */
+        if (local == CKPT_OK)
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for the index (%llu bytes)",
+                                s->rank, (unsigned long long)total);
+        if (!(sink = malloc(total < chunk ? (size_t)total + 1 : (size_t)chunk)))
+            return local; /* cannot even take part: the broadcast is MPI's to fail */
+    }
+    int rc = CKPT_OK;
+    for (uint64_t off = 0; off < total; off += chunk) {
+        uint64_t n = total - off < chunk ? total - off : chunk;
+        if (MPI_Bcast(buf ? buf + off : sink, (int)n, MPI_BYTE, 0, lc) != MPI_SUCCESS &&
+            rc == CKPT_OK)
+            rc = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index failed");
+    }
+    if (s->rank != 0 && buf && local == CKPT_OK && rc == CKPT_OK) {
+        int renamed = 0;
+        local = ckpt__write_file_atomic_at(c->dirfd, c->n.index_name, buf, (size_t)total,
+                                           s->cache.dir, &renamed);
+        *wrote = renamed;
+    }
+    if (s->rank != 0)
+        free(buf);
+    free(sink);
+    return local != CKPT_OK ? local : rc;
+}
+
+void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index)
+{
+    if (wrote_index)
+        unlinkat(c->dirfd, c->n.index_name, 0);
+    for (size_t i = 0; i < nplaced; i++)
+        unlinkat(c->dirfd, placed[i], 0);
+    if (wrote_index || nplaced)
+        (void)fsync(c->dirfd);
+}
+
+void ckpt__cache_placed_free(char **placed, size_t nplaced)
+{
+    for (size_t i = 0; i < nplaced; i++)
+        free(placed[i]);
+    free(placed);
+}

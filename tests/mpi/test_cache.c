@@ -1,0 +1,375 @@
+/* The cache level's save (docs/levels.md, mpi/save_levels.c), nodes simulated with
+ * MPICKPT_RANKS_PER_NODE=K (ctest sets it), each with its own directory OUTDIR/cache/<node>.
+ *
+ *   test_cache OUTDIR LAYOUT      LAYOUT: per-rank or per-node
+ *
+ * Cases:
+ *   setup     the cache's refusals: partner redundancy on one node (or one failure group), a
+ *             pattern without %n on simulated nodes, an unknown % sequence — each the same error
+ *             on every rank
+ *   partner   a save to the cache with partner copies: on every node the index (the same bytes on
+ *             every node), its own data files, and its partner's copies of the files of the node it
+ *             protects, byte for byte — nothing else; every file on exactly two nodes, in different
+ *             failure groups ("rack" names in the second round); the values, restored from the
+ *             files gathered into one directory, on every rank
+ *   faults    MPICKPT_FAULT=<r>:partner (a rank fails before it sends its copies) and <r>:commit
+ *             (after the copies and the index copies were placed): the save fails on every rank
+ *             and leaves nothing of it on any node; the previous checkpoint is intact
+ *   none      redundancy none: each node holds only its own files and the index
+ */
+#include "mpi_check.h"
+#include "coll.h"
+#include "index.h"
+#include "levels.h"
+#include "mpi_internal.h"
+#include "mpickpt.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define begin_case(...) check_case(0, __VA_ARGS__)
+
+static int g_rank, g_size, g_k, g_nnodes;
+
+/* 1 when v is true on every rank. Collective. */
+static int all_true(int v)
+{
+    int all = 0;
+    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+static const char *g_out;
+static ckpt_layout g_layout;
+
+static int node_of(int r)
+{
+    return r / g_k;
+}
+
+static void node_dir(char *out, size_t n, const char *cache, int node)
+{
+    snprintf(out, n, "%s/%d", cache, node);
+}
+
+/* Rank 0: the whole file `path` into *buf (malloc'd), its length, or -1. */
+static long slurp(const char *path, unsigned char **buf)
+{
+    *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n)
+        n = -1;
+    fclose(f);
+    return n;
+}
+
+/* The node whose ranks wrote data file `name` of checkpoint `base`. */
+static int home_of(const char *name, const char *base)
+{
+    int a = -1, b = -1;
+    const char *p = name + strlen(base);
+    if (sscanf(p, ".data-%d-of-%d", &a, &b) != 2)
+        return -1;
+    return g_layout == CKPT_LAYOUT_PER_NODE ? a : node_of(a);
+}
+
+/* Rank 0: is `name` an entry of directory `dir` (workertemp_* and in-flight temp dirs aside)? */
+static int listed(const char *dir, const char *name)
+{
+    char p[4600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat st;
+    return lstat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Rank 0: the regular files of `dir` whose name starts with `stem` (its checkpoint's). */
+static int count_files(const char *dir, const char *stem)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d)
+        return 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, stem, strlen(stem)) == 0 && listed(dir, de->d_name))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/*
+ * Rank 0 checks checkpoint `base` in every node's directory: the index the same bytes everywhere;
+ * every data file on its home node and (partner) on exactly one other node of another group
+ * (`group_of`), byte for byte, or (none) only at home; no other file of it. Then it gathers the
+ * files into OUTDIR/<gather>/ for a restore. Returns 1 when everything is where it should be.
+ */
+static int check_nodes(const char *cache, const char *base, int partner, const int *group_of,
+                       const char *gather, const char *what)
+{
+    if (g_rank != 0)
+        return 1;
+    int ok = 1;
+    char dir[4200], path[4600], idxname[300];
+    snprintf(idxname, sizeof idxname, "%s.index", base);
+    unsigned char *idx0 = NULL;
+    node_dir(dir, sizeof dir, cache, 0);
+    snprintf(path, sizeof path, "%s/%s", dir, idxname);
+    long n0 = slurp(path, &idx0);
+    CHECK_MSG(n0 > 0, "%s: node 0 has no %s", what, idxname);
+    int nodes_with_index = partner ? g_nnodes : g_nnodes; /* every node holds the index */
+    for (int k = 1; n0 > 0 && k < nodes_with_index; k++) {
+        unsigned char *b = NULL;
+        node_dir(dir, sizeof dir, cache, k);
+        snprintf(path, sizeof path, "%s/%s", dir, idxname);
+        long n = slurp(path, &b);
+        CHECK_MSG(n == n0 && memcmp(b, idx0, (size_t)n0) == 0,
+                  "%s: node %d's %s differs from node 0's (%ld and %ld bytes)", what, k, idxname,
+                  n, n0);
+        ok &= n == n0;
+        free(b);
+    }
+    free(idx0);
+    Mpickpt__Index *idx = NULL;
+    node_dir(dir, sizeof dir, cache, 0);
+    snprintf(path, sizeof path, "%s/%s", dir, idxname);
+    CHECK_OK(ckpt__index_load(&idx, path));
+    if (!idx)
+        return 0;
+    char gdir[4200];
+    snprintf(gdir, sizeof gdir, "%s/%s", g_out, gather);
+    mkdir(gdir, 0755);
+    int expected_entries[256] = { 0 };
+    for (int k = 0; k < g_nnodes && k < 256; k++)
+        expected_entries[k] = 1; /* the index */
+    for (size_t f = 0; f < idx->n_files; f++) {
+        const char *name = idx->files[f]->name;
+        int home = home_of(name, base);
+        CHECK_MSG(home >= 0 && home < g_nnodes, "%s: data file %s has no home node", what, name);
+        if (home < 0 || home >= g_nnodes)
+            continue;
+        unsigned char *orig = NULL;
+        node_dir(dir, sizeof dir, cache, home);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        long no = slurp(path, &orig);
+        CHECK_MSG(no >= 0, "%s: %s is not on its node %d", what, name, home);
+        ok &= no >= 0;
+        expected_entries[home]++;
+        int copies = 0;
+        for (int k = 0; k < g_nnodes; k++) {
+            if (k == home)
+                continue;
+            unsigned char *b = NULL;
+            node_dir(dir, sizeof dir, cache, k);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
+            long n = slurp(path, &b);
+            if (n >= 0) {
+                copies++;
+                expected_entries[k]++;
+                CHECK_MSG(n == no && memcmp(b, orig, (size_t)n) == 0,
+                          "%s: node %d's copy of %s differs from node %d's", what, k, name, home);
+                if (group_of)
+                    CHECK_MSG(group_of[k] != group_of[home],
+                              "%s: %s's copy is on node %d, in node %d's failure group %d", what,
+                              name, k, home, group_of[k]);
+            }
+            free(b);
+        }
+        CHECK_MSG(copies == (partner ? 1 : 0), "%s: %s is on %d nodes besides its own, want %d",
+                  what, name, copies, partner ? 1 : 0);
+        ok &= copies == (partner ? 1 : 0);
+        /* into the gathered directory */
+        snprintf(path, sizeof path, "%s/%s", gdir, name);
+        FILE *g = fopen(path, "wb");
+        CHECK_MSG(g && (no <= 0 || fwrite(orig, 1, (size_t)no, g) == (size_t)no), "%s: copy %s",
+                  what, path);
+        if (g)
+            fclose(g);
+        free(orig);
+    }
+    /* nothing else of the checkpoint on any node */
+    for (int k = 0; k < g_nnodes && k < 256; k++) {
+        node_dir(dir, sizeof dir, cache, k);
+        int n = count_files(dir, base);
+        char stem[300];
+        snprintf(stem, sizeof stem, "%s.", base);
+        n = count_files(dir, stem);
+        CHECK_MSG(n == expected_entries[k], "%s: node %d holds %d files of %s, want %d", what, k,
+                  n, base, expected_entries[k]);
+        ok &= n == expected_entries[k];
+    }
+    /* the index too */
+    unsigned char *b = NULL;
+    long n = slurp(path, &b);
+    (void)n;
+    free(b);
+    snprintf(path, sizeof path, "%s/%s", gdir, idxname);
+    char src[4600];
+    node_dir(dir, sizeof dir, cache, 0);
+    snprintf(src, sizeof src, "%s/%s", dir, idxname);
+    unsigned char *ib = NULL;
+    long in = slurp(src, &ib);
+    FILE *g = fopen(path, "wb");
+    if (g && in > 0)
+        fwrite(ib, 1, (size_t)in, g);
+    if (g)
+        fclose(g);
+    free(ib);
+    mpickpt__index__free_unpacked(idx, NULL);
+    return ok;
+}
+
+/* Rank 0: no file of checkpoint `base` on any node. */
+static void check_gone(const char *cache, const char *base, const char *what)
+{
+    if (g_rank != 0)
+        return;
+    char dir[4200], stem[300];
+    snprintf(stem, sizeof stem, "%s.", base);
+    for (int k = 0; k < g_nnodes; k++) {
+        node_dir(dir, sizeof dir, cache, k);
+        int n = count_files(dir, stem);
+        CHECK_MSG(n == 0, "%s: node %d still holds %d files of %s", what, k, n, base);
+    }
+}
+
+static ckpt_saver *new_saver(void)
+{
+    setenv("MPICKPT_LAYOUT", g_layout == CKPT_LAYOUT_PER_NODE ? "per-node" : "per-rank", 1);
+    ckpt_saver *s = NULL;
+    if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "ckpt_saver_create"))
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    return s;
+}
+
+static void test_setup(void)
+{
+    begin_case("setup refusals");
+    ckpt_saver *s = new_saver();
+    char pat[4200];
+    snprintf(pat, sizeof pat, "%s/cache-setup/%%n", g_out);
+    if (g_nnodes < 2) {
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, NULL), CKPT_EINVAL,
+             "partner redundancy on one node");
+        CHECK_MSG(strstr(g_msg, "two nodes") != NULL, "message: %s", g_msg);
+    } else {
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, "one-rack"), CKPT_EINVAL,
+             "partner redundancy in one failure group");
+        CHECK_MSG(strstr(g_msg, "failure groups") != NULL, "message: %s", g_msg);
+        snprintf(pat, sizeof pat, "%s/cache-setup/shared", g_out);
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL), CKPT_EINVAL,
+             "a pattern without %n on simulated nodes");
+        CHECK_MSG(strstr(g_msg, "%n") != NULL, "message: %s", g_msg);
+    }
+    snprintf(pat, sizeof pat, "%s/cache-setup/%%n-%%r", g_out);
+    coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL), CKPT_EINVAL,
+         "an unknown % sequence");
+    ckpt_saver_free(s);
+}
+
+/* A save of the model at `step` to the cache as `base`. */
+static int save_cache(ckpt_saver *s, tm_model *m, const char *base, int64_t step, int64_t counter)
+{
+    tm_fill(m, step);
+    ckpt_save_info info = { .epoch = 0, .step = step };
+    return ckpt__saver_save_level(s, base, 1, &info, counter, NULL, NULL);
+}
+
+static void run(int partner, int groups, const char *tag)
+{
+    char cache[4200], pat[4300], what[200];
+    snprintf(cache, sizeof cache, "%s/cache-%s", g_out, tag);
+    snprintf(pat, sizeof pat, "%s/%%n", cache);
+    begin_case("%s: %s redundancy%s, %d nodes of %d ranks", tag, partner ? "partner" : "no",
+               groups ? " in two racks" : "", g_nnodes, g_k);
+    ckpt_saver *s = new_saver();
+    tm_model m;
+    CHECK_OK(tm_init(&m, g_size, g_rank, g_size, 0));
+    register_or_die(&m, s);
+    int group_of[256];
+    for (int k = 0; k < g_nnodes && k < 256; k++)
+        group_of[k] = k < g_nnodes / 2 ? 0 : 1;
+    char group[32];
+    snprintf(group, sizeof group, "rack-%d", group_of[node_of(g_rank)]);
+    int rc = ckpt__saver_cache_init(s, pat, partner ? CKPT__REDUNDANCY_PARTNER
+                                                    : CKPT__REDUNDANCY_NONE,
+                                    groups ? group : NULL);
+    if (!coll(rc, CKPT_OK, "ckpt__saver_cache_init"))
+        goto done;
+    snprintf(what, sizeof what, "%s: save ck-1", tag);
+    if (coll(save_cache(s, &m, "ck-1", 11, 1), CKPT_OK, what)) {
+        char gather[64];
+        snprintf(gather, sizeof gather, "gathered-%s", tag);
+        int placed = all_true(check_nodes(cache, "ck-1", partner, groups ? group_of : NULL,
+                                          gather, what));
+        if (placed) {
+            char prefix[4400];
+            snprintf(prefix, sizeof prefix, "%s/%s/ck-1", g_out, gather);
+            restore_check(s, &m, prefix, 11, g_layout, NULL, what);
+        }
+    }
+    if (!partner || g_nnodes < 2)
+        goto done;
+    /* faults: nothing of ck-2 stays anywhere; ck-1 is intact */
+    static const char *const steps[] = { "partner", "commit" };
+    int fail_ranks[2] = { 0, g_size - 1 };
+    for (size_t si = 0; si < 2; si++)
+        for (int fi = 0; fi < 2; fi++) {
+            if (strcmp(steps[si], "commit") == 0 && fail_ranks[fi] == 0)
+                continue; /* the chief does not take the commit fault */
+            char fault[64];
+            snprintf(fault, sizeof fault, "%d:%s", fail_ranks[fi], steps[si]);
+            snprintf(what, sizeof what, "%s: MPICKPT_FAULT=%s", tag, fault);
+            begin_case("%s", what);
+            setenv("MPICKPT_FAULT", fault, 1);
+            rc = save_cache(s, &m, "ck-2", 12, 2);
+            unsetenv("MPICKPT_FAULT");
+            if (coll(rc, CKPT_EIO, what))
+                CHECK_MSG(strstr(g_msg, "injected fault") != NULL, "%s: message: %s", what,
+                          g_msg);
+            check_gone(cache, "ck-2", what);
+            MPI_Barrier(MPI_COMM_WORLD);
+            char gather[64];
+            snprintf(gather, sizeof gather, "gathered-%s-after", tag);
+            all_true(check_nodes(cache, "ck-1", partner, groups ? group_of : NULL, gather,
+                                 what));
+        }
+done:
+    ckpt_saver_free(s);
+    tm_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+    check_watchdog_s = 60;
+    check_mpi_init(&argc, &argv, &g_rank, &g_size);
+    unsetenv("MPICKPT_FAULT");
+    if (argc != 3) {
+        if (g_rank == 0)
+            fprintf(stderr, "usage: test_cache OUTDIR per-rank|per-node\n");
+        MPI_Finalize();
+        return 2;
+    }
+    g_out = argv[1];
+    g_layout = strcmp(argv[2], "per-node") == 0 ? CKPT_LAYOUT_PER_NODE : CKPT_LAYOUT_PER_RANK;
+    const char *k = getenv("MPICKPT_RANKS_PER_NODE");
+    g_k = k ? atoi(k) : 0;
+    if (g_k <= 0)
+        g_k = g_size; /* one node */
+    g_nnodes = (g_size + g_k - 1) / g_k;
+    make_dir(g_out);
+    test_setup();
+    if (g_nnodes >= 2) { /* one node: refused in test_setup */
+        run(1, 0, "partner");
+        run(1, 1, "racks");
+    }
+    run(0, 0, "none");
+    return check_mpi_done("test_cache");
+}

@@ -101,14 +101,20 @@ int ckpt__gc(const char *dir, int dry_run, void (*cb)(const char *path, const ch
 int ckpt__remove_backup_dir(const char *work);
 
 /* For the MPI restore: a reader over an index payload (ckpt__index_read) that the chief read, or
- * a rank's share of it (lib/share.h). With `check`, validates it and checks its data files as
- * ckpt_reader_open() does; without, trusts it (the other ranks: the chief's check is agreed). The
- * payload is not kept. Its reads take a piece's recorded file offset when the index has one
- * (Piece.file_offset): a pread of the data file opened by descriptor, no HDF5, the CRC-32C
- * checking every byte; how the dataset is stored is then not looked at (ckpt_reader_verify and
- * ckpt_reader_check still go through HDF5). */
+ * a rank's share of it (lib/share.h). With `check` CKPT__READER_CHECK_ALL, validates it and
+ * checks its data files as ckpt_reader_open() does; with CKPT__READER_CHECK_INDEX validates the
+ * index only (the cache level: the files are on several nodes); with 0 trusts it (the other
+ * ranks: the chief's check is agreed). The payload is not kept. Its reads take a piece's recorded
+ * file offset when the index has one (Piece.file_offset): a pread of the data file opened by
+ * descriptor, no HDF5, the CRC-32C checking every byte; how the dataset is stored is then not
+ * looked at (ckpt_reader_verify and ckpt_reader_check still go through HDF5). */
+enum { CKPT__READER_CHECK_INDEX = 1, CKPT__READER_CHECK_ALL = 2 };
 int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
                               size_t plen, int check);
+/* The cache level's restore: data files missing from the reader's directory are opened from
+ * `dirfd` instead (sparse copies of the byte ranges fetched from other nodes); the reader owns
+ * the descriptor. */
+void ckpt__reader_set_fetched(ckpt_reader *r, int dirfd);
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);
 
 #pragma GCC visibility pop

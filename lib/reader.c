@@ -45,6 +45,8 @@ struct ckpt_reader {
     hid_t *files; /* opened lazily, parallel to idx->files */
     int by_offset; /* reads go by the pieces' recorded file offsets (the collective restore) */
     int *fds;     /* plain descriptors of the same files, for pieces with a recorded offset */
+    int fetched_dirfd; /* the cache level's restore: where the byte ranges fetched from other
+                        * nodes are, for data files this node does not hold (-1: none; owned) */
     uint64_t *fd_size;
     void *tmp;    /* piece buffer for sub-slice reads, kept across reads: a fresh buffer would
                    * fault in every page again on every read (it dominated resharded restores) */
@@ -149,6 +151,7 @@ static int reader_from_payload(ckpt_reader **out, const char *prefix, const uint
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     r->ds = H5I_INVALID_HID;
     r->dirfd = -1;
+    r->fetched_dirfd = -1;
     char base[4096];
     int rc;
     if ((rc = ckpt__path(r->index_path, sizeof r->index_path, "%s.index", prefix)) ||
@@ -229,7 +232,8 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
 int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8_t *payload,
                               size_t plen, int check)
 {
-    int rc = reader_from_payload(out, prefix, payload, plen, check, check);
+    int rc = reader_from_payload(out, prefix, payload, plen, check != 0,
+                                 check == CKPT__READER_CHECK_ALL);
     if (rc == CKPT_OK)
         (*out)->by_offset = 1;
     return rc;
@@ -238,6 +242,12 @@ int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8
 int ckpt_reader_open(ckpt_reader **out, const char *prefix)
 {
     return reader_open(out, prefix, 1);
+}
+
+void ckpt__reader_set_fetched(ckpt_reader *r, int dirfd)
+{
+    ckpt__close(r->fetched_dirfd);
+    r->fetched_dirfd = dirfd;
 }
 
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r)
@@ -341,7 +351,10 @@ static int slot_fd(ckpt_reader *r, size_t slot, const Mpickpt__Tensor *t, const 
     if (r->fds[slot] >= 0)
         return CKPT_OK;
     int fd;
-    int rc = ckpt__file_open(&fd, NULL, r->dirfd, r->idx->files[slot]->name, O_RDONLY, r->dir);
+    const char *name = r->idx->files[slot]->name;
+    int from = r->fetched_dirfd >= 0 && !ckpt__exists_at(r->dirfd, name) ? r->fetched_dirfd
+                                                                         : r->dirfd;
+    int rc = ckpt__file_open(&fd, NULL, from, name, O_RDONLY, r->dir);
     if (rc != CKPT_OK)
         return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s'", t->name);
     struct stat st;
@@ -709,6 +722,7 @@ static void reader_free_impl(ckpt_reader *r)
     free(r->tmp);
     ckpt__arena_free(r->arena); /* the index */
     ckpt__close(r->dirfd);
+    ckpt__close(r->fetched_dirfd);
     free(r);
 }
 

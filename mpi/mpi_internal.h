@@ -64,6 +64,13 @@ enum { CKPT__REDUNDANCY_NONE = 0, CKPT__REDUNDANCY_PARTNER = 1 };
 int ckpt__saver_cache_init(struct ckpt_saver *s, const char *pattern, int redundancy,
                            const char *group);
 void ckpt__saver_cache_free(struct ckpt_saver *s);
+/* Restores checkpoint `name` from the cache level (each rank's node's directory; pieces other
+ * nodes hold fetched over MPI): ckpt_saver_restore's contract otherwise. Collective. */
+struct ckpt_restore_options;
+struct ckpt_restore_info;
+int ckpt__saver_restore_cache(struct ckpt_saver *s, const char *name,
+                              const struct ckpt_restore_options *opts,
+                              struct ckpt_restore_info *info);
 MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);

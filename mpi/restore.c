@@ -115,18 +115,70 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
  * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
  * broadcast, a gatherv), the chief's sends, and two agreements.
  */
+/* The chief's own share (the cache level: its reads, like every rank's, decide what it fetches
+ * from other nodes), replacing its reader of the whole index. */
+static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
+{
+    Mpickpt__Fragment w = MPICKPT__FRAGMENT__INIT;
+    ckpt__share *sh = NULL;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    ckpt_reader *mine = NULL;
+    int rc = build_wants(s, &w);
+    if (rc == CKPT_OK)
+        rc = ckpt__share_new(&sh, ckpt__reader_index(*r));
+    if (rc == CKPT_OK)
+        rc = ckpt__share_pack(sh, &w, &bytes, &len);
+    if (rc == CKPT_OK)
+        rc = ckpt__reader_open_payload(&mine, prefix, bytes, len, 0);
+    free(bytes);
+    ckpt__share_free(sh);
+    ckpt__fragment_free_built(&w);
+    if (rc == CKPT_OK) {
+        ckpt_reader_free(*r);
+        *r = mine;
+    }
+    return rc;
+}
+
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
+                        const ckpt_restore_options *opts, ckpt_restore_info *info);
+
 int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
                        ckpt_restore_info *info)
+{
+    return restore_impl(s, prefix_arg, 0, opts, info);
+}
+
+int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restore_options *opts,
+                              ckpt_restore_info *info)
+{
+    return restore_impl(s, name, 1, opts, info);
+}
+
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
+                        const ckpt_restore_options *opts, ckpt_restore_info *info)
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
      * or close to report (restoring an older checkpoint is fine). */
     ckpt__saver_wait_keep(s);
-    char prefix[4096];
+    char prefix[4096], base[4096] = "";
     int rc0 = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
     if (rc0 != CKPT_OK)
         return rc0;
+    if (cache) { /* the name, in this rank's node's cache directory */
+        int st = CKPT_OK;
+        if (!s->cache.on)
+            st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
+        else if (!ckpt__safe_filename(prefix))
+            st = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name", prefix);
+        else if ((st = ckpt__path(base, sizeof base, "%s", prefix)) == CKPT_OK)
+            st = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.dir, base);
+        if ((rc0 = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
+            return rc0;
+    }
     ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
     if (!opts)
         opts = &defaults;
@@ -143,7 +195,9 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
             (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
             ckpt__error(local, "no checkpoint at %s (%s does not exist)", prefix, ipath);
         if (local == CKPT_OK)
-            local = ckpt__reader_open_payload(&r, prefix, payload, plen, 1);
+            local = ckpt__reader_open_payload(&r, prefix, payload, plen,
+                                              cache ? CKPT__READER_CHECK_INDEX
+                                                    : CKPT__READER_CHECK_ALL);
         free(file);
     }
     Mpickpt__Fragment wants = MPICKPT__FRAGMENT__INIT;
@@ -171,6 +225,13 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
     local = s->rank == 0 ? send_shares(s, r, all, offs) : recv_share(s, prefix, &r);
     free(all);
     free(offs);
+    int fetched = -1; /* the cache level: pieces other nodes hold, fetched (restore_cache.c) */
+    if (cache) {
+        if (s->rank == 0 && local == CKPT_OK)
+            local = own_share(s, prefix, &r);
+        local = ckpt__cache_fetch(s, r, base, local, &fetched);
+        local = ckpt_mpi_agree(s->comm, local); /* a holder's failure, in its own words */
+    }
 
     /*
      * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
@@ -283,6 +344,7 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
         }
     }
     ckpt_reader_free(r);
+    ckpt__cache_fetch_done(s, fetched);
     return rc;
 }
 

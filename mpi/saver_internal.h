@@ -165,6 +165,13 @@ int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_
 void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index);
 void ckpt__cache_placed_free(char **placed, size_t nplaced);
 
+/* restore_cache.c: the pieces of this rank's share that other nodes hold, fetched into its scratch
+ * directory for reader `r` (see there); *scratch_fd for ckpt__cache_fetch_done() to remove it.
+ * Collective over s->comm whatever `local` says. */
+int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local,
+                      int *scratch_fd);
+void ckpt__cache_fetch_done(const ckpt_saver *s, int dirfd);
+
 /* save_async.c */
 int ckpt__save_snapshot(ckpt_saver *s, save_job *j);
 int ckpt__save_start(ckpt_saver *s, save_job *j);

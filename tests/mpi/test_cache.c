@@ -240,6 +240,21 @@ static void check_gone(const char *cache, const char *base, const char *what)
     }
 }
 
+/* Rank 0: no fetch_<rank> scratch directory left on any node after a restore. */
+static void check_no_scratch(const char *cache, const char *what)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank != 0)
+        return;
+    char dir[4200], p[4400];
+    for (int k = 0; k < g_nnodes; k++)
+        for (int r = 0; r < g_size; r++) {
+            node_dir(dir, sizeof dir, cache, k);
+            snprintf(p, sizeof p, "%s/fetch_%d", dir, r);
+            CHECK_MSG(!exists(p), "%s: %s was left behind", what, p);
+        }
+}
+
 static ckpt_saver *new_saver(void)
 {
     setenv("MPICKPT_LAYOUT", g_layout == CKPT_LAYOUT_PER_NODE ? "per-node" : "per-rank", 1);
@@ -314,9 +329,21 @@ static void run(int partner, int groups, const char *tag)
             snprintf(prefix, sizeof prefix, "%s/%s/ck-1", g_out, gather);
             restore_check(s, &m, prefix, 11, g_layout, NULL, what);
         }
+        /* from the cache itself: each rank reads its node's directory and fetches the rest */
+        snprintf(what, sizeof what, "%s: restore ck-1 from the cache", tag);
+        begin_case("%s", what);
+        tm_zero(&m);
+        ckpt_restore_info ri;
+        memset(&ri, 0, sizeof ri);
+        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, &ri), CKPT_OK, what)) {
+            check_values(&m, 11, TM_RESTORED, what);
+            CHECK_EQ_INT(ri.step, 11);
+            CHECK_EQ_INT(ri.world_size, g_size);
+        }
+        check_no_scratch(cache, what);
     }
     if (!partner || g_nnodes < 2)
-        goto done;
+        goto wipe;
     /* faults: nothing of ck-2 stays anywhere; ck-1 is intact */
     static const char *const steps[] = { "partner", "commit" };
     int fail_ranks[2] = { 0, g_size - 1 };
@@ -341,6 +368,36 @@ static void run(int partner, int groups, const char *tag)
             all_true(check_nodes(cache, "ck-1", partner, groups ? group_of : NULL, gather,
                                  what));
         }
+wipe:
+    if (g_nnodes >= 2) {
+        /* node 1's cache wiped (its own files; partner copies it holds stay): the restore from
+         * the cache fails on every rank with a clear error, leaves no scratch, and hangs nobody
+         * (the rebuild from partners is the next step of docs/levels.md) */
+        snprintf(what, sizeof what, "%s: restore ck-1 from the cache, node 1 wiped", tag);
+        begin_case("%s", what);
+        char wiped[64] = "";
+        if (g_rank == 0) {
+            char dir[4200], p[4600];
+            node_dir(dir, sizeof dir, cache, 1);
+            int a = g_layout == CKPT_LAYOUT_PER_NODE ? 1 : g_k; /* node 1's first file */
+            snprintf(wiped, sizeof wiped, "ck-1.data-%05d-of-%05d", a,
+                     g_layout == CKPT_LAYOUT_PER_NODE ? g_nnodes : g_size);
+            snprintf(p, sizeof p, "%s/%s", dir, wiped);
+            CHECK_MSG(unlink(p) == 0, "%s: unlink %s", what, p);
+        }
+        MPI_Bcast(wiped, sizeof wiped, MPI_CHAR, 0, MPI_COMM_WORLD);
+        tm_zero(&m);
+        rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL);
+        CHECK_MSG(all_true(rc != CKPT_OK), "%s: a rank restored (rc %d)", what, rc);
+        CHECK_MSG(rc == CKPT_ENOTFOUND || rc == CKPT_ECORRUPT, "%s: rc %d: %s", what, rc, g_msg);
+        int named = strstr(ckpt_error_last()->message, wiped) != NULL ||
+                    strstr(ckpt_error_last()->message, "checksum") != NULL;
+        CHECK_MSG(named, "%s: the message names neither %s nor a checksum: %s", what, wiped,
+                  ckpt_error_last()->message);
+        if (g_rank == 0)
+            printf("  %s -> %s\n", what, ckpt_error_last()->message);
+        check_no_scratch(cache, what);
+    }
 done:
     ckpt_saver_free(s);
     tm_free(&m);

@@ -178,6 +178,9 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             st = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.dir, base);
         if ((rc0 = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
             return rc0;
+        /* what a lost or wiped node lacks, copied back from the nodes that hold it */
+        if ((rc0 = ckpt__cache_rebuild(s, base)) != CKPT_OK)
+            return rc0;
     }
     ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
     if (!opts)

@@ -150,6 +150,10 @@ static int partners(ckpt_saver *s, const int *node_of, const int *groups)
     free(first);
     free(members);
 done:
+    if (rc == CKPT_OK) {
+        s->cache.pnode = pnode;
+        pnode = NULL;
+    }
     free(pnode);
     free(count);
     free(pos);
@@ -195,6 +199,8 @@ int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, c
     if ((rc = ckpt_mpi_agree(s->comm, local)) == CKPT_OK) {
         s->cache.redundancy = redundancy;
         s->cache.on = 1;
+        s->cache.node_of = node_of;
+        node_of = NULL;
     }
 done:
     free(node_of);
@@ -207,6 +213,8 @@ done:
 void ckpt__saver_cache_free(ckpt_saver *s)
 {
     free(s->cache.from);
+    free(s->cache.node_of);
+    free(s->cache.pnode);
     memset(&s->cache, 0, sizeof s->cache);
     s->cache.partner = -1;
 }

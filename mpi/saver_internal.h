@@ -96,6 +96,8 @@ struct ckpt_saver {
         int partner;     /* the rank that holds this rank's partner copies; -1: none */
         int *from;       /* the ranks whose copies this rank holds */
         int nfrom;
+        int *node_of;    /* [size] every rank's node */
+        int *pnode;      /* [nnodes] every node's partner node (partner redundancy), else NULL */
     } cache;
 };
 
@@ -171,6 +173,9 @@ void ckpt__cache_placed_free(char **placed, size_t nplaced);
 int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local,
                       int *scratch_fd);
 void ckpt__cache_fetch_done(const ckpt_saver *s, int dirfd);
+/* cache_rebuild.c: checkpoint `name` in the cache made whole again before a restore (see there).
+ * Collective over s->comm. */
+int ckpt__cache_rebuild(ckpt_saver *s, const char *name);
 
 /* save_async.c */
 int ckpt__save_snapshot(ckpt_saver *s, save_job *j);

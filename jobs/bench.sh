@@ -13,6 +13,10 @@
 #                            collective calls, restore memory, files, fixed cost, at tiny sizes.
 #   jobs/bench.sh --scale    only the scale rows, at the sizes below (a few minutes).
 #
+# The cache rows (issue 16; BENCH_CACHE=0 skips them): saves to a cache on /dev/shm, without and
+# with partner copies, against a raw write+fsync there; BENCH_CACHE_NP=4, BENCH_CACHE_MB=64,
+# BENCH_CACHE_RPN=2 (simulated ranks per node).
+#
 # The scale rows (issue 15; after the scenarios above, BENCH_SCALE=0 skips them):
 #   collective calls per save/restore (PMPI counts; every np of BENCH_NP, every layout of
 #   BENCH_CONFIGS plus per-node), files per checkpoint (every np; per-rank, shared, per-node,
@@ -191,6 +195,22 @@ if [ "$check" = 0 ] && [ "${BENCH_SCALE:-1}" != 0 ]; then
         --fixed-mb "$fixed_mb" --fixed-reps "$fixed_reps" -v
     done
   done
+fi
+
+# ---- the cache rows (issue 16, docs/levels.md): a save to a tmpfs cache, without and with
+# partner copies, against a raw write+fsync of the same bytes into the same directory ----
+if [ "$check" = 0 ] && [ "$check_scale" = 0 ] && [ "${BENCH_CACHE:-1}" != 0 ] && [ -d /dev/shm ]; then
+  cache_np=${BENCH_CACHE_NP:-4}; cache_mb=${BENCH_CACHE_MB:-64}; cache_rpn=${BENCH_CACHE_RPN:-2}
+  cache_out=$(mktemp -d /dev/shm/mpickpt-bench-cache.XXXXXX)
+  echo
+  echo "== cache rows: $cache_np ranks in simulated nodes of $cache_rpn, $cache_mb MiB per rank," \
+       "cache on tmpfs ($cache_out/cache/%n)"
+  for layout in per-rank per-node; do
+    MPICKPT_RANKS_PER_NODE=$cache_rpn run_rows "cache-np$cache_np-$layout" "$cache_np" \
+      --scenario cache --layout "$layout" --mb-per-rank "$cache_mb" --reps "$reps" \
+      --dir "$cache_out"
+  done
+  rm -rf "$cache_out"
 fi
 
 merge=$bdir/bin/mpickpt-merge-bench

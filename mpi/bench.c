@@ -189,6 +189,7 @@ static void usage(void)
             "usage: mpirun -np N mpickpt-bench --dir DIR --scenario LIST\n"
             "         LIST: comma-separated of large|small|restore|async|all (the four before)\n"
             "               |collectives|memory|files|fixed (the scale rows)\n"
+            "               |cache (saves to DIR/cache/%%n, without and with partner copies)\n"
             "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank|per-node]\n"
             "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
             "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
@@ -315,7 +316,7 @@ static int parse(opts *o, int argc, char **argv)
         o->fixed_reps > MAX_REPS || o->ranks_per_node < 0 || o->mem_rank1 < 0)
         return -1;
     static const char *const known[] = { "large", "small", "restore", "async", "all",
-                                         "collectives", "memory", "files", "fixed" };
+                                         "collectives", "memory", "files", "fixed", "cache" };
     for (const char *p = o->scenario; *p;) {
         size_t n = strcspn(p, ",");
         int ok = 0;
@@ -403,7 +404,8 @@ int main(int argc, char **argv)
     int do_large = all || has_scenario(sc, "large"), do_small = all || has_scenario(sc, "small");
     int do_restore = all || has_scenario(sc, "restore");
     int do_async = all || has_scenario(sc, "async");
-    int uses_large = do_large || do_restore || do_async;
+    int do_cache = has_scenario(sc, "cache");
+    int uses_large = do_large || do_restore || do_async || do_cache;
     size_t small_bytes = do_small ? small_model_bytes(&o) : 0;
     int scale_rows = has_scenario(sc, "collectives") || has_scenario(sc, "files") ||
                      has_scenario(sc, "memory") || has_scenario(sc, "fixed");
@@ -437,6 +439,8 @@ int main(int argc, char **argv)
         run_restore(&o, &m);
     if (do_async)
         run_async(&o, &m);
+    if (do_cache)
+        run_cache(&o, &m);
     free(m.arena);
     if (has_scenario(sc, "collectives"))
         run_collectives(&o);

@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #define TAG_CP_HEAD 0x6c68 /* a sender's {status, number of files}, to its partner */
@@ -182,6 +184,9 @@ int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, c
         local = ckpt__cache_dir(s->cache.dir, sizeof s->cache.dir, pattern, s->node);
     if (local == CKPT_OK)
         local = ckpt__mkdir_p(s->cache.dir, 0700);
+    struct statfs sf;
+    if (local == CKPT_OK && statfs(s->cache.dir, &sf) == 0)
+        s->cache.tmpfs = sf.f_type == TMPFS_MAGIC;
     int *node_of = malloc((size_t)s->size * sizeof *node_of);
     int *groups = malloc((size_t)s->nnodes * sizeof *groups);
     if ((!node_of || !groups) && local == CKPT_OK)

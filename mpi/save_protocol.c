@@ -324,7 +324,10 @@ static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
 {
     *rfd = -1;
     int local = ckpt__temp_open(&c->n, s->rank, c->dirfd, c->workfd, &c->tempfd);
-    if (local == CKPT_OK && s->reserve) {
+    /* A cache on tmpfs is not reserved: fallocate there zero-fills every page the save then
+     * writes again (half the speed); a full tmpfs is met while writing, a failure like any. */
+    int tmpfs_cache = c->cache && s->cache.tmpfs;
+    if (local == CKPT_OK && s->reserve && !tmpfs_cache) {
         ckpt__shard_input in;
         ckpt__save_shard_input(s, c, &in);
         local = ckpt__shard_reserve(rfd, &in, &c->n, c->tempfd);
@@ -365,7 +368,7 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
     if (local == CKPT_OK)
         local = init_ctx(s, &j->c, prefix);
     if (j)
-        j->cache = cache;
+        j->cache = j->c.cache = cache;
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "plan");
     double dirty = s->dirty || !s->have_plan;

@@ -98,6 +98,7 @@ struct ckpt_saver {
         int nfrom;
         int *node_of;    /* [size] every rank's node */
         int *pnode;      /* [nnodes] every node's partner node (partner redundancy), else NULL */
+        int tmpfs;       /* this node's directory is on tmpfs: saves there are not reserved */
     } cache;
 };
 
@@ -114,6 +115,7 @@ typedef struct save_ctx {
     const void **src;       /* per registration: where its bytes are read from */
     const void **blob_data; /* blobs produced by the registered savers for this save */
     size_t *blob_len;
+    int cache;              /* a save to the cache level */
 } save_ctx;
 
 /* A save: prepared on the caller's thread, written inline (sync) or by the writer thread. */

@@ -74,6 +74,7 @@ int ckpt__state_pack(uint8_t **out, size_t *len, const ckpt_state *st, int conta
         ents[i].bytes = e->bytes;
         ents[i].end_of_epoch = e->end_of_epoch != 0;
         ents[i].preserved = e->preserved != 0;
+        ents[i].levels = e->levels;
         ptrs[i] = &ents[i];
     }
     msg.model_checkpoint_path = (char *)st->latest;
@@ -180,6 +181,12 @@ int ckpt__state_unpack(ckpt_state **out, const uint8_t *buf, size_t len, const c
         e.bytes = m->bytes;
         e.end_of_epoch = m->end_of_epoch;
         e.preserved = m->preserved;
+        e.levels = m->levels & (CKPT_LEVEL_PERSISTENT | CKPT_LEVEL_CACHE);
+        if (m->levels & ~(CKPT_LEVEL_PERSISTENT | CKPT_LEVEL_CACHE)) {
+            rc = ckpt__error(CKPT_ECORRUPT, "%s: checkpoint %s is on unknown levels %#x", what,
+                             m->prefix, (unsigned)m->levels);
+            break;
+        }
         rc = ckpt_state_append(st, &e);
     }
     if (rc == CKPT_OK) {

@@ -23,10 +23,11 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
 {
     /* "node": the per-node layout's node file (mpi/save_node.c); "node-merge": a leader's merge
      * of its node's fragments (the hierarchical merge, mpi/save_protocol.c); "partner": a rank
-     * before it sends its partner copies (the cache level, mpi/save_levels.c); no effect where
+     * before it sends its partner copies (the cache level, mpi/save_levels.c); "drain": a rank
+     * as a drain to the persistent directory starts (mpi/cache_drain.c); no effect where
      * they do not run */
-    static const char *const steps[] = { "plan",   "write", "agree",      "merge",
-                                         "commit", "node",  "node-merge", "partner" };
+    static const char *const steps[] = { "plan", "write",      "agree",   "merge", "commit",
+                                         "node", "node-merge", "partner", "drain" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;

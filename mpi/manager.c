@@ -5,6 +5,7 @@
  */
 #include "mpickpt/manager.h"
 
+#include "env.h"
 #include "fsutil.h"
 #include "index.h"
 #include "paths.h"
@@ -12,6 +13,7 @@
 #include "mpickpt/collective.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +35,18 @@ struct ckpt_manager {
      * the lock keeps the application's reads of it consistent. */
     pthread_mutex_t lock;
     ckpt_manager_save_info pending; /* what the save in flight records */
+    /* The cache level (docs/levels.md): rank 0's settings, the same on every rank. */
+    int cache;
+    int64_t persist_every, cache_keep;
+    char drain_pending[256]; /* a failed drain, tried again at the next save */
+    int pending_persist;     /* the save in flight also goes to `dir` (drained after its commit) */
 };
+
+/* An entry's levels (0: written before levels existed, so persistent). */
+static unsigned levels_of(const ckpt_state_entry *e)
+{
+    return e->levels ? e->levels : CKPT_LEVEL_PERSISTENT;
+}
 
 /* Broadcasts a byte buffer from the chief (size first). Collective; *buf is malloc'd on others. */
 static int bcast_bytes(ckpt_manager *m, MPI_Comm comm, uint8_t **buf, size_t *len, int local)
@@ -120,14 +133,27 @@ static void saver_gone(void *payload)
     ((ckpt_manager *)payload)->saver = NULL;
 }
 
+static int levels_setup(ckpt_manager *m, int from_env);
+static int sweep_cache(ckpt_manager *m, MPI_Comm comm);
+static int drain(ckpt_manager *m, MPI_Comm comm, const char *name);
+
+static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
+                          const ckpt_manager_options *opts, int levels_from_env);
+
 int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                         const ckpt_manager_options *opts)
+{
+    return manager_create(out, saver, dir, opts, 1);
+}
+
+static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
+                          const ckpt_manager_options *opts, int levels_from_env)
 {
     *out = NULL;
     if (!saver)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
-    if (opts && opts->version != CKPT_MANAGER_OPTIONS_VERSION)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected %d",
+    if (opts && opts->version != 1 && opts->version != CKPT_MANAGER_OPTIONS_VERSION)
+        return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected 1 or %d",
                            opts->version, CKPT_MANAGER_OPTIONS_VERSION);
     ckpt_manager *m = calloc(1, sizeof *m);
     MPI_Comm comm = ckpt__saver_comm(saver);
@@ -142,7 +168,10 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     pthread_mutex_init(&m->lock, NULL);
     m->rank = ckpt__saver_rank(saver);
     ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
-    m->opts = opts ? *opts : defaults;
+    m->opts = defaults;
+    if (opts) /* a version-1 caller's struct ends before cache_dir */
+        memcpy(&m->opts, opts,
+               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_manager_options, cache_dir));
     local = ckpt__path(m->name, sizeof m->name, "%s", m->opts.name ? m->opts.name : "ckpt");
     if (local == CKPT_OK && (!ckpt__safe_filename(m->name) || strchr(m->name, '.')))
         local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' must be a plain name without '.'",
@@ -192,6 +221,21 @@ int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     if (rc == CKPT_OK)
         rc = share_state(m, m->comm, CKPT_OK);
     if (rc == CKPT_OK)
+        rc = levels_setup(m, levels_from_env);
+    m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
+    if (rc == CKPT_OK && m->cache) /* what crashed saves left in the caches */
+        rc = sweep_cache(m, m->comm);
+    if (rc == CKPT_OK && m->cache) /* a drain an earlier run did not finish: at the next save */
+        for (size_t i = m->state->num_entries; i-- > 0;) {
+            const ckpt_state_entry *e = &m->state->entries[i];
+            if (levels_of(e) & CKPT_LEVEL_PERSISTENT)
+                break; /* a newer persistent copy exists */
+            if (e->save_counter % m->persist_every == 0) {
+                snprintf(m->drain_pending, sizeof m->drain_pending, "%s", e->prefix);
+                break;
+            }
+        }
+    if (rc == CKPT_OK)
         rc = ckpt_mpi_agree(m->comm, ckpt__saver_attach(saver, saver_gone, m));
     if (rc != CKPT_OK) {
         ckpt_manager_free(m);
@@ -222,8 +266,13 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
 {
     ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
     pthread_mutex_lock(&mm->lock);
-    int rc = m->state->latest[0] ? ckpt__path(out, out_size, "%s/%s", m->dir, m->state->latest)
-                                 : ckpt__path(out, out_size, "%s", "");
+    const ckpt_state *st = m->state;
+    int in_cache_only = st->num_entries > 0 &&
+                        levels_of(&st->entries[st->num_entries - 1]) == CKPT_LEVEL_CACHE;
+    int rc = !st->latest[0] ? ckpt__path(out, out_size, "%s", "")
+             : in_cache_only ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver),
+                                          st->latest)
+                             : ckpt__path(out, out_size, "%s/%s", m->dir, st->latest);
     pthread_mutex_unlock(&mm->lock);
     return rc;
 }
@@ -272,15 +321,16 @@ static int apply_retention(ckpt_manager *m)
     if (m->opts.max_to_keep <= 0)
         return ckpt_state_write(st, m->dir);
     size_t keep = (size_t)m->opts.max_to_keep, unpreserved = 0;
-    for (size_t i = 0; i < st->num_entries; i++)
-        unpreserved += !st->entries[i].preserved;
+    for (size_t i = 0; i < st->num_entries; i++) /* the persistent directory's */
+        unpreserved += !st->entries[i].preserved &&
+                       (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT);
     char (*doomed)[256] = calloc(st->num_entries ? st->num_entries : 1, sizeof *doomed);
     size_t ndoomed = 0;
     if (!doomed)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i + 1 < st->num_entries && unpreserved > keep;) {
         ckpt_state_entry *e = &st->entries[i];
-        if (e->preserved) {
+        if (e->preserved || !(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
             i++;
             continue;
         }
@@ -293,15 +343,23 @@ static int apply_retention(ckpt_manager *m)
             continue;
         }
         snprintf(doomed[ndoomed++], 256, "%s", e->prefix);
-        ckpt_state_remove(st, i);
+        if (levels_of(e) & CKPT_LEVEL_CACHE) { /* still in the cache: only its copy here goes */
+            e->levels = CKPT_LEVEL_CACHE;
+            i++;
+        } else {
+            ckpt_state_remove(st, i);
+        }
     }
     int rc = ckpt_state_write(st, m->dir);
     for (size_t i = 0; rc == CKPT_OK && i < ndoomed; i++) {
         char prefix[4400];
         /* Never a checkpoint the state still lists (under any entry) or the latest. */
-        int listed = strcmp(doomed[i], st->latest) == 0;
+        int listed = 0;
         for (size_t k = 0; !listed && k < st->num_entries; k++)
-            listed = strcmp(doomed[i], st->entries[k].prefix) == 0;
+            listed = strcmp(doomed[i], st->entries[k].prefix) == 0 &&
+                     (levels_of(&st->entries[k]) & CKPT_LEVEL_PERSISTENT);
+        listed |= strcmp(doomed[i], st->latest) == 0 && st->num_entries > 0 &&
+                  (levels_of(&st->entries[st->num_entries - 1]) & CKPT_LEVEL_PERSISTENT);
         if (listed) {
             ckpt__log(CKPT_LOG_WARN, "retention kept %s/%s: it is still listed", m->dir,
                       doomed[i]);
@@ -353,6 +411,213 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void 
     return rc;
 }
 
+/* ---- the cache level (docs/levels.md) ---------------------------------------------------- */
+
+/* Rank 0's settings (options, else MPICKPT_* when `from_env`), then the saver's cache on every
+ * rank. Collective. */
+static int levels_setup(ckpt_manager *m, int from_env)
+{
+    struct {
+        int64_t status, on, partner, every, keep;
+        char pattern[4096];
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        const char *pat = m->opts.cache_dir;
+        if (!pat && from_env)
+            pat = getenv("MPICKPT_CACHE_DIR");
+        int red = m->opts.redundancy;
+        int64_t every = m->opts.persist_every, keep = m->opts.cache_max_to_keep;
+        static const char *const words[] = { "none", "partner" };
+        static const int values[] = { CKPT_REDUNDANCY_NONE, CKPT_REDUNDANCY_PARTNER };
+        if (red == CKPT_REDUNDANCY_DEFAULT)
+            local = from_env ? ckpt__env_choice(&red, "MPICKPT_REDUNDANCY", words, values, 2,
+                                                CKPT_REDUNDANCY_NONE)
+                             : (red = CKPT_REDUNDANCY_NONE, CKPT_OK);
+        if (local == CKPT_OK && every == 0)
+            local = from_env ? ckpt__env_int64(&every, "MPICKPT_PERSIST_EVERY", 1, INT32_MAX, 10)
+                             : (every = 10, CKPT_OK);
+        if (local == CKPT_OK && keep == 0)
+            local = from_env ? ckpt__env_int64(&keep, "MPICKPT_CACHE_KEEP", 1, INT32_MAX, 2)
+                             : (keep = 2, CKPT_OK);
+        if (local == CKPT_OK && red != CKPT_REDUNDANCY_NONE && red != CKPT_REDUNDANCY_PARTNER)
+            local = ckpt__error(CKPT_EINVAL, "ckpt_manager_options.redundancy is %d", red);
+        else if (local == CKPT_OK && (every < 0 || keep < 0))
+            local = ckpt__error(CKPT_EINVAL, "ckpt_manager_options: persist_every %lld and "
+                                             "cache_max_to_keep %lld must be positive (or 0)",
+                                (long long)every, (long long)keep);
+        if (local == CKPT_OK && pat && *pat)
+            local = ckpt__path(msg.pattern, sizeof msg.pattern, "%s", pat);
+        msg.on = local == CKPT_OK && pat && *pat;
+        msg.partner = red == CKPT_REDUNDANCY_PARTNER;
+        msg.every = every;
+        msg.keep = keep;
+    }
+    msg.status = local;
+    if (MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, m->comm) != MPI_SUCCESS && local == CKPT_OK)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the levels failed");
+    if (msg.status != CKPT_OK || local != CKPT_OK)
+        return ckpt_mpi_agree(m->comm, local != CKPT_OK ? local : (int)msg.status);
+    int rc = ckpt_mpi_agree(m->comm, CKPT_OK);
+    if (rc != CKPT_OK || !msg.on)
+        return rc;
+    msg.pattern[sizeof msg.pattern - 1] = '\0';
+    const char *group = m->opts.failure_group;
+    if (!group && from_env)
+        group = getenv("MPICKPT_FAILURE_GROUP");
+    rc = ckpt__saver_cache_init(m->saver, msg.pattern,
+                                msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
+                                group && *group ? group : NULL);
+    if (rc == CKPT_OK) {
+        m->cache = 1;
+        m->persist_every = msg.every;
+        m->cache_keep = msg.keep;
+    }
+    return rc;
+}
+
+/* The caches keep exactly the checkpoints the (shared) state lists in the cache. Collective. */
+static int sweep_cache(ckpt_manager *m, MPI_Comm comm)
+{
+    const ckpt_state *st = m->state;
+    int64_t *keep = malloc((st->num_entries ? st->num_entries : 1) * sizeof *keep);
+    size_t n = 0;
+    int local = keep ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; keep && i < st->num_entries; i++)
+        if (levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE)
+            keep[n++] = st->entries[i].save_counter;
+    int rc = ckpt_mpi_agree(comm, local);
+    if (rc == CKPT_OK)
+        rc = ckpt__cache_sweep(m->saver, comm, m->name, keep, n);
+    free(keep);
+    return rc;
+}
+
+/* The chief: the cache keeps its newest cache_keep checkpoints; an older one leaves the cache
+ * (and the state, unless the persistent directory has it too). */
+static void cache_retention(ckpt_manager *m)
+{
+    ckpt_state *st = m->state;
+    size_t in_cache = 0;
+    for (size_t i = 0; i < st->num_entries; i++)
+        in_cache += (levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE) != 0;
+    for (size_t i = 0; i + 1 < st->num_entries && in_cache > (size_t)m->cache_keep;) {
+        ckpt_state_entry *e = &st->entries[i];
+        if (!(levels_of(e) & CKPT_LEVEL_CACHE)) {
+            i++;
+            continue;
+        }
+        in_cache--;
+        if (levels_of(e) & CKPT_LEVEL_PERSISTENT) {
+            e->levels = CKPT_LEVEL_PERSISTENT;
+            i++;
+        } else {
+            ckpt_state_remove(st, i);
+        }
+    }
+}
+
+/* After a commit to the cache (the saver's hook, collective over `comm`): the chief lists it at
+ * level cache (its size from the index: the files are on several nodes), applies both levels'
+ * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
+static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void *payload)
+{
+    ckpt_manager *m = payload;
+    const ckpt_manager_save_info *info = &m->pending;
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        ckpt_state_entry e;
+        memset(&e, 0, sizeof e);
+        const char *slash = strrchr(prefix, '/');
+        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : prefix);
+        e.save_counter = counter;
+        e.epoch = info->epoch;
+        e.step = info->step;
+        e.timestamp = ckpt__now_seconds();
+        e.end_of_epoch = info->end_of_epoch != 0;
+        e.levels = CKPT_LEVEL_CACHE;
+        ckpt_reader *r = NULL;
+        local = ckpt_reader_open_index(&r, prefix);
+        if (local == CKPT_OK) {
+            const Mpickpt__Index *idx = ckpt__reader_index(r);
+            for (size_t f = 0; f < idx->n_files; f++)
+                e.bytes += idx->files[f]->bytes;
+        }
+        ckpt_reader_free(r);
+        pthread_mutex_lock(&m->lock);
+        if (local == CKPT_OK)
+            local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK) {
+            cache_retention(m);
+            local = apply_retention(m);
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    int rc = share_state(m, comm, local);
+    if (rc == CKPT_OK)
+        rc = sweep_cache(m, comm);
+    if (rc == CKPT_OK) {
+        m->have_last = 1;
+        m->last_step = info->step;
+    }
+    /* every persist_every-th: the drain, on this thread (the writer thread of an async saver:
+     * training does not wait for it) */
+    if (rc == CKPT_OK && m->pending_persist) {
+        const char *slash = strrchr(prefix, '/');
+        rc = drain(m, comm, slash ? slash + 1 : prefix);
+    }
+    return rc;
+}
+
+/* Drains checkpoint `name` (in the cache) to the persistent directory, then lists it there too.
+ * A failed drain is reported (a warning) and tried again at the next save, while the cache
+ * still holds it; the save that asked for it stands. Collective. */
+static int drain(ckpt_manager *m, MPI_Comm comm, const char *name)
+{
+    int rc = ckpt__cache_drain(m->saver, comm, name, m->dir);
+    if (rc != CKPT_OK) {
+        if (m->rank == 0)
+            ckpt__log(CKPT_LOG_WARN, "the drain of %s to %s failed (tried again at the next "
+                                     "save): %s",
+                      name, m->dir, ckpt_error_last()->message);
+        snprintf(m->drain_pending, sizeof m->drain_pending, "%s", name);
+        ckpt_error_clear();
+        return CKPT_OK;
+    }
+    m->drain_pending[0] = '\0';
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        pthread_mutex_lock(&m->lock);
+        for (size_t i = 0; i < m->state->num_entries; i++)
+            if (strcmp(m->state->entries[i].prefix, name) == 0)
+                m->state->entries[i].levels |= CKPT_LEVEL_PERSISTENT;
+        local = apply_retention(m);
+        pthread_mutex_unlock(&m->lock);
+    }
+    rc = share_state(m, comm, local);
+    if (rc == CKPT_OK && m->rank == 0)
+        ckpt__log(CKPT_LOG_INFO, "drained %s to %s", name, m->dir);
+    return rc;
+}
+
+/* A drain that failed, tried again (the caller synced the saver): only while the cache still
+ * lists the checkpoint and the persistent directory does not. Collective. */
+static int drain_pending(ckpt_manager *m)
+{
+    if (!m->cache || !m->drain_pending[0])
+        return CKPT_OK;
+    char name[256];
+    snprintf(name, sizeof name, "%s", m->drain_pending);
+    m->drain_pending[0] = '\0';
+    int listed = 0;
+    for (size_t i = 0; i < m->state->num_entries; i++)
+        listed |= strcmp(m->state->entries[i].prefix, name) == 0 &&
+                  (levels_of(&m->state->entries[i]) & CKPT_LEVEL_CACHE) &&
+                  !(levels_of(&m->state->entries[i]) & CKPT_LEVEL_PERSISTENT);
+    return listed ? drain(m, m->comm, name) : CKPT_OK;
+}
+
 int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                       size_t out_size)
 {
@@ -375,6 +640,10 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     if (!info->force && m->opts.min_step_interval > 0 && m->have_last &&
         info->step - m->last_step < m->opts.min_step_interval)
         return CKPT_OK;
+
+    /* a drain that failed before, once more */
+    if ((rc = drain_pending(m)) != CKPT_OK)
+        return rc;
 
     /* The chief sweeps what crashed or failed saves left before writing anew, once every rank is
      * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which
@@ -406,11 +675,22 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     next++;
 
     char name[4400];
+    ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
+    if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
+        if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s-%lld", m->name,
+                                                     (long long)next))) != CKPT_OK)
+            return rc;
+        m->pending = *info;
+        m->pending_persist = next % m->persist_every == 0;
+        rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, cache_commit_hook, m);
+        if (rc == CKPT_OK && out && out_size)
+            snprintf(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver), name);
+        return rc;
+    }
     if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name,
                                                  (long long)next))) != CKPT_OK)
         return rc;
     m->pending = *info;
-    ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     rc = ckpt__saver_save_hook(m->saver, name, &si, next, commit_hook, m);
     if (rc == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s", name);
@@ -429,6 +709,41 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
     for (size_t k = st->num_entries; k-- > 0;) {
         const ckpt_state_entry *e = &st->entries[k];
         char prefix[4400];
+        /* The cache first (rebuilt from partners when a node lost its copy), then `dir`. A
+         * cache copy that cannot be made whole, or not on this job's shape, is not an error:
+         * the persistent copy, or an older checkpoint, is next. */
+        if (m->cache && (levels_of(e) & CKPT_LEVEL_CACHE)) {
+            ckpt_restore_info info;
+            int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info);
+            if (rc == CKPT_OK) {
+                out->restored = 1;
+                snprintf(out->prefix, sizeof out->prefix, "%s/%s",
+                         ckpt__saver_cache_dir(m->saver), e->prefix);
+                out->save_counter = info.save_counter;
+                out->epoch = info.epoch;
+                out->step = info.step;
+                out->end_of_epoch = info.end_of_epoch;
+                out->world_size = info.world_size;
+                m->have_last = 1;
+                m->last_step = info.step;
+                return CKPT_OK;
+            }
+            if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EINVAL &&
+                rc != CKPT_EVERSION)
+                return rc; /* the checkpoint is fine: what was registered does not match it */
+            if (m->rank == 0)
+                ckpt__log(CKPT_LOG_WARN, "checkpoint %s cannot be restored from the cache: %s; %s",
+                          e->prefix, ckpt_error_last()->message,
+                          (levels_of(e) & CKPT_LEVEL_PERSISTENT) ? "trying its copy in the "
+                                                                    "persistent directory"
+                                                                  : "trying an older one");
+            if (!(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
+                out->skipped++;
+                continue;
+            }
+        } else if (!(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
+            continue; /* only in a cache this manager does not use */
+        }
         int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
         /* The chief checks the candidate is complete (index, sizes of its data files) first, so
          * that a damaged checkpoint is told apart from a registration that does not match. */
@@ -494,11 +809,15 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
         return rc;
     }
     ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
-    if (opts)
-        o = *opts;
+    if (opts && (opts->version == 1 || opts->version == CKPT_MANAGER_OPTIONS_VERSION))
+        memcpy(&o, opts,
+               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_manager_options, cache_dir));
+    else if (opts)
+        o.version = opts->version; /* refused by the manager, with its message */
     else
         o.max_to_keep = 1; /* the seed's BackupAndRestore keeps one */
-    rc = ckpt_manager_create(&t->m, saver, chief, &o);
+    /* the training state's levels come from its options only, never from MPICKPT_CACHE_DIR */
+    rc = manager_create(&t->m, saver, chief, &o, 0);
     if (rc != CKPT_OK) {
         free(t);
         return rc;

@@ -71,6 +71,18 @@ struct ckpt_restore_info;
 int ckpt__saver_restore_cache(struct ckpt_saver *s, const char *name,
                               const struct ckpt_restore_options *opts,
                               struct ckpt_restore_info *info);
+/* Copies checkpoint `name` from the cache level into directory `dir` and commits it there with
+ * the cache's index (mpi/cache_drain.c). Collective over `comm`. */
+int ckpt__cache_drain(struct ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir);
+/* The cache level is set up on this saver (ckpt__saver_cache_init). Local. */
+int ckpt__saver_has_cache(const struct ckpt_saver *s);
+/* This rank's node's cache directory ("" without a cache level). Local. */
+const char *ckpt__saver_cache_dir(const struct ckpt_saver *s);
+/* Node leaders remove from their node's cache directory every checkpoint named <stem>-<N> that
+ * `keep` (sorted counters, n of them) does not list: index first, then its other files, and the
+ * in-flight directory of a crashed save. Collective over `comm`. */
+int ckpt__cache_sweep(struct ckpt_saver *s, MPI_Comm comm, const char *stem, const int64_t *keep,
+                      size_t n);
 MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
 int ckpt__saver_rank(const struct ckpt_saver *s);
 void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);

@@ -107,8 +107,9 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
     int done = s->job_done;
     pthread_mutex_unlock(&s->lock);
     if (!done)
-        return ckpt__error(CKPT_ETIMEDOUT, "the background save of %s is still running",
-                           s->job->c.n.prefix);
+        return ckpt__error(CKPT_ETIMEDOUT, "the background save of %s%s is still running",
+                           s->job->cache ? s->job->c.n.base : s->job->c.n.prefix,
+                           s->job->cache ? " to the cache" : "");
     pthread_join(s->thread, NULL);
     save_job *j = s->job;
     s->job = NULL;
@@ -116,7 +117,10 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
     if (rc == CKPT_OK) {
         s->counter = j->counter > s->counter ? j->counter : s->counter;
     } else {
-        ckpt__error(rc, "background save of %s failed: %s", j->c.n.prefix, j->message);
+        /* a cache save's prefix is each node's own: its name says the same on every rank */
+        ckpt__error(rc, "background save of %s%s failed: %s",
+                    j->cache ? j->c.n.base : j->c.n.prefix, j->cache ? " to the cache" : "",
+                    j->message);
     }
     ckpt__save_job_free(j);
     return rc;

@@ -24,6 +24,7 @@
 #include "levels.h"
 #include "mpickpt/collective.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -460,4 +461,80 @@ void ckpt__cache_placed_free(char **placed, size_t nplaced)
     for (size_t i = 0; i < nplaced; i++)
         free(placed[i]);
     free(placed);
+}
+
+/* ---- the manager's view ------------------------------------------------------------------ */
+
+int ckpt__saver_has_cache(const ckpt_saver *s)
+{
+    return s && s->cache.on;
+}
+
+const char *ckpt__saver_cache_dir(const ckpt_saver *s)
+{
+    return s && s->cache.on ? s->cache.dir : "";
+}
+
+/* The counter N of an entry named <stem>-<N> followed by '.' or "_temp", else -1. */
+static int64_t entry_counter(const char *name, const char *stem)
+{
+    size_t n = strlen(stem);
+    if (strncmp(name, stem, n) != 0 || name[n] != '-')
+        return -1;
+    const char *p = name + n + 1;
+    int64_t v = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 18; p++, digits++)
+        v = v * 10 + (*p - '0');
+    if (!digits || (*p != '.' && strcmp(p, "_temp") != 0))
+        return -1;
+    return v;
+}
+
+static int kept(int64_t v, const int64_t *keep, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (keep[i] == v)
+            return 1;
+    return 0;
+}
+
+int ckpt__cache_sweep(ckpt_saver *s, MPI_Comm comm, const char *stem, const int64_t *keep,
+                      size_t n)
+{
+    int local = CKPT_OK, removed = 0;
+    if (s->cache.on && s->node_rank == 0) {
+        int dfd = -1;
+        DIR *d = NULL;
+        local = ckpt__dir_open(&dfd, s->cache.dir);
+        if (local == CKPT_OK)
+            local = ckpt__listing_or_close(&d, dfd, s->cache.dir);
+        /* pass 0: the indexes (a checkpoint is gone once its index is), pass 1: the rest */
+        for (int pass = 0; local == CKPT_OK && pass < 2; pass++) {
+            rewinddir(d);
+            struct dirent *de;
+            while ((de = readdir(d)) != NULL) {
+                int64_t v = entry_counter(de->d_name, stem);
+                if (v < 0 || kept(v, keep, n))
+                    continue;
+                int is_index = ckpt__ends_with(de->d_name, ".index");
+                if (pass == 0 && !is_index)
+                    continue;
+                if (ckpt__ends_with(de->d_name, "_temp"))
+                    ckpt__rmtree_at(dirfd(d), de->d_name, s->cache.dir);
+                else if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
+                    local = ckpt__errno(errno, "unlink", de->d_name);
+                removed++;
+            }
+            if (pass == 0 && removed)
+                (void)fsync(dirfd(d));
+        }
+        if (d)
+            closedir(d);
+        if (removed)
+            ckpt__log(CKPT_LOG_INFO, "node %d: removed %d entries of checkpoints the cache no "
+                                     "longer keeps from %s",
+                      s->node, removed, s->cache.dir);
+    }
+    return ckpt_mpi_agree(comm, local);
 }

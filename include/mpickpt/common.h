@@ -13,10 +13,10 @@ extern "C" {
 #endif
 
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_MINOR 2
 #define CKPT_VERSION_PATCH 0
 /** Version string of the headers, e.g. "0.1.0". */
-#define CKPT_VERSION_STRING "0.1.0"
+#define CKPT_VERSION_STRING "0.2.0"
 
 #if defined(__GNUC__)
 #define CKPT_EXTERN __attribute__((visibility("default")))

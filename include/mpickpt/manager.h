@@ -15,9 +15,16 @@ extern "C" {
 
 typedef struct ckpt_manager ckpt_manager;
 
+/** Redundancy of the cache level (docs/levels.md). */
+typedef enum ckpt_redundancy {
+    CKPT_REDUNDANCY_DEFAULT = 0, /**< MPICKPT_REDUNDANCY (none|partner), else none */
+    CKPT_REDUNDANCY_NONE = 1,    /**< each node's files on that node only */
+    CKPT_REDUNDANCY_PARTNER = 2  /**< each data file also on the partner node (another group) */
+} ckpt_redundancy;
+
 /** Options of ckpt_manager_create(). Initialize with CKPT_MANAGER_OPTIONS_INIT. */
 typedef struct ckpt_manager_options {
-    unsigned int version;       /**< CKPT_MANAGER_OPTIONS_VERSION */
+    unsigned int version;       /**< CKPT_MANAGER_OPTIONS_VERSION (1 is still accepted) */
     int max_to_keep;            /**< newest checkpoints kept (default 5); <= 0 keeps all */
     double keep_every_n_hours;  /**< also keep one checkpoint per this many hours (0: off) */
     int64_t min_step_interval;  /**< skip a save less than this many steps after the last (0: off) */
@@ -25,10 +32,23 @@ typedef struct ckpt_manager_options {
     /** Restores: 1 leaves per-rank data (components, blobs) of ranks the writer did not have
      *  untouched (resuming on more ranks); 0 makes that an error. See ckpt_restore_options. */
     int skip_missing_per_rank;
+    /* ---- version 2: storage levels (docs/levels.md) ---- */
+    /** Node-local cache directory ("%n": the node's index, "%%": "%"), e.g. "/dev/shm/ckpt".
+     *  NULL: MPICKPT_CACHE_DIR, and when that is unset too, no cache level (every checkpoint
+     *  goes to `dir`, as in version 1). With a cache, checkpoints go to the cache and every
+     *  persist_every-th also to `dir`; restores take the newest that is whole somewhere. */
+    const char *cache_dir;
+    int redundancy;             /**< ckpt_redundancy */
+    int persist_every;          /**< 0: MPICKPT_PERSIST_EVERY, else 10; 1: every checkpoint */
+    int cache_max_to_keep;      /**< newest checkpoints the cache keeps; 0: MPICKPT_CACHE_KEEP,
+                                 *   else 2 (max_to_keep stays the persistent directory's) */
+    const char *failure_group;  /**< this node's failure group (a rack): partners are in another;
+                                 *   NULL: MPICKPT_FAILURE_GROUP, else every node its own */
 } ckpt_manager_options;
 
-#define CKPT_MANAGER_OPTIONS_VERSION 1
-#define CKPT_MANAGER_OPTIONS_INIT { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0 }
+#define CKPT_MANAGER_OPTIONS_VERSION 2
+#define CKPT_MANAGER_OPTIONS_INIT                                                                 \
+    { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0, NULL, CKPT_REDUNDANCY_DEFAULT, 0, 0, NULL }
 
 /** What a save records and how it is retained. */
 typedef struct ckpt_manager_save_info {

@@ -22,7 +22,12 @@ typedef struct ckpt_state_entry {
     uint64_t bytes;       /**< index + data files */
     int end_of_epoch;     /**< 1: saved at the end of `epoch`; 0: in the middle (at `step`) */
     int preserved;        /**< 1: kept by keep_checkpoint_every_n_hours, outside max_to_keep */
+    unsigned levels;      /**< CKPT_LEVEL_* bits: where it is (docs/levels.md); 0: persistent */
 } ckpt_state_entry;
+
+/** Storage levels of a checkpoint (ckpt_state_entry.levels). */
+#define CKPT_LEVEL_PERSISTENT 1u /**< the manager's directory */
+#define CKPT_LEVEL_CACHE 2u      /**< the nodes' cache directories */
 
 /** The state file: the latest checkpoint and the kept ones, oldest first. */
 typedef struct ckpt_state {

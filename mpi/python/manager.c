@@ -33,12 +33,20 @@ static PyObject *state_dict(const ckpt_state *st)
         return NULL;
     for (size_t i = 0; st && i < st->num_entries; i++) {
         const ckpt_state_entry *e = &st->entries[i];
-        PyObject *d = Py_BuildValue("{s:s,s:L,s:L,s:L,s:d,s:K,s:O,s:O}", "prefix", e->prefix,
-                                    "save_counter", (long long)e->save_counter, "epoch",
+        unsigned lv = e->levels ? e->levels : CKPT_LEVEL_PERSISTENT;
+        PyObject *d = Py_BuildValue("{s:s,s:L,s:L,s:L,s:d,s:K,s:O,s:O,s:[ss]}", "prefix",
+                                    e->prefix, "save_counter", (long long)e->save_counter, "epoch",
                                     (long long)e->epoch, "step", (long long)e->step, "timestamp",
                                     e->timestamp, "bytes", (unsigned long long)e->bytes,
                                     "end_of_epoch", e->end_of_epoch ? Py_True : Py_False,
-                                    "preserved", e->preserved ? Py_True : Py_False);
+                                    "preserved", e->preserved ? Py_True : Py_False, "levels",
+                                    (lv & CKPT_LEVEL_PERSISTENT) ? "persistent" : "",
+                                    (lv & CKPT_LEVEL_CACHE) ? "cache" : "");
+        /* the levels as a list of names: the empty ones out */
+        PyObject *lvs = d ? PyDict_GetItemString(d, "levels") : NULL;
+        for (Py_ssize_t k = lvs ? PyList_GET_SIZE(lvs) : 0; k-- > 0;)
+            if (PyUnicode_GET_LENGTH(PyList_GET_ITEM(lvs, k)) == 0)
+                PySequence_DelItem(lvs, k);
         if (!d || PyList_Append(entries, d) < 0) {
             Py_XDECREF(d);
             Py_DECREF(entries);
@@ -57,23 +65,40 @@ static PyObject *state_dict(const ckpt_state *st)
 
 static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "saver", "directory", "max_to_keep", "keep_every_n_hours",
-                             "min_step_interval", "name", "skip_missing_per_rank", NULL };
+    static char *names[] = { "saver",         "directory",          "max_to_keep",
+                             "keep_every_n_hours", "min_step_interval", "name",
+                             "skip_missing_per_rank", "cache_dir",      "redundancy",
+                             "persist_every", "cache_max_to_keep",  "failure_group",
+                             NULL };
     PyObject *saver;
-    PyObject *dir_obj;
-    int keep = 5, skip = 0;
+    PyObject *dir_obj, *cache_obj = NULL;
+    int keep = 5, skip = 0, every = 0, cache_keep = 0;
     double hours = 0;
     long long minstep = 0;
-    const char *name = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|idLzp:Manager", names, &saver,
+    const char *name = NULL, *redundancy = NULL, *group = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|idLzpO&ziiz:Manager", names, &saver,
                                      PyUnicode_FSConverter, &dir_obj, &keep, &hours, &minstep,
-                                     &name, &skip))
+                                     &name, &skip, PyUnicode_FSConverter, &cache_obj, &redundancy,
+                                     &every, &cache_keep, &group))
         return -1;
+    int red = CKPT_REDUNDANCY_DEFAULT;
+    if (redundancy && strcmp(redundancy, "none") == 0)
+        red = CKPT_REDUNDANCY_NONE;
+    else if (redundancy && strcmp(redundancy, "partner") == 0)
+        red = CKPT_REDUNDANCY_PARTNER;
+    else if (redundancy) {
+        PyErr_Format(PyExc_ValueError, "redundancy must be 'none' or 'partner', not '%s'",
+                     redundancy);
+        Py_DECREF(dir_obj);
+        Py_XDECREF(cache_obj);
+        return -1;
+    }
     ckpt_saver *s = pyckpt_saver_get(saver);
     if (!s || self->m) {
         if (s)
             PyErr_SetString(PyExc_RuntimeError, "Manager.__init__ called twice");
         Py_DECREF(dir_obj);
+        Py_XDECREF(cache_obj);
         return -1;
     }
     ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
@@ -82,6 +107,11 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
     o.min_step_interval = minstep;
     o.name = name;
     o.skip_missing_per_rank = skip;
+    o.cache_dir = cache_obj ? PyBytes_AS_STRING(cache_obj) : NULL;
+    o.redundancy = red;
+    o.persist_every = every;
+    o.cache_max_to_keep = cache_keep;
+    o.failure_group = group;
     const char *dir = PyBytes_AS_STRING(dir_obj);
     int rc;
     ckpt_manager *m = NULL;
@@ -89,6 +119,7 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
     rc = ckpt_manager_create(&m, s, dir, &o);
     Py_END_ALLOW_THREADS
     Py_DECREF(dir_obj);
+    Py_XDECREF(cache_obj);
     if (rc != CKPT_OK) {
         pyckpt_raise(rc, NULL);
         return -1;

@@ -311,7 +311,8 @@ static int save_cache(ckpt_saver *s, tm_model *m, const char *base, int64_t step
 {
     tm_fill(m, step);
     ckpt_save_info info = { .epoch = 0, .step = step };
-    return ckpt__saver_save_level(s, base, 1, &info, counter, NULL, NULL);
+    int rc = ckpt__saver_save_level(s, base, 1, &info, counter, NULL, NULL);
+    return rc == CKPT_OK ? ckpt_saver_sync(s) : rc; /* async: its commit */
 }
 
 static void run(int partner, int groups, const char *tag)
@@ -442,6 +443,138 @@ done:
     tm_free(&m);
 }
 
+/* Rank 0: does `dir`/`name` exist? */
+static int has(const char *dir, const char *name)
+{
+    char p[4600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return exists(p);
+}
+
+/* The manager with a cache level: persist every 2nd, the cache keeps 2, the directory keeps 2. */
+static ckpt_manager *cache_manager(ckpt_saver *s, const char *dir, const char *pat)
+{
+    ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+    o.cache_dir = pat;
+    o.redundancy = g_nnodes >= 2 ? CKPT_REDUNDANCY_PARTNER : CKPT_REDUNDANCY_NONE;
+    o.persist_every = 2;
+    o.cache_max_to_keep = 2;
+    o.max_to_keep = 2;
+    ckpt_manager *mg = NULL;
+    coll(ckpt_manager_create(&mg, s, dir, &o), CKPT_OK, "ckpt_manager_create with a cache");
+    return mg;
+}
+
+/* The state every rank sees: ckpt-2 persistent, ckpt-4 in both levels, ckpt-5 in the cache. */
+static void check_levels(const ckpt_manager *mg, const char *what)
+{
+    const ckpt_state *st = ckpt_manager_state(mg);
+    static const char *const names[] = { "ckpt-2", "ckpt-4", "ckpt-5" };
+    static const unsigned levels[] = { CKPT_LEVEL_PERSISTENT,
+                                       CKPT_LEVEL_PERSISTENT | CKPT_LEVEL_CACHE,
+                                       CKPT_LEVEL_CACHE };
+    CHECK_MSG(st->num_entries == 3, "%s: %zu entries, want 3", what, st->num_entries);
+    for (size_t i = 0; i < 3 && i < st->num_entries; i++) {
+        CHECK_MSG(strcmp(st->entries[i].prefix, names[i]) == 0, "%s: entry %zu is %s, want %s",
+                  what, i, st->entries[i].prefix, names[i]);
+        CHECK_MSG(st->entries[i].levels == levels[i], "%s: %s is on levels %u, want %u", what,
+                  st->entries[i].prefix, st->entries[i].levels, levels[i]);
+    }
+}
+
+static void run_manager(const char *tag)
+{
+    char dir[4200], cache[4200], pat[4300], what[200];
+    snprintf(dir, sizeof dir, "%s/mgr-%s", g_out, tag);
+    snprintf(cache, sizeof cache, "%s/mcache-%s", g_out, tag);
+    snprintf(pat, sizeof pat, "%s/%%n", cache);
+    begin_case("%s: a manager with a cache level, %d nodes", tag, g_nnodes);
+    ckpt_saver *s = new_saver();
+    tm_model m;
+    CHECK_OK(tm_init(&m, g_size, g_rank, g_size, 0));
+    register_or_die(&m, s);
+    ckpt_manager *mg = cache_manager(s, dir, pat);
+    if (!mg)
+        goto done;
+    for (int step = 1; step <= 5; step++) {
+        tm_fill(&m, step * 10);
+        ckpt_manager_save_info info = { 0, step * 10, 0, 0 };
+        char out[4400];
+        snprintf(what, sizeof what, "%s: manager save %d", tag, step);
+        if (!coll(ckpt_manager_save(mg, &info, out, sizeof out), CKPT_OK, what))
+            goto done;
+    }
+    CHECK_OK(ckpt_saver_sync(s)); /* async: the last commit and its drain */
+    snprintf(what, sizeof what, "%s: after 5 saves", tag);
+    check_levels(mg, what);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+        /* the directory: ckpt-2 and ckpt-4; the caches: ckpt-4 and ckpt-5 on every node */
+        CHECK_MSG(has(dir, "ckpt-2.index") && has(dir, "ckpt-4.index") &&
+                      !has(dir, "ckpt-1.index") && !has(dir, "ckpt-3.index") &&
+                      !has(dir, "ckpt-5.index"),
+                  "%s: the persistent directory holds the wrong checkpoints", what);
+        for (int k = 0; k < g_nnodes; k++) {
+            char nd[4300];
+            node_dir(nd, sizeof nd, cache, k);
+            CHECK_MSG(has(nd, "ckpt-4.index") && has(nd, "ckpt-5.index") &&
+                          count_files(nd, "ckpt-1.") + count_files(nd, "ckpt-2.") +
+                                  count_files(nd, "ckpt-3.") ==
+                              0,
+                      "%s: node %d's cache holds the wrong checkpoints", what, k);
+        }
+    }
+    ckpt_manager_free(mg);
+
+    /* a new manager reads the levels back and restores the newest, from the cache */
+    snprintf(what, sizeof what, "%s: restore from the cache", tag);
+    begin_case("%s", what);
+    mg = cache_manager(s, dir, pat);
+    if (!mg)
+        goto done;
+    check_levels(mg, what);
+    ckpt_manager_restored res;
+    tm_zero(&m);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+        CHECK_MSG(res.restored && res.step == 50 && res.skipped == 0,
+                  "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
+                  res.skipped);
+        check_values(&m, 50, TM_RESTORED, what);
+    }
+    if (g_nnodes >= 2) {
+        snprintf(what, sizeof what, "%s: node 1 lost, restore from the cache", tag);
+        begin_case("%s", what);
+        if (g_rank == 0)
+            rm_node(cache, 1);
+        MPI_Barrier(MPI_COMM_WORLD);
+        tm_zero(&m);
+        if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+            CHECK_MSG(res.restored && res.step == 50 && res.skipped == 0,
+                      "%s: restored %d step %lld skipped %d", what, res.restored,
+                      (long long)res.step, res.skipped);
+            check_values(&m, 50, TM_RESTORED, what);
+        }
+    }
+    /* every node lost: ckpt-5 is gone, ckpt-4 comes from the persistent directory */
+    snprintf(what, sizeof what, "%s: every cache lost", tag);
+    begin_case("%s", what);
+    if (g_rank == 0)
+        for (int k = 0; k < g_nnodes; k++)
+            rm_node(cache, k);
+    MPI_Barrier(MPI_COMM_WORLD);
+    tm_zero(&m);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+        CHECK_MSG(res.restored && res.step == 40 && res.skipped == 1,
+                  "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
+                  res.skipped);
+        check_values(&m, 40, TM_RESTORED, what);
+    }
+    ckpt_manager_free(mg);
+done:
+    ckpt_saver_free(s);
+    tm_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     check_watchdog_s = 60;
@@ -467,5 +600,6 @@ int main(int argc, char **argv)
         run(1, 1, "racks");
     }
     run(0, 0, "none");
+    run_manager("manager");
     return check_mpi_done("test_cache");
 }

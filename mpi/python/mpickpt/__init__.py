@@ -137,20 +137,35 @@ class CheckpointManager(_Base):
     max_to_keep: newest checkpoints kept (None or <= 0: all); keep_every_n_hours: also keep one
     per this many hours; async_save: save() returns once the arrays are copied, a background
     thread writes; layout: 'per-rank' (default) or 'shared' (one HDF5 file); skip_missing_per_rank:
-    restoring on more ranks than wrote, leave the extra ranks' PerRank values as they are."""
+    restoring on more ranks than wrote, leave the extra ranks' PerRank values as they are.
+
+    Storage levels (docs/levels.md): cache_dir, a node-local directory ('%n': the node's index,
+    e.g. '/dev/shm/ckpt/%n'), makes checkpoints go to the nodes' caches, and every
+    persist_every-th (default 10) also to `directory`; redundancy='partner' copies each node's
+    files to a partner node (in another failure_group, e.g. a rack name); cache_max_to_keep
+    (default 2) is the cache's retention. Unset, MPICKPT_CACHE_DIR and its family decide."""
 
     @uninterruptible
     def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,
                  keep_every_n_hours: Optional[float] = None, async_save: bool = False,
                  layout: Optional[str] = None, skip_missing_per_rank: bool = False,
-                 name: str = "ckpt") -> None:
+                 name: str = "ckpt", cache_dir: Optional[str] = None,
+                 redundancy: Optional[str] = None, persist_every: Optional[int] = None,
+                 cache_max_to_keep: Optional[int] = None,
+                 failure_group: Optional[str] = None) -> None:
         super().__init__(comm, async_save, layout, skip_missing_per_rank)
         self._dir = os.fspath(directory)
         try:
+            levels: Dict[str, Any] = {}
+            if cache_dir:
+                levels["cache_dir"] = os.fspath(cache_dir)
             self._mgr = _C.Manager(self._saver, self._dir,
                                    max_to_keep=max_to_keep if max_to_keep else 0,
                                    keep_every_n_hours=keep_every_n_hours or 0.0, name=name,
-                                   skip_missing_per_rank=self._skip)
+                                   skip_missing_per_rank=self._skip,
+                                   redundancy=redundancy, persist_every=persist_every or 0,
+                                   cache_max_to_keep=cache_max_to_keep or 0,
+                                   failure_group=failure_group, **levels)
         except BaseException:
             self._close(None)
             raise
@@ -186,6 +201,9 @@ class CheckpointManager(_Base):
         if not matches:
             raise NotFoundError(f"no checkpoint of step {step} in {self._dir} (steps: "
                                 f"{self.all_steps()})")
+        if "persistent" not in matches[-1].get("levels", ["persistent"]):
+            raise NotFoundError(f"the checkpoint of step {step} is only in the cache: restore() "
+                                f"without a step restores the newest from there")
         prefix = os.path.join(self._dir, matches[-1]["prefix"])
         info = self._saver.restore(prefix, skip_missing_per_rank=self._skip)
         restore_finish(self._comm, self._reg, self._saver, self._skip, prefix)

@@ -1,0 +1,142 @@
+/*
+ * The drain of a checkpoint from the cache level to the persistent directory (docs/levels.md),
+ * with the save protocol's commit: the chief makes its in-flight directory <name>_temp there
+ * (a vote), every owner copies the data files it owns from its node's cache directory into its
+ * in-flight directory (per-rank: rank r its <name>.data-r-of-N; per-node: the node's leader its
+ * node's file) and fsyncs them, then moves them into place (a vote); the chief fsyncs the
+ * directory and writes the cache's index, byte for byte, as the persistent index (the commit
+ * point; a vote). A failure before the commit removes every moved file; in-flight files are
+ * removed in every case. The index is the same bytes as the cache's, so the two copies are the
+ * same checkpoint. Collective over `comm` (the caller's thread's communicator).
+ */
+#include "saver_internal.h"
+
+#include "commit.h"
+#include "fsutil.h"
+#include "index.h"
+#include "paths.h"
+#include "mpickpt/collective.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Copies entry `name` of from_fd into a new entry of to_fd (O_EXCL), fsynced. */
+static int copy_file(int from_fd, const char *from_shown, int to_fd, const char *to_shown,
+                     const char *name)
+{
+    int in = -1, out = -1;
+    uint64_t size = 0;
+    int rc = ckpt__file_open(&in, &size, from_fd, name, O_RDONLY, from_shown);
+    if (rc == CKPT_OK)
+        rc = ckpt__file_create(&out, to_fd, name, O_WRONLY, to_shown);
+    size_t cap = (size_t)1 << 20;
+    uint8_t *buf = rc == CKPT_OK ? malloc(cap) : NULL;
+    if (rc == CKPT_OK && !buf)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (uint64_t off = 0; rc == CKPT_OK && off < size;) {
+        ssize_t n = pread(in, buf, cap, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = ckpt__errno(n < 0 ? errno : EIO, "read for the drain", name);
+            break;
+        }
+        for (ssize_t w = 0; rc == CKPT_OK && w < n;) {
+            ssize_t k = write(out, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                rc = ckpt__errno(k < 0 ? errno : ENOSPC, "write for the drain", name);
+            else
+                w += k;
+        }
+        off += (uint64_t)n;
+    }
+    free(buf);
+    if (rc == CKPT_OK)
+        rc = ckpt__fsync_fd(out, name);
+    ckpt__close(in);
+    ckpt__close(out);
+    return rc;
+}
+
+int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir)
+{
+    int local = CKPT_OK, rc;
+    ckpt__save_names n;
+    int dirfd = -1, workfd = -1, tempfd = -1, cachefd = -1;
+    char prefix[4400];
+    int per_node = s->layout == CKPT_LAYOUT_PER_NODE;
+    if (!s->cache.on)
+        local = ckpt__error(CKPT_EINVAL, "a drain without a cache level");
+    if (local == CKPT_OK)
+        local = ckpt__path(prefix, sizeof prefix, "%s/%s", dir, name);
+    if (local == CKPT_OK)
+        local = ckpt__save_names_init(&n, prefix, s->rank, s->size, 0);
+    if (local == CKPT_OK && per_node)
+        local = ckpt__save_names_node(&n, s->node, s->nnodes, s->node_leaders[s->node]);
+    if (local == CKPT_OK)
+        local = ckpt__ckptdir_open(&dirfd, &workfd, n.dir, 1);
+    if (local == CKPT_OK)
+        local = ckpt__dir_open(&cachefd, s->cache.dir);
+    if (local == CKPT_OK)
+        local = ckpt__fault(s->rank, "drain");
+    /* 1. the chief's in-flight directory, then everybody's */
+    if (local == CKPT_OK && s->rank == 0)
+        local = ckpt__temp_fresh(&n, dirfd, &tempfd, 0);
+    if ((rc = ckpt_mpi_agree(comm, local)) != CKPT_OK)
+        goto out;
+    int owner = !per_node || s->node_rank == 0;
+    if (owner && s->rank != 0)
+        local = ckpt__temp_open(&n, s->rank, dirfd, workfd, &tempfd);
+    /* 2. the owner's file, copied and moved into place */
+    ckpt__commit_file f;
+    memset(&f, 0, sizeof f);
+    size_t moved = 0;
+    if (owner && local == CKPT_OK)
+        local = copy_file(cachefd, s->cache.dir, tempfd, n.my_temp, n.data_name);
+    if (owner && local == CKPT_OK) {
+        f.from_fd = tempfd;
+        f.from_shown = n.my_temp;
+        f.from_name = f.name = n.data_name;
+        local = ckpt__commit_move(dirfd, n.dir, &f, 1, &moved);
+    }
+    if ((rc = ckpt__mpi_vote(comm, local, NULL, 0)) == CKPT_OK) {
+        /* 3. the commit point: the cache's index, the same bytes, in the persistent directory */
+        if (s->rank == 0) {
+            uint8_t *buf = NULL;
+            size_t len = 0;
+            local = ckpt__read_file_at(&buf, &len, cachefd, n.index_name, (size_t)1 << 34,
+                                       s->cache.dir);
+            const uint8_t *payload;
+            size_t plen;
+            if (local == CKPT_OK) /* a damaged copy is refused, not propagated */
+                local = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_INDEX,
+                                             n.index_name);
+            if (local == CKPT_OK)
+                local = ckpt__fsync_fd(dirfd, n.dir);
+            int renamed = 0;
+            if (local == CKPT_OK)
+                local = ckpt__write_file_atomic_at(dirfd, n.index_name, buf, len, n.dir,
+                                                   &renamed);
+            if (local != CKPT_OK && renamed)
+                unlinkat(dirfd, n.index_name, 0);
+            free(buf);
+        }
+        rc = ckpt__mpi_vote(comm, local, NULL, 0);
+    }
+    if (rc != CKPT_OK)
+        ckpt__commit_unmove(dirfd, &f, moved);
+out:
+    if (dirfd >= 0)
+        ckpt__temp_cleanup(&n, s->rank, dirfd, workfd, tempfd);
+    ckpt__close(cachefd);
+    ckpt__close(tempfd);
+    ckpt__close(workfd);
+    ckpt__close(dirfd);
+    return rc;
+}

@@ -107,6 +107,13 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
             ckpt__json_uint(&w, bytes[i]);
             ckpt__json_key(&w, "end_of_epoch");
             ckpt__json_bool(&w, e->end_of_epoch != 0);
+            ckpt__json_key(&w, "levels"); /* where it is: docs/levels.md */
+            ckpt__json_array_begin(&w);
+            if (!e->levels || (e->levels & CKPT_LEVEL_PERSISTENT))
+                ckpt__json_string(&w, "persistent");
+            if (e->levels & CKPT_LEVEL_CACHE)
+                ckpt__json_string(&w, "cache");
+            ckpt__json_array_end(&w);
             ckpt__json_object_end(&w);
         }
         ckpt__json_array_end(&w);
@@ -137,7 +144,9 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
         printf("%*s  %7" PRId64 "  %6" PRId64 "  %9" PRId64 "  %-9s  %-19s  %12" PRIu64 "%s\n",
                pad > 0 ? pad : 0, "", e->save_counter, e->epoch, e->step,
                e->end_of_epoch ? "epoch end" : "mid-epoch", when, bytes[i],
-               is_latest ? "  (latest)" : "");
+               is_latest                         ? "  (latest)"
+               : e->levels == CKPT_LEVEL_CACHE   ? "  (cache only)"
+                                                 : "");
     }
     if (latest) {
         printf("latest: ");
@@ -221,8 +230,11 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         const ckpt_state_entry *e = &st->entries[i];
         if (!(paths[i] = state_path(dir, e->prefix)))
             goto oom;
-        /* The sizes on disk now; the state file's record when the checkpoint cannot be read. */
+        /* The sizes on disk now; the state file's record when the checkpoint cannot be read,
+         * or is only in the nodes' caches (docs/levels.md: not in this directory). */
         bytes[i] = e->bytes;
+        if (e->levels == CKPT_LEVEL_CACHE)
+            continue;
         int brc = ckpt_checkpoint_bytes(&bytes[i], paths[i]);
         if (brc != CKPT_OK) {
             const ckpt_error *err = ckpt_error_last();

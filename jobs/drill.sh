@@ -2,11 +2,12 @@
 # Recovery drills: break a checkpointing job on purpose, restart it, and check that it recovers.
 #
 #   jobs/drill.sh [--np N] [--layout shared|per-rank] [--async|--sync] [--only NAME[,NAME...]]
+#                 [--skip NAME[,NAME...]]
 #                 [--table FILE] [--work DIR] [--list] [-- extra mpickpt-demo args]
 #
 # Every drill runs the demo training job (build/bin/mpickpt-demo) into a fresh directory under the
 # work dir, breaks something (kills a rank in the middle of a save, damages the latest checkpoint,
-# fills the disk, loses a node), restarts the job (sometimes on another number of ranks) and
+# fills the disk, loses a node's cache), restarts the job (sometimes on another number of ranks) and
 # checks that the restart
 #   - resumes from the newest VALID checkpoint: `resumed epoch=E step=T from=<that prefix>`, where
 #     the drill computes that checkpoint itself, before the damage or from what was committed
@@ -23,6 +24,7 @@
 #   --sync/--async  run the drills in that save mode only. Default: both; the async rows are
 #                   SKIPPED (async not available) when the demo has no async saver (probed once)
 #   --only NAMES    only these drills (comma-separated; shell patterns allowed: 'kill-*')
+#   --skip NAMES    not these drills (the same patterns)
 #   --table FILE    also write the table as Markdown to FILE
 #   --work DIR      work dir (default build/drills; its sync/ and async/ subdirs are recreated)
 #   --list          print the drills and what each breaks, and exit

@@ -5,6 +5,7 @@
  *
  *   mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S] [--ckpt-every K]
  *          [--keep N] [--mb M] [--layout shared|per-rank|per-node] [--crash-rank R --crash-step T] [--async]
+ *          [--cache-dir PATTERN [--redundancy none|partner] [--persist-every K] [--cache-keep N]]
  *          [--deadline-reserve S] [--step-sleep MS]
  *
  * The state looks like a model's:
@@ -81,6 +82,10 @@ typedef struct options {
     int async;
     int64_t deadline_reserve, step_sleep_ms;
     int hold;
+    /* the cache level (docs/levels.md) */
+    const char *cache_dir;
+    int partner;
+    int64_t persist_every, cache_keep;
 } options;
 
 /* This rank's data-loader position: what the registered saver "data_loader" stores. */
@@ -120,6 +125,9 @@ static void usage(FILE *f)
             "  --ckpt-every K         also back up every K global steps inside an epoch (default 5;\n"
             "                         0: only at the end of each epoch)\n"
             "  --keep N               checkpoints kept (default 3; 0 keeps all)\n"
+            "  --cache-dir P          the cache level: node-local directory pattern (%%n: the\n"
+            "                         node), with --redundancy none|partner, --persist-every K\n"
+            "                         (default 10) and --cache-keep N (default 2); docs/levels.md\n"
             "  --mb M                 model size: 4*M MiB of kernel + optimizer slot in total,\n"
             "                         about M MiB per rank at 4 ranks (default 4)\n"
             "  --layout L             data files: per-rank (default), shared (one file, MPI-IO)\n"
@@ -158,7 +166,8 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
 {
     FILE *err = verbose ? stderr : fopen("/dev/null", "w");
     int rc = 0;
-    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0, 0 };
+    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0, 0,
+                    NULL, 0, 0, 0 };
     if (!err)
         err = stderr;
     for (int i = 1; i < argc && rc == 0; i++) {
@@ -180,6 +189,24 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
                 rc = 2;
             }
             o->dir = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--cache-dir")) {
+            if (!v || !*v) {
+                fprintf(err, "mpickpt-demo: --cache-dir needs a directory pattern\n");
+                rc = 2;
+            }
+            o->cache_dir = v;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--redundancy")) {
+            if (v && (!strcmp(v, "partner") || !strcmp(v, "none"))) {
+                o->partner = !strcmp(v, "partner");
+            } else {
+                fprintf(err, "mpickpt-demo: --redundancy is none or partner, got '%s'\n",
+                        v ? v : "");
+                rc = 2;
+            }
             i++;
             continue;
         } else if (!strcmp(a, "--layout")) {
@@ -214,6 +241,10 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
             target = &o->deadline_reserve;
         else if (!strcmp(a, "--step-sleep"))
             target = &o->step_sleep_ms;
+        else if (!strcmp(a, "--persist-every"))
+            target = &o->persist_every;
+        else if (!strcmp(a, "--cache-keep"))
+            target = &o->cache_keep;
         else {
             fprintf(err, "mpickpt-demo: unknown option '%s'\n", a);
             rc = 2;
@@ -573,6 +604,10 @@ int main(int argc, char **argv)
     ckpt_manager_options mopts = CKPT_MANAGER_OPTIONS_INIT;
     mopts.max_to_keep = (int)o.keep;
     mopts.skip_missing_per_rank = 1; /* resuming on more ranks: their RNG/loader start fresh */
+    mopts.cache_dir = o.cache_dir;   /* the cache level, when asked (docs/levels.md) */
+    mopts.redundancy = o.partner ? CKPT_REDUNDANCY_PARTNER : CKPT_REDUNDANCY_NONE;
+    mopts.persist_every = (int)o.persist_every;
+    mopts.cache_max_to_keep = (int)o.cache_keep;
     if (status == 0) {
         rc = ckpt_training_create(&train, saver, o.dir, &mopts); /* collective */
         if (rc != CKPT_OK)

@@ -44,7 +44,8 @@ def die(msg, code=2):
 
 # ---- options ----
 argv = sys.argv[1:]
-opt = {"np": 4, "layout": "per-rank", "modes": ["sync", "async"], "only": [], "table": None,
+opt = {"np": 4, "layout": "per-rank", "modes": ["sync", "async"], "only": [], "skip": [],
+       "table": None,
        "work": os.path.join(ROOT, "build", "drills"), "list": False}
 extra = []
 i = 0
@@ -54,7 +55,7 @@ while i < len(argv):
     if a == "--":
         extra = argv[i + 1:]
         break
-    if a in ("--np", "--layout", "--only", "--table", "--work"):
+    if a in ("--np", "--layout", "--only", "--skip", "--table", "--work"):
         if v is None:
             die(f"{a} needs a value")
         if a == "--np":
@@ -67,6 +68,8 @@ while i < len(argv):
             opt["layout"] = v
         elif a == "--only":
             opt["only"] += [x for x in v.split(",") if x]
+        elif a == "--skip":
+            opt["skip"] += [x for x in v.split(",") if x]
         elif a == "--table":
             opt["table"] = v
         else:
@@ -150,6 +153,19 @@ DESCR.update(DAMAGE)
 DESCR["full-disk"] = "the job's directory on a tmpfs too small for the third checkpoint (ENOSPC)"
 DESCR["resume-4to3"] = "4 ranks, rank 2 aborts mid-epoch; resume on 3 ranks"
 DESCR["resume-2to4"] = "2 ranks, rank 1 aborts mid-epoch; resume on 4 ranks"
+# The storage-level drills (docs/levels.md): the demo with a cache level in 2 simulated nodes
+# (MPICKPT_RANKS_PER_NODE = NP/2), partner copies, every 2nd checkpoint drained to DIR/chief.
+LEVELS = {
+    "level-node-lost": "node 1's cache directory removed between runs (2 simulated nodes, "
+                       "partner copies)",
+    "level-node-and-partner-lost": "both nodes' cache directories removed between runs",
+    "level-kill-partner": "SIGKILL of the last rank while it sends its partner copies",
+    "level-kill-drain": "SIGKILL of rank 0 as the drain of a checkpoint to the persistent "
+                        "directory starts",
+    "level-full-cache": "the cache on a tmpfs too small for a checkpoint",
+}
+DRILLS += [(n, "level", n) for n in LEVELS]
+DESCR.update(LEVELS)
 
 if opt["list"]:
     for name, _, _ in DRILLS:
@@ -160,8 +176,9 @@ names = [d[0] for d in DRILLS]
 for pat in opt["only"]:
     if not any(fnmatch.fnmatchcase(n, pat) for n in names):
         die(f"--only {pat}: no such drill (jobs/drill.sh --list)")
-selected = [d for d in DRILLS if not opt["only"] or
-            any(fnmatch.fnmatchcase(d[0], p) for p in opt["only"])]
+selected = [d for d in DRILLS if (not opt["only"] or
+                                  any(fnmatch.fnmatchcase(d[0], p) for p in opt["only"])) and
+            not any(fnmatch.fnmatchcase(d[0], p) for p in opt["skip"])]
 
 # ---- the work dir ----
 WORK = os.path.abspath(opt["work"])
@@ -715,8 +732,171 @@ def drill_ranks(d, arg):
         d.problem("the verified line does not say which ranks start fresh")
 
 
+# ---- the storage levels ----
+LEVEL_ARGS = ["--redundancy", "partner", "--persist-every", "2", "--cache-keep", "2"]
+
+
+def level_env():
+    return {"MPICKPT_RANKS_PER_NODE": str(max(NP // 2, 1))}
+
+
+def level_demo(d, what, epochs, cache, env=None, args=()):
+    e = level_env()
+    e.update(env or {})
+    return d.demo(NP, what, ["--epochs", str(epochs), "--cache-dir", os.path.join(cache, "%n"),
+                             *LEVEL_ARGS, *args], env=e)
+
+
+def level_state(d):
+    """The state's entries: {name: (step, levels)} and the latest name."""
+    latest, ents = listing(d.run_dir)
+    return latest, {os.path.basename(e["prefix"]): (e["step"], e.get("levels", []))
+                    for e in ents}
+
+
+def cache_debris(cache):
+    """What a finished save must not leave in the nodes' caches."""
+    found = []
+    for node in sorted(os.listdir(cache)) if os.path.isdir(cache) else []:
+        nd = os.path.join(cache, node)
+        for n in sorted(os.listdir(nd)):
+            p = os.path.join(nd, n)
+            if re.search(r"\.tmp-[0-9a-f]+$", n) or (os.path.isdir(p) and n.endswith("_temp")) \
+                    or n.startswith("fetch_") or \
+                    (n.startswith("workertemp_") and os.path.isdir(p) and os.listdir(p)):
+                found.append(f"{node}/{n}")
+    return found
+
+
+def check_level_restart(d, r, name, step, from_cache, cache, what="restart"):
+    """The restart resumed from checkpoint `name` at `step`, from the cache (its path under
+    `cache`) or from DIR/chief, verified every value, finished, left no debris."""
+    res = r.lines("resumed ")
+    m = RESUMED.match(res[0]) if res else None
+    if not m:
+        d.actual = "fresh start" if r.lines("fresh start") else "did not resume"
+        d.problem(f"{what}: no 'resumed' line (log {r.log})")
+    else:
+        got_dir, got = os.path.dirname(m.group(3)), os.path.basename(m.group(3))
+        where = "the cache" if got_dir.startswith(cache + "/") else \
+            "DIR/chief" if os.path.samefile(got_dir, os.path.join(d.run_dir, "chief")) else got_dir
+        d.actual = f"{got} (step {m.group(2)}) from {where}"
+        if (got, int(m.group(2))) != (name, step):
+            d.problem(f"{what}: resumed from {got} step {m.group(2)}, expected {name} step {step}")
+        if (where == "the cache") != from_cache:
+            d.problem(f"{what}: resumed from {where}, expected "
+                      f"{'the cache' if from_cache else 'DIR/chief'}")
+    if "verification failed" in r.so + r.se:
+        d.problem(f"{what}: verification failed (wrong restored values; log {r.log})")
+    want_done = f"done epoch={EPOCHS - 1} step={EPOCHS * S}"
+    if r.rc != 0 or r.lines("done ") != [want_done]:
+        d.problem(f"{what}: exit {r.rc}, no '{want_done}' line (log {r.log})")
+    else:
+        d.actual += ", done"
+    left = debris(d.run_dir) + cache_debris(cache)
+    if left:
+        d.problem("debris left behind: " + ", ".join(left[:4]))
+
+
+def drill_level(d, kind):
+    if d.mode != "sync":
+        return "SKIPPED", "sync only (tests/mpi/test_cache.c runs the cache with an async saver)"
+    if NP < 2:
+        return "SKIPPED", "needs two simulated nodes (--np 2 or more)"
+    if opt["layout"] == "shared":
+        return "SKIPPED", "the cache level needs the per-rank or per-node layout"
+    if kind == "level-full-cache" and os.geteuid() != 0:
+        return "SKIPPED", "mounting a tmpfs needs root"
+    cache = os.path.join(d.home, "cache")
+    # the first epoch: ckpt-1..3 (steps 2, 4, 6); ckpt-2 drained; the cache keeps ckpt-2 and 3
+    r = level_demo(d, "base", 1, cache)
+    if r.rc != 0 or r.lines("done ") != [f"done epoch=0 step={S}"]:
+        raise SetupError(f"the base run failed (log {r.log})")
+    latest, st = level_state(d)
+    newest, older = f"ckpt-{len(SAVES[:SAVES.index(S) + 1])}", None
+    persisted = [n for n, (_, lv) in st.items() if "persistent" in lv]
+    if latest != newest or "cache" not in st.get(newest, (0, []))[1] or not persisted:
+        raise SetupError(f"after the base run the state is {st}, latest {latest}")
+    older = max(persisted, key=lambda n: st[n][0])
+    if kind == "level-node-lost":
+        shutil.rmtree(os.path.join(cache, "1"))
+        d.expected = f"{newest} (step {S}) from the cache, node 1's files rebuilt"
+        r = level_demo(d, "restart", EPOCHS, cache)
+        check_level_restart(d, r, newest, S, True, cache)
+        if not os.path.isdir(os.path.join(cache, "1")):
+            d.problem("node 1's cache directory was not rebuilt")
+    elif kind == "level-node-and-partner-lost":
+        shutil.rmtree(cache)
+        d.expected = f"{older} (step {st[older][0]}) from DIR/chief (the newest, {newest}, was " \
+                     f"only in the caches)"
+        r = level_demo(d, "restart", EPOCHS, cache)
+        check_level_restart(d, r, older, st[older][0], False, cache)
+        if not [l for l in r.se.splitlines() if "cannot be restored from the cache" in l]:
+            d.problem(f"no warning that {newest} cannot be restored from the cache (log {r.log})")
+    elif kind in ("level-kill-partner", "level-kill-drain"):
+        fault = f"{NP - 1}:partner:kill" if kind == "level-kill-partner" else "0:drain:kill"
+        r = level_demo(d, "killed", EPOCHS, cache, env={"MPICKPT_FAULT": fault})
+        if r.rc == 0 or r.lines("done "):
+            d.problem(f"the run with MPICKPT_FAULT={fault} finished (log {r.log})")
+        latest2, st2 = level_state(d)
+        # the kill at partner: nothing new committed; at drain: the save committed to the cache
+        if kind == "level-kill-partner":
+            name, step = newest, S
+            if latest2 != newest:
+                d.problem(f"after the kill the latest is {latest2}, expected {newest}")
+        else:
+            name = latest2
+            step = st2.get(latest2, (None,))[0]
+            if latest2 == newest or st2.get(latest2, (0, []))[1] != ["cache"]:
+                d.problem(f"after the kill in the drain the latest is {latest2} "
+                          f"{st2.get(latest2)}, expected a newer checkpoint in the cache only")
+        d.expected = f"{name} (step {step}) from the cache"
+        r = level_demo(d, "restart", EPOCHS, cache)
+        check_level_restart(d, r, name, step, True, cache)
+        if kind == "level-kill-drain" and name and \
+                not os.path.exists(os.path.join(d.run_dir, "chief", f"{name}.index")):
+            d.problem(f"the interrupted drain of {name} was not done again: no "
+                      f"DIR/chief/{name}.index after the restart")
+        elif kind == "level-kill-drain":
+            d.actual += f", {name} drained at the restart"
+    elif kind == "level-full-cache":
+        mnt = os.path.join(d.home, "mnt")
+        os.makedirs(mnt)
+        with open(MOUNTS_FILE, "a") as f:
+            f.write(mnt + "\n")
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt],
+                           capture_output=True)
+        if p.returncode != 0:
+            return "SKIPPED", f"mount -t tmpfs not permitted: {p.stderr.decode().strip()[:200]}"
+        try:
+            # the caches' copies are not there: the restart resumes from DIR/chief, then its
+            # first save finds the cache full
+            r = level_demo(d, "full-cache", EPOCHS, mnt)
+            nospace = [l for l in r.se.splitlines() if re.search(r"no space left", l, re.I)]
+            if r.rc == 0 or r.lines("done "):
+                d.problem(f"the run with a full cache finished (log {r.log})")
+            elif not nospace or not r.error_line():
+                d.problem(f"the failed run did not say 'No space left on device' (log {r.log})")
+            if r.rc < 0 or "exited on signal" in r.se:
+                d.problem(f"a rank crashed instead of failing cleanly (log {r.log})")
+            latest2, st2 = level_state(d)
+            if latest2 != newest:
+                d.problem(f"after the full cache the latest is {latest2}, expected {newest}")
+            left = cache_debris(mnt)
+            if left:
+                d.problem("the failed save left in the cache: " + ", ".join(left[:4]))
+        finally:
+            umount(mnt)
+        d.expected = f"{newest} (step {S}) from the cache"
+        r = level_demo(d, "restart", EPOCHS, cache)
+        check_level_restart(d, r, newest, S, True, cache)
+        if nospace:
+            d.actual = f"the run failed: `{nospace[0].strip()[:90]}`; the restart resumed " + \
+                d.actual
+
+
 RUNNERS = {"kill": drill_kill, "emulated": drill_emulated, "damage": drill_damage,
-           "fulldisk": drill_fulldisk, "ranks": drill_ranks}
+           "fulldisk": drill_fulldisk, "ranks": drill_ranks, "level": drill_level}
 
 
 # ---- async: does this demo have it? ----

@@ -641,9 +641,10 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         info->step - m->last_step < m->opts.min_step_interval)
         return CKPT_OK;
 
-    /* a drain that failed before, once more */
+    /* a drain that failed before, once more (it replaces the state: read it again below) */
     if ((rc = drain_pending(m)) != CKPT_OK)
         return rc;
+    st = m->state;
 
     /* The chief sweeps what crashed or failed saves left before writing anew, once every rank is
      * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which

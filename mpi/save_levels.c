@@ -38,7 +38,7 @@
 #define TAG_CP_HEAD 0x6c68 /* a sender's {status, number of files}, to its partner */
 #define TAG_CP_FILE 0x6c66 /* a file's size and name */
 #define TAG_CP_DATA 0x6c64 /* its bytes, in chunks */
-#define PARTNER_CHUNK ((uint64_t)64 << 20)
+#define PARTNER_CHUNK ((uint64_t)4 << 20) /* a cache-resident buffer: received, then written */
 #define GROUP_MAX 64
 
 typedef struct {
@@ -218,6 +218,7 @@ done:
 
 void ckpt__saver_cache_free(ckpt_saver *s)
 {
+    free(s->cache.rbuf);
     free(s->cache.from);
     free(s->cache.node_of);
     free(s->cache.pnode);
@@ -350,8 +351,11 @@ int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***plac
 
     /* the files of the ranks this rank protects */
     size_t cap = 0;
-    uint8_t *buf = malloc(chunk);
-    if (!buf && local == CKPT_OK)
+    /* the receive buffer, kept across saves (its pages are faulted in once) */
+    if (s->cache.nfrom > 0 && !s->cache.rbuf)
+        s->cache.rbuf = malloc(PARTNER_CHUNK);
+    uint8_t *buf = s->cache.rbuf;
+    if (!buf && s->cache.nfrom > 0 && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     for (int k = 0; k < s->cache.nfrom && rc == CKPT_OK; k++) {
         int src = s->cache.from[k];
@@ -391,7 +395,6 @@ int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***plac
     for (size_t i = 0; i < nmapped; i++)
         if (maps[i])
             munmap(maps[i], (size_t)hdrs[i].size);
-    free(buf);
     free(req);
     free(maps);
     free(hdrs);

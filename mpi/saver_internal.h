@@ -99,6 +99,7 @@ struct ckpt_saver {
         int *node_of;    /* [size] every rank's node */
         int *pnode;      /* [nnodes] every node's partner node (partner redundancy), else NULL */
         int tmpfs;       /* this node's directory is on tmpfs: saves there are not reserved */
+        uint8_t *rbuf;   /* the partner copies' receive buffer, kept across saves */
     } cache;
 };
 

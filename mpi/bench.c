@@ -439,8 +439,10 @@ int main(int argc, char **argv)
         run_restore(&o, &m);
     if (do_async)
         run_async(&o, &m);
-    if (do_cache)
+    if (do_cache) {
         run_cache(&o, &m);
+        run_cache_drain(&o, &m);
+    }
     free(m.arena);
     if (has_scenario(sc, "collectives"))
         run_collectives(&o);

@@ -101,6 +101,8 @@ void run_restore(const opts *o, large_model *m);
 void run_async(const opts *o, large_model *m);
 /* bench_cache.c: saves to the cache level (DIR/cache/%n), without and with partner copies */
 void run_cache(const opts *o, large_model *m);
+/* ... and the drain's cost to a compute loop (a manager with an async saver) */
+void run_cache_drain(const opts *o, large_model *m);
 /* shared with bench_scale.c */
 ckpt_saver *make_saver(const opts *o, int async);
 int try_make_saver(ckpt_saver **out, const opts *o, int async); /* agreed code, no exit */

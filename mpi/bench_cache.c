@@ -121,3 +121,90 @@ void run_cache(const opts *o, large_model *m)
         print_result(o, &r);
     }
 }
+
+/* A fixed amount of arithmetic over `x` (a training step's stand-in): seconds it took, max over
+ * ranks. */
+static double compute(float *x, size_t n, int iters)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now();
+    for (int k = 0; k < iters; k++)
+        for (size_t i = 0; i < n; i++)
+            x[i] = x[i] * 0.999f + 0.5f;
+    double t = now() - t0;
+    volatile float sink = x[n / 2];
+    (void)sink;
+    return max_all(t);
+}
+
+/*
+ * The drain's cost to training: a manager with a cache level and an async saver; after each save
+ * returns, the ranks compute (a fixed loop) while the writer thread writes the cache and, every
+ * save in the "drain" row (persist_every 1), drains it to DIR/persist; the loop's time is compared
+ * with the same loop while nothing runs in the background. The "cache_bg" row (persist_every
+ * large: no drain) separates the cache save's own cost from the drain's.
+ */
+void run_cache_drain(const opts *o, large_model *m)
+{
+    static result r;
+    static char why[600];
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    size_t n = (size_t)4 << 20; /* 16 MiB of floats */
+    float *x = alloc_touched(n * sizeof *x);
+    char pat[4200], dir[4300];
+    snprintf(pat, sizeof pat, "%s/cache/%%n", o->dir);
+    snprintf(dir, sizeof dir, "%s/persist", o->dir);
+    for (int row = 0; row < 2; row++) {
+        memset(&r, 0, sizeof r);
+        r.scenario = row ? "drain_compute" : "cache_bg_compute";
+        r.baseline = "compute alone";
+        r.bytes = m->bytes;
+        r.reps = o->reps;
+        if (provided != MPI_THREAD_MULTIPLE) {
+            r.skipped = "needs MPI_THREAD_MULTIPLE (the async saver)";
+            print_result(o, &r);
+            continue;
+        }
+        ckpt_saver *s = make_saver(o, 1);
+        large_register(s, m, 0);
+        ckpt_manager_options mo = CKPT_MANAGER_OPTIONS_INIT;
+        mo.cache_dir = pat;
+        mo.persist_every = row ? 1 : 1000000;
+        mo.cache_max_to_keep = 1;
+        mo.max_to_keep = 1;
+        ckpt_manager *mg = NULL;
+        int rc = ckpt_manager_create(&mg, s, dir, &mo);
+        if (rc != CKPT_OK) {
+            snprintf(why, sizeof why, "%s", ckpt_error_last()->message);
+            r.skipped = why;
+            print_result(o, &r);
+            ckpt_saver_free(s);
+            continue;
+        }
+        ckpt_manager_save_info si = { 0, 0, 0, 1 };
+        if ((rc = ckpt_manager_save(mg, &si, NULL, 0)) != CKPT_OK ||
+            (rc = ckpt_saver_sync(s)) != CKPT_OK) /* warm-up */
+            die("a warm-up save to the cache", rc);
+        int iters = 200; /* ~0.2 s here: longer than the save and its drain in the background */
+        for (int i = 0; i < o->reps; i++) {
+            for (int k = 0; k < 2; k++) {
+                if ((k == 0) == (i % 2 == 0)) {
+                    si.step = i + 1;
+                    if ((rc = ckpt_manager_save(mg, &si, NULL, 0)) != CKPT_OK)
+                        die("ckpt_manager_save", rc);
+                    r.lib[i] = compute(x, n, iters);
+                    if ((rc = ckpt_saver_sync(s)) != CKPT_OK)
+                        die("ckpt_saver_sync", rc);
+                } else {
+                    r.base[i] = compute(x, n, iters);
+                }
+            }
+        }
+        ckpt_manager_free(mg);
+        if ((rc = ckpt_saver_close(s)) != CKPT_OK)
+            die("ckpt_saver_close", rc);
+        print_result(o, &r);
+    }
+    free(x);
+}

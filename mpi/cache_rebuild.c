@@ -46,40 +46,6 @@ static int home_node(const ckpt_saver *s, const char *name, const char *base, in
     return b == s->size && a >= 0 && a < b ? s->cache.node_of[a] : -1;
 }
 
-/* Receives file `name` (`bytes` long) from leader `src` into dirfd (temp, fsync, rename). While
- * *local is not CKPT_OK the bytes are received and dropped. */
-static int recv_into(ckpt_saver *s, MPI_Comm lc, int dirfd, int src, const char *name,
-                     uint64_t bytes, uint8_t *buf, uint64_t chunk, int *local)
-{
-    char tmp[400];
-    int fd = -1, rc = CKPT_OK;
-    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, name)) == CKPT_OK)
-        *local = ckpt__file_create(&fd, dirfd, tmp, O_WRONLY, s->cache.dir);
-    for (uint64_t off = 0; off < bytes && rc == CKPT_OK; off += chunk) {
-        uint64_t n = bytes - off < chunk ? bytes - off : chunk;
-        if (MPI_Recv(buf, (int)n, MPI_BYTE, src, TAG_RB, lc, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of %s for the rebuild failed",
-                             s->rank, name);
-        for (uint64_t w = 0; rc == CKPT_OK && *local == CKPT_OK && w < n;) {
-            ssize_t k = write(fd, buf + w, (size_t)(n - w));
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                *local = ckpt__errno(k < 0 ? errno : ENOSPC, "write of a rebuilt file", name);
-            else
-                w += (uint64_t)k;
-        }
-    }
-    if (*local == CKPT_OK)
-        *local = ckpt__fsync_fd(fd, name);
-    ckpt__close(fd);
-    if (*local == CKPT_OK && renameat(dirfd, tmp, dirfd, name) != 0)
-        *local = ckpt__errno(errno, "rename of a rebuilt file", name);
-    if (*local != CKPT_OK && fd >= 0)
-        unlinkat(dirfd, tmp, 0);
-    return rc;
-}
-
 /* The leaders' part (s->node_rank == 0). */
 static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
 {
@@ -239,8 +205,8 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
                             rc = ckpt__error(CKPT_EMPI, "MPI_Isend for the rebuild failed");
                     }
                 } else if (pass == 1 && me == to) {
-                    rc = recv_into(s, lc, dirfd, from, idx->files[f]->name, bytes, buf, chunk,
-                                   &local);
+                    rc = ckpt__cache_recv_file(s, lc, from, TAG_RB, dirfd, idx->files[f]->name,
+                                               bytes, buf, chunk, &local, "rebuilt file");
                     *rebuilt += local == CKPT_OK;
                 }
             }

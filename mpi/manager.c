@@ -375,6 +375,21 @@ static int apply_retention(ckpt_manager *m)
     return rc;
 }
 
+/* The state's entry of a checkpoint just committed at `prefix` on `levels`. */
+static void new_entry(ckpt_state_entry *e, const char *prefix, int64_t counter,
+                      const ckpt_manager_save_info *info, unsigned levels)
+{
+    memset(e, 0, sizeof *e);
+    const char *slash = strrchr(prefix, '/');
+    snprintf(e->prefix, sizeof e->prefix, "%s", slash ? slash + 1 : prefix);
+    e->save_counter = counter;
+    e->epoch = info->epoch;
+    e->step = info->step;
+    e->timestamp = ckpt__now_seconds();
+    e->end_of_epoch = info->end_of_epoch != 0;
+    e->levels = levels;
+}
+
 /*
  * After a commit, on every rank, on the communicator of the thread that committed (the writer
  * thread's in async mode): the chief records the checkpoint, applies retention and everybody
@@ -387,14 +402,7 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void 
     int local = CKPT_OK;
     if (m->rank == 0) {
         ckpt_state_entry e;
-        memset(&e, 0, sizeof e);
-        const char *slash = strrchr(prefix, '/');
-        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : prefix);
-        e.save_counter = counter;
-        e.epoch = info->epoch;
-        e.step = info->step;
-        e.timestamp = ckpt__now_seconds();
-        e.end_of_epoch = info->end_of_epoch != 0;
+        new_entry(&e, prefix, counter, info, 0); /* 0: the directory, as before levels */
         local = ckpt_checkpoint_bytes(&e.bytes, prefix);
         pthread_mutex_lock(&m->lock);
         if (local == CKPT_OK)
@@ -528,15 +536,7 @@ static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
     int local = CKPT_OK;
     if (m->rank == 0) {
         ckpt_state_entry e;
-        memset(&e, 0, sizeof e);
-        const char *slash = strrchr(prefix, '/');
-        snprintf(e.prefix, sizeof e.prefix, "%s", slash ? slash + 1 : prefix);
-        e.save_counter = counter;
-        e.epoch = info->epoch;
-        e.step = info->step;
-        e.timestamp = ckpt__now_seconds();
-        e.end_of_epoch = info->end_of_epoch != 0;
-        e.levels = CKPT_LEVEL_CACHE;
+        new_entry(&e, prefix, counter, info, CKPT_LEVEL_CACHE);
         ckpt_reader *r = NULL;
         local = ckpt_reader_open_index(&r, prefix);
         if (local == CKPT_OK) {

@@ -228,13 +228,44 @@ void ckpt__saver_cache_free(ckpt_saver *s)
 
 /* ---- partner copies ---------------------------------------------------------------------- */
 
-/* A received file: into a temp name of dirfd, fsynced, renamed to its name. While *local is not
- * CKPT_OK the bytes are received and dropped (the messages must match). */
+int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
+                          const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
+                          int *local, const char *what)
+{
+    char tmp[400];
+    int fd = -1, rc = CKPT_OK;
+    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, name)) == CKPT_OK)
+        *local = ckpt__file_create(&fd, dirfd, tmp, O_WRONLY, s->cache.dir);
+    for (uint64_t off = 0; off < bytes && rc == CKPT_OK; off += chunk) {
+        uint64_t n = bytes - off < chunk ? bytes - off : chunk;
+        if (MPI_Recv(buf, (int)n, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of a %s (%s) from rank %d failed",
+                             s->rank, what, name, src);
+        for (uint64_t w = 0; rc == CKPT_OK && *local == CKPT_OK && w < n;) {
+            ssize_t k = write(fd, buf + w, (size_t)(n - w));
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k <= 0)
+                *local = ckpt__errno(k < 0 ? errno : ENOSPC, what, name);
+            else
+                w += (uint64_t)k;
+        }
+    }
+    if (*local == CKPT_OK)
+        *local = ckpt__fsync_fd(fd, name);
+    ckpt__close(fd);
+    if (*local == CKPT_OK && renameat(dirfd, tmp, dirfd, name) != 0)
+        *local = ckpt__errno(errno, what, name);
+    if (*local != CKPT_OK && fd >= 0)
+        unlinkat(dirfd, tmp, 0);
+    return rc;
+}
+
+/* A partner copy: its name checked (a data file of this checkpoint), then received (above);
+ * recorded in placed[] once in place. */
 static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint8_t *buf,
                      uint64_t chunk, int *local, char **placed, size_t *nplaced)
 {
-    char tmp[400];
-    int fd = -1;
     if (*local == CKPT_OK) {
         size_t blen = strlen(c->n.base);
         if (!ckpt__safe_filename(h->name) || strncmp(h->name, c->n.base, blen) != 0 ||
@@ -244,40 +275,14 @@ static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint
                                  "not a data file of %s",
                                  s->rank, src, h->name, (long long)h->size, c->n.base);
     }
-    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, h->name)) == CKPT_OK)
-        *local = ckpt__file_create(&fd, c->dirfd, tmp, O_WRONLY, s->cache.dir);
-    int rc = CKPT_OK;
-    for (uint64_t off = 0; off < (uint64_t)(h->size > 0 ? h->size : 0) && rc == CKPT_OK;) {
-        uint64_t n = (uint64_t)h->size - off < chunk ? (uint64_t)h->size - off : chunk;
-        if (MPI_Recv(buf, (int)n, MPI_BYTE, src, TAG_CP_DATA, c->comm, MPI_STATUS_IGNORE) !=
-            MPI_SUCCESS) {
-            rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of rank %d's partner copy failed",
-                             s->rank, src);
-            break;
-        }
-        for (uint64_t w = 0; *local == CKPT_OK && w < n;) {
-            ssize_t k = write(fd, buf + w, (size_t)(n - w));
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                *local = ckpt__errno(k < 0 ? errno : ENOSPC, "write of a partner copy", h->name);
-            else
-                w += (uint64_t)k;
-        }
-        off += n;
-    }
-    if (*local == CKPT_OK)
-        *local = ckpt__fsync_fd(fd, h->name);
-    ckpt__close(fd);
-    if (*local == CKPT_OK && renameat(c->dirfd, tmp, c->dirfd, h->name) != 0)
-        *local = ckpt__errno(errno, "rename of a partner copy", h->name);
+    int rc = ckpt__cache_recv_file(s, c->comm, src, TAG_CP_DATA, c->dirfd, h->name,
+                                   (uint64_t)(h->size > 0 ? h->size : 0), buf, chunk, local,
+                                   "partner copy");
     if (*local == CKPT_OK) {
         if (!(placed[*nplaced] = strdup(h->name)))
             *local = ckpt__error(CKPT_ENOMEM, "out of memory");
         else
             (*nplaced)++;
-    } else if (fd >= 0) {
-        unlinkat(c->dirfd, tmp, 0);
     }
     return rc;
 }

@@ -169,6 +169,13 @@ int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_
                              size_t len, int *wrote);
 void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index);
 void ckpt__cache_placed_free(char **placed, size_t nplaced);
+/* Receives `bytes` from rank `src` (`tag` on `comm`, chunks of at most `chunk` through `buf`)
+ * into a new temp file of dirfd, fsynced and renamed to `name` (a partner copy, a rebuilt file:
+ * `what`). While *local is not CKPT_OK the bytes are received and dropped, so the messages match;
+ * the file's outcome is *local's, an MPI failure the return value. */
+int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
+                          const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
+                          int *local, const char *what);
 
 /* restore_cache.c: the pieces of this rank's share that other nodes hold, fetched into its scratch
  * directory for reader `r` (see there); *scratch_fd for ckpt__cache_fetch_done() to remove it.

@@ -698,6 +698,22 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     return rc;
 }
 
+/* What restore_or_initialize tells after restoring `prefix`. */
+static int restored(ckpt_manager *m, ckpt_manager_restored *out, const char *prefix,
+                    const ckpt_restore_info *info)
+{
+    out->restored = 1;
+    snprintf(out->prefix, sizeof out->prefix, "%s", prefix);
+    out->save_counter = info->save_counter;
+    out->epoch = info->epoch;
+    out->step = info->step;
+    out->end_of_epoch = info->end_of_epoch;
+    out->world_size = info->world_size;
+    m->have_last = 1;
+    m->last_step = info->step;
+    return CKPT_OK;
+}
+
 int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
 {
     memset(out, 0, sizeof *out);
@@ -717,17 +733,9 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
             ckpt_restore_info info;
             int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info);
             if (rc == CKPT_OK) {
-                out->restored = 1;
-                snprintf(out->prefix, sizeof out->prefix, "%s/%s",
-                         ckpt__saver_cache_dir(m->saver), e->prefix);
-                out->save_counter = info.save_counter;
-                out->epoch = info.epoch;
-                out->step = info.step;
-                out->end_of_epoch = info.end_of_epoch;
-                out->world_size = info.world_size;
-                m->have_last = 1;
-                m->last_step = info.step;
-                return CKPT_OK;
+                snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_dir(m->saver),
+                         e->prefix);
+                return restored(m, out, prefix, &info);
             }
             if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EINVAL &&
                 rc != CKPT_EVERSION)
@@ -757,18 +765,8 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
         if (rc == CKPT_OK) {
             ckpt_restore_info info;
             rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
-            if (rc == CKPT_OK) {
-                out->restored = 1;
-                snprintf(out->prefix, sizeof out->prefix, "%s", prefix);
-                out->save_counter = info.save_counter;
-                out->epoch = info.epoch;
-                out->step = info.step;
-                out->end_of_epoch = info.end_of_epoch;
-                out->world_size = info.world_size;
-                m->have_last = 1;
-                m->last_step = info.step;
-                return CKPT_OK;
-            }
+            if (rc == CKPT_OK)
+                return restored(m, out, prefix, &info);
             if (rc != CKPT_ECORRUPT)
                 return rc; /* the checkpoint is fine: what was registered does not match it */
         } else if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EVERSION) {

@@ -110,6 +110,8 @@ void large_register(ckpt_saver *s, large_model *m, int reshard);
 int large_check(const large_model *m, int reshard);
 void delete_ckpt(const char *prefix);
 double timed_save(ckpt_saver *s, const char *prefix, result *r, int i);
+/* the phases of the saver's last save into row r's sample i */
+void record_phases(ckpt_saver *s, result *r, int i);
 double timed_restore(ckpt_saver *s, const char *prefix);
 
 /* ---- bench_scale.c: the scale rows (issue 15) ---- */

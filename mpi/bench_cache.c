@@ -60,15 +60,8 @@ static double timed_cache_save(ckpt_saver *s, const char *name, int64_t counter,
     if (rc != CKPT_OK)
         die("a save to the cache", rc);
     t = max_all(t);
-    ckpt_save_metrics m;
-    if (r && ckpt_saver_last_metrics(s, &m) == CKPT_OK) {
-        r->ph[0][i] = m.write_s;
-        r->ph[1][i] = m.agree_s;
-        r->ph[2][i] = m.merge_s;
-        r->ph[3][i] = m.commit_s;
-        if (i + 1 > r->nph)
-            r->nph = i + 1;
-    }
+    if (r)
+        record_phases(s, r, i);
     return t;
 }
 

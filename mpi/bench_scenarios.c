@@ -224,18 +224,23 @@ double timed_save(ckpt_saver *s, const char *prefix, result *r, int i)
     if (rc != CKPT_OK)
         die("ckpt_saver_write", rc);
     t = max_all(t);
-    if (r) {
-        ckpt_save_metrics m;
-        if ((rc = ckpt_saver_last_metrics(s, &m)) != CKPT_OK)
-            die("ckpt_saver_last_metrics", rc);
-        r->ph[0][i] = m.write_s;
-        r->ph[1][i] = m.agree_s;
-        r->ph[2][i] = m.merge_s;
-        r->ph[3][i] = m.commit_s;
-        if (i + 1 > r->nph)
-            r->nph = i + 1;
-    }
+    if (r)
+        record_phases(s, r, i);
     return t;
+}
+
+void record_phases(ckpt_saver *s, result *r, int i)
+{
+    ckpt_save_metrics m;
+    int rc = ckpt_saver_last_metrics(s, &m);
+    if (rc != CKPT_OK)
+        die("ckpt_saver_last_metrics", rc);
+    r->ph[0][i] = m.write_s;
+    r->ph[1][i] = m.agree_s;
+    r->ph[2][i] = m.merge_s;
+    r->ph[3][i] = m.commit_s;
+    if (i + 1 > r->nph)
+        r->nph = i + 1;
 }
 
 static void baseline_path(char *out, size_t n, const opts *o)

@@ -24,10 +24,11 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
     /* "node": the per-node layout's node file (mpi/save_node.c); "node-merge": a leader's merge
      * of its node's fragments (the hierarchical merge, mpi/save_protocol.c); "partner": a rank
      * before it sends its partner copies (the cache level, mpi/save_levels.c); "drain": a rank
-     * as a drain to the persistent directory starts (mpi/cache_drain.c); no effect where
-     * they do not run */
+     * as a drain to the persistent directory starts (mpi/cache_drain.c); "fetch": a rank as
+     * if its buffers for a cache restore's fetch could not be allocated (mpi/restore_cache.c);
+     * no effect where they do not run */
     static const char *const steps[] = { "plan", "write",      "agree",   "merge", "commit",
-                                         "node", "node-merge", "partner", "drain" };
+                                         "node", "node-merge", "partner", "drain", "fetch" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;
@@ -57,7 +58,8 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
     if (!ok || !known)
         return ckpt__error(CKPT_EINVAL,
                            "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
-                           "among plan, write, agree, merge, commit, node",
+                           "among plan, write, agree, merge, commit, node, node-merge, partner, drain, "
+                           "fetch",
                            spec);
     *target = (int)t;
     *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;

@@ -101,9 +101,11 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
  * The chief's state file may lag the directory: a chief that died after writing an index but
  * before updating the state file leaves a committed checkpoint that is not listed. Such
  * checkpoints, newer than everything listed, are adopted (appended in counter order), so the
- * resume point is the newest committed checkpoint and its number is never reused.
+ * resume point is the newest committed checkpoint and its number is never reused. `dir` is the
+ * persistent directory, or the chief's node's cache directory (`level` CKPT_LEVEL_CACHE: the
+ * chief's index there is the cache level's commit point), which the sweep would otherwise empty.
  */
-static int adopt_unlisted(ckpt_manager *m)
+static int adopt_unlisted(ckpt_manager *m, const char *dir, unsigned level)
 {
     ckpt_state *scan = NULL;
     int64_t listed = m->state->save_counter;
@@ -112,16 +114,17 @@ static int adopt_unlisted(ckpt_manager *m)
             listed = m->state->entries[i].save_counter;
     /* Only "<name>-<N>.index" with N past the listed ones is read: a valid state file makes the
      * start cost independent of whatever else lies in the directory. */
-    int rc = ckpt__state_scan_newer(&scan, m->dir, m->name, listed);
+    int rc = ckpt__state_scan_newer(&scan, dir, m->name, listed);
     for (size_t i = 0; rc == CKPT_OK && i < scan->num_entries; i++) {
-        const ckpt_state_entry *e = &scan->entries[i];
+        ckpt_state_entry *e = &scan->entries[i];
         if (e->save_counter <= listed)
             continue;
+        e->levels = level;
         rc = ckpt_state_append(m->state, e);
         if (rc == CKPT_OK)
             ckpt__log(CKPT_LOG_WARN, "adopted committed checkpoint %s/%s, which the state file did "
                                      "not list yet",
-                      m->dir, e->prefix);
+                      dir, e->prefix);
     }
     ckpt_state_free(scan);
     return rc;
@@ -202,7 +205,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
             }
         }
         if (local == CKPT_OK)
-            local = adopt_unlisted(m);
+            local = adopt_unlisted(m, m->dir, CKPT_LEVEL_PERSISTENT);
     } else if (local == CKPT_OK) {
         local = ckpt_state_new(&m->state);
     }
@@ -223,8 +226,15 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     if (rc == CKPT_OK)
         rc = levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
+    if (rc == CKPT_OK && m->cache) /* committed to the cache, not listed yet: kept */
+        rc = share_state(m, m->comm,
+                         m->rank == 0 ? adopt_unlisted(m, ckpt__saver_cache_dir(saver),
+                                                       CKPT_LEVEL_CACHE)
+                                      : CKPT_OK);
     if (rc == CKPT_OK && m->cache) /* what crashed saves left in the caches */
         rc = sweep_cache(m, m->comm);
+    if (rc == CKPT_OK && m->cache) /* and their in-flight parts (no save runs yet) */
+        rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
     if (rc == CKPT_OK && m->cache) /* a drain an earlier run did not finish: at the next save */
         for (size_t i = m->state->num_entries; i-- > 0;) {
             const ckpt_state_entry *e = &m->state->entries[i];
@@ -659,6 +669,8 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
                       m->dir);
     }
+    if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
+        local = ckpt__cache_gc(m->saver);
     if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
         return rc;
 
@@ -731,15 +743,17 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
          * the persistent copy, or an older checkpoint, is next. */
         if (m->cache && (levels_of(e) & CKPT_LEVEL_CACHE)) {
             ckpt_restore_info info;
-            int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info);
+            int unavailable = 1;
+            int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info, &unavailable);
             if (rc == CKPT_OK) {
                 snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_dir(m->saver),
                          e->prefix);
                 return restored(m, out, prefix, &info);
             }
-            if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EINVAL &&
-                rc != CKPT_EVERSION)
-                return rc; /* the checkpoint is fine: what was registered does not match it */
+            /* The copy was whole and read: what was registered does not match it (as with the
+             * directory, only damage found while reading falls through) */
+            if (!unavailable && rc != CKPT_ECORRUPT)
+                return rc;
             if (m->rank == 0)
                 ckpt__log(CKPT_LOG_WARN, "checkpoint %s cannot be restored from the cache: %s; %s",
                           e->prefix, ckpt_error_last()->message,

@@ -65,15 +65,22 @@ int ckpt__saver_cache_init(struct ckpt_saver *s, const char *pattern, int redund
                            const char *group);
 void ckpt__saver_cache_free(struct ckpt_saver *s);
 /* Restores checkpoint `name` from the cache level (each rank's node's directory; pieces other
- * nodes hold fetched over MPI): ckpt_saver_restore's contract otherwise. Collective. */
+ * nodes hold fetched over MPI): ckpt_saver_restore's contract otherwise. `*unavailable` (may be
+ * NULL), the same on every rank: 1 when it failed before reading the registered values (the
+ * cache's copy cannot be made whole or used on this job's shape), 0 when the copy was whole and
+ * what was registered did not match or read well. Collective. */
 struct ckpt_restore_options;
 struct ckpt_restore_info;
 int ckpt__saver_restore_cache(struct ckpt_saver *s, const char *name,
                               const struct ckpt_restore_options *opts,
-                              struct ckpt_restore_info *info);
+                              struct ckpt_restore_info *info, int *unavailable);
 /* Copies checkpoint `name` from the cache level into directory `dir` and commits it there with
  * the cache's index (mpi/cache_drain.c). Collective over `comm`. */
 int ckpt__cache_drain(struct ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir);
+/* The node leaders remove what crashed or failed saves left in their node's cache directory
+ * (ckpt__gc: temp directories, workertemp_<r>, data files of no index). Local; call it where
+ * no save is in flight on any rank. */
+int ckpt__cache_gc(struct ckpt_saver *s);
 /* The cache level is set up on this saver (ckpt__saver_cache_init). Local. */
 int ckpt__saver_has_cache(const struct ckpt_saver *s);
 /* This rank's node's cache directory ("" without a cache level). Local. */

@@ -142,23 +142,31 @@ static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
 }
 
 static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
-                        const ckpt_restore_options *opts, ckpt_restore_info *info);
+                        const ckpt_restore_options *opts, ckpt_restore_info *info,
+                        int *unavailable);
 
 int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
                        ckpt_restore_info *info)
 {
-    return restore_impl(s, prefix_arg, 0, opts, info);
+    return restore_impl(s, prefix_arg, 0, opts, info, NULL);
 }
 
 int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restore_options *opts,
-                              ckpt_restore_info *info)
+                              ckpt_restore_info *info, int *unavailable)
 {
-    return restore_impl(s, name, 1, opts, info);
+    int dummy;
+    return restore_impl(s, name, 1, opts, info, unavailable ? unavailable : &dummy);
 }
 
+/* `unavailable` (the cache level): set to 1 when the restore failed before reading what was
+ * registered (the copy could not be made whole, read or fetched), 0 otherwise — a registration
+ * that does not match the checkpoint is then told apart from a cache that lost it. */
 static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
-                        const ckpt_restore_options *opts, ckpt_restore_info *info)
+                        const ckpt_restore_options *opts, ckpt_restore_info *info,
+                        int *unavailable)
 {
+    if (unavailable)
+        *unavailable = 1;
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
@@ -234,6 +242,12 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             local = own_share(s, prefix, &r);
         local = ckpt__cache_fetch(s, r, base, local, &fetched);
         local = ckpt_mpi_agree(s->comm, local); /* a holder's failure, in its own words */
+        if (local != CKPT_OK) {
+            ckpt_reader_free(r);
+            ckpt__cache_fetch_done(s, fetched);
+            return local;
+        }
+        *unavailable = 0; /* from here on, the copy is whole: failures are the registration's */
     }
 
     /*

@@ -11,8 +11,11 @@
  * the same names in its own scratch directory (fetch_<rank> in its node's cache directory), which
  * its reader opens for files missing from the node's directory: the pieces' CRC-32C then checks
  * every fetched byte as it checks a local read. Every rank takes part whatever its status, so the
- * messages match; a holder that cannot read a range sends zeros and tells its requesters, which
- * drop them: the caller's agreement right after carries the holder's own message.
+ * messages match: each rank allocates and reads everything first, then every pair agrees (one
+ * all-to-all of statuses) whether its bytes travel; a rank that failed sends and receives
+ * nothing, its requesters write nothing, and the caller's agreement right after carries the
+ * failing rank's own message. Memory: a rank holds the bytes it fetches and the bytes it was
+ * asked for at once (docs/levels.md).
  */
 #include "saver_internal.h"
 
@@ -29,6 +32,19 @@
 #include <unistd.h>
 
 #define TAG_FETCH 0x6c72
+
+/* Every rank can take part in the next exchange (`ok` here): CKPT_OK everywhere, else the same
+ * failure everywhere. Collective. */
+static int all_can(const ckpt_saver *s, int ok, const char *what)
+{
+    int all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS)
+        return ckpt__error(CKPT_EMPI, "MPI_Allreduce before %s failed", what);
+    if (all)
+        return CKPT_OK;
+    return ok ? ckpt__error(CKPT_ENOMEM, "another rank is out of memory for %s", what)
+              : ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for %s", s->rank, what);
+}
 
 /* One request: file number K (of the writer's `of`), the byte range. */
 enum { RQ_FILE, RQ_OFF, RQ_LEN, RQ_N };
@@ -64,7 +80,15 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     int64_t *want = NULL, *asked = NULL;
     uint64_t *got_bytes = calloc((size_t)size, sizeof *got_bytes);
     uint64_t *give_bytes = calloc((size_t)size, sizeof *give_bytes);
-    if ((!scount || !rcount || !sdispl || !rdispl || !got_bytes || !give_bytes) && local == CKPT_OK)
+    int *sendable = calloc((size_t)size * 2, sizeof *sendable);
+    int *peer = calloc((size_t)size * 2, sizeof *peer);
+    uint8_t **give = NULL, **got = NULL;
+    MPI_Request *req = NULL;
+    int64_t *sorted = NULL;
+    int holder_failed = 0;
+    if ((!scount || !rcount || !sdispl || !rdispl || !got_bytes || !give_bytes || !sendable ||
+         !peer) &&
+        local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK)
         local = ckpt__dir_open(&dirfd, s->cache.dir);
@@ -112,7 +136,7 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     if (local != CKPT_OK)
         nwant = 0;
     /* sorted by holder (a counting pass: requests go out grouped by destination) */
-    int64_t *sorted = malloc((nwant ? nwant : 1) * RQ_N * sizeof *sorted);
+    sorted = malloc((nwant ? nwant : 1) * RQ_N * sizeof *sorted);
     if (!sorted && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory"), nwant = 0;
     for (size_t i = 0; scount && i < nwant; i++)
@@ -120,6 +144,8 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     for (int d = 1; sdispl && d < size; d++)
         sdispl[d] = sdispl[d - 1] + scount[d - 1];
     int *fill = calloc((size_t)size, sizeof *fill);
+    if (!fill && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory"), nwant = 0;
     for (size_t i = 0; fill && sorted && i < nwant; i++) {
         int d = holder(s, per_node, (int)want[i * RQ_N + RQ_FILE]);
         memcpy(sorted + sdispl[d] + fill[d], want + i * RQ_N, RQ_N * sizeof *want);
@@ -128,10 +154,11 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     }
     free(fill);
 
-    /* 2. the requests, all to all (every rank takes part, with zero counts when failing) */
-    int ok_arrays = scount && rcount && sdispl && rdispl;
-    if (!ok_arrays)
-        return local; /* cannot take part in the exchange: out of memory before anything else */
+    /* 2. the requests, all to all (every rank takes part, with zero counts when failing). A rank
+     * that cannot hold the counts or the requests cannot take part: every rank is told first. */
+    int ok = scount && rcount && sdispl && rdispl && got_bytes && give_bytes && sendable && peer;
+    if ((rc = all_can(s, ok, "the fetch's counts")) != CKPT_OK)
+        goto out;
     if (MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, s->comm) != MPI_SUCCESS)
         rc = ckpt__error(CKPT_EMPI, "MPI_Alltoall of the fetch requests' counts failed");
     size_t nasked = 0;
@@ -140,32 +167,45 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
         nasked += (size_t)rcount[d];
     }
     asked = malloc((nasked ? nasked : 1) * sizeof *asked);
-    if (!asked) /* a holder that cannot hold the requests cannot answer: MPI's to fail */
-        return ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for fetch requests", s->rank);
+    if (rc == CKPT_OK && (rc = all_can(s, asked != NULL, "the fetch requests")) != CKPT_OK)
+        goto out;
     if (rc == CKPT_OK && MPI_Alltoallv(sorted, scount, sdispl, MPI_INT64_T, asked, rcount, rdispl,
                                        MPI_INT64_T, s->comm) != MPI_SUCCESS)
         rc = ckpt__error(CKPT_EMPI, "MPI_Alltoallv of the fetch requests failed");
+    if (rc != CKPT_OK)
+        goto out;
 
-    /* 3. the holder reads what it was asked, one buffer per requester */
-    uint8_t **give = calloc((size_t)size, sizeof *give);
-    uint8_t **got = calloc((size_t)size, sizeof *got);
-    if ((!give || !got) && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (int d = 0; give && d < size; d++) {
+    /* 3. everything this rank needs is allocated, and what it was asked is read, before anyone
+     * posts a message: a rank that cannot send or receive a pair's bytes says so in the status
+     * exchange below, and that pair exchanges nothing (no peer waits for a message never sent) */
+    give = calloc((size_t)size, sizeof *give);
+    got = calloc((size_t)size, sizeof *got);
+    size_t nreq = 0;
+    for (int d = 0; d < size; d++) {
         uint64_t total = 0;
         for (int i = rdispl[d]; i < rdispl[d] + rcount[d]; i += RQ_N)
             total += asked[i + RQ_LEN] > 0 ? (uint64_t)asked[i + RQ_LEN] : 0;
         give_bytes[d] = total;
-        if (!total)
-            continue;
-        if (!(give[d] = calloc(1, (size_t)total))) {
-            if (local == CKPT_OK)
-                local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu bytes asked by rank %d",
-                                    s->rank, (unsigned long long)total, d);
-            continue;
-        }
+        nreq += (size_t)((got_bytes[d] + s->chunk - 1) / s->chunk +
+                         (give_bytes[d] + s->chunk - 1) / s->chunk);
+    }
+    req = malloc((nreq ? nreq : 1) * sizeof *req);
+    if ((!give || !got || !req) && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the fetch", s->rank);
+    int injected = ckpt__fault(s->rank, "fetch"); /* as if the buffers below could not be had */
+    if (injected != CKPT_OK && local == CKPT_OK)
+        local = injected;
+    for (int d = 0; give && got && local == CKPT_OK && d < size; d++) {
+        if (got_bytes[d] && !(got[d] = malloc((size_t)got_bytes[d])))
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu bytes fetched from rank %d",
+                                s->rank, (unsigned long long)got_bytes[d], d);
+        if (local == CKPT_OK && give_bytes[d] && !(give[d] = malloc((size_t)give_bytes[d])))
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu bytes asked by rank %d",
+                                s->rank, (unsigned long long)give_bytes[d], d);
+    }
+    for (int d = 0; give && local == CKPT_OK && d < size; d++) {
         uint64_t at = 0;
-        for (int i = rdispl[d]; i < rdispl[d] + rcount[d]; i += RQ_N) {
+        for (int i = rdispl[d]; local == CKPT_OK && i < rdispl[d] + rcount[d]; i += RQ_N) {
             int64_t k = asked[i + RQ_FILE], off = asked[i + RQ_OFF], len = asked[i + RQ_LEN];
             char name[320];
             int fd = -1;
@@ -193,44 +233,32 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                     done += n;
             }
             ckpt__close(fd);
-            if (st != CKPT_OK && local == CKPT_OK)
-                local = st; /* the zeros sent instead fail the requester's checksum */
+            local = st;
             at += (uint64_t)(len > 0 ? len : 0);
         }
     }
 
-    /* 3b. each holder's status to its requesters: a requester whose holder failed neither
-     * writes nor reads what it got (zeros), and the agreement after the fetch carries the
-     * holder's own message */
-    int *hst = calloc((size_t)size, sizeof *hst), *hgot = calloc((size_t)size, sizeof *hgot);
-    if (!hst || !hgot)
-        return ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the fetch", s->rank);
-    for (int d = 0; d < size; d++)
-        hst[d] = local != CKPT_OK;
-    if (rc == CKPT_OK &&
-        MPI_Alltoall(hst, 1, MPI_INT, hgot, 1, MPI_INT, s->comm) != MPI_SUCCESS)
+    /* 3b. each pair's terms, both ways: {this rank sends to d, this rank receives from d}. A
+     * failing rank neither sends nor receives; a requester whose holder sends nothing writes
+     * and reads nothing, and the agreement after the fetch carries the holder's own message. */
+    for (int d = 0; d < size; d++) {
+        sendable[2 * d] = local == CKPT_OK && give_bytes[d] > 0;
+        sendable[2 * d + 1] = local == CKPT_OK && got_bytes[d] > 0;
+    }
+    if (MPI_Alltoall(sendable, 2, MPI_INT, peer, 2, MPI_INT, s->comm) != MPI_SUCCESS) {
         rc = ckpt__error(CKPT_EMPI, "MPI_Alltoall of the holders' statuses failed");
-    int holder_failed = 0;
+        goto out;
+    }
     for (int d = 0; d < size; d++)
-        holder_failed |= got_bytes[d] > 0 && hgot[d];
-    free(hst);
-    free(hgot);
+        holder_failed |= got_bytes[d] > 0 && !peer[2 * d];
 
-    /* 4. the bytes, both ways, nonblocking and in chunks */
+    /* 4. the bytes, both ways, nonblocking and in chunks: d -> this rank when d sends and this
+     * rank receives, this rank -> d when this rank sends and d receives (both sides know both) */
     uint64_t chunk = s->chunk;
-    size_t nreq = 0;
-    for (int d = 0; d < size; d++)
-        nreq += (size_t)((got_bytes[d] + chunk - 1) / chunk + (give_bytes[d] + chunk - 1) / chunk);
-    MPI_Request *req = malloc((nreq ? nreq : 1) * sizeof *req);
-    if (!req)
-        return ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the fetch", s->rank);
     size_t q = 0;
     for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!got_bytes[d])
+        if (!(sendable[2 * d + 1] && peer[2 * d]))
             continue;
-        if (!(got[d] = malloc((size_t)got_bytes[d])))
-            return ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu fetched bytes", s->rank,
-                               (unsigned long long)got_bytes[d]);
         for (uint64_t off = 0; off < got_bytes[d]; off += chunk) {
             uint64_t n = got_bytes[d] - off < chunk ? got_bytes[d] - off : chunk;
             if (MPI_Irecv(got[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm, &req[q++]) !=
@@ -238,17 +266,16 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                 rc = ckpt__error(CKPT_EMPI, "MPI_Irecv of fetched bytes failed");
         }
     }
-    static const uint8_t zeros[4096];
-    for (int d = 0; rc == CKPT_OK && d < size; d++)
+    for (int d = 0; rc == CKPT_OK && d < size; d++) {
+        if (!(sendable[2 * d] && peer[2 * d + 1]))
+            continue;
         for (uint64_t off = 0; off < give_bytes[d]; off += chunk) {
             uint64_t n = give_bytes[d] - off < chunk ? give_bytes[d] - off : chunk;
-            /* a buffer that could not be allocated: zeros (a checksum failure at the requester) */
-            const void *src = give[d] ? give[d] + off : zeros;
-            if (!give[d] && n > sizeof zeros)
-                return ckpt__error(CKPT_ENOMEM, "rank %d: cannot answer rank %d", s->rank, d);
-            if (MPI_Isend(src, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm, &req[q++]) != MPI_SUCCESS)
+            if (MPI_Isend(give[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm, &req[q++]) !=
+                MPI_SUCCESS)
                 rc = ckpt__error(CKPT_EMPI, "MPI_Isend of fetched bytes failed");
         }
+    }
     if (q && MPI_Waitall((int)q, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
         rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the fetch failed");
 
@@ -293,6 +320,7 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     } else {
         ckpt__close(sfd);
     }
+out:
     for (int d = 0; d < size; d++) {
         if (give)
             free(give[d]);
@@ -311,6 +339,8 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     free(rdispl);
     free(got_bytes);
     free(give_bytes);
+    free(sendable);
+    free(peer);
     ckpt__close(dirfd);
     return rc != CKPT_OK ? rc : local;
 }

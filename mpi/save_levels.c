@@ -507,6 +507,18 @@ static int kept(int64_t v, const int64_t *keep, size_t n)
     return 0;
 }
 
+int ckpt__cache_gc(ckpt_saver *s)
+{
+    if (!s->cache.on || s->node_rank != 0)
+        return CKPT_OK;
+    size_t removed = 0;
+    int rc = ckpt__gc(s->cache.dir, 0, NULL, NULL, &removed, 0);
+    if (rc == CKPT_OK && removed)
+        ckpt__log(CKPT_LOG_INFO, "node %d: removed %zu leftover(s) of unfinished saves in %s",
+                  s->node, removed, s->cache.dir);
+    return rc;
+}
+
 int ckpt__cache_sweep(ckpt_saver *s, MPI_Comm comm, const char *stem, const int64_t *keep,
                       size_t n)
 {

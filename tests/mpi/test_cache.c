@@ -353,12 +353,37 @@ static void run(int partner, int groups, const char *tag)
         tm_zero(&m);
         ckpt_restore_info ri;
         memset(&ri, 0, sizeof ri);
-        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, &ri), CKPT_OK, what)) {
+        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, &ri, NULL), CKPT_OK, what)) {
             check_values(&m, 11, TM_RESTORED, what);
             CHECK_EQ_INT(ri.step, 11);
             CHECK_EQ_INT(ri.world_size, g_size);
         }
         check_no_scratch(cache, what);
+        /* a rank that cannot allocate its fetch buffers: every rank gets its error, none waits
+         * for bytes never sent; then the same restore succeeds */
+        int fetch_ranks[2] = { 0, g_size - 1 };
+        for (int fi = 0; fi < (g_size > 1 ? 2 : 1); fi++) {
+            char fault[64];
+            snprintf(fault, sizeof fault, "%d:fetch", fetch_ranks[fi]);
+            snprintf(what, sizeof what, "%s: restore ck-1 from the cache, MPICKPT_FAULT=%s", tag,
+                     fault);
+            begin_case("%s", what);
+            tm_zero(&m);
+            int unavailable = -1;
+            setenv("MPICKPT_FAULT", fault, 1);
+            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable);
+            unsetenv("MPICKPT_FAULT");
+            if (coll(rc, CKPT_EIO, what))
+                CHECK_MSG(strstr(g_msg, "injected fault at fetch") != NULL, "%s: message: %s",
+                          what, g_msg);
+            CHECK_MSG(unavailable == 1, "%s: unavailable %d, want 1", what, unavailable);
+            check_no_scratch(cache, what);
+        }
+        snprintf(what, sizeof what, "%s: restore ck-1 from the cache after the fetch faults", tag);
+        begin_case("%s", what);
+        tm_zero(&m);
+        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, NULL), CKPT_OK, what))
+            check_values(&m, 11, TM_RESTORED, what);
     }
     if (!partner || g_nnodes < 2)
         goto wipe;
@@ -397,7 +422,7 @@ wipe:
             rm_node(cache, 1);
         MPI_Barrier(MPI_COMM_WORLD);
         tm_zero(&m);
-        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, NULL), CKPT_OK, what))
+        if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, NULL), CKPT_OK, what))
             check_values(&m, 11, TM_RESTORED, what);
         check_no_scratch(cache, what);
         all_true(check_nodes(cache, "ck-1", partner, groups ? group_of : NULL, "gathered-rebuilt",
@@ -412,7 +437,7 @@ wipe:
                 rm_node(cache, p1);
             }
             MPI_Barrier(MPI_COMM_WORLD);
-            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL);
+            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, NULL);
             if (coll(rc, g_nnodes == 2 ? CKPT_ENOTFOUND : CKPT_ENOTFOUND, what))
                 CHECK_MSG(strstr(g_msg, "lost") != NULL || strstr(g_msg, "no node") != NULL,
                           "%s: message: %s", what, g_msg);
@@ -431,7 +456,7 @@ wipe:
             CHECK_MSG(unlink(p) == 0, "%s: unlink %s", what, p);
         }
         MPI_Barrier(MPI_COMM_WORLD);
-        rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL);
+        rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, NULL);
         if (coll(rc, CKPT_ENOTFOUND, what))
             CHECK_MSG(strstr(g_msg, "is lost") != NULL, "%s: message: %s", what, g_msg);
         if (g_rank == 0)
@@ -526,6 +551,37 @@ static void run_manager(const char *tag)
     }
     ckpt_manager_free(mg);
 
+    /* a crash between the cache's commit of ckpt-5 and the state's update (the state file
+     * without it), and what crashed saves left in every cache (a workertemp_<r> with a data
+     * file, a temp directory): the next manager adopts ckpt-5 from the chief's node's cache,
+     * keeps it everywhere, and removes the leftovers */
+    if (g_rank == 0) {
+        ckpt_state *st = NULL;
+        CHECK_OK(ckpt_state_read(&st, dir));
+        if (st && st->num_entries == 3) {
+            ckpt_state_remove(st, 2);
+            snprintf(st->latest, sizeof st->latest, "%s", st->entries[1].prefix);
+            st->save_counter = st->entries[1].save_counter; /* as the state said before */
+            CHECK_OK(ckpt_state_write(st, dir));
+        }
+        ckpt_state_free(st);
+        for (int k = 0; k < g_nnodes; k++) {
+            char nd[4300], p[4600];
+            node_dir(nd, sizeof nd, cache, k);
+            snprintf(p, sizeof p, "%s/workertemp_%d", nd, g_size - 1);
+            CHECK_MSG(mkdir(p, 0755) == 0, "mkdir %s", p);
+            snprintf(p, sizeof p, "%s/workertemp_%d/ckpt-6.data-%05d-of-%05d", nd, g_size - 1,
+                     g_size - 1, g_size);
+            int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+            CHECK_MSG(fd >= 0 && write(fd, "leftover", 8) == 8, "write %s", p);
+            if (fd >= 0)
+                close(fd);
+            snprintf(p, sizeof p, "%s/ckpt-6_temp", nd);
+            CHECK_MSG(mkdir(p, 0755) == 0, "mkdir %s", p);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
     /* a new manager reads the levels back and restores the newest, from the cache */
     snprintf(what, sizeof what, "%s: restore from the cache", tag);
     begin_case("%s", what);
@@ -533,6 +589,15 @@ static void run_manager(const char *tag)
     if (!mg)
         goto done;
     check_levels(mg, what);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0)
+        for (int k = 0; k < g_nnodes; k++) {
+            char nd[4300], wt[64];
+            node_dir(nd, sizeof nd, cache, k);
+            snprintf(wt, sizeof wt, "workertemp_%d", g_size - 1);
+            CHECK_MSG(has(nd, "ckpt-5.index") && !has(nd, "ckpt-6_temp") && !has(nd, wt),
+                      "%s: node %d's cache: ckpt-5 swept or leftovers kept", what, k);
+        }
     ckpt_manager_restored res;
     tm_zero(&m);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
@@ -540,6 +605,31 @@ static void run_manager(const char *tag)
                   "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
                   res.skipped);
         check_values(&m, 50, TM_RESTORED, what);
+    }
+    /* a registration the checkpoint does not match: the cache's copy is whole, so the restore
+     * fails on every rank, naming the newest checkpoint (ckpt-5, in the cache only) — it does
+     * not fall through to an older one, nor start fresh */
+    snprintf(what, sizeof what, "%s: a tensor registered that ckpt-5 lacks", tag);
+    begin_case("%s", what);
+    {
+        ckpt_saver *s2 = new_saver();
+        tm_model m2;
+        CHECK_OK(tm_init(&m2, g_size, g_rank, g_size, 0));
+        register_or_die(&m2, s2);
+        float extra[4] = { 0 };
+        ckpt_shape sh = { 1, { 4 } };
+        CHECK_OK(ckpt_saver_add_full(s2, "not-in-the-checkpoint", CKPT_FLOAT32, &sh, extra));
+        ckpt_manager *mg2 = cache_manager(s2, dir, pat);
+        if (mg2) {
+            int rc2 = ckpt_manager_restore_or_initialize(mg2, &res);
+            if (coll(rc2, CKPT_ENOTFOUND, what))
+                CHECK_MSG(strstr(g_msg, "not-in-the-checkpoint") && strstr(g_msg, "ckpt-5"),
+                          "%s: message: %s", what, g_msg);
+            check_levels(mg2, what);
+            ckpt_manager_free(mg2);
+        }
+        ckpt_saver_free(s2);
+        tm_free(&m2);
     }
     if (g_nnodes >= 2) {
         snprintf(what, sizeof what, "%s: node 1 lost, restore from the cache", tag);

@@ -26,9 +26,11 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
      * before it sends its partner copies (the cache level, mpi/save_levels.c); "drain": a rank
      * as a drain to the persistent directory starts (mpi/cache_drain.c); "fetch": a rank as
      * if its buffers for a cache restore's fetch could not be allocated (mpi/restore_cache.c);
-     * no effect where they do not run */
+     * "rebuild": a node leader as if it could not map the files it sends in a rebuild
+     * (mpi/cache_rebuild.c); no effect where they do not run */
     static const char *const steps[] = { "plan", "write",      "agree",   "merge", "commit",
-                                         "node", "node-merge", "partner", "drain", "fetch" };
+                                         "node", "node-merge", "partner", "drain", "fetch",
+                                         "rebuild" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;
@@ -59,7 +61,7 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
         return ckpt__error(CKPT_EINVAL,
                            "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
                            "among plan, write, agree, merge, commit, node, node-merge, partner, drain, "
-                           "fetch",
+                           "fetch, rebuild",
                            spec);
     *target = (int)t;
     *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;

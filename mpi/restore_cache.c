@@ -75,8 +75,10 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     int per_node = idx && idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
     int size = s->size, rc = CKPT_OK;
     int dirfd = -1;
-    int *scount = calloc((size_t)size, sizeof *scount), *rcount = calloc((size_t)size, sizeof *rcount);
-    int *sdispl = calloc((size_t)size, sizeof *sdispl), *rdispl = calloc((size_t)size, sizeof *rdispl);
+    int *scount = calloc((size_t)size, sizeof *scount);
+    int *rcount = calloc((size_t)size, sizeof *rcount);
+    int *sdispl = calloc((size_t)size, sizeof *sdispl);
+    int *rdispl = calloc((size_t)size, sizeof *rdispl);
     int64_t *want = NULL, *asked = NULL;
     uint64_t *got_bytes = calloc((size_t)size, sizeof *got_bytes);
     uint64_t *give_bytes = calloc((size_t)size, sizeof *give_bytes);

@@ -251,12 +251,13 @@ int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int di
                 w += (uint64_t)k;
         }
     }
-    if (*local == CKPT_OK)
+    if (*local == CKPT_OK && rc == CKPT_OK)
         *local = ckpt__fsync_fd(fd, name);
     ckpt__close(fd);
-    if (*local == CKPT_OK && renameat(dirfd, tmp, dirfd, name) != 0)
+    /* only a file received whole takes its name */
+    if (*local == CKPT_OK && rc == CKPT_OK && renameat(dirfd, tmp, dirfd, name) != 0)
         *local = ckpt__errno(errno, what, name);
-    if (*local != CKPT_OK && fd >= 0)
+    if ((*local != CKPT_OK || rc != CKPT_OK) && fd >= 0)
         unlinkat(dirfd, tmp, 0);
     return rc;
 }
@@ -267,13 +268,18 @@ static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint
                      uint64_t chunk, int *local, char **placed, size_t *nplaced)
 {
     if (*local == CKPT_OK) {
-        size_t blen = strlen(c->n.base);
-        if (!ckpt__safe_filename(h->name) || strncmp(h->name, c->n.base, blen) != 0 ||
-            strncmp(h->name + blen, ".data-", 6) != 0 || h->size < 0)
+        /* the one name the sender may send: its own data file of this checkpoint (per rank:
+         * number `src` of the ranks; per node: its node's of the nodes) — never another file of
+         * this node's, which the copy would replace */
+        char want[320];
+        int per_node = s->layout == CKPT_LAYOUT_PER_NODE;
+        int st = ckpt__path(want, sizeof want, "%s.data-%05d-of-%05d", c->n.base,
+                            per_node ? s->cache.node_of[src] : src, per_node ? s->nnodes : s->size);
+        if (st != CKPT_OK || strcmp(h->name, want) != 0 || h->size < 0)
             *local = ckpt__error(CKPT_ECORRUPT,
                                  "rank %d: rank %d sent a partner copy named '%s' (%lld bytes), "
-                                 "not a data file of %s",
-                                 s->rank, src, h->name, (long long)h->size, c->n.base);
+                                 "not its data file of %s (%s)",
+                                 s->rank, src, h->name, (long long)h->size, c->n.base, want);
     }
     int rc = ckpt__cache_recv_file(s, c->comm, src, TAG_CP_DATA, c->dirfd, h->name,
                                    (uint64_t)(h->size > 0 ? h->size : 0), buf, chunk, local,
@@ -360,8 +366,12 @@ int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***plac
     if (s->cache.nfrom > 0 && !s->cache.rbuf)
         s->cache.rbuf = malloc(PARTNER_CHUNK);
     uint8_t *buf = s->cache.rbuf;
-    if (!buf && s->cache.nfrom > 0 && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (!buf && s->cache.nfrom > 0) { /* still receive what the senders send, and drop it */
+        static uint8_t sink[PARTNER_CHUNK];
+        buf = sink;
+        if (local == CKPT_OK)
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
     for (int k = 0; k < s->cache.nfrom && rc == CKPT_OK; k++) {
         int src = s->cache.from[k];
         int64_t h[2];
@@ -376,12 +386,12 @@ int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***plac
             break;
         }
         char **grown = realloc(*placed, (cap + (size_t)h[1] + 1) * sizeof *grown);
-        if (!grown) {
-            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-            break;
+        if (grown) {
+            *placed = grown;
+            cap += (size_t)h[1];
+        } else if (local == CKPT_OK) { /* the files are still received (and dropped) */
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
         }
-        *placed = grown;
-        cap += (size_t)h[1];
         for (int64_t i = 0; i < h[1] && rc == CKPT_OK; i++) {
             cp_file fh;
             if (MPI_Recv(&fh, (int)sizeof fh, MPI_BYTE, src, TAG_CP_FILE, c->comm,

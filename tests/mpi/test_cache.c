@@ -421,6 +421,24 @@ wipe:
         if (g_rank == 0)
             rm_node(cache, 1);
         MPI_Barrier(MPI_COMM_WORLD);
+        /* first a leader that cannot map what it sends: every rank gets its error, no leader
+         * waits for bytes never sent (then the rebuild below does the whole work) */
+        int leaders[2] = { 0, (g_nnodes - 1) * g_k };
+        for (int li = 0; li < 2; li++) {
+            char fault[64], w2[300];
+            snprintf(fault, sizeof fault, "%d:rebuild", leaders[li]);
+            snprintf(w2, sizeof w2, "%s, MPICKPT_FAULT=%s", what, fault);
+            begin_case("%s", w2);
+            setenv("MPICKPT_FAULT", fault, 1);
+            int unavailable = -1;
+            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable);
+            unsetenv("MPICKPT_FAULT");
+            if (coll(rc, CKPT_EIO, w2))
+                CHECK_MSG(strstr(g_msg, "injected fault at rebuild") != NULL, "%s: message: %s",
+                          w2, g_msg);
+            CHECK_MSG(unavailable == 1, "%s: unavailable %d, want 1", w2, unavailable);
+        }
+        begin_case("%s", what);
         tm_zero(&m);
         if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, NULL), CKPT_OK, what))
             check_values(&m, 11, TM_RESTORED, what);

@@ -130,6 +130,44 @@ static int adopt_unlisted(ckpt_manager *m, const char *dir, unsigned level)
     return rc;
 }
 
+/*
+ * The chief: a checkpoint the state lists in the cache only whose drain committed (its index in
+ * the persistent directory, the cache's bytes, its data files there in full) before the state
+ * was written — a crash in between — is listed in the persistent directory too. Drained again,
+ * its committed copy would be replaced file by file, and a failure then would tear it.
+ */
+static int adopt_drained(ckpt_manager *m)
+{
+    const char *cdir = ckpt__saver_cache_dir(m->saver);
+    for (size_t i = 0; i < m->state->num_entries; i++) {
+        ckpt_state_entry *e = &m->state->entries[i];
+        if (levels_of(e) != CKPT_LEVEL_CACHE)
+            continue;
+        char a[4400], b[4400];
+        uint8_t *x = NULL, *y = NULL;
+        const uint8_t *px, *py;
+        size_t lx = 0, ly = 0;
+        ckpt_reader *r = NULL;
+        int same = ckpt__path(a, sizeof a, "%s/%s.index", m->dir, e->prefix) == CKPT_OK &&
+                   ckpt__path(b, sizeof b, "%s/%s.index", cdir, e->prefix) == CKPT_OK &&
+                   ckpt__index_read(&x, &px, &lx, a) == CKPT_OK &&
+                   ckpt__index_read(&y, &py, &ly, b) == CKPT_OK && lx == ly &&
+                   memcmp(x, y, lx) == 0 &&
+                   ckpt__path(a, sizeof a, "%s/%s", m->dir, e->prefix) == CKPT_OK &&
+                   ckpt_reader_open(&r, a) == CKPT_OK;
+        ckpt_reader_free(r);
+        free(x);
+        free(y);
+        ckpt_error_clear(); /* not drained (or not whole): the drain is redone */
+        if (same) {
+            e->levels |= CKPT_LEVEL_PERSISTENT;
+            ckpt__log(CKPT_LOG_WARN, "adopted %s/%s, drained before the state file listed it",
+                      m->dir, e->prefix);
+        }
+    }
+    return CKPT_OK;
+}
+
 /* The saver went away first (ckpt_saver_free): nothing of it may be touched afterwards. */
 static void saver_gone(void *payload)
 {
@@ -235,6 +273,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
         rc = sweep_cache(m, m->comm);
     if (rc == CKPT_OK && m->cache) /* and their in-flight parts (no save runs yet) */
         rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
+    if (rc == CKPT_OK && m->cache) /* drains that committed before their state write */
+        rc = share_state(m, m->comm, m->rank == 0 ? adopt_drained(m) : CKPT_OK);
     if (rc == CKPT_OK && m->cache) /* a drain an earlier run did not finish: at the next save */
         for (size_t i = m->state->num_entries; i-- > 0;) {
             const ckpt_state_entry *e = &m->state->entries[i];
@@ -277,12 +317,15 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
     pthread_mutex_lock(&mm->lock);
     const ckpt_state *st = m->state;
-    int in_cache_only = st->num_entries > 0 &&
-                        levels_of(&st->entries[st->num_entries - 1]) == CKPT_LEVEL_CACHE;
-    int rc = !st->latest[0] ? ckpt__path(out, out_size, "%s", "")
-             : in_cache_only ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver),
-                                          st->latest)
-                             : ckpt__path(out, out_size, "%s/%s", m->dir, st->latest);
+    /* the newest this manager can restore: without a cache level, the newest persistent one */
+    const ckpt_state_entry *e = NULL;
+    for (size_t i = st->num_entries; !e && i-- > 0;)
+        if (m->cache || (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT))
+            e = &st->entries[i];
+    int rc = !e ? ckpt__path(out, out_size, "%s", "")
+             : levels_of(e) == CKPT_LEVEL_CACHE
+                 ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver), e->prefix)
+                 : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
     pthread_mutex_unlock(&mm->lock);
     return rc;
 }
@@ -573,10 +616,11 @@ static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
     }
     /* every persist_every-th: the drain, on this thread (the writer thread of an async saver:
      * training does not wait for it) */
-    if (rc == CKPT_OK && m->pending_persist) {
-        const char *slash = strrchr(prefix, '/');
+    const char *slash = strrchr(prefix, '/');
+    if (rc == CKPT_OK && m->pending_persist)
         rc = drain(m, comm, slash ? slash + 1 : prefix);
-    }
+    else if (m->pending_persist) /* committed, but not drained: at the next save */
+        snprintf(m->drain_pending, sizeof m->drain_pending, "%s", slash ? slash + 1 : prefix);
     return rc;
 }
 
@@ -598,12 +642,25 @@ static int drain(ckpt_manager *m, MPI_Comm comm, const char *name)
     m->drain_pending[0] = '\0';
     int local = CKPT_OK;
     if (m->rank == 0) {
+        /* the state as every rank has it, put back when the new one cannot be written (the
+         * drained copy stays, unlisted: the next manager adopts it, adopt_drained) */
+        uint8_t *before = NULL;
+        size_t blen = 0;
         pthread_mutex_lock(&m->lock);
-        for (size_t i = 0; i < m->state->num_entries; i++)
+        local = ckpt__state_pack(&before, &blen, m->state, 0);
+        for (size_t i = 0; local == CKPT_OK && i < m->state->num_entries; i++)
             if (strcmp(m->state->entries[i].prefix, name) == 0)
                 m->state->entries[i].levels |= CKPT_LEVEL_PERSISTENT;
-        local = apply_retention(m);
+        if (local == CKPT_OK && (local = apply_retention(m)) != CKPT_OK) {
+            ckpt_state *back = NULL;
+            if (ckpt__state_unpack(&back, before, blen, "the state before the drain") ==
+                CKPT_OK) {
+                ckpt_state_free(m->state);
+                m->state = back;
+            }
+        }
         pthread_mutex_unlock(&m->lock);
+        free(before);
     }
     rc = share_state(m, comm, local);
     if (rc == CKPT_OK && m->rank == 0)
@@ -903,6 +960,8 @@ int ckpt_training_delete_backup(ckpt_training *t)
         return rc;
     int local = t->m->rank == 0 ? ckpt__remove_backup_dir(t->dir) : CKPT_OK;
     rc = ckpt_mpi_agree(t->m->comm, local);
+    if (rc == CKPT_OK && t->m->cache) /* its checkpoints in the nodes' caches too */
+        rc = ckpt__cache_sweep(t->m->saver, t->m->comm, t->m->name, NULL, 0);
     if (rc == CKPT_OK) {
         ckpt_state_free(t->m->state);
         t->m->state = NULL;

@@ -569,6 +569,29 @@ static void run_manager(const char *tag)
     }
     ckpt_manager_free(mg);
 
+    /* a manager without the cache level over the same directory: its latest is the newest
+     * persistent checkpoint (ckpt-5 is in the caches only), and that is what it restores */
+    snprintf(what, sizeof what, "%s: a manager without a cache", tag);
+    begin_case("%s", what);
+    ckpt_manager_restored res;
+    {
+        ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+        o.max_to_keep = 2;
+        ckpt_manager *plain = NULL;
+        if (coll(ckpt_manager_create(&plain, s, dir, &o), CKPT_OK, what)) {
+            char latest[4400], want[4400];
+            snprintf(want, sizeof want, "%s/ckpt-4", dir);
+            CHECK_OK(ckpt_manager_latest(plain, latest, sizeof latest));
+            CHECK_MSG(strcmp(latest, want) == 0, "%s: latest '%s', want '%s'", what, latest,
+                      want);
+            tm_zero(&m);
+            if (coll(ckpt_manager_restore_or_initialize(plain, &res), CKPT_OK, what))
+                CHECK_MSG(res.restored && res.step == 40, "%s: restored %d step %lld", what,
+                          res.restored, (long long)res.step);
+        }
+        ckpt_manager_free(plain);
+    }
+
     /* a crash between the cache's commit of ckpt-5 and the state's update (the state file
      * without it), and what crashed saves left in every cache (a workertemp_<r> with a data
      * file, a temp directory): the next manager adopts ckpt-5 from the chief's node's cache,
@@ -580,6 +603,9 @@ static void run_manager(const char *tag)
             ckpt_state_remove(st, 2);
             snprintf(st->latest, sizeof st->latest, "%s", st->entries[1].prefix);
             st->save_counter = st->entries[1].save_counter; /* as the state said before */
+            /* and ckpt-4's drain committed (its copy in the directory) before the state said
+             * so: the next manager lists it in both levels again, it does not drain it anew */
+            st->entries[1].levels = CKPT_LEVEL_CACHE;
             CHECK_OK(ckpt_state_write(st, dir));
         }
         ckpt_state_free(st);
@@ -616,7 +642,6 @@ static void run_manager(const char *tag)
             CHECK_MSG(has(nd, "ckpt-5.index") && !has(nd, "ckpt-6_temp") && !has(nd, wt),
                       "%s: node %d's cache: ckpt-5 swept or leftovers kept", what, k);
         }
-    ckpt_manager_restored res;
     tm_zero(&m);
     if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
         CHECK_MSG(res.restored && res.step == 50 && res.skipped == 0,
@@ -678,6 +703,44 @@ static void run_manager(const char *tag)
         check_values(&m, 40, TM_RESTORED, what);
     }
     ckpt_manager_free(mg);
+
+    /* a training state with a cache level: delete_backup removes its checkpoints from every
+     * node's cache too, not only its directory */
+    snprintf(what, sizeof what, "%s: training state, delete_backup", tag);
+    begin_case("%s", what);
+    {
+        char tdir[4300], tcache[4300], tpat[4400];
+        snprintf(tdir, sizeof tdir, "%s/train-%s", g_out, tag);
+        snprintf(tcache, sizeof tcache, "%s/tcache-%s", g_out, tag);
+        snprintf(tpat, sizeof tpat, "%s/%%n", tcache);
+        ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+        o.cache_dir = tpat;
+        o.persist_every = 2;
+        ckpt_training *t = NULL;
+        if (coll(ckpt_training_create(&t, s, tdir, &o), CKPT_OK, what)) {
+            for (int e = 0; e < 3; e++)
+                coll(ckpt_training_back_up(t, e, e * 10, 1), CKPT_OK, what);
+            CHECK_OK(ckpt_saver_sync(s));
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (g_rank == 0) {
+                char nd[4400];
+                node_dir(nd, sizeof nd, tcache, 0);
+                CHECK_MSG(count_files(nd, "ckpt-") > 0, "%s: nothing in node 0's cache", what);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+            coll(ckpt_training_delete_backup(t), CKPT_OK, what);
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (g_rank == 0)
+                for (int k = 0; k < g_nnodes; k++) {
+                    char nd[4400];
+                    node_dir(nd, sizeof nd, tcache, k);
+                    CHECK_MSG(count_files(nd, "ckpt-") == 0 && !exists(tdir),
+                              "%s: node %d's cache still holds %d files of it", what, k,
+                              count_files(nd, "ckpt-"));
+                }
+        }
+        ckpt_training_free(t);
+    }
 done:
     ckpt_saver_free(s);
     tm_free(&m);

@@ -564,29 +564,44 @@ static void case_rebuild(ckpt_saver *s, tm_model *m, const char *cache)
         CHECK_MSG(rank0_says(copies_whole(cache, "ck-1")), "%s: node 1 was not rebuilt", what);
     }
 
-    /* the index's name: a link there is not a copy of the index. Node 1 (not the chief's),
-     * then node 0 (the chief reads its node's copy) lose it and get a link in its place; each
-     * time the other node's copy is the one left */
-    for (int k = 1; k >= 0; k--) {
-        snprintf(what, sizeof what, "rebuild: node %d emptied, a link planted at ck-1.index", k);
+    /* the index's name: a link, a FIFO or a directory there is no copy of the index. Node 1
+     * (not the chief's), then node 0 (the chief reads its node's copy) lose it and get one in its
+     * place; each time the other node's copy is the one left. A link or a FIFO is replaced by
+     * the rebuilt index; a directory fails the restore naming it, until it is gone */
+    static const struct {
+        int node;
+        plant_kind kind;
+    } at_index[] = { { 1, P_LINK }, { 1, P_FIFO }, { 1, P_DIR }, { 0, P_LINK }, { 0, P_FIFO } };
+    for (size_t i = 0; i < sizeof at_index / sizeof at_index[0]; i++) {
+        int k = at_index[i].node;
+        plant_kind kind = at_index[i].kind;
+        snprintf(what, sizeof what, "rebuild: node %d emptied, %s planted at ck-1.index", k,
+                 KIND_NAME[kind]);
         begin_case("%s", what);
         entry(p, sizeof p, cache, k, "ck-1.index");
         if (g_rank == 0) {
             wipe_node(cache, k);
-            plant(P_LINK, p, g_vfile, NULL);
+            plant(kind, p, g_vfile, NULL);
         }
         MPI_Barrier(MPI_COMM_WORLD);
-        restore_cache(s, m, "ck-1", 11, CKPT_OK, what);
+        int expected = kind == P_DIR ? CKPT_ERROR : CKPT_OK;
+        if (restore_cache(s, m, "ck-1", 11, expected, what) && expected != CKPT_OK)
+            CHECK_MSG(strstr(g_msg, "ck-1.index") != NULL, "%s: the message does not name "
+                                                           "ck-1.index: %s",
+                      what, g_msg);
         victim_untouched(what);
-        CHECK_MSG(rank0_says(copies_whole(cache, "ck-1")), "%s: node %d was not rebuilt", what,
-                  k);
-        int left = rank0_says(kind_of(p) == S_IFLNK);
-        if (left) { /* the next round starts from a whole node k: the link gone, rebuilt */
+        if (rank0_says(kind_of(p) != S_IFREG)) { /* left: removed, and node k rebuilt */
             if (g_rank == 0)
                 rm_any(p);
             MPI_Barrier(MPI_COMM_WORLD);
-            restore_cache(s, m, "ck-1", 11, CKPT_OK, "rebuild: the link removed by hand");
+            char w[320];
+            snprintf(w, sizeof w, "%s: once it is gone", what);
+            restore_cache(s, m, "ck-1", 11, CKPT_OK, w);
+            CHECK_MSG(kind == P_DIR, "%s: the planted entry was left in place of the index",
+                      what);
         }
+        CHECK_MSG(rank0_says(copies_whole(cache, "ck-1")), "%s: node %d was not rebuilt", what,
+                  k);
     }
 }
 

@@ -8,14 +8,17 @@
  * agreement at the end. The lowest node that holds the index broadcasts it; every leader parses
  * and validates it (a damaged copy is an error, not a guess), writes it when its node lacks it,
  * and says which data files its node holds with the recorded size (an allgather of one byte per
- * file). From that, every leader computes the same plan: for each file, each target (home,
- * partner) that lacks it is sent it by the first node that holds it (home first, then partner,
- * then any). A file that no node holds is lost: the rebuild fails naming it, and the manager
- * falls back to an older checkpoint. The leaders agree before any bytes move (every one can hold,
- * map and receive what the plan gives it); then every leader posts all its sends (nonblocking,
- * from a read-only mapping) before it receives, so transfers in any pattern cannot deadlock; a
- * received file is written under a temp name, fsynced and renamed, and it replaces nothing (its
- * name was missing on that node).
+ * file). A node holds a file or the index only as a regular file: a link, FIFO or directory
+ * planted under the name counts as missing. From that, every leader computes the same plan: for
+ * each file, each target (home, partner) that lacks it is sent it by the first node that holds it
+ * (home first, then partner, then any). A file that no node holds is lost: the rebuild fails
+ * naming it, and the manager falls back to an older checkpoint. The leaders agree before any
+ * bytes move (every one can hold, map and receive what the plan gives it); then every leader
+ * posts all its sends (nonblocking, from a read-only mapping) before it receives, so transfers in
+ * any pattern cannot deadlock; a received file is written under a temp name (O_EXCL), fsynced and
+ * renamed: the rename replaces only what stood under a name the node lacked (a planted link or
+ * FIFO, a file of the wrong size), never following it; a planted directory fails the rename, and
+ * the rebuild, naming it.
  */
 #include "saver_internal.h"
 
@@ -83,7 +86,17 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         local = ckpt__mkdir_p(s->cache.dir, 0700);
     if (local == CKPT_OK)
         local = ckpt__dir_open(&dirfd, s->cache.dir);
-    int have = local == CKPT_OK && ckpt__exists_at(dirfd, iname);
+    /* A copy of the index is a regular file, as a held data file is (step 2). Anything else
+     * planted under its name (a link, a FIFO, a directory) is no copy: taken for one, it would
+     * keep this node from being rebuilt, or, as the source, fail the restore on every leader
+     * while another node holds the index. It is replaced by the rename of the rebuilt index
+     * below (a directory fails that rename, naming it). */
+    int have = 0;
+    if (local == CKPT_OK) {
+        have = ckpt__stat_regular(NULL, dirfd, iname, s->cache.dir) == CKPT_OK;
+        if (!have)
+            ckpt_error_clear(); /* a missing or planted index is what this looks for */
+    }
     /* 1. the index, from the lowest node that has it */
     int mine = have ? me : n, src = n;
     if (MPI_Allreduce(&mine, &src, 1, MPI_INT, MPI_MIN, lc) != MPI_SUCCESS) {

@@ -411,7 +411,8 @@ static void planted_save(ckpt_saver *s, tm_model *m, const char *cache, int wher
     /* a link or a FIFO under the final name is replaced (renameat); a directory cannot be, and a
      * planted temp name is never opened (O_EXCL): the save fails on every rank */
     int replaced = where < 2 && kind != P_DIR;
-    if (coll(rc, replaced ? CKPT_OK : CKPT_ERROR, what) && !replaced) {
+    int expected = replaced ? CKPT_OK : where >= 2 ? CKPT_EEXISTS : CKPT_ERROR;
+    if (coll(rc, expected, what) && !replaced) {
         char want[320]; /* the failing rank's file (whichever rank the vote reports) */
         snprintf(want, sizeof want, "%s%s", base, where % 2 ? ".index" : ".data-");
         CHECK_MSG(strstr(g_msg, want) != NULL, "%s: the message does not name a %s...: %s", what,

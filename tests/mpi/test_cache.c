@@ -19,6 +19,7 @@
  */
 #define _XOPEN_SOURCE 700
 #include "mpi_check.h"
+#include "cache_util.h"
 #include "coll.h"
 #include "index.h"
 #include "levels.h"
@@ -36,41 +37,12 @@
 
 static int g_rank, g_size, g_k, g_nnodes;
 
-/* 1 when v is true on every rank. Collective. */
-static int all_true(int v)
-{
-    int all = 0;
-    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
 static const char *g_out;
 static ckpt_layout g_layout;
 
 static int node_of(int r)
 {
     return r / g_k;
-}
-
-static void node_dir(char *out, size_t n, const char *cache, int node)
-{
-    snprintf(out, n, "%s/%d", cache, node);
-}
-
-/* Rank 0: the whole file `path` into *buf (malloc'd), its length, or -1. */
-static long slurp(const char *path, unsigned char **buf)
-{
-    *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    fclose(f);
-    return n;
 }
 
 /* The node whose ranks wrote data file `name` of checkpoint `base`. */
@@ -242,13 +214,6 @@ static void check_gone(const char *cache, const char *base, const char *what)
     }
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
 /* Rank 0: node k's cache directory removed, as a lost node's. */
 static void rm_node(const char *cache, int k)
 {
@@ -274,11 +239,7 @@ static void check_no_scratch(const char *cache, const char *what)
 
 static ckpt_saver *new_saver(void)
 {
-    setenv("MPICKPT_LAYOUT", g_layout == CKPT_LAYOUT_PER_NODE ? "per-node" : "per-rank", 1);
-    ckpt_saver *s = NULL;
-    if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "ckpt_saver_create"))
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    return s;
+    return cache_new_saver(g_layout);
 }
 
 static void test_setup(void)
@@ -313,6 +274,20 @@ static int save_cache(ckpt_saver *s, tm_model *m, const char *base, int64_t step
     ckpt_save_info info = { .epoch = 0, .step = step };
     int rc = ckpt__saver_save_level(s, base, 1, &info, counter, NULL, NULL);
     return rc == CKPT_OK ? ckpt_saver_sync(s) : rc; /* async: its commit */
+}
+
+/* A restore of ck-1 from the cache under MPICKPT_FAULT=`fault`: CKPT_EIO with `message` on
+ * every rank, reported as "unavailable" (before the registered values were read). */
+static void restore_fault(ckpt_saver *s, const char *fault, const char *message, const char *what)
+{
+    begin_case("%s", what);
+    int unavailable = -1;
+    setenv("MPICKPT_FAULT", fault, 1);
+    int rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable);
+    unsetenv("MPICKPT_FAULT");
+    if (coll(rc, CKPT_EIO, what))
+        CHECK_MSG(strstr(g_msg, message) != NULL, "%s: message: %s", what, g_msg);
+    CHECK_MSG(unavailable == 1, "%s: unavailable %d, want 1", what, unavailable);
 }
 
 static void run(int partner, int groups, const char *tag)
@@ -367,16 +342,8 @@ static void run(int partner, int groups, const char *tag)
             snprintf(fault, sizeof fault, "%d:fetch", fetch_ranks[fi]);
             snprintf(what, sizeof what, "%s: restore ck-1 from the cache, MPICKPT_FAULT=%s", tag,
                      fault);
-            begin_case("%s", what);
             tm_zero(&m);
-            int unavailable = -1;
-            setenv("MPICKPT_FAULT", fault, 1);
-            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable);
-            unsetenv("MPICKPT_FAULT");
-            if (coll(rc, CKPT_EIO, what))
-                CHECK_MSG(strstr(g_msg, "injected fault at fetch") != NULL, "%s: message: %s",
-                          what, g_msg);
-            CHECK_MSG(unavailable == 1, "%s: unavailable %d, want 1", what, unavailable);
+            restore_fault(s, fault, "injected fault at fetch", what);
             check_no_scratch(cache, what);
         }
         snprintf(what, sizeof what, "%s: restore ck-1 from the cache after the fetch faults", tag);
@@ -428,15 +395,7 @@ wipe:
             char fault[64], w2[300];
             snprintf(fault, sizeof fault, "%d:rebuild", leaders[li]);
             snprintf(w2, sizeof w2, "%s, MPICKPT_FAULT=%s", what, fault);
-            begin_case("%s", w2);
-            setenv("MPICKPT_FAULT", fault, 1);
-            int unavailable = -1;
-            rc = ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable);
-            unsetenv("MPICKPT_FAULT");
-            if (coll(rc, CKPT_EIO, w2))
-                CHECK_MSG(strstr(g_msg, "injected fault at rebuild") != NULL, "%s: message: %s",
-                          w2, g_msg);
-            CHECK_MSG(unavailable == 1, "%s: unavailable %d, want 1", w2, unavailable);
+            restore_fault(s, fault, "injected fault at rebuild", w2);
         }
         begin_case("%s", what);
         tm_zero(&m);
@@ -748,22 +707,9 @@ done:
 
 int main(int argc, char **argv)
 {
-    check_watchdog_s = 60;
-    check_mpi_init(&argc, &argv, &g_rank, &g_size);
-    unsetenv("MPICKPT_FAULT");
-    if (argc != 3) {
-        if (g_rank == 0)
-            fprintf(stderr, "usage: test_cache OUTDIR per-rank|per-node\n");
-        MPI_Finalize();
+    if (!cache_test_start(&argc, &argv, "test_cache", &g_rank, &g_size, &g_out, &g_layout, &g_k,
+                          &g_nnodes))
         return 2;
-    }
-    g_out = argv[1];
-    g_layout = strcmp(argv[2], "per-node") == 0 ? CKPT_LAYOUT_PER_NODE : CKPT_LAYOUT_PER_RANK;
-    const char *k = getenv("MPICKPT_RANKS_PER_NODE");
-    g_k = k ? atoi(k) : 0;
-    if (g_k <= 0)
-        g_k = g_size; /* one node */
-    g_nnodes = (g_size + g_k - 1) / g_k;
     make_dir(g_out);
     test_setup();
     if (g_nnodes >= 2) { /* one node: refused in test_setup */

@@ -35,6 +35,7 @@
  */
 
 #include "mpi_check.h"
+#include "cache_util.h"
 #include "coll.h"
 #include "fsutil.h" /* ckpt__temp_name: the check that getrandom is this program's */
 #include "mpi_internal.h"
@@ -81,11 +82,6 @@ static int node_of(int r)
     return r / g_k;
 }
 
-static void node_dir(char *out, size_t n, const char *cache, int node)
-{
-    snprintf(out, n, "%s/%d", cache, node);
-}
-
 /* Data file f of checkpoint `base`, and the node that wrote it. */
 static void file_name(char *out, size_t n, const char *base, int f)
 {
@@ -111,25 +107,6 @@ static unsigned kind_of(const char *path)
     return lstat(path, &st) == 0 ? (unsigned)(st.st_mode & S_IFMT) : 0u;
 }
 
-/* Rank 0: the whole regular file `path` into *buf (malloc'd); its length, or -1. */
-static long slurp(const char *path, unsigned char **buf)
-{
-    *buf = NULL;
-    if (kind_of(path) != S_IFREG)
-        return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (!*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    fclose(f);
-    return n;
-}
-
 /* Rank 0: `a` and `b` are regular files with the same bytes. */
 static int same_file(const char *a, const char *b)
 {
@@ -139,13 +116,6 @@ static int same_file(const char *a, const char *b)
     free(x);
     free(y);
     return same;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
 static int rm_below(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -231,14 +201,6 @@ static void victim_untouched(const char *what)
     CHECK_MSG(ok, "%s: the victim directory %s changed", what, g_victim);
 }
 
-/* 1 on every rank when `v` holds on every rank. */
-static int all_true(int v)
-{
-    int all = 0;
-    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
 /* 1 on every rank when `v` holds on rank 0. */
 static int rank0_says(int v)
 {
@@ -276,11 +238,7 @@ static int nothing_of(const char *cache, const char *base)
 
 static ckpt_saver *new_saver(void)
 {
-    setenv("MPICKPT_LAYOUT", g_layout == CKPT_LAYOUT_PER_NODE ? "per-node" : "per-rank", 1);
-    ckpt_saver *s = NULL;
-    if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "ckpt_saver_create"))
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    return s;
+    return cache_new_saver(g_layout);
 }
 
 /* A save of the model at `step` to the cache as `base` (its commit included). */
@@ -608,21 +566,9 @@ static void case_rebuild(ckpt_saver *s, tm_model *m, const char *cache)
 
 int main(int argc, char **argv)
 {
-    check_watchdog_s = 60;
-    check_mpi_init(&argc, &argv, &g_rank, &g_size);
-    unsetenv("MPICKPT_FAULT");
-    if (argc != 3) {
-        if (g_rank == 0)
-            fprintf(stderr, "usage: test_cache_hostile OUTDIR per-rank|per-node\n");
-        MPI_Finalize();
+    if (!cache_test_start(&argc, &argv, "test_cache_hostile", &g_rank, &g_size, &g_out,
+                          &g_layout, &g_k, &g_nnodes))
         return 2;
-    }
-    g_out = argv[1];
-    g_layout = strcmp(argv[2], "per-node") == 0 ? CKPT_LAYOUT_PER_NODE : CKPT_LAYOUT_PER_RANK;
-    g_k = tm_ranks_per_node();
-    if (g_k <= 0)
-        g_k = g_size;
-    g_nnodes = (g_size + g_k - 1) / g_k;
     g_nfiles = tm_data_files(g_layout, g_size);
     CHECK_MSG(g_nnodes >= 2, "needs 2 nodes or more (MPICKPT_RANKS_PER_NODE), has %d", g_nnodes);
     if (g_nnodes < 2)

@@ -363,6 +363,34 @@ int ckpt__is_temp_name(const char *name, const char *stem_suffix)
     return stem == n && strncmp(name, stem_suffix, n) == 0;
 }
 
+int ckpt__pread_full(int fd, void *buf, size_t len, uint64_t off, const char *what,
+                     const char *shown)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pread(fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return ckpt__errno(n < 0 ? errno : EIO, what, shown);
+        done += (size_t)n;
+    }
+    return CKPT_OK;
+}
+
+int ckpt__pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *what,
+                      const char *shown)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pwrite(fd, (const uint8_t *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return ckpt__errno(n < 0 ? errno : ENOSPC, what, shown);
+        done += (size_t)n;
+    }
+    return CKPT_OK;
+}
+
 static int write_all(int fd, const void *data, size_t len, const char *shown)
 {
     const uint8_t *p = data;

@@ -22,6 +22,14 @@
  * CKPT_ECORRUPT, else CKPT_EIO) and records "<what> <path>: <cause>". */
 int ckpt__errno(int err, const char *what, const char *path);
 
+/* All `len` bytes at offset `off` of fd, retried on EINTR and short transfers; an error names
+ * `what` and `shown` (ckpt__errno). A file that ends early is CKPT_EIO (read); a write that
+ * makes no progress is CKPT_ENOSPC. */
+int ckpt__pread_full(int fd, void *buf, size_t len, uint64_t off, const char *what,
+                     const char *shown);
+int ckpt__pwrite_full(int fd, const void *buf, size_t len, uint64_t off, const char *what,
+                      const char *shown);
+
 /* snprintf that fails with CKPT_EINVAL instead of truncating a path. */
 int ckpt__path(char *out, size_t size, const char *fmt, ...) CKPT_PRINTF(3, 4);
 

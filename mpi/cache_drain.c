@@ -45,15 +45,7 @@ static int copy_file(int from_fd, const char *from_shown, int to_fd, const char 
             rc = ckpt__errno(n < 0 ? errno : EIO, "read for the drain", name);
             break;
         }
-        for (ssize_t w = 0; rc == CKPT_OK && w < n;) {
-            ssize_t k = write(out, buf + w, (size_t)(n - w));
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                rc = ckpt__errno(k < 0 ? errno : ENOSPC, "write for the drain", name);
-            else
-                w += k;
-        }
+        rc = ckpt__pwrite_full(out, buf, (size_t)n, off, "write for the drain", name);
         off += (uint64_t)n;
     }
     free(buf);

@@ -225,15 +225,8 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                                                 "%s, which has %llu",
                                  s->rank, d, (long long)off, (long long)(off + len), name,
                                  (unsigned long long)fsize);
-            for (int64_t done = 0; st == CKPT_OK && done < len;) {
-                ssize_t n = pread(fd, give[d] + at + done, (size_t)(len - done), off + done);
-                if (n < 0 && errno == EINTR)
-                    continue;
-                if (n <= 0)
-                    st = ckpt__errno(n < 0 ? errno : EIO, "pread", name);
-                else
-                    done += n;
-            }
+            if (st == CKPT_OK)
+                st = ckpt__pread_full(fd, give[d] + at, (size_t)len, (uint64_t)off, "pread", name);
             ckpt__close(fd);
             local = st;
             at += (uint64_t)(len > 0 ? len : 0);
@@ -301,16 +294,9 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                 local = ckpt__exists_at(sfd, name)
                             ? ckpt__file_open(&fd, NULL, sfd, name, O_RDWR, scratch)
                             : ckpt__file_create(&fd, sfd, name, O_WRONLY, scratch);
-            for (int64_t done = 0; local == CKPT_OK && done < w[RQ_LEN];) {
-                ssize_t n = pwrite(fd, got[d] + at + done, (size_t)(w[RQ_LEN] - done),
-                                   w[RQ_OFF] + done);
-                if (n < 0 && errno == EINTR)
-                    continue;
-                if (n <= 0)
-                    local = ckpt__errno(n < 0 ? errno : ENOSPC, "pwrite", name);
-                else
-                    done += n;
-            }
+            if (local == CKPT_OK)
+                local = ckpt__pwrite_full(fd, got[d] + at, (size_t)w[RQ_LEN],
+                                          (uint64_t)w[RQ_OFF], "pwrite", name);
             ckpt__close(fd);
             at += (uint64_t)w[RQ_LEN];
         }

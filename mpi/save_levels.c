@@ -241,15 +241,8 @@ int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int di
         if (MPI_Recv(buf, (int)n, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of a %s (%s) from rank %d failed",
                              s->rank, what, name, src);
-        for (uint64_t w = 0; rc == CKPT_OK && *local == CKPT_OK && w < n;) {
-            ssize_t k = write(fd, buf + w, (size_t)(n - w));
-            if (k < 0 && errno == EINTR)
-                continue;
-            if (k <= 0)
-                *local = ckpt__errno(k < 0 ? errno : ENOSPC, what, name);
-            else
-                w += (uint64_t)k;
-        }
+        if (rc == CKPT_OK && *local == CKPT_OK)
+            *local = ckpt__pwrite_full(fd, buf, (size_t)n, off, what, name);
     }
     if (*local == CKPT_OK && rc == CKPT_OK)
         *local = ckpt__fsync_fd(fd, name);

@@ -484,6 +484,21 @@ static void check_levels(const ckpt_manager *mg, const char *what)
     }
 }
 
+/* restore_or_initialize into the zeroed model: checkpoint of `step` restored, `skipped` newer
+ * ones skipped, every value right, on every rank. */
+static void restore_expect(ckpt_manager *mg, tm_model *m, int64_t step, int skipped,
+                           const char *what)
+{
+    ckpt_manager_restored res;
+    tm_zero(m);
+    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+        CHECK_MSG(res.restored && res.step == step && res.skipped == skipped,
+                  "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
+                  res.skipped);
+        check_values(m, step, TM_RESTORED, what);
+    }
+}
+
 static void run_manager(const char *tag)
 {
     char dir[4200], cache[4200], pat[4300], what[200];
@@ -601,13 +616,7 @@ static void run_manager(const char *tag)
             CHECK_MSG(has(nd, "ckpt-5.index") && !has(nd, "ckpt-6_temp") && !has(nd, wt),
                       "%s: node %d's cache: ckpt-5 swept or leftovers kept", what, k);
         }
-    tm_zero(&m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
-        CHECK_MSG(res.restored && res.step == 50 && res.skipped == 0,
-                  "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
-                  res.skipped);
-        check_values(&m, 50, TM_RESTORED, what);
-    }
+    restore_expect(mg, &m, 50, 0, what);
     /* a registration the checkpoint does not match: the cache's copy is whole, so the restore
      * fails on every rank, naming the newest checkpoint (ckpt-5, in the cache only) — it does
      * not fall through to an older one, nor start fresh */
@@ -639,13 +648,7 @@ static void run_manager(const char *tag)
         if (g_rank == 0)
             rm_node(cache, 1);
         MPI_Barrier(MPI_COMM_WORLD);
-        tm_zero(&m);
-        if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
-            CHECK_MSG(res.restored && res.step == 50 && res.skipped == 0,
-                      "%s: restored %d step %lld skipped %d", what, res.restored,
-                      (long long)res.step, res.skipped);
-            check_values(&m, 50, TM_RESTORED, what);
-        }
+        restore_expect(mg, &m, 50, 0, what);
     }
     /* every node lost: ckpt-5 is gone, ckpt-4 comes from the persistent directory */
     snprintf(what, sizeof what, "%s: every cache lost", tag);
@@ -654,13 +657,7 @@ static void run_manager(const char *tag)
         for (int k = 0; k < g_nnodes; k++)
             rm_node(cache, k);
     MPI_Barrier(MPI_COMM_WORLD);
-    tm_zero(&m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
-        CHECK_MSG(res.restored && res.step == 40 && res.skipped == 1,
-                  "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
-                  res.skipped);
-        check_values(&m, 40, TM_RESTORED, what);
-    }
+    restore_expect(mg, &m, 40, 1, what);
     ckpt_manager_free(mg);
 
     /* a training state with a cache level: delete_backup removes its checkpoints from every

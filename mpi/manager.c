@@ -264,17 +264,20 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     if (rc == CKPT_OK)
         rc = levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
-    if (rc == CKPT_OK && m->cache) /* committed to the cache, not listed yet: kept */
-        rc = share_state(m, m->comm,
-                         m->rank == 0 ? adopt_unlisted(m, ckpt__saver_cache_dir(saver),
-                                                       CKPT_LEVEL_CACHE)
-                                      : CKPT_OK);
+    if (rc == CKPT_OK && m->cache) {
+        /* what committed before a crash kept the state from saying so: checkpoints committed to
+         * the cache (kept by the sweep below), drains committed to the directory */
+        int adopted = CKPT_OK;
+        if (m->rank == 0 &&
+            (adopted = adopt_unlisted(m, ckpt__saver_cache_dir(saver), CKPT_LEVEL_CACHE)) ==
+                CKPT_OK)
+            adopted = adopt_drained(m);
+        rc = share_state(m, m->comm, adopted);
+    }
     if (rc == CKPT_OK && m->cache) /* what crashed saves left in the caches */
         rc = sweep_cache(m, m->comm);
     if (rc == CKPT_OK && m->cache) /* and their in-flight parts (no save runs yet) */
         rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
-    if (rc == CKPT_OK && m->cache) /* drains that committed before their state write */
-        rc = share_state(m, m->comm, m->rank == 0 ? adopt_drained(m) : CKPT_OK);
     if (rc == CKPT_OK && m->cache) /* a drain an earlier run did not finish: at the next save */
         for (size_t i = m->state->num_entries; i-- > 0;) {
             const ckpt_state_entry *e = &m->state->entries[i];

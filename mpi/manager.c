@@ -9,6 +9,7 @@
 #include "fsutil.h"
 #include "index.h"
 #include "paths.h"
+#include "restart.h"
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
 
@@ -40,7 +41,23 @@ struct ckpt_manager {
     int64_t persist_every, cache_keep;
     char drain_pending[256]; /* a failed drain, tried again at the next save */
     int pending_persist;     /* the save in flight also goes to `dir` (drained after its commit) */
+    /* The restart control (`mpickpt pin`/`drop`, lib/restart.h): rank 0's reading of
+     * <dir>/restart, the same on every rank; read at creation and before each save. */
+    ckpt__restart ctl;
 };
+
+/* What the restart control makes of entry `e` (CKPT__RS_*). */
+static int rs_of(const ckpt_manager *m, const ckpt_state_entry *e)
+{
+    return ckpt__restart_status(&m->ctl, e->prefix, e->save_counter);
+}
+
+/* An entry a restore may start from (neither set aside by a pin nor dropped). */
+static int restorable(const ckpt_manager *m, const ckpt_state_entry *e)
+{
+    int s = rs_of(m, e);
+    return s == CKPT__RS_NORMAL || s == CKPT__RS_PINNED;
+}
 
 /* An entry's levels (0: written before levels existed, so persistent). */
 static unsigned levels_of(const ckpt_state_entry *e)
@@ -95,6 +112,52 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
     }
     free(buf);
     return rc;
+}
+
+/*
+ * Every rank adopts rank 0's reading of the restart control. At creation (`strict`) a control
+ * file that cannot be read is an error on every rank: restoring past what an operator pinned or
+ * dropped would be worse than not starting. Before a save it is a warning and the control read
+ * before stays: a running job does not fail because of it. Collective.
+ */
+static int share_control(ckpt_manager *m, int strict)
+{
+    ckpt__restart c;
+    memset(&c, 0, sizeof c);
+    int local = CKPT_OK;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (m->rank == 0) {
+        local = ckpt__restart_read(&c, m->dir);
+        if (local != CKPT_OK && !strict) {
+            ckpt__log(CKPT_LOG_WARN, "%s; the restart control read before stays in effect",
+                      ckpt_error_last()->message);
+            ckpt_error_clear();
+            local = ckpt__restart_format((char **)&buf, &len, &m->ctl);
+        } else if (local == CKPT_OK) {
+            local = ckpt__restart_format((char **)&buf, &len, &c);
+        }
+    }
+    int rc = bcast_bytes(m, m->comm, &buf, &len, local);
+    if (rc == CKPT_OK) {
+        local = ckpt__restart_parse(&c, (const char *)buf, len, "the broadcast restart control");
+        rc = ckpt_mpi_agree(m->comm, local);
+    }
+    free(buf);
+    if (rc != CKPT_OK) {
+        ckpt__restart_clear(&c);
+        return rc;
+    }
+    if (m->rank == 0 && strict && (c.pinned || c.num_drops))
+        ckpt__log(CKPT_LOG_WARN, "%s/%s: %s%s%s%zu checkpoint(s) dropped", m->dir,
+                  CKPT__RESTART_FILE, c.pinned ? "pinned " : "", c.pinned ? c.pin : "",
+                  c.pinned ? " (newer ones listed when it was pinned are set aside), " : "",
+                  c.num_drops);
+    pthread_mutex_lock(&m->lock);
+    ckpt__restart_clear(&m->ctl);
+    m->ctl = c;
+    pthread_mutex_unlock(&m->lock);
+    return CKPT_OK;
 }
 
 /*
@@ -262,6 +325,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     if (rc == CKPT_OK)
         rc = share_state(m, m->comm, CKPT_OK);
     if (rc == CKPT_OK)
+        rc = share_control(m, 1);
+    if (rc == CKPT_OK)
         rc = levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
     if (rc == CKPT_OK && m->cache) {
@@ -311,6 +376,7 @@ void ckpt_manager_free(ckpt_manager *m)
         return;
     }
     ckpt_state_free(m->state);
+    ckpt__restart_clear(&m->ctl);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -323,7 +389,8 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     /* the newest this manager can restore: without a cache level, the newest persistent one */
     const ckpt_state_entry *e = NULL;
     for (size_t i = st->num_entries; !e && i-- > 0;)
-        if (m->cache || (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT))
+        if ((m->cache || (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT)) &&
+            restorable(m, &st->entries[i]))
             e = &st->entries[i];
     int rc = !e ? ckpt__path(out, out_size, "%s", "")
              : levels_of(e) == CKPT_LEVEL_CACHE
@@ -374,19 +441,32 @@ int ckpt_manager_state_copy(ckpt_state **out, const ckpt_manager *m)
 static int apply_retention(ckpt_manager *m)
 {
     ckpt_state *st = m->state;
-    if (m->opts.max_to_keep <= 0)
-        return ckpt_state_write(st, m->dir);
-    size_t keep = (size_t)m->opts.max_to_keep, unpreserved = 0;
-    for (size_t i = 0; i < st->num_entries; i++) /* the persistent directory's */
-        unpreserved += !st->entries[i].preserved &&
-                       (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT);
     char (*doomed)[256] = calloc(st->num_entries ? st->num_entries : 1, sizeof *doomed);
     size_t ndoomed = 0;
     if (!doomed)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (size_t i = 0; i + 1 < st->num_entries && unpreserved > keep;) {
+    /* Dropped (`mpickpt drop`): out of the state and off every level whatever max_to_keep (the
+     * caches' copies go with the next sweep), but never the newest entry. */
+    for (size_t i = 0; i + 1 < st->num_entries;) {
         ckpt_state_entry *e = &st->entries[i];
-        if (e->preserved || !(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
+        if (rs_of(m, e) != CKPT__RS_DROPPED) {
+            i++;
+            continue;
+        }
+        ckpt__log(CKPT_LOG_INFO, "retiring %s/%s: it was dropped", m->dir, e->prefix);
+        if (levels_of(e) & CKPT_LEVEL_PERSISTENT)
+            snprintf(doomed[ndoomed++], 256, "%s", e->prefix);
+        ckpt_state_remove(st, i);
+    }
+    /* Set aside by a pin: neither counted nor deleted. */
+    size_t keep = (size_t)(m->opts.max_to_keep > 0 ? m->opts.max_to_keep : 0), unpreserved = 0;
+    for (size_t i = 0; i < st->num_entries; i++) /* the persistent directory's */
+        unpreserved += !st->entries[i].preserved && rs_of(m, &st->entries[i]) != CKPT__RS_ASIDE &&
+                       (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT);
+    for (size_t i = 0; m->opts.max_to_keep > 0 && i + 1 < st->num_entries && unpreserved > keep;) {
+        ckpt_state_entry *e = &st->entries[i];
+        if (e->preserved || !(levels_of(e) & CKPT_LEVEL_PERSISTENT) ||
+            rs_of(m, e) == CKPT__RS_ASIDE) {
             i++;
             continue;
         }
@@ -564,11 +644,15 @@ static void cache_retention(ckpt_manager *m)
 {
     ckpt_state *st = m->state;
     size_t in_cache = 0;
+    /* set aside by a pin: neither counted nor removed; dropped: apply_retention removes them */
     for (size_t i = 0; i < st->num_entries; i++)
-        in_cache += (levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE) != 0;
+        in_cache += (levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE) != 0 &&
+                    rs_of(m, &st->entries[i]) != CKPT__RS_ASIDE &&
+                    rs_of(m, &st->entries[i]) != CKPT__RS_DROPPED;
     for (size_t i = 0; i + 1 < st->num_entries && in_cache > (size_t)m->cache_keep;) {
         ckpt_state_entry *e = &st->entries[i];
-        if (!(levels_of(e) & CKPT_LEVEL_CACHE)) {
+        if (!(levels_of(e) & CKPT_LEVEL_CACHE) || rs_of(m, e) == CKPT__RS_ASIDE ||
+            rs_of(m, e) == CKPT__RS_DROPPED) {
             i++;
             continue;
         }
@@ -733,6 +817,9 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         local = ckpt__cache_gc(m->saver);
     if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
         return rc;
+    /* drops and pins an operator made since (their retention applies after this commit) */
+    if ((rc = share_control(m, 0)) != CKPT_OK)
+        return rc;
 
     /* Number past every checkpoint ever committed here, whatever was restored. */
     int64_t next = st->save_counter;
@@ -786,6 +873,18 @@ static int restored(ckpt_manager *m, ckpt_manager_restored *out, const char *pre
     return CKPT_OK;
 }
 
+/* The restore reached past the pinned checkpoint: an error on every rank (the same state and
+ * control everywhere), never a silent start from an older one or from scratch. */
+static int pin_error(const ckpt_manager *m, int pin_listed)
+{
+    ckpt_error_clear();
+    return ckpt__error(CKPT_ENOTFOUND,
+                       "%s is pinned (%s/%s) but %s: clear the pin (mpickpt pin %s --clear) or "
+                       "pin another checkpoint",
+                       m->ctl.pin, m->dir, CKPT__RESTART_FILE,
+                       pin_listed ? "cannot be restored" : "is not a listed checkpoint", m->dir);
+}
+
 int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
 {
     memset(out, 0, sizeof *out);
@@ -795,9 +894,24 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
     const ckpt_state *st = m->state;
+    /* A pin (`mpickpt pin`): the pinned checkpoint is the restart point unless a newer one,
+     * committed after the pin was set, can be restored; the restore never goes past it. */
+    int pin_listed = 0;
+    for (size_t k = 0; k < st->num_entries; k++)
+        pin_listed |= rs_of(m, &st->entries[k]) == CKPT__RS_PINNED;
     for (size_t k = st->num_entries; k-- > 0;) {
         const ckpt_state_entry *e = &st->entries[k];
         char prefix[4400];
+        int rs = rs_of(m, e);
+        if (rs == CKPT__RS_ASIDE || rs == CKPT__RS_DROPPED) {
+            if (m->rank == 0)
+                ckpt__log(CKPT_LOG_INFO, "not restoring %s/%s: %s", m->dir, e->prefix,
+                          rs == CKPT__RS_DROPPED ? "dropped" : "set aside by a pin");
+            continue;
+        }
+        if (m->ctl.pinned && e->save_counter < m->ctl.pin_counter) {
+            return pin_error(m, pin_listed);
+        }
         /* The cache first (rebuilt from partners when a node lost its copy), then `dir`. A
          * cache copy that cannot be made whole, or not on this job's shape, is not an error:
          * the persistent copy, or an older checkpoint, is next. */
@@ -850,6 +964,9 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
         if (m->rank == 0)
             ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
                       ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
+    }
+    if (m->ctl.pinned) { /* the pinned one was not even reached: nothing at or above it */
+        return pin_error(m, pin_listed);
     }
     if (m->rank == 0 && out->skipped)
         ckpt__log(CKPT_LOG_WARN, "no valid checkpoint in %s (%d damaged); starting fresh", m->dir,

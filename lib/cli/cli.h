@@ -14,6 +14,7 @@
 #include "paths.h" /* lib/paths.h: chief/ and the other names mpickpt writes */
 
 #include "mpickpt/checkpoint.h"
+#include "mpickpt/state.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,8 @@ extern const cli_command cli_cmd_list;    /* cmd_list.c */
 extern const cli_command cli_cmd_diff;    /* cmd_diff.c */
 extern const cli_command cli_cmd_gc;      /* cmd_gc.c */
 extern const cli_command cli_cmd_stats;   /* cmd_stats.c */
+extern const cli_command cli_cmd_pin;     /* cmd_pin.c */
+extern const cli_command cli_cmd_drop;    /* cmd_pin.c (shares its restart control code) */
 
 /* ---- errors ---- */
 
@@ -99,5 +102,16 @@ int cli_is_dir(const char *path);
 
 /* Checks that a DIR operand is an existing directory; prints why not. Returns 0 or EXIT_BAD. */
 int cli_check_dir(const cli_command *cmd, const char *dir);
+
+/* ---- state files ---- */
+
+/* The directory of the state file a DIR operand names (malloc'd, NULL when out of memory): DIR
+ * itself when it has a state file, else DIR/chief when that has a state file, or has checkpoints
+ * while DIR has none (a training state's backup directory), else DIR. */
+char *cli_state_dir(const char *dir);
+
+/* Reads the state of dir, falling back to a scan (with a warning on stderr) when the state file
+ * is missing or damaged. Returns 0 or EXIT_BAD after printing why. */
+int cli_read_state(const cli_command *cmd, const char *dir, ckpt_state **out);
 
 #endif

@@ -3,62 +3,14 @@
 #include "cli.h"
 
 #include "mpickpt/state.h"
+#include "restart.h" /* lib/restart.h: pins and drops */
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-/* Whether dir directly holds a regular file "*.index" (a committed checkpoint, or a damaged
- * one). An unreadable dir holds none. */
-static int has_index_files(const char *dir)
-{
-    static const char suffix[] = ".index";
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len <= sizeof suffix - 1 || strcmp(e->d_name + len - (sizeof suffix - 1), suffix) != 0)
-            continue;
-        char *path = cli_path_join(dir, e->d_name);
-        struct stat sb;
-        found = path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-        free(path);
-    }
-    closedir(d);
-    return found;
-}
-
-/* Whether dir/name exists (any type). */
-static int has_entry(const char *dir, const char *name)
-{
-    struct stat sb;
-    char *path = cli_path_join(dir, name);
-    int found = path && stat(path, &sb) == 0;
-    free(path);
-    return found;
-}
-
-/* The directory `list` reads for a DIR operand (malloc'd, NULL when out of memory): DIR itself
- * when it has a state file, else DIR/chief when that has a state file, or has checkpoints while
- * DIR has none (a training state's backup directory), else DIR. */
-static char *list_dir(const char *dir)
-{
-    char *chief = cli_path_join(dir, CKPT__CHIEF_DIR);
-    if (!chief)
-        return NULL;
-    if (!has_entry(dir, "checkpoint") && cli_is_dir(chief) &&
-        (has_entry(chief, "checkpoint") || (has_index_files(chief) && !has_index_files(dir))))
-        return chief;
-    free(chief);
-    return cli_path_join("", dir);
-}
 
 /* The path of a state-file name: relative names are joined to dir, absolute ones kept. */
 static char *state_path(const char *dir, const char *name)
@@ -76,9 +28,13 @@ static void format_utc(char *buf, size_t size, double timestamp)
         snprintf(buf, size, "%.17g", timestamp);
 }
 
+static const char *const rs_names[] = {NULL, "pinned", "set_aside", "dropped"};
+static const char *const rs_text[] = {"", "  (pinned)", "  (set aside)", "  (dropped)"};
+
 static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
-                      const char *latest, int json)
+                      const char *latest, const ckpt__restart *ctl, int json)
 {
+    long point = ckpt__restart_point(ctl, st);
     if (json) {
         ckpt__json_writer w;
         ckpt__json_init(&w, stdout);
@@ -86,6 +42,11 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
         ckpt__json_key(&w, "latest");
         if (latest)
             ckpt__json_string(&w, latest);
+        else
+            ckpt__json_null(&w);
+        ckpt__json_key(&w, "restart_from"); /* what the next start restores (pins, drops) */
+        if (point >= 0)
+            ckpt__json_string(&w, paths[point]);
         else
             ckpt__json_null(&w);
         ckpt__json_key(&w, "checkpoints");
@@ -114,6 +75,12 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
             if (e->levels & CKPT_LEVEL_CACHE)
                 ckpt__json_string(&w, "cache");
             ckpt__json_array_end(&w);
+            ckpt__json_key(&w, "restart"); /* mpickpt pin/drop: docs/operations.md */
+            int rs = ckpt__restart_status(ctl, e->prefix, e->save_counter);
+            if (rs_names[rs])
+                ckpt__json_string(&w, rs_names[rs]);
+            else
+                ckpt__json_null(&w);
             ckpt__json_object_end(&w);
         }
         ckpt__json_array_end(&w);
@@ -141,12 +108,21 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
         printf("%c ", is_latest ? '*' : ' ');
         cli_text_name(stdout, paths[i]);
         int pad = prefix_w - cli_text_width(paths[i]);
-        printf("%*s  %7" PRId64 "  %6" PRId64 "  %9" PRId64 "  %-9s  %-19s  %12" PRIu64 "%s\n",
+        printf("%*s  %7" PRId64 "  %6" PRId64 "  %9" PRId64 "  %-9s  %-19s  %12" PRIu64 "%s%s\n",
                pad > 0 ? pad : 0, "", e->save_counter, e->epoch, e->step,
                e->end_of_epoch ? "epoch end" : "mid-epoch", when, bytes[i],
                is_latest                         ? "  (latest)"
                : e->levels == CKPT_LEVEL_CACHE   ? "  (cache only)"
-                                                 : "");
+                                                 : "",
+               rs_text[ckpt__restart_status(ctl, e->prefix, e->save_counter)]);
+    }
+    if (ctl->pinned || ctl->num_drops) {
+        printf("restart from: ");
+        if (point >= 0)
+            cli_text_name(stdout, paths[point]);
+        else
+            fputs("nothing (the next start begins from scratch)", stdout);
+        fputc('\n', stdout);
     }
     if (latest) {
         printf("latest: ");
@@ -156,48 +132,6 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
         printf("latest: none\n");
     }
     return EXIT_OK;
-}
-
-/* Reads the state of dir, falling back to a scan (with a warning) when the state file is
- * missing or damaged. Returns 0 or EXIT_BAD after printing why. */
-static int list_read_state(const cli_command *cmd, const char *dir, ckpt_state **out)
-{
-    ckpt_state *st = NULL;
-    int rc = ckpt_state_read(&st, dir);
-    if (rc == CKPT_OK) {
-        *out = st;
-        return 0;
-    }
-    /* Keep the cause: the scan replaces the thread's last error. */
-    char why[1024];
-    const ckpt_error *e = ckpt_error_last();
-    snprintf(why, sizeof why, "%s", e && e->message && e->message[0] ? e->message :
-                                                                      ckpt_strerror(rc));
-    ckpt_state_free(st);
-    st = NULL;
-    int src = ckpt_state_scan(&st, dir);
-    if (src != CKPT_OK) {
-        ckpt_state_free(st);
-        return cli_lib_error(cmd, src);
-    }
-    if (st->num_entries == 0) {
-        ckpt_state_free(st);
-        if (rc == CKPT_ENOTFOUND)
-            fprintf(stderr, "mpickpt: %s: %s: no state file (checkpoint) and no checkpoints "
-                            "(*.index)\n", cmd->name, dir);
-        else
-            fprintf(stderr, "mpickpt: %s: %s: the state file is unreadable (%s) and no "
-                            "checkpoints (*.index) were found\n", cmd->name, dir, why);
-        return EXIT_BAD;
-    }
-    if (rc == CKPT_ENOTFOUND)
-        fprintf(stderr, "mpickpt: %s: warning: %s has no state file (checkpoint); listing the "
-                        "checkpoints found by scanning\n", cmd->name, dir);
-    else
-        fprintf(stderr, "mpickpt: %s: warning: cannot use the state file of %s (%s); listing the "
-                        "checkpoints found by scanning\n", cmd->name, dir, why);
-    *out = st;
-    return 0;
 }
 
 static int cmd_list(const cli_command *cmd, int argc, char **argv)
@@ -210,7 +144,7 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         return rc;
 
     char *arg = cli_dir_operand(argv[0]);
-    char *dir = arg ? list_dir(arg) : NULL;
+    char *dir = arg ? cli_state_dir(arg) : NULL;
     ckpt_state *st = NULL;
     char **paths = NULL;
     uint64_t *bytes = NULL;
@@ -218,7 +152,7 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
     free(arg);
     if (!dir)
         return cli_oom(cmd);
-    if ((rc = list_read_state(cmd, dir, &st)) != 0)
+    if ((rc = cli_read_state(cmd, dir, &st)) != 0)
         goto out;
 
     size_t n = st->num_entries;
@@ -252,7 +186,16 @@ static int cmd_list(const cli_command *cmd, int argc, char **argv)
         if (!(latest = cli_path_join("", paths[n - 1])))
             goto oom;
     }
-    rc = list_print(st, paths, bytes, latest, json);
+    /* pins and drops (a control file that cannot be read is reported, the listing goes on) */
+    ckpt__restart ctl;
+    if (ckpt__restart_read(&ctl, dir) != CKPT_OK) {
+        const ckpt_error *err = ckpt_error_last();
+        fprintf(stderr, "mpickpt: %s: warning: %s\n", cmd->name,
+                err && err->message ? err->message : "cannot read the restart control");
+        memset(&ctl, 0, sizeof ctl);
+    }
+    rc = list_print(st, paths, bytes, latest, &ctl, json);
+    ckpt__restart_clear(&ctl);
     goto out;
 oom:
     rc = cli_oom(cmd);
@@ -274,6 +217,8 @@ const cli_command cli_cmd_list = {
     "  has no state file but DIR/chief/ has one or has checkpoints. A missing or damaged state\n"
     "  file is reported on stderr and the checkpoints (*.index) are listed by scanning.\n"
     "  --json   {\"latest\":PREFIX|null,\"checkpoints\":[{\"prefix\",\"save_counter\",\"epoch\",\n"
-    "           \"step\",\"timestamp\",\"bytes\",\"end_of_epoch\"}]}; every PREFIX is DIR joined\n"
+    "           \"step\",\"timestamp\",\"bytes\",\"end_of_epoch\",\"levels\",\"restart\"}],\n"
+    "           \"restart_from\":PREFIX|null}; restart is \"pinned\", \"set_aside\", \"dropped\" or\n"
+    "           null (mpickpt pin, drop); every PREFIX is DIR joined\n"
     "           with the checkpoint's name, usable as given with inspect, verify and dump\n",
     cmd_list};

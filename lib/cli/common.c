@@ -1,6 +1,7 @@
 /* Helpers shared by the mpickpt tool's commands (declared in cli.h). */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -160,5 +161,97 @@ int cli_check_dir(const cli_command *cmd, const char *dir)
         fprintf(stderr, "mpickpt: %s: %s is not a directory\n", cmd->name, dir);
         return EXIT_BAD;
     }
+    return 0;
+}
+
+/* ---- state directories ---- */
+
+/* Whether dir directly holds a regular file "*.index" (a committed checkpoint, or a damaged
+ * one). An unreadable dir holds none. */
+static int has_index_files(const char *dir)
+{
+    static const char suffix[] = ".index";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len <= sizeof suffix - 1 || strcmp(e->d_name + len - (sizeof suffix - 1), suffix) != 0)
+            continue;
+        char *path = cli_path_join(dir, e->d_name);
+        struct stat sb;
+        found = path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+        free(path);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Whether dir/name exists (any type). */
+static int has_entry(const char *dir, const char *name)
+{
+    struct stat sb;
+    char *path = cli_path_join(dir, name);
+    int found = path && stat(path, &sb) == 0;
+    free(path);
+    return found;
+}
+
+/* The directory of the state file for a DIR operand (malloc'd, NULL when out of memory): DIR itself
+ * when it has a state file, else DIR/chief when that has a state file, or has checkpoints while
+ * DIR has none (a training state's backup directory), else DIR. */
+char *cli_state_dir(const char *dir)
+{
+    char *chief = cli_path_join(dir, CKPT__CHIEF_DIR);
+    if (!chief)
+        return NULL;
+    if (!has_entry(dir, "checkpoint") && cli_is_dir(chief) &&
+        (has_entry(chief, "checkpoint") || (has_index_files(chief) && !has_index_files(dir))))
+        return chief;
+    free(chief);
+    return cli_path_join("", dir);
+}
+
+/* Reads the state of dir, falling back to a scan (with a warning) when the state file is
+ * missing or damaged. Returns 0 or EXIT_BAD after printing why. */
+int cli_read_state(const cli_command *cmd, const char *dir, ckpt_state **out)
+{
+    ckpt_state *st = NULL;
+    int rc = ckpt_state_read(&st, dir);
+    if (rc == CKPT_OK) {
+        *out = st;
+        return 0;
+    }
+    /* Keep the cause: the scan replaces the thread's last error. */
+    char why[1024];
+    const ckpt_error *e = ckpt_error_last();
+    snprintf(why, sizeof why, "%s", e && e->message && e->message[0] ? e->message :
+                                                                      ckpt_strerror(rc));
+    ckpt_state_free(st);
+    st = NULL;
+    int src = ckpt_state_scan(&st, dir);
+    if (src != CKPT_OK) {
+        ckpt_state_free(st);
+        return cli_lib_error(cmd, src);
+    }
+    if (st->num_entries == 0) {
+        ckpt_state_free(st);
+        if (rc == CKPT_ENOTFOUND)
+            fprintf(stderr, "mpickpt: %s: %s: no state file (checkpoint) and no checkpoints "
+                            "(*.index)\n", cmd->name, dir);
+        else
+            fprintf(stderr, "mpickpt: %s: %s: the state file is unreadable (%s) and no "
+                            "checkpoints (*.index) were found\n", cmd->name, dir, why);
+        return EXIT_BAD;
+    }
+    if (rc == CKPT_ENOTFOUND)
+        fprintf(stderr, "mpickpt: %s: warning: %s has no state file (checkpoint); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir);
+    else
+        fprintf(stderr, "mpickpt: %s: warning: cannot use the state file of %s (%s); listing the "
+                        "checkpoints found by scanning\n", cmd->name, dir, why);
+    *out = st;
     return 0;
 }

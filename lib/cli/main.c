@@ -3,7 +3,7 @@
  * own cmd_NAME.c (cli.h says how to add one).
  *
  * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
- * reader and state-file functions. Every command but gc is read-only.
+ * reader and state-file functions. Every command but gc, pin and drop is read-only.
  * Exit codes: 0 success, 1 bad or missing data (any library error; for diff: the data differ),
  * 2 usage. */
 #include "cli.h"
@@ -23,7 +23,8 @@ static const cli_command version_command = {
 /* In the order `mpickpt help` lists them. */
 static const cli_command *const commands[] = {
     &cli_cmd_inspect, &cli_cmd_verify, &cli_cmd_dump, &cli_cmd_list,    &cli_cmd_diff,
-    &cli_cmd_gc,      &cli_cmd_stats,  &help_command, &version_command,
+    &cli_cmd_gc,      &cli_cmd_stats,  &cli_cmd_pin,    &cli_cmd_drop,
+    &help_command,    &version_command,
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -39,9 +40,9 @@ static const cli_command *find_command(const char *name)
 static void print_help(FILE *out)
 {
     fputs("usage: mpickpt COMMAND [ARGS]\n"
-          "Tool for mpickpt checkpoints; only gc modifies anything. PREFIX is a checkpoint's\n"
-          "path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too. DIR is a\n"
-          "checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
+          "Tool for mpickpt checkpoints; only gc, pin and drop modify anything. PREFIX is a\n"
+          "checkpoint's path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too. DIR\n"
+          "is a checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
           "\ncommands:\n",
           out);
     for (size_t i = 0; i < NUM_COMMANDS; i++)

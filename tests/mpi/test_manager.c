@@ -31,6 +31,13 @@
  *               dir), committed checkpoints intact; ckpt_gc directly, and its dry run.
  *   workertemp  after every successful back_up every workertemp_<r> is empty or absent, also
  *               after injected failures (MPICKPT_FAULT); the chief keeps exactly one backup.
+ *   pin         the restart control (`mpickpt pin`/`drop`, lib/restart.h) written by hand: a pin
+ *               restores exactly the pinned checkpoint, the newer ones listed then are set aside
+ *               (not restored, not deleted, not counted by retention) until the pin is cleared;
+ *               a newer save is restored past the pin; a drop is skipped and deleted at the next
+ *               save; a damaged or vanished pinned checkpoint is an error on every rank; a
+ *               damaged control (bad records, a link) fails the manager's creation on every rank,
+ *               and only warns when a running job reads it before a save.
  * Every check runs on every rank; every collective must return the same status everywhere.
  * A watchdog aborts the job (naming the case) when a collective call does not return. */
 #include "mpi_check.h"
@@ -1782,6 +1789,197 @@ static void test_workertemp(void)
     alarm(0);
 }
 
+/* ---- case: pin and drop (the restart control, `mpickpt pin`/`drop`) ---- */
+
+/* Rank 0 writes <dir>/restart (the format mpickpt pin/drop write: lib/restart.h); "" removes it. */
+static void put_control(const char *dir, const char *text, const char *what)
+{
+    if (g_rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/restart", dir);
+        if (!text[0])
+            CHECK_MSG(unlink(path) == 0 || errno == ENOENT, "%s: unlink %s", what, path);
+        else
+            CHECK_MSG(write_file(path, text) == 0, "%s: cannot write %s", what, path);
+    }
+    barrier();
+}
+
+static int index_n_exists(const char *dir, int64_t n)
+{
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".index", dir, n);
+    return stat(path, &sb) == 0;
+}
+
+/* On every rank: which of ckpt-1..max have an index, as a string of 0/1, must equal want. */
+static void expect_indexes(const char *dir, const char *want, const char *what)
+{
+    char got[64];
+    size_t n = strlen(want);
+    for (size_t i = 0; i < n && i + 1 < sizeof got; i++)
+        got[i] = index_n_exists(dir, (int64_t)i + 1) ? '1' : '0';
+    got[n < sizeof got ? n : sizeof got - 1] = '\0';
+    CHECK_MSG(strcmp(got, want) == 0, "%s: indexes of ckpt-1.. present %s, expected %s", what,
+              got, want);
+}
+
+/* The manager's latest on every rank ends in ckpt-<n>. */
+static void expect_latest(ckpt_manager *mg, int64_t n, const char *what)
+{
+    char latest[4400], want[64];
+    CHECK(ckpt_manager_latest(mg, latest, sizeof latest) == CKPT_OK);
+    same_str(latest, "latest", what);
+    snprintf(want, sizeof want, "ckpt-%" PRId64, n);
+    CHECK_MSG(strcmp(base_of(latest), want) == 0, "%s: latest %s, expected <dir>/%s", what,
+              latest, want);
+}
+
+/* A restore that must fail on every rank with `want`, naming the pin. */
+static void restore_fails(ckpt_manager *mg, tm_model *m, int want, const char *what)
+{
+    ckpt_manager_restored r;
+    int rc = ckpt_manager_restore_or_initialize(mg, &r);
+    if (coll(rc, want, what)) {
+        const ckpt_error *e = ckpt_error_last();
+        CHECK_MSG(e && e->message && strstr(e->message, "pinned") &&
+                      strstr(e->message, "mpickpt pin"),
+                  "%s: the error does not name the pin and how to clear it: %s", what,
+                  e && e->message ? e->message : "(none)");
+    }
+    (void)m;
+}
+
+static void test_pin(void)
+{
+    alarm(120);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/pin", g_out);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
+    static const meta mt[10] = { { 0, 0, 0 },   { 0, 11, 0 },  { 0, 22, 1 }, { 1, 33, 0 },
+                                 { 1, 44, 1 },  { 2, 55, 0 },  { 2, 66, 1 }, { 3, 77, 0 },
+                                 { 3, 88, 1 },  { 4, 99, 0 } };
+    begin_case("pin: ckpt-2 pinned among ckpt-1..4");
+    ckpt_manager *mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: setup");
+    if (!mg)
+        goto out;
+    for (int i = 1; i <= 4; i++)
+        msave(mg, &m, &mt[i], 0, "ckpt", i, "pin: setup");
+    ckpt_manager_free(mg);
+    expect_indexes(dir, "0111", "pin: setup (max_to_keep 3)");
+    put_control(dir, "# a comment\npin ckpt-2 2 4\n", "pin: ckpt-2");
+    logs_clear();
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: ckpt-2");
+    if (!mg)
+        goto out;
+    static const char *const causes_pin[] = { "pinned", NULL };
+    expect_warning("ckpt-2", causes_pin, "pin: the manager says it honours the pin");
+    expect_latest(mg, 2, "pin: latest is the pinned one");
+    restored_want r2 = { 1, 2, 0, 22, 1, 0 };
+    mrestore(mg, &m, &r2, "pin: restores the pinned ckpt-2");
+    /* saves go on past every counter; what was set aside is neither counted nor deleted */
+    msave(mg, &m, &mt[5], 0, "ckpt", 5, "pin: first save after the pin");
+    msave(mg, &m, &mt[6], 0, "ckpt", 6, "pin: second save");
+    msave(mg, &m, &mt[7], 0, "ckpt", 7, "pin: third save");
+    expect_indexes(dir, "0011111", "pin: retention keeps 5..7 and the set-aside 3, 4");
+    expect_latest(mg, 7, "pin: latest after saves");
+    ckpt_manager_free(mg);
+
+    begin_case("pin: a newer checkpoint than the pin is restored");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: restart");
+    if (!mg)
+        goto out;
+    restored_want r7 = { 1, 7, 3, 77, 0, 0 };
+    mrestore(mg, &m, &r7, "pin: restart restores ckpt-7");
+    ckpt_manager_free(mg);
+
+    begin_case("drop: ckpt-7 dropped");
+    put_control(dir, "pin ckpt-2 2 4\ndrop ckpt-7 7\n", "drop: ckpt-7");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "drop: ckpt-7");
+    if (!mg)
+        goto out;
+    expect_latest(mg, 6, "drop: latest skips the dropped ckpt-7");
+    restored_want r6 = { 1, 6, 2, 66, 1, 0 };
+    mrestore(mg, &m, &r6, "drop: restores ckpt-6");
+    msave(mg, &m, &mt[8], 0, "ckpt", 8, "drop: the save after it");
+    expect_indexes(dir, "00111101", "drop: ckpt-7 deleted by retention, 3 and 4 still aside");
+    ckpt_manager_free(mg);
+
+    begin_case("pin: cleared");
+    put_control(dir, "drop ckpt-7 7\n", "pin: cleared");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: cleared");
+    if (!mg)
+        goto out;
+    msave(mg, &m, &mt[9], 0, "ckpt", 9, "pin: cleared, a save");
+    expect_indexes(dir, "000001011", "pin: cleared, 3 and 4 count again (keep 6, 8, 9)");
+    ckpt_manager_free(mg);
+
+    begin_case("pin: a damaged pinned checkpoint is an error, not a fallback");
+    put_control(dir, "pin ckpt-8 8 9\n", "pin: ckpt-8");
+    damage_ckpt(dir, 8, DMG_TRUNCATE, "pin: ckpt-8 truncated");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: damaged");
+    if (mg) {
+        restore_fails(mg, &m, CKPT_ENOTFOUND, "pin: the pinned ckpt-8 is damaged");
+        ckpt_manager_free(mg);
+    }
+    begin_case("pin: a pin naming a checkpoint no longer listed is an error");
+    put_control(dir, "pin ckpt-1 1 9\n", "pin: ckpt-1");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "pin: gone");
+    if (mg) {
+        restore_fails(mg, &m, CKPT_ENOTFOUND, "pin: the pinned ckpt-1 is gone");
+        ckpt_manager_free(mg);
+    }
+
+    begin_case("restart control: damaged or not a regular file");
+    static const char *const bad[] = { "pin ckpt-6\n", "drop ckpt-6 six\n", "pin ckpt-6 6 2\n",
+                                       "pin ckpt-6 6 9\npin ckpt-9 9 9\n", "frobnicate\n",
+                                       "drop ../ckpt-6 6\n" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char w[300];
+        snprintf(w, sizeof w, "restart control %zu (\"%.20s\")", i, bad[i]);
+        put_control(dir, bad[i], w);
+        ckpt_manager *bm = NULL;
+        ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+        if (!coll(ckpt_manager_create(&bm, s, dir, &o), CKPT_ECORRUPT, w) && bm)
+            ckpt_manager_free(bm);
+    }
+    put_control(dir, "", "restart control: a link");
+    if (g_rank == 0) {
+        char path[4200], target[4200];
+        snprintf(path, sizeof path, "%s/restart", dir);
+        snprintf(target, sizeof target, "%s/elsewhere", g_out);
+        CHECK(write_file(target, "pin ckpt-6 6 9\n") == 0);
+        CHECK(symlink(target, path) == 0);
+    }
+    barrier();
+    {
+        ckpt_manager *bm = NULL;
+        if (!coll(ckpt_manager_create(&bm, s, dir, NULL), CKPT_ECORRUPT,
+                  "restart control: a symbolic link is not followed") &&
+            bm)
+            ckpt_manager_free(bm);
+    }
+    put_control(dir, "", "restart control: removed");
+
+    begin_case("restart control: damaged while a job runs is a warning");
+    mg = new_manager(s, dir, 3, 0, 0, NULL, "running");
+    if (mg) {
+        put_control(dir, "garbage\n", "running: garbage");
+        logs_clear();
+        meta m10 = { 5, 110, 0 };
+        msave(mg, &m, &m10, 0, "ckpt", 10, "running: a save with a damaged control");
+        static const char *const causes_bad[] = { "not a restart record", NULL };
+        expect_warning("restart", causes_bad, "running: the damaged control is reported");
+        ckpt_manager_free(mg);
+    }
+    put_control(dir, "", "running: removed");
+out:
+    ckpt_saver_free(s);
+    alarm(0);
+}
+
 /* ---- main ---- */
 
 typedef struct test_case {
@@ -1794,6 +1992,7 @@ static const test_case cases[] = {
     { "fallback", test_fallback },   { "bcast", test_bcast },
     { "initial", test_initial },     { "delete", test_delete },
     { "gc", test_gc },               { "workertemp", test_workertemp },
+    { "pin", test_pin },
 };
 
 int main(int argc, char **argv)
@@ -1813,7 +2012,7 @@ int main(int argc, char **argv)
     if (!found) {
         if (g_rank == 0)
             fprintf(stderr, "usage: test_manager OUTDIR CASE [per-rank|shared|per-node]; CASE: all "
-                            "retention keep_hours fallback bcast initial delete gc workertemp\n");
+                            "retention keep_hours fallback bcast initial delete gc workertemp pin\n");
         MPI_Finalize();
         return 2;
     }

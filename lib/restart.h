@@ -1,0 +1,85 @@
+/*
+ * The restart control of a checkpoint directory (docs/operations.md "Choosing the restart
+ * point"): `<dir>/restart`, written by `mpickpt pin` and `mpickpt drop` only, read by the manager's
+ * chief when it starts (and before each save, for drops). No MPI.
+ *
+ * A text file, one record per line ('#' starts a comment line):
+ *   pin <name> <counter> <through>   the next restore starts from checkpoint <name> (save counter
+ *                                    <counter>); the checkpoints with <counter> < save counter <=
+ *                                    <through> (the newest one listed when the pin was set) are set
+ *                                    aside: never restored, never deleted, until the pin is cleared
+ *   drop <name> <counter>            checkpoint <name> is retired: never restored, deleted by the
+ *                                    manager's next retention
+ * A record applies to the state entry with that name AND that counter only, so a record that
+ * outlived its checkpoint matches nothing. At most one pin; a pinned checkpoint is never dropped.
+ */
+#ifndef MPICKPT_RESTART_H
+#define MPICKPT_RESTART_H
+
+#include "internal.h"
+#include "mpickpt/state.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#pragma GCC visibility push(default)
+
+/* The control file's name in the directory of the state file. */
+#define CKPT__RESTART_FILE "restart"
+/* Larger control files are refused as damaged. */
+#define CKPT__RESTART_MAX_BYTES (1u << 20)
+
+typedef struct ckpt__restart_drop {
+    char name[256];
+    int64_t counter;
+} ckpt__restart_drop;
+
+typedef struct ckpt__restart {
+    int pinned;          /* a pin record exists */
+    char pin[256];
+    int64_t pin_counter;
+    int64_t pin_through; /* set aside: pin_counter < counter <= pin_through */
+    ckpt__restart_drop *drops;
+    size_t num_drops;
+} ckpt__restart;
+
+/* What a state entry is under the control. */
+enum {
+    CKPT__RS_NORMAL = 0,
+    CKPT__RS_PINNED = 1,    /* the pinned checkpoint */
+    CKPT__RS_ASIDE = 2,     /* newer than the pin and listed when it was set */
+    CKPT__RS_DROPPED = 3    /* dropped (and not the pin) */
+};
+
+/* Reads `<dir>/restart` into *c (emptied first). A missing file is an empty control (CKPT_OK);
+ * anything but a regular file of at most CKPT__RESTART_MAX_BYTES, or a line that is not a record,
+ * is CKPT_ECORRUPT naming the file and the line. The directory is opened with
+ * ckpt__ckptdir_open() rules (no links). */
+int ckpt__restart_read(ckpt__restart *c, const char *dir);
+
+/* The same from a buffer (`shown` names it in errors). */
+int ckpt__restart_parse(ckpt__restart *c, const char *buf, size_t len, const char *shown);
+
+/* Writes `<dir>/restart` atomically; an empty control removes the file. */
+int ckpt__restart_write(const ckpt__restart *c, const char *dir);
+
+/* Serializes into a malloc'd NUL-terminated text (for the broadcast and the file). */
+int ckpt__restart_format(char **out, size_t *len, const ckpt__restart *c);
+
+/* Frees the drops; the control is empty afterwards. */
+void ckpt__restart_clear(ckpt__restart *c);
+
+/* CKPT__RS_* of a checkpoint with this name and counter. */
+int ckpt__restart_status(const ckpt__restart *c, const char *name, int64_t counter);
+
+/* Adds a drop record (no duplicate); removes one (returns 1 when it existed). */
+int ckpt__restart_add_drop(ckpt__restart *c, const char *name, int64_t counter);
+int ckpt__restart_remove_drop(ckpt__restart *c, const char *name, int64_t counter);
+
+/* The index of the entry the next restore starts from when nothing fails: the newest that is
+ * neither set aside nor dropped; -1 when there is none. */
+long ckpt__restart_point(const ckpt__restart *c, const ckpt_state *st);
+
+#pragma GCC visibility pop
+
+#endif

@@ -184,7 +184,8 @@ os.makedirs("emptystate")
 make("emptystate/ckpt-1", 1)
 make_state("emptystate", "--keep", "0")
 doc, se = run_json("list", "--json", "emptystate")
-check(doc == {"latest": None, "checkpoints": []}, f"list emptystate: {doc!r}")
+check(doc == {"latest": None, "restart_from": None, "checkpoints": []},
+      f"list emptystate: {doc!r}")
 rc, so, se = run("list", "emptystate", rc=0)
 check(so == "no checkpoints\n", f"list emptystate text: {so!r}")
 
@@ -427,8 +428,88 @@ for args in ([], ["d1/a"], ["d1/a", "d1/b", "d2/a"], ["--block-bytes", "0", "d1/
     rc, so, se = run("diff", *args, rc=2)
     check("usage: mpickpt diff" in se, f"diff usage {args}: {se!r}")
 
+# pin and drop: the restart control (docs/operations.md "Choosing the restart point").
+os.makedirs("pd")
+pd = [os.path.join("pd", f"ckpt-{n}") for n in (1, 2, 3, 4)]
+for n, p in enumerate(pd, 1):
+    make(p, n, 0, n * 10)
+make_state("pd")
+doc, se = run_json("pin", "--json", "pd")
+check(doc == {"dir": "pd", "pinned": None, "set_aside": [], "dropped": [], "restart_from": "ckpt-4"},
+      f"pin (show, nothing pinned): {doc!r}")
+check(not os.path.exists("pd/restart"), "pin (show) wrote pd/restart")
+doc, se = run_json("pin", "--json", "pd", "ckpt-2")
+check(doc == {"dir": "pd", "pinned": "ckpt-2", "set_aside": ["ckpt-3", "ckpt-4"], "dropped": [],
+              "restart_from": "ckpt-2"}, f"pin ckpt-2: {doc!r}")
+with open("pd/restart") as f:
+    lines = [ln for ln in f.read().splitlines() if not ln.startswith("#")]
+check(lines == ["pin ckpt-2 2 4"], f"pd/restart after pin: {lines!r}")
+doc, se = run_json("list", "--json", "pd")
+marks = [(c["prefix"], c["restart"]) for c in doc["checkpoints"]]
+check(marks == [(pd[0], None), (pd[1], "pinned"), (pd[2], "set_aside"), (pd[3], "set_aside")]
+      and doc["restart_from"] == pd[1] and doc["latest"] == pd[3], f"list after pin: {doc!r}")
+rc, so, se = run("list", "pd", rc=0)
+check("restart from: pd/ckpt-2" in so and so.count("(set aside)") == 2 and "(pinned)" in so,
+      f"list text after pin: {so!r}")
+# a path or the index file name the same checkpoint
+doc, se = run_json("drop", "--json", "pd", "pd/ckpt-4.index", "ckpt-3")
+check(doc == {"dir": "pd", "pinned": "ckpt-2", "set_aside": [], "dropped": ["ckpt-3", "ckpt-4"],
+              "restart_from": "ckpt-2"}, f"drop ckpt-4 ckpt-3: {doc!r}")
+rc, so, se = run("drop", "pd", "ckpt-2", rc=1)
+check("pinned" in se and "pin --clear" in se, f"drop the pinned one: {se!r}")
+rc, so, se = run("drop", "pd", "ckpt-9", rc=1)
+check("no checkpoint 'ckpt-9'" in se, f"drop an unknown one: {se!r}")
+rc, so, se = run("pin", "pd", "ckpt-3", rc=1)
+check("dropped" in se and "--undo" in se, f"pin a dropped one: {se!r}")
+doc, se = run_json("drop", "--json", "--undo", "pd", "ckpt-3")
+check(doc["dropped"] == ["ckpt-4"] and doc["set_aside"] == ["ckpt-3"], f"drop --undo: {doc!r}")
+doc, se = run_json("pin", "--json", "--clear", "pd")
+check(doc == {"dir": "pd", "pinned": None, "set_aside": [], "dropped": ["ckpt-4"],
+              "restart_from": "ckpt-3"}, f"pin --clear: {doc!r}")
+# dropping every checkpoint warns that the next start begins from scratch
+rc, so, se = run("drop", "pd", "ckpt-1", "ckpt-2", "ckpt-3", rc=0)
+check("from scratch" in se and "restart from: nothing" in so, f"drop all: {so!r} {se!r}")
+run("drop", "--undo", "pd", "ckpt-1", "ckpt-2", "ckpt-3", "ckpt-4", rc=0)
+check(not os.path.exists("pd/restart"), "an empty control leaves no pd/restart")
+# a checkpoint that does not read back whole is not pinned; nothing is written
+os.truncate(glob.glob("pd/ckpt-3.data-*")[0], 10)
+rc, so, se = run("pin", "pd", "ckpt-3", rc=1)
+check("cannot pin ckpt-3" in se and not os.path.exists("pd/restart"), f"pin damaged: {se!r}")
+# a training state's DIR: the control goes next to chief/checkpoint
+os.makedirs("pdt/chief")
+make("pdt/chief/ckpt-1", 1)
+make("pdt/chief/ckpt-2", 2)
+make_state("pdt/chief")
+doc, se = run_json("pin", "--json", "pdt", "ckpt-1")
+check(doc and doc["dir"] == "pdt/chief" and os.path.isfile("pdt/chief/restart")
+      and not os.path.exists("pdt/restart"), f"pin in a training dir: {doc!r}")
+# a control that is not a record, or not a regular file: a clear error, nothing changed
+for bad in ("pin ckpt-1\n", "drop ckpt-1 x\n", "hello\n"):
+    with open("pdt/chief/restart", "w") as f:
+        f.write(bad)
+    rc, so, se = run("pin", "pdt", "ckpt-2", rc=1)
+    check("not a restart record" in se, f"pin with a damaged control {bad!r}: {se!r}")
+    with open("pdt/chief/restart") as f:
+        check(f.read() == bad, f"a damaged control {bad!r} was rewritten")
+    rc, so, se = run("list", "pdt", rc=0)
+    check("not a restart record" in se and "ckpt-2" in so, f"list with a damaged control: {se!r}")
+os.unlink("pdt/chief/restart")
+with open("elsewhere-control", "w") as f:
+    f.write("pin ckpt-1 1 2\n")
+os.symlink(os.path.abspath("elsewhere-control"), "pdt/chief/restart")
+rc, so, se = run("drop", "pdt", "ckpt-1", rc=1)
+check("symbolic link" in se, f"drop with a linked control: {se!r}")
+os.unlink("pdt/chief/restart")
+os.mkfifo("pdt/chief/restart")
+rc, so, se = run("pin", "pdt", "ckpt-1", rc=1)  # never blocks on the FIFO
+check("FIFO" in se, f"pin with a FIFO control: {se!r}")
+os.unlink("pdt/chief/restart")
+for args in (["pin"], ["pin", "--clear", "pd", "ckpt-1"], ["pin", "pd", "a", "b"], ["drop", "pd"]):
+    rc, so, se = run(*args, rc=2)
+    check(f"usage: mpickpt {args[0]}" in se, f"{args}: {se!r}")
+
 # help lists the new commands.
 rc, so, se = run("help", rc=0)
-check(all(f"  {c} " in so for c in ("list", "gc", "diff")), f"help: {so!r}")
+check(all(f"  {c} " in so for c in ("list", "gc", "diff", "pin", "drop")), f"help: {so!r}")
 
 finish(lambda c, f: f"test_cli_manage: {c} checks, {f} failed")

@@ -192,9 +192,11 @@ class CheckpointManager(_Base):
         return [e["step"] for e in self._entries()]
 
     def latest_step(self) -> Optional[int]:
-        """The step of the latest checkpoint, or None."""
-        entries = self._entries()
-        return entries[-1]["step"] if entries else None
+        """The step of the checkpoint a restore starts from (the newest, unless `mpickpt pin` or
+        `mpickpt drop` chose another), or None."""
+        latest = os.path.basename(self._mgr.latest())
+        matches = [e for e in self._entries() if e["prefix"] == latest]
+        return matches[-1]["step"] if matches else None
 
     def _restore_step(self, state: Mapping[str, Any], step: int) -> Dict[str, Any]:
         matches = [e for e in self._entries() if e["step"] == step]

@@ -86,7 +86,8 @@ CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
 CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                                   size_t out_size);
 
-/** Full path of the latest checkpoint into @p out ("" when none). Local (synchronized view). */
+/** Full path of the latest checkpoint into @p out ("" when none): the newest a restore would start
+ *  from (pins and drops followed). Local (synchronized view). */
 CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
 
 /**
@@ -120,7 +121,11 @@ typedef struct ckpt_manager_restored {
  * a failed checksum) is skipped with a warning naming it and the cause, and the next older one is
  * tried — never silently, never a torn one. A mismatch between the registrations and a valid
  * checkpoint is an error, not a reason to fall back. When nothing valid exists, returns CKPT_OK with
- * restored = 0. Epoch and step come from what the chief read, identical on every rank. Collective.
+ * restored = 0. Epoch and step come from what the chief read, identical on every rank.
+ * The restart control (`mpickpt pin`/`drop`, docs/operations.md) is followed: dropped checkpoints
+ * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
+ * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a
+ * fall back past it. Collective.
  */
 CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
 

@@ -1460,6 +1460,8 @@ static void expect_gone(const char *dir, const char *what)
     CHECK_MSG(r != 0 && e == ENOENT, "%s: %s still exists on rank %d", what, dir, g_rank);
 }
 
+static void put_control(const char *dir, const char *text, const char *what);
+
 static void test_delete(void)
 {
     begin_case("delete_backup");
@@ -1474,6 +1476,9 @@ static void test_delete(void)
     }
     backup(t, &m, dir, 1, 10, 1, "delete");
     backup(t, &m, dir, 2, 15, 0, "delete");
+    char chief[4200];
+    snprintf(chief, sizeof chief, "%s/chief", dir);
+    put_control(chief, "drop ckpt-1 1\n", "delete: a restart control (mpickpt drop)");
     coll(ckpt_training_delete_backup(t), CKPT_OK, "delete: delete_backup");
     expect_gone(dir, "delete: after delete_backup");
     ckpt_training_free(t);

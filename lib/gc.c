@@ -14,6 +14,7 @@
 #include "fsutil.h"
 #include "index.h"
 #include "paths.h"
+#include "restart.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -278,7 +279,7 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     closedir(d);
     if (rc == CKPT_OK)
         rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
-    static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl" };
+    static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl", CKPT__RESTART_FILE };
     for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
         if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
             rc = ckpt__errno(errno, "unlink", files[i]);

@@ -224,8 +224,9 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         if (S_ISDIR(st.st_mode) && ckpt__ends_with(n, "_temp") && strlen(n) > 5)
             r = gc_temp_dir(&g, fd, dir, n, "in-flight parts of an unfinished save");
         else if (S_ISREG(st.st_mode) &&
-                 (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, CKPT__STATE_FILE)))
-            r = gc_file(&g, fd, n, "temp file of an unfinished index or state write");
+                 (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, CKPT__STATE_FILE) ||
+                  ckpt__is_temp_name(n, CKPT__HALT_FILE)))
+            r = gc_file(&g, fd, n, "temp file of an unfinished index, state or halt write");
         else if (S_ISREG(st.st_mode) && ckpt__data_file_base(base, sizeof base, n) &&
                  ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
                  !ckpt__exists_at(fd, iname) && ckpt__is_data_file(fd, n))
@@ -279,7 +280,8 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     closedir(d);
     if (rc == CKPT_OK)
         rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
-    static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl", CKPT__RESTART_FILE };
+    static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl", CKPT__RESTART_FILE,
+                                         CKPT__HALT_FILE };
     for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
         if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
             rc = ckpt__errno(errno, "unlink", files[i]);

@@ -15,6 +15,8 @@
  *                                      else <dir> itself
  *   .reserve-<r>, .pad-<r>             space reservation and HDF5 metadata room inside a temp dir
  *   <name>.tmp-<16 hex>                a file being written atomically (ckpt__temp_name)
+ *   <dir>/halt                         a halt request (`mpickpt halt`, lib/halt.h), next to the
+ *                                      state file; kept by gc, removed by `mpickpt halt --clear`
  * The saver, the single-process writer, the manager and gc use these functions to make or
  * recognise those names (the "<prefix>.index" of a prefix is composed where a prefix is opened).
  */
@@ -31,6 +33,8 @@
 #define CKPT__CHIEF_DIR "chief"
 /* The manager's state file in a checkpoint directory (TensorFlow's name). */
 #define CKPT__STATE_FILE "checkpoint"
+/* A halt request in the state file's directory (lib/halt.h). */
+#define CKPT__HALT_FILE "halt"
 
 /* 1 when s ends with suffix. */
 int ckpt__ends_with(const char *s, const char *suffix);

@@ -12,6 +12,7 @@
 #include "restart.h"
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
+#include "mpickpt/preempt.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -359,6 +360,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
         ckpt_manager_free(m);
         return rc;
     }
+    if (ckpt_preempt_watch_dir(m->dir) != CKPT_OK) /* `mpickpt halt DIR` (local) */
+        ckpt__log(CKPT_LOG_WARN, "%s", ckpt_error_last()->message);
     *out = m;
     return CKPT_OK;
 }

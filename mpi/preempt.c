@@ -3,23 +3,34 @@
  * the collective step-boundary check that gives every rank the same answer.
  *
  * The check is one MPI_Allreduce of an int that encodes this rank's view as bits:
- *   (signalled ? 1 : 0) | (deadline reached ? 2 : 0)
+ *   (signalled ? 1 : 0) | (deadline reached ? 2 : 0) | (rank 0 only: a due halt request ? 4 : 0)
  * reduced with MPI_BOR, so that no rank's bit is lost (a MAX would turn "rank A signalled" and
- * "rank B past its deadline", 1 and 2, into 2 and lose the signal). Signal wins over deadline.
+ * "rank B past its deadline", 1 and 2, into 2 and lose the signal). Signal wins over halt, halt
+ * over deadline. Halt requests (lib/halt.h) are read by rank 0 of the check's communicator only,
+ * in the directories registered with ckpt_preempt_watch_dir (the managers register theirs).
  */
 #include "mpickpt/preempt.h"
 
+#include "fsutil.h"
+#include "halt.h"
 #include "mpi_internal.h"
+#include "paths.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PREEMPT_BIT_SIGNAL 1
 #define PREEMPT_BIT_DEADLINE 2
+#define PREEMPT_BIT_HALT 4
+#define PREEMPT_MAX_WATCHED 16
 
 /* Written by the handler: the only state it touches. */
 static volatile sig_atomic_t g_signalled;
@@ -28,6 +39,14 @@ static volatile sig_atomic_t g_last_signal;
 /* Set by ckpt_preempt_set_deadline (not touched by the handler). 0: no deadline. */
 static double g_deadline;
 static double g_reserve;
+
+/* Directories watched for halt requests (ckpt_preempt_watch_dir); `warned` keeps a bad request
+ * file from warning at every step: once per appearance. */
+static struct {
+    char dir[4096];
+    int warned;
+} g_watched[PREEMPT_MAX_WATCHED];
+static int g_num_watched;
 
 static void on_signal(int sig)
 {
@@ -128,6 +147,64 @@ void ckpt_preempt_reset(void)
     g_last_signal = 0;
 }
 
+int ckpt_preempt_watch_dir(const char *dir)
+{
+    if (!dir) {
+        g_num_watched = 0;
+        return CKPT_OK;
+    }
+    for (int i = 0; i < g_num_watched; i++)
+        if (strcmp(g_watched[i].dir, dir) == 0)
+            return CKPT_OK;
+    if (g_num_watched == PREEMPT_MAX_WATCHED)
+        return ckpt__error(CKPT_EINVAL, "ckpt_preempt_watch_dir: already %d directories watched",
+                           PREEMPT_MAX_WATCHED);
+    int rc = ckpt__path(g_watched[g_num_watched].dir, sizeof g_watched[0].dir, "%s", dir);
+    if (rc != CKPT_OK)
+        return rc;
+    g_watched[g_num_watched++].warned = 0;
+    return CKPT_OK;
+}
+
+/* 1 when a watched directory holds a due halt request. Costs an open and an fstatat per watched
+ * directory when there is none; errors are never recorded (the caller's last error stays). */
+static int halt_due(double now)
+{
+    int due = 0;
+    for (int i = 0; i < g_num_watched && !due; i++) {
+        int fd = open(g_watched[i].dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstatat(fd, CKPT__HALT_FILE, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            g_watched[i].warned = 0; /* none (or no directory): nothing to say */
+            ckpt__close(fd);
+            continue;
+        }
+        /* the caller's last error, put back below: a halt request is no error of theirs */
+        const ckpt_error *prev = ckpt_error_last();
+        int prev_code = prev ? prev->code : 0;
+        char prev_msg[1024] = "";
+        if (prev && prev->message)
+            snprintf(prev_msg, sizeof prev_msg, "%s", prev->message);
+        ckpt__halt h;
+        int rc = ckpt__halt_read_at(&h, fd, g_watched[i].dir);
+        close(fd);
+        if (rc == CKPT_OK) {
+            g_watched[i].warned = 0;
+            due = ckpt__halt_due(&h, now);
+        } else if (rc != CKPT_ENOTFOUND && !g_watched[i].warned) {
+            g_watched[i].warned = 1;
+            ckpt__log(CKPT_LOG_WARN, "ignoring the halt request: %s (`mpickpt halt DIR --clear` "
+                                     "removes it)",
+                      ckpt_error_last()->message);
+        }
+        if (prev_code != 0)
+            ckpt__error(prev_code, "%s", prev_msg);
+        else
+            ckpt_error_clear();
+    }
+    return due;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -142,6 +219,10 @@ int ckpt_preempt_check(MPI_Comm comm, ckpt_preempt_reason *reason)
         local |= PREEMPT_BIT_SIGNAL;
     if (g_deadline > 0 && now_s() >= g_deadline - g_reserve)
         local |= PREEMPT_BIT_DEADLINE;
+    int rank = 0;
+    if (g_num_watched > 0 && MPI_Comm_rank(comm, &rank) == MPI_SUCCESS && rank == 0 &&
+        halt_due(now_s()))
+        local |= PREEMPT_BIT_HALT;
     /* Always join the collective, even with a bad argument, so that no rank is left waiting. */
     int rc = MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_BOR, comm);
     if (rc != MPI_SUCCESS)
@@ -149,12 +230,16 @@ int ckpt_preempt_check(MPI_Comm comm, ckpt_preempt_reason *reason)
     ckpt_preempt_reason r = CKPT_PREEMPT_NONE;
     if (all & PREEMPT_BIT_SIGNAL)
         r = CKPT_PREEMPT_SIGNAL;
+    else if (all & PREEMPT_BIT_HALT)
+        r = CKPT_PREEMPT_HALT;
     else if (all & PREEMPT_BIT_DEADLINE)
         r = CKPT_PREEMPT_DEADLINE;
     if (r != CKPT_PREEMPT_NONE && local) {
         if (local & PREEMPT_BIT_SIGNAL)
             ckpt__log(CKPT_LOG_INFO, "preemption: signal %d received on this rank",
                       (int)g_last_signal);
+        else if (local & PREEMPT_BIT_HALT)
+            ckpt__log(CKPT_LOG_INFO, "preemption: a halt request is due (mpickpt halt)");
         else
             ckpt__log(CKPT_LOG_INFO, "preemption: deadline %.0f - %.0f s reached on this rank",
                       g_deadline, g_reserve);

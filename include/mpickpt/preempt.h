@@ -21,7 +21,8 @@ extern "C" {
 typedef enum ckpt_preempt_reason {
     CKPT_PREEMPT_NONE = 0,
     CKPT_PREEMPT_SIGNAL = 1,   /**< some rank received one of the watched signals */
-    CKPT_PREEMPT_DEADLINE = 2  /**< the deadline minus the reserve was reached */
+    CKPT_PREEMPT_DEADLINE = 2, /**< the deadline minus the reserve was reached */
+    CKPT_PREEMPT_HALT = 3      /**< a due halt request (`mpickpt halt DIR`) in a watched directory */
 } ckpt_preempt_reason;
 
 /**
@@ -49,9 +50,21 @@ CKPT_EXTERN int ckpt_preempt_last_signal(void);
 CKPT_EXTERN void ckpt_preempt_reset(void);
 
 /**
- * The step-boundary check: one allreduce of this rank's flag (signal or deadline). Every rank
- * gets the same answer in @p reason; when it is not CKPT_PREEMPT_NONE, all ranks take the final
- * checkpoint and exit with CKPT_EXIT_PREEMPTED. Collective over @p comm.
+ * Watches checkpoint directory @p dir for halt requests (`mpickpt halt DIR [--after-seconds S]`,
+ * docs/operations.md): once one is due, ckpt_preempt_check() says CKPT_PREEMPT_HALT.
+ * ckpt_manager_create() and ckpt_training_create() watch their directory (the state file's: a
+ * training state's chief/) themselves. Up to 16 directories; watching one twice is one watch;
+ * NULL stops watching every directory. Local, not thread-safe against a concurrent check.
+ */
+CKPT_EXTERN int ckpt_preempt_watch_dir(const char *dir);
+
+/**
+ * The step-boundary check: one allreduce of this rank's flags (signal, deadline, and on rank 0 of
+ * @p comm a due halt request in a watched directory). Every rank gets the same answer in
+ * @p reason (when several hold: signal, then halt, then deadline); when it is not
+ * CKPT_PREEMPT_NONE, all ranks take the final checkpoint and exit with CKPT_EXIT_PREEMPTED.
+ * Only rank 0 reads the halt request (a regular file, never followed or blocked on, at most
+ * 4 KiB); a file it cannot use is a warning in the log, not a halt. Collective over @p comm.
  */
 CKPT_EXTERN int ckpt_preempt_check(MPI_Comm comm, ckpt_preempt_reason *reason);
 

@@ -42,6 +42,7 @@ extern const cli_command cli_cmd_gc;      /* cmd_gc.c */
 extern const cli_command cli_cmd_stats;   /* cmd_stats.c */
 extern const cli_command cli_cmd_pin;     /* cmd_pin.c */
 extern const cli_command cli_cmd_drop;    /* cmd_pin.c (shares its restart control code) */
+extern const cli_command cli_cmd_halt;    /* cmd_halt.c */
 
 /* ---- errors ---- */
 

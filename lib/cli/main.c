@@ -24,7 +24,7 @@ static const cli_command version_command = {
 static const cli_command *const commands[] = {
     &cli_cmd_inspect, &cli_cmd_verify, &cli_cmd_dump, &cli_cmd_list,    &cli_cmd_diff,
     &cli_cmd_gc,      &cli_cmd_stats,  &cli_cmd_pin,    &cli_cmd_drop,
-    &help_command,    &version_command,
+    &cli_cmd_halt,    &help_command,   &version_command,
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -40,9 +40,9 @@ static const cli_command *find_command(const char *name)
 static void print_help(FILE *out)
 {
     fputs("usage: mpickpt COMMAND [ARGS]\n"
-          "Tool for mpickpt checkpoints; only gc, pin and drop modify anything. PREFIX is a\n"
-          "checkpoint's path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too. DIR\n"
-          "is a checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
+          "Tool for mpickpt checkpoints; only gc, pin, drop and halt modify anything. PREFIX is\n"
+          "a checkpoint's path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too.\n"
+          "DIR is a checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
           "\ncommands:\n",
           out);
     for (size_t i = 0; i < NUM_COMMANDS; i++)

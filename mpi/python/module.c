@@ -177,6 +177,23 @@ static PyObject *py_preempt_set_deadline(PyObject *self, PyObject *args, PyObjec
     Py_RETURN_NONE;
 }
 
+static PyObject *py_preempt_watch_dir(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = { "dir", NULL };
+    PyObject *o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O:preempt_watch_dir", names, &o))
+        return NULL;
+    PyObject *bytes = NULL;
+    if (o != Py_None && !PyUnicode_FSConverter(o, &bytes))
+        return NULL;
+    int rc = ckpt_preempt_watch_dir(bytes ? PyBytes_AS_STRING(bytes) : NULL);
+    Py_XDECREF(bytes);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_preempt_signalled(PyObject *self, PyObject *noargs)
 {
     (void)self;
@@ -214,10 +231,13 @@ static PyMethodDef module_methods[] = {
       "preempt_install(signals=None): handlers that only set a flag (default SIGTERM, SIGUSR1)" },
     { "preempt_check", (PyCFunction)(void (*)(void))py_preempt_check,
       METH_VARARGS | METH_KEYWORDS,
-      "preempt_check(comm=None) -> reason (0 none, 1 signal, 2 deadline); collective" },
+      "preempt_check(comm=None) -> reason (0 none, 1 signal, 2 deadline, 3 halt); collective" },
     { "preempt_set_deadline", (PyCFunction)(void (*)(void))py_preempt_set_deadline,
       METH_VARARGS | METH_KEYWORDS,
       "preempt_set_deadline(deadline=-1, reserve_s=0): -1 reads MPICKPT_DEADLINE" },
+    { "preempt_watch_dir", (PyCFunction)(void (*)(void))py_preempt_watch_dir,
+      METH_VARARGS | METH_KEYWORDS,
+      "preempt_watch_dir(dir): halt requests in dir stop the job (None: watch none)" },
     { "preempt_signalled", py_preempt_signalled, METH_NOARGS, "1 when this rank was signalled" },
     { "preempt_reset", py_preempt_reset, METH_NOARGS, "clears the flag" },
     { "version", py_version, METH_NOARGS, "the C library's version" },
@@ -298,6 +318,7 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
         { "LAYOUT_PER_NODE", CKPT_LAYOUT_PER_NODE },
         { "EXIT_PREEMPTED", CKPT_EXIT_PREEMPTED }, { "PREEMPT_NONE", CKPT_PREEMPT_NONE },
         { "PREEMPT_SIGNAL", CKPT_PREEMPT_SIGNAL }, { "PREEMPT_DEADLINE", CKPT_PREEMPT_DEADLINE },
+        { "PREEMPT_HALT", CKPT_PREEMPT_HALT },
     };
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0)

@@ -1,8 +1,15 @@
 /* Preemption (mpickpt/preempt.h): handlers only set a flag; the collective check gives every rank
  * the same reason; a signal on one rank or a deadline on one rank stops all of them; signal wins
- * over deadline; reset clears; the deadline comes from the argument or the environment. */
+ * over halt, halt over deadline; reset clears; the deadline comes from the argument or the
+ * environment; a due halt request (lib/halt.h) in a watched directory, read by rank 0 only, stops
+ * every rank, a future one or a bad file (garbage, a FIFO) does not. */
+#include "halt.h"
 #include "mpi_check.h"
 #include "mpickpt.h"
+#include "paths.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -11,8 +18,11 @@
 
 static const char *reason_name(ckpt_preempt_reason r)
 {
-    return r == CKPT_PREEMPT_NONE ? "none" : r == CKPT_PREEMPT_SIGNAL ? "signal"
-                                         : r == CKPT_PREEMPT_DEADLINE ? "deadline" : "?";
+    return r == CKPT_PREEMPT_NONE       ? "none"
+           : r == CKPT_PREEMPT_SIGNAL   ? "signal"
+           : r == CKPT_PREEMPT_DEADLINE ? "deadline"
+           : r == CKPT_PREEMPT_HALT     ? "halt"
+                                        : "?";
 }
 
 /* Runs the check and verifies that this rank got @p want and that every rank got the same. */
@@ -168,6 +178,82 @@ int main(int argc, char **argv)
               "sub-communicator: %s", reason_name(r));
     MPI_Comm_free(&half);
     ckpt_preempt_reset();
+
+    /* Halt requests. Rank 0 writes them in the test's directory; every rank watches it, only
+     * rank 0 reads it. */
+    const char *out = getenv("MPICKPT_TEST_DIR");
+    CHECK(out != NULL);
+    char hdir[4096], hpath[4200];
+    snprintf(hdir, sizeof hdir, "%s/halt-dir", out ? out : ".");
+    snprintf(hpath, sizeof hpath, "%s/" CKPT__HALT_FILE, hdir);
+    if (rank == 0)
+        CHECK(mkdir(hdir, 0755) == 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_OK(ckpt_preempt_watch_dir(hdir));
+    CHECK_OK(ckpt_preempt_watch_dir(hdir)); /* twice: one watch */
+    CHECK_REASON(CKPT_PREEMPT_NONE);        /* no request */
+    now = (double)time(NULL);
+    ckpt__halt due = { (int64_t)now - 1, (int64_t)now - 1 };
+    ckpt__halt later = { (int64_t)now + 86400, (int64_t)now };
+    if (rank == 0)
+        CHECK_OK(ckpt__halt_write(hdir, &later));
+    CHECK_REASON(CKPT_PREEMPT_NONE); /* not due for a day */
+    if (rank == 0)
+        CHECK_OK(ckpt__halt_write(hdir, &due));
+    CHECK_REASON(CKPT_PREEMPT_HALT);
+    CHECK_REASON(CKPT_PREEMPT_HALT); /* it stays until cleared */
+    /* a signal wins over a halt, a halt over a deadline */
+    if (rank == last)
+        CHECK(raise(SIGUSR1) == 0);
+    CHECK_REASON(CKPT_PREEMPT_SIGNAL);
+    ckpt_preempt_reset();
+    CHECK_OK(ckpt_preempt_set_deadline(now - 10, 0));
+    CHECK_REASON(CKPT_PREEMPT_HALT);
+    CHECK_OK(ckpt_preempt_set_deadline(0, 0));
+    /* no longer watched: NONE; watched again: HALT */
+    CHECK_OK(ckpt_preempt_watch_dir(NULL));
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    CHECK_OK(ckpt_preempt_watch_dir(hdir));
+    CHECK_REASON(CKPT_PREEMPT_HALT);
+    /* bad files are a warning, not a halt, and leave the caller's last error alone */
+    int gone = 0;
+    if (rank == 0) {
+        CHECK_OK(ckpt__halt_clear(hdir, &gone));
+        FILE *f = fopen(hpath, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fputs("halt now please\n", f);
+            fclose(f);
+        }
+    }
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    ckpt_error_clear();
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    CHECK(ckpt_error_last() == NULL);
+    if (rank == 0) {
+        CHECK(unlink(hpath) == 0);
+        CHECK(mkfifo(hpath, 0644) == 0); /* never opened for reading: no hang */
+    }
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    if (rank == 0) {
+        CHECK(unlink(hpath) == 0);
+        CHECK(symlink("/etc/hostname", hpath) == 0); /* a link: not followed */
+    }
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    if (rank == 0)
+        CHECK_OK(ckpt__halt_clear(hdir, &gone));
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    /* at most 16 directories */
+    CHECK_OK(ckpt_preempt_watch_dir(NULL));
+    char name[64];
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof name, "/nonexistent/dir-%d", i);
+        CHECK_OK(ckpt_preempt_watch_dir(name));
+    }
+    CHECK_RC(ckpt_preempt_watch_dir("/nonexistent/one-more"), CKPT_EINVAL);
+    CHECK_REASON(CKPT_PREEMPT_NONE); /* missing directories: nothing to say */
+    CHECK_OK(ckpt_preempt_watch_dir(NULL));
 
     return check_mpi_done("test_preempt");
 }

@@ -1,6 +1,7 @@
-"""Preemption: Slurm (``--signal``, ``scancel --signal``) or a deadline asks the job to stop; every
-rank takes the same final checkpoint and the job exits with EXIT_CODE, on which the batch scripts
-requeue it (jobs/slurm/, docs/operations.md).
+"""Preemption: Slurm (``--signal``, ``scancel --signal``), a deadline or a halt request
+(``mpickpt halt DIR``) asks the job to stop; every rank takes the same final checkpoint and the job
+exits with EXIT_CODE, on which mpickpt-run requeues it under Slurm, or stops for good after a halt
+(jobs/slurm/, docs/operations.md).
 
     mpickpt.preemption.install()                  # SIGTERM and SIGUSR1 set a flag
     for step in range(start, steps):
@@ -17,6 +18,11 @@ from typing import Any, Optional, Sequence
 from . import _mpickpt as _C
 
 EXIT_CODE = _C.EXIT_PREEMPTED
+# What check() returns.
+NONE = _C.PREEMPT_NONE
+SIGNAL = _C.PREEMPT_SIGNAL
+DEADLINE = _C.PREEMPT_DEADLINE
+HALT = _C.PREEMPT_HALT
 
 
 def install(signals: Optional[Sequence[int]] = None, deadline: Optional[float] = None,
@@ -35,10 +41,22 @@ def signalled() -> bool:
 
 def reached_preemption(step: Optional[int] = None, comm: Any = None) -> bool:
     """Collective over `comm` (default MPI.COMM_WORLD): True on every rank when any rank was
-    signalled or the deadline is near; then take the final checkpoint and exit with EXIT_CODE.
+    signalled, a halt request is due or the deadline is near; then take the final checkpoint and exit with EXIT_CODE.
     `step` is for the caller's logs (Orbax's signature)."""
     del step
     return _C.preempt_check(comm) != _C.PREEMPT_NONE
+
+
+def check(comm: Any = None) -> int:
+    """Collective over `comm` (default MPI.COMM_WORLD): why to stop, the same on every rank:
+    NONE, SIGNAL, HALT (a due `mpickpt halt DIR` request in a manager's directory) or DEADLINE."""
+    return int(_C.preempt_check(comm))
+
+
+def watch_dir(path: Optional[str]) -> None:
+    """Also stop on halt requests in checkpoint directory `path` (CheckpointManager and
+    TrainingState watch theirs already); None stops watching every directory. Local."""
+    _C.preempt_watch_dir(path)
 
 
 def reset() -> None:

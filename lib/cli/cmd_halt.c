@@ -1,0 +1,167 @@
+/* mpickpt halt: asks the job checkpointing into DIR to take a checkpoint and stop at its next
+ * step boundary (now, or once --after-seconds have passed), like SCR's scr_halt; --clear removes
+ * the request, --show prints it. The request is the file `halt` (lib/halt.h) in the state file's
+ * directory: DIR/chief/ for a training state, else DIR. The library's step-boundary check reads it
+ * (ckpt_preempt_check, CKPT_PREEMPT_HALT); mpickpt-run neither requeues nor relaunches a job that
+ * stopped for it, and starts no run while it is due. */
+#include "cli.h"
+
+#include "halt.h" /* lib/halt.h */
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* "2026-11-25 10:00:00 UTC" */
+static void format_time(char *buf, size_t size, int64_t t)
+{
+    time_t secs = (time_t)t;
+    struct tm tm;
+    if (!(gmtime_r(&secs, &tm) && strftime(buf, size, "%Y-%m-%d %H:%M:%S UTC", &tm) > 0))
+        snprintf(buf, size, "%lld", (long long)t);
+}
+
+static void print_json(const char *dir, const char *action, const ckpt__halt *h, int present,
+                       double now, int removed)
+{
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "dir");
+    ckpt__json_string(&w, dir);
+    ckpt__json_key(&w, "file");
+    char *file = cli_path_join(dir, CKPT__HALT_FILE);
+    ckpt__json_string(&w, file ? file : "");
+    free(file);
+    ckpt__json_key(&w, "action");
+    ckpt__json_string(&w, action);
+    ckpt__json_key(&w, "present");
+    ckpt__json_bool(&w, present);
+    ckpt__json_key(&w, "after");
+    if (present)
+        ckpt__json_int(&w, h->after);
+    else
+        ckpt__json_null(&w);
+    ckpt__json_key(&w, "requested");
+    if (present && h->requested >= 0)
+        ckpt__json_int(&w, h->requested);
+    else
+        ckpt__json_null(&w);
+    ckpt__json_key(&w, "due");
+    ckpt__json_bool(&w, present && ckpt__halt_due(h, now));
+    if (!strcmp(action, "clear")) {
+        ckpt__json_key(&w, "removed");
+        ckpt__json_bool(&w, removed);
+    }
+    ckpt__json_object_end(&w);
+    fputc('\n', stdout);
+}
+
+static void print_request(const char *dir, const ckpt__halt *h, double now)
+{
+    char when[64];
+    format_time(when, sizeof when, h->after);
+    printf("halt request in ");
+    cli_text_name(stdout, dir);
+    if (ckpt__halt_due(h, now))
+        printf(": due since %s: the job checkpoints and stops at its next step boundary\n", when);
+    else
+        printf(": due at %s (in %lld s): the job checkpoints and stops at its first step "
+               "boundary after that\n",
+               when, (long long)(h->after - (int64_t)now));
+}
+
+static int cmd_halt(const cli_command *cmd, int argc, char **argv)
+{
+    int clear = 0, show = 0, json = 0, nops = 0;
+    const char *after_arg = NULL;
+    const cli_option opts[] = {{"--after-seconds", NULL, &after_arg},
+                               {"--clear", &clear, NULL},
+                               {"--show", &show, NULL},
+                               {"--json", &json, NULL}};
+    const cli_spec spec = {opts, 4, 1, 1, "missing DIR", "expected one DIR", 1};
+    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    if (rc != CLI_GO)
+        return rc;
+    if (clear + show > 1 || ((clear || show) && after_arg))
+        return cli_usage_error(cmd, "--clear, --show and --after-seconds go alone");
+    int64_t after_s = 0;
+    if (after_arg) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(after_arg, &end, 10);
+        if (errno || end == after_arg || *end || v < 0 || v > 1000000000LL)
+            return cli_usage_error(cmd, "--after-seconds needs a whole number of seconds in "
+                                        "0..1000000000, got '%s'",
+                                   after_arg);
+        after_s = v;
+    }
+    char *operand = cli_dir_operand(argv[0]);
+    if (!operand)
+        return cli_oom(cmd);
+    char dir[4200];
+    rc = ckpt__halt_dir(dir, sizeof dir, operand, NULL);
+    free(operand);
+    if (rc != CKPT_OK)
+        return cli_lib_error(cmd, rc);
+    double now = (double)time(NULL);
+    ckpt__halt h = {-1, -1};
+    if (clear) {
+        int removed = 0;
+        if ((rc = ckpt__halt_clear(dir, &removed)) != CKPT_OK)
+            return cli_lib_error(cmd, rc);
+        if (json) {
+            print_json(dir, "clear", &h, 0, now, removed);
+        } else {
+            printf(removed ? "halt request removed from " : "no halt request in ");
+            cli_text_name(stdout, dir);
+            fputc('\n', stdout);
+        }
+        return EXIT_OK;
+    }
+    if (show) {
+        rc = ckpt__halt_read(&h, dir);
+        if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
+            return cli_lib_error(cmd, rc);
+        if (json) {
+            print_json(dir, "show", &h, rc == CKPT_OK, now, 0);
+        } else if (rc == CKPT_OK) {
+            print_request(dir, &h, now);
+        } else {
+            printf("no halt request in ");
+            cli_text_name(stdout, dir);
+            fputc('\n', stdout);
+        }
+        return EXIT_OK;
+    }
+    h.requested = (int64_t)now;
+    h.after = (int64_t)now + after_s;
+    if ((rc = ckpt__halt_write(dir, &h)) != CKPT_OK)
+        return cli_lib_error(cmd, rc);
+    if (json) {
+        print_json(dir, "set", &h, 1, now, 0);
+    } else {
+        print_request(dir, &h, now);
+        printf("(mpickpt-run then exits 0 without relaunching or requeueing the job; "
+               "'mpickpt halt --clear' removes the request)\n");
+    }
+    return EXIT_OK;
+}
+
+const cli_command cli_cmd_halt = {
+    "halt", "[--after-seconds S | --clear | --show] [--json] DIR",
+    "ask the job to checkpoint and stop at its next step boundary",
+    "  Writes a halt request (the file 'halt', atomically) next to DIR's state file (in\n"
+    "  DIR/chief/ for a training state). A job whose manager or training state uses DIR\n"
+    "  sees it at its next preemption check (ckpt_preempt_check: CKPT_PREEMPT_HALT), takes a\n"
+    "  checkpoint and exits 75 as on a preemption; mpickpt-run then exits 0 without\n"
+    "  requeueing or relaunching it, and refuses to start a run while the request is due.\n"
+    "  The request stays until --clear: clear it before running the job again.\n"
+    "  --after-seconds S  due S seconds from now (default 0: at once)\n"
+    "  --clear            remove the request (\"no halt request\" when there is none)\n"
+    "  --show             print the request, if any, and whether it is due\n"
+    "  --json             one JSON object: dir, file, action (set, clear, show), present,\n"
+    "                     after and requested (seconds since the epoch, or null), due,\n"
+    "                     and for --clear removed\n",
+    cmd_halt};

@@ -309,6 +309,10 @@ int ckpt__remove_backup_dir(const char *work)
     gc_ctx g = { work, 0, NULL, NULL, 0 };
     if (ours) /* workertemp_<r> next to a chief/ that is ours are ours */
         rc = gc_workertemp(&g, wfd, work);
+    if (rc == CKPT_OK && ours && ckpt__stat_regular(NULL, wfd, CKPT__HALT_FILE, work) == CKPT_OK &&
+        unlinkat(wfd, CKPT__HALT_FILE, 0) != 0 && errno != ENOENT) /* a request made in <work> */
+        rc = ckpt__errno(errno, "unlink", CKPT__HALT_FILE);
+    ckpt_error_clear();
     if (rc == CKPT_OK && unlinkat(wfd, CKPT__CHIEF_DIR, AT_REMOVEDIR) != 0 && errno != ENOENT) {
         if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
             ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",

@@ -200,3 +200,25 @@ int ckpt__halt_clear(const char *dir, int *removed)
     close(fd);
     return rc;
 }
+
+int ckpt__halt_find(ckpt__halt *out, char *where, size_t size, const char *dir)
+{
+    char sd[4200];
+    int exists = 0;
+    out->after = out->requested = -1;
+    int rc = ckpt__halt_dir(sd, sizeof sd, dir, &exists);
+    if (rc != CKPT_OK)
+        return rc;
+    if (!exists)
+        return ckpt__error(CKPT_ENOTFOUND, "%s: no such directory", dir);
+    rc = ckpt__halt_read(out, sd);
+    if (rc == CKPT_ENOTFOUND && strcmp(sd, dir) != 0) { /* DIR/chief had none: DIR itself */
+        ckpt_error_clear();
+        rc = ckpt__halt_read(out, dir);
+        if (rc != CKPT_ENOTFOUND && where)
+            snprintf(where, size, "%s", dir);
+    } else if (where) {
+        snprintf(where, size, "%s", sd);
+    }
+    return rc;
+}

@@ -51,6 +51,14 @@ int ckpt__halt_read_at(ckpt__halt *out, int dirfd, const char *shown);
  */
 int ckpt__halt_dir(char *out, size_t size, const char *dir, int *exists);
 
+/*
+ * The request that counts for checkpoint directory `dir`: the one in `dir`/chief when that is a
+ * directory, else the one in `dir` itself (a training state watches both: a request made before
+ * its chief/ existed lands in `dir`). *where (may be NULL) receives the directory it was found in.
+ * CKPT_ENOTFOUND when there is none (or no `dir` yet); other errors as ckpt__halt_read_at.
+ */
+int ckpt__halt_find(ckpt__halt *out, char *where, size_t size, const char *dir);
+
 /* Reads, writes (atomically, replacing any request) and removes the request in directory `dir`
  * itself (the result of ckpt__halt_dir). Removal takes any non-directory entry of that name (a
  * planted link or FIFO is removed, never followed); *removed says whether there was one. */

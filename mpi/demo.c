@@ -36,7 +36,7 @@
  * Preemption (mpickpt/preempt.h): SIGTERM and SIGUSR1 only set a flag; after every step all ranks
  * run the collective ckpt_preempt_check. When it says stop (some rank was signalled, or the
  * deadline from MPICKPT_DEADLINE / SLURM_JOB_END_TIME minus --deadline-reserve seconds was
- * reached), every rank takes the final backup at the current epoch and step (end-of-epoch when the
+ * reached, or a halt request, `mpickpt halt DIR`, is due), every rank takes the final backup at the current epoch and step (end-of-epoch when the
  * step ends the epoch, mid-epoch otherwise; none when that step was just backed up), rank 0 prints
  * `preempted ...` and every rank exits with CKPT_EXIT_PREEMPTED (75): the batch script requeues
  * the job and the next run resumes at the following step. --step-sleep MS slows every step down
@@ -47,7 +47,7 @@
  *   verified every restored value at step T: ...
  *   checkpoint prefix=P epoch=E step=T blocking_s=B write_s=W
  *   crash rank=R step=T
- *   preempted epoch=E step=T reason=signal|deadline     (after the final `checkpoint` line)
+ *   preempted epoch=E step=T reason=signal|deadline|halt (after the final `checkpoint` line)
  *   done epoch=E step=T
  * Exit codes: 0 ok, 1 library error or verification failure, 2 usage, 75 preempted (checkpointed:
  * run it again to resume).
@@ -82,6 +82,7 @@ typedef struct options {
     int async;
     int64_t deadline_reserve, step_sleep_ms;
     int hold;
+    int crash_fresh; /* --crash-fresh: the crash only in a fresh run */
     /* the cache level (docs/levels.md) */
     const char *cache_dir;
     int partner;
@@ -118,7 +119,7 @@ static void usage(FILE *f)
             "usage: mpirun -np N mpickpt-demo --dir DIR [--epochs E] [--steps-per-epoch S]\n"
             "         [--ckpt-every K] [--keep N] [--mb M] [--layout shared|per-rank|per-node]\n"
             "         [--crash-rank R --crash-step T] [--async] [--deadline-reserve S]\n"
-            "         [--step-sleep MS] [--hold]\n"
+            "         [--step-sleep MS] [--hold] [--crash-fresh]\n"
             "  --dir DIR              training-state directory (checkpoints in DIR/chief/)\n"
             "  --epochs E             epochs to train (default 3)\n"
             "  --steps-per-epoch S    steps per epoch (default 10)\n"
@@ -133,6 +134,8 @@ static void usage(FILE *f)
             "  --layout L             data files: per-rank (default), shared (one file, MPI-IO)\n"
             "                         or per-node (one file per node)\n"
             "  --crash-rank R --crash-step T   rank R aborts at global step T (simulated failure)\n"
+            "  --crash-fresh          ... only in a fresh run (nothing restored): a relaunch that\n"
+            "                         resumed from a checkpoint before T runs on past T\n"
             "  --async                asynchronous saves: a backup blocks the loop only while the\n"
             "                         state is copied; its `checkpoint` line (with the background\n"
             "                         write time) is printed once it committed\n"
@@ -166,7 +169,7 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
 {
     FILE *err = verbose ? stderr : fopen("/dev/null", "w");
     int rc = 0;
-    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0, 0,
+    *o = (options){ NULL, 3, 10, 5, 3, 4, CKPT_LAYOUT_PER_RANK, -1, -1, 0, 30, 0, 0, 0,
                     NULL, 0, 0, 0 };
     if (!err)
         err = stderr;
@@ -182,6 +185,9 @@ static int parse_args(options *o, int argc, char **argv, int verbose)
             continue;
         } else if (!strcmp(a, "--hold")) {
             o->hold = 1;
+            continue;
+        } else if (!strcmp(a, "--crash-fresh")) {
+            o->crash_fresh = 1;
             continue;
         } else if (!strcmp(a, "--dir")) {
             if (!v || !*v) {
@@ -679,7 +685,7 @@ int main(int argc, char **argv)
             /* The gradient allreduce of a data-parallel step (a scalar stands in for it). */
             double loss = 1.0 / (double)t, sum = 0;
             MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-            if (t == o.crash_step && d.rank == o.crash_rank) {
+            if (t == o.crash_step && d.rank == o.crash_rank && (fresh || !o.crash_fresh)) {
                 printf("crash rank=%lld step=%lld\n", (long long)o.crash_rank, (long long)t);
                 fflush(stdout);
                 fflush(stderr);
@@ -719,7 +725,10 @@ int main(int argc, char **argv)
                     status = flush_pending(&d); /* the final checkpoint must be committed */
                 if (status == 0 && d.rank == 0) {
                     printf("preempted epoch=%lld step=%lld reason=%s\n", (long long)e,
-                           (long long)t, preempted == CKPT_PREEMPT_SIGNAL ? "signal" : "deadline");
+                           (long long)t,
+                           preempted == CKPT_PREEMPT_SIGNAL ? "signal"
+                           : preempted == CKPT_PREEMPT_HALT ? "halt"
+                                                             : "deadline");
                     fflush(stdout);
                 }
                 break;

@@ -1018,6 +1018,8 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
     /* The chief's directory is authoritative: <work> is the manager's, minus "/chief". */
     if (ckpt__work_dir(t->dir, sizeof t->dir, t->m->dir) != CKPT_OK)
         ckpt_error_clear(); /* no longer than the manager's own: cannot fail */
+    if (ckpt_preempt_watch_dir(t->dir) != CKPT_OK) /* a halt request made before chief/ existed */
+        ckpt__log(CKPT_LOG_WARN, "%s", ckpt_error_last()->message);
     *out = t;
     return CKPT_OK;
 }

@@ -102,15 +102,18 @@ static int cmd_halt(const cli_command *cmd, int argc, char **argv)
         return cli_oom(cmd);
     char dir[4200];
     rc = ckpt__halt_dir(dir, sizeof dir, operand, NULL);
-    free(operand);
-    if (rc != CKPT_OK)
-        return cli_lib_error(cmd, rc);
     double now = (double)time(NULL);
     ckpt__halt h = {-1, -1};
-    if (clear) {
-        int removed = 0;
-        if ((rc = ckpt__halt_clear(dir, &removed)) != CKPT_OK)
+    if (rc == CKPT_OK && clear) {
+        /* DIR/chief's, and DIR's own (made before the job created its chief/) */
+        int removed = 0, more = 0;
+        rc = ckpt__halt_clear(dir, &removed);
+        if (rc == CKPT_OK && strcmp(dir, operand) != 0)
+            rc = ckpt__halt_clear(operand, &more);
+        free(operand);
+        if (rc != CKPT_OK)
             return cli_lib_error(cmd, rc);
+        removed |= more;
         if (json) {
             print_json(dir, "clear", &h, 0, now, removed);
         } else {
@@ -120,14 +123,17 @@ static int cmd_halt(const cli_command *cmd, int argc, char **argv)
         }
         return EXIT_OK;
     }
-    if (show) {
-        rc = ckpt__halt_read(&h, dir);
+    if (rc == CKPT_OK && show) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s", dir);
+        rc = ckpt__halt_find(&h, where, sizeof where, operand);
+        free(operand);
         if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
             return cli_lib_error(cmd, rc);
         if (json) {
-            print_json(dir, "show", &h, rc == CKPT_OK, now, 0);
+            print_json(where, "show", &h, rc == CKPT_OK, now, 0);
         } else if (rc == CKPT_OK) {
-            print_request(dir, &h, now);
+            print_request(where, &h, now);
         } else {
             printf("no halt request in ");
             cli_text_name(stdout, dir);
@@ -135,6 +141,9 @@ static int cmd_halt(const cli_command *cmd, int argc, char **argv)
         }
         return EXIT_OK;
     }
+    free(operand);
+    if (rc != CKPT_OK)
+        return cli_lib_error(cmd, rc);
     h.requested = (int64_t)now;
     h.after = (int64_t)now + after_s;
     if ((rc = ckpt__halt_write(dir, &h)) != CKPT_OK)
@@ -157,10 +166,12 @@ const cli_command cli_cmd_halt = {
     "  sees it at its next preemption check (ckpt_preempt_check: CKPT_PREEMPT_HALT), takes a\n"
     "  checkpoint and exits 75 as on a preemption; mpickpt-run then exits 0 without\n"
     "  requeueing or relaunching it, and refuses to start a run while the request is due.\n"
-    "  The request stays until --clear: clear it before running the job again.\n"
+    "  The request stays until --clear: clear it before running the job again. Made before\n"
+    "  a training state created DIR/chief/, it is written in DIR, which counts too.\n"
     "  --after-seconds S  due S seconds from now (default 0: at once)\n"
-    "  --clear            remove the request (\"no halt request\" when there is none)\n"
-    "  --show             print the request, if any, and whether it is due\n"
+    "  --clear            remove the request, from DIR/chief/ and DIR (\"no halt request\"\n"
+    "                     when there is none)\n"
+    "  --show             print the request that counts, if any, and whether it is due\n"
     "  --json             one JSON object: dir, file, action (set, clear, show), present,\n"
     "                     after and requested (seconds since the epoch, or null), due,\n"
     "                     and for --clear removed\n",

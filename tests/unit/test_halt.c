@@ -201,7 +201,19 @@ static void test_files(const char *out)
     CHECK_OK(ckpt__halt_write(sd, &h)); /* through DIR/chief's rules */
     CHECK_OK(ckpt__halt_read(&r, chief));
     CHECK_EQ_INT(r.after, 5);
-    char linked[4096], lchief[4200];
+    /* find: DIR/chief's first, else DIR's own (made before chief/ existed), with where */
+    char where[4200] = "";
+    CHECK_OK(ckpt__halt_find(&r, where, sizeof where, work));
+    CHECK(!strcmp(where, chief) && r.after == 5);
+    CHECK_OK(ckpt__halt_clear(chief, &gone));
+    CHECK_RC(ckpt__halt_find(&r, where, sizeof where, work), CKPT_ENOTFOUND);
+    CHECK_OK(ckpt__halt_write(work, &h2));
+    CHECK_OK(ckpt__halt_find(&r, where, sizeof where, work));
+    CHECK(!strcmp(where, work) && r.after == 9);
+    CHECK_OK(ckpt__halt_write(chief, &h));
+    CHECK_OK(ckpt__halt_find(&r, where, sizeof where, work)); /* chief/'s counts first */
+    CHECK(!strcmp(where, chief) && r.after == 5);
+        char linked[4096], lchief[4200];
     snprintf(linked, sizeof linked, "%s/linked", out);
     snprintf(lchief, sizeof lchief, "%s/chief", linked);
     CHECK_OK(ckpt__mkdir_p(linked, 0755));
@@ -212,6 +224,7 @@ static void test_files(const char *out)
     snprintf(missing, sizeof missing, "%s/not-yet", out);
     CHECK_OK(ckpt__halt_dir(sd, sizeof sd, missing, &ex));
     CHECK(!strcmp(sd, missing) && ex == 0);
+    CHECK_RC(ckpt__halt_find(&r, NULL, 0, missing), CKPT_ENOTFOUND);
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,697 @@
+/*
+ * mpickpt-run: runs any training command under mpirun or srun (or as is), forwards preemption
+ * signals to it, requeues a preempted job under Slurm, relaunches a crashed one inside the
+ * allocation up to --max-runs runs while each relaunch makes progress, and honours halt requests
+ * (`mpickpt halt DIR`). docs/operations.md, "mpickpt-run", is the user's page; the usage text below
+ * is the reference (the man page is made from it).
+ *
+ * No MPI: links only libmpickpt_core, to read the state file of --dir (the newest committed
+ * checkpoint's save counter: progress) and the halt request, both through lib/fsutil.h (no link
+ * followed, regular files only, never blocking). Single-threaded: the forwarded signals and
+ * SIGCHLD stay blocked and are taken with sigwaitinfo(), so nothing runs inside a handler.
+ *
+ * Exit status: the job's (128 + N when it was killed by signal N), 0 after a halt or a requeue,
+ * 75 when preempted and not requeued, 127 when the command cannot be started, 2 on a usage error.
+ */
+#include "env.h"
+#include "halt.h"
+#include "index.h"
+#include "paths.h"
+
+#include "mpickpt/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_PREEMPTED 75 /* CKPT_EXIT_PREEMPTED, mpickpt/preempt.h (that header needs mpi.h) */
+
+static const char usage_text[] =
+    "usage: mpickpt-run [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "Runs a training job that checkpoints with mpickpt under mpirun or srun, forwards\n"
+    "preemption signals to it, requeues it under Slurm when it was preempted (exit 75),\n"
+    "relaunches it after a crash (up to --max-runs runs, each resuming from the newest\n"
+    "checkpoint, while each relaunch makes progress), and stops it for good on a halt\n"
+    "request ('mpickpt halt DIR').\n"
+    "\n"
+    "options:\n"
+    "  --dir DIR             the job's checkpoint directory (a manager's, or a training\n"
+    "                        state's with chief/): progress between runs is the newest\n"
+    "                        committed checkpoint's save counter in its state file; halt\n"
+    "                        requests are read there. Without it every crash counts as\n"
+    "                        progress and halt requests are not seen by the launcher.\n"
+    "  --launcher L          auto (default), mpirun, srun or none. auto: COMMAND as is when\n"
+    "                        its name is mpirun, mpiexec, orterun or srun; else srun inside a\n"
+    "                        Slurm allocation (SLURM_JOB_ID set), else mpirun. none: COMMAND\n"
+    "                        as is.\n"
+    "  -n N, --np N          ranks (mpirun -np N, srun -n N; default: the launcher's)\n"
+    "  --launcher-arg ARG    one more argument for mpirun or srun (repeatable); srun gets\n"
+    "                        --mpi=pmix unless an ARG starts with --mpi\n"
+    "  --max-runs N          runs at most, the first included (default: MPICKPT_RUNS, else\n"
+    "                        1: no relaunch). After a crash (a status other than 0 and 75,\n"
+    "                        or a signal) the job is relaunched unless a relaunch made no\n"
+    "                        progress (no newer checkpoint committed during it), a signal\n"
+    "                        was forwarded during the run, or N runs were made. Each run\n"
+    "                        sees MPICKPT_RUN_ATTEMPT=1, 2, ...\n"
+    "  --requeue MODE        what exit 75 (preempted, checkpointed) does: auto (default):\n"
+    "                        'scontrol requeue $SLURM_JOB_ID' in a Slurm batch job\n"
+    "                        (SLURM_JOB_ID set, SLURM_STEP_ID not), then exit 0; always:\n"
+    "                        whenever SLURM_JOB_ID is set; never: exit 75\n"
+    "  --max-requeues N      no requeue once SLURM_RESTART_COUNT >= N (default 20): exit 75\n"
+    "  --term-signal SIG     the signal a SIGTERM to mpickpt-run becomes for the job: USR1,\n"
+    "                        TERM, INT, USR2 or HUP; default USR1 when the job runs under\n"
+    "                        mpirun or srun (they kill their ranks on SIGTERM), else TERM\n"
+    "  -h, --help            this text\n"
+    "\n"
+    "signals: SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP are forwarded to the job's process\n"
+    "group (SIGTERM as --term-signal); a job whose run saw one is not relaunched after a\n"
+    "crash. With mpickpt's preemption check the ranks take a final checkpoint and exit 75.\n"
+    "\n"
+    "halt: before each run, a due halt request in DIR stops mpickpt-run (exit 0) without\n"
+    "running anything; after a run, one makes it exit 0 (the run's status when the job\n"
+    "failed) without requeue or relaunch. 'mpickpt halt DIR --clear' removes it.\n"
+    "\n"
+    "exit status: the job's (128+N when killed by signal N); 0 after a halt or a requeue;\n"
+    "75 when preempted and not requeued; 127 when COMMAND cannot be started; 2 usage error.\n"
+    "Messages start with 'mpickpt-run:' and go to standard error.\n";
+
+enum launcher { L_AUTO, L_MPIRUN, L_SRUN, L_NONE };
+enum requeue { RQ_AUTO, RQ_ALWAYS, RQ_NEVER };
+
+typedef struct options {
+    const char *dir;
+    enum launcher launcher;
+    long np; /* 0: the launcher's default */
+    char **largs;
+    int nlargs;
+    long max_runs;
+    enum requeue requeue;
+    long max_requeues;
+    int term_signal; /* 0: by the launcher */
+} options;
+
+static void say(const char *fmt, ...) CKPT_PRINTF(1, 2);
+static void say(const char *fmt, ...)
+{
+    char buf[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mpickpt-run: %s\n", buf);
+    fflush(stderr);
+}
+
+static int usage_error(const char *fmt, ...) CKPT_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "mpickpt-run: %s\n(see mpickpt-run --help)\n", buf);
+    return 2;
+}
+
+/* Library warnings (a damaged state file met while reading progress) in our own words. */
+static void log_sink(ckpt_log_level level, const char *message, void *payload)
+{
+    (void)payload;
+    say("%s: %s", level == CKPT_LOG_ERROR ? "error" : "warning", message);
+}
+
+static int parse_long(long *out, const char *s, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int sig;
+} g_signames[] = { { "USR1", SIGUSR1 }, { "TERM", SIGTERM }, { "INT", SIGINT },
+                   { "USR2", SIGUSR2 }, { "HUP", SIGHUP } };
+
+static const char *sig_name(int sig)
+{
+    for (size_t i = 0; i < sizeof g_signames / sizeof g_signames[0]; i++)
+        if (g_signames[i].sig == sig)
+            return g_signames[i].name;
+    return "another signal";
+}
+
+/* ---- the checkpoint directory: progress and halt ---------------------------------------- */
+
+typedef struct newest {
+    int found;
+    int64_t counter, epoch, step;
+    char prefix[256];
+} newest;
+
+/* The newest committed checkpoint of the job's directory: the state file's newest entry, or
+ * any newer "<name>-<N>.index" committed after the state was written (a crash in between); the
+ * indexes themselves when there is no usable state file. Nothing found is not an error. */
+static void read_newest(newest *out, const char *dir)
+{
+    memset(out, 0, sizeof *out);
+    out->counter = -1;
+    char sd[4200];
+    int exists = 0;
+    if (ckpt__halt_dir(sd, sizeof sd, dir, &exists) != CKPT_OK) {
+        say("warning: %s", ckpt_error_last()->message);
+        return;
+    }
+    if (!exists)
+        return;
+    ckpt_state *st = NULL;
+    int rc = ckpt_state_read(&st, sd);
+    if (rc != CKPT_OK) {
+        if (rc != CKPT_ENOTFOUND)
+            say("warning: %s; scanning the indexes instead", ckpt_error_last()->message);
+        ckpt_state_free(st);
+        st = NULL;
+        if (ckpt_state_scan(&st, sd) != CKPT_OK)
+            say("warning: %s", ckpt_error_last()->message);
+    } else if (st->latest[0]) {
+        /* checkpoints committed after the state file was written: "<name>-<N>.index" */
+        char name[256];
+        snprintf(name, sizeof name, "%s", st->latest);
+        char *dash = strrchr(name, '-');
+        ckpt_state *more = NULL;
+        if (dash) {
+            *dash = '\0';
+            if (ckpt__state_scan_newer(&more, sd, name, st->save_counter) == CKPT_OK && more)
+                for (size_t i = 0; i < more->num_entries; i++)
+                    ckpt_state_append(st, &more->entries[i]);
+        }
+        ckpt_state_free(more);
+    }
+    for (size_t i = 0; st && i < st->num_entries; i++) {
+        const ckpt_state_entry *e = &st->entries[i];
+        if (!out->found || e->save_counter > out->counter) {
+            out->found = 1;
+            out->counter = e->save_counter;
+            out->epoch = e->epoch;
+            out->step = e->step;
+            snprintf(out->prefix, sizeof out->prefix, "%s", e->prefix);
+        }
+    }
+    ckpt_state_free(st);
+    ckpt_error_clear();
+}
+
+static void describe_newest(char *buf, size_t size, const newest *n)
+{
+    if (n->found)
+        snprintf(buf, size, "%s (save %lld, epoch %lld, step %lld)", n->prefix,
+                 (long long)n->counter, (long long)n->epoch, (long long)n->step);
+    else
+        snprintf(buf, size, "none yet (the job starts fresh)");
+}
+
+/* 1 when the job's directory holds a due halt request (*where: its directory); a request file
+ * that cannot be used is a warning (the library ignores it too). */
+static int halt_due(const char *dir, char *where, size_t size)
+{
+    ckpt__halt h;
+    snprintf(where, size, "%s", dir);
+    int rc = ckpt__halt_find(&h, where, size, dir);
+    if (rc == CKPT_OK)
+        return ckpt__halt_due(&h, (double)time(NULL));
+    if (rc != CKPT_ENOTFOUND)
+        say("warning: ignoring the halt request: %s", ckpt_error_last()->message);
+    ckpt_error_clear();
+    return 0;
+}
+
+/* ---- running the job -------------------------------------------------------------------- */
+
+static sigset_t g_watched; /* forwarded signals + SIGCHLD: blocked, taken by sigwaitinfo */
+static const int g_forwarded[] = { SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP };
+
+/* Runs argv in its own process group and waits for it, forwarding signals; returns its status
+ * as a shell would (128 + N for signal N), 127 with *exec_failed when it could not be started.
+ * *signalled is set when a signal was forwarded, *killed_by to N when signal N killed it. */
+static int run_child(char **argv, int term_signal, int *signalled, int *exec_failed,
+                     int *killed_by)
+{
+    *exec_failed = 0;
+    *killed_by = 0;
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        say("pipe: %s", strerror(errno));
+        *exec_failed = 1;
+        return 127;
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        say("fork: %s", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
+        *exec_failed = 1;
+        return 127;
+    }
+    if (pid == 0) {
+        close(pfd[0]);
+        setpgid(0, 0);
+        /* the job goes when mpickpt-run is killed (mpirun and srun stop their ranks on TERM) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(128 + SIGTERM);
+        for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++)
+            signal(g_forwarded[i], SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(argv[0], argv);
+        int err = errno;
+        ssize_t w = write(pfd[1], &err, sizeof err);
+        (void)w;
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: no signal may reach the old group in between */
+    close(pfd[1]);
+    int err = 0;
+    ssize_t got;
+    do
+        got = read(pfd[0], &err, sizeof err);
+    while (got < 0 && errno == EINTR);
+    close(pfd[0]);
+    int wstatus = 0;
+    if (got == (ssize_t)sizeof err) {
+        waitpid(pid, &wstatus, 0);
+        say("cannot run '%s': %s", argv[0], strerror(err));
+        *exec_failed = 1;
+        return 127;
+    }
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&g_watched, &si);
+        if (sig < 0) {
+            if (errno == EINTR)
+                continue;
+            say("sigwaitinfo: %s", strerror(errno));
+            waitpid(pid, &wstatus, 0);
+            break;
+        }
+        if (sig == SIGCHLD) {
+            pid_t r = waitpid(pid, &wstatus, WNOHANG);
+            if (r == pid)
+                break;
+            continue;
+        }
+        int to = sig == SIGTERM ? term_signal : sig;
+        *signalled = 1;
+        if (to == sig)
+            say("got SIG%s: forwarding it to the job (process group %d)", sig_name(sig), (int)pid);
+        else
+            say("got SIG%s: forwarding SIG%s to the job (process group %d)", sig_name(sig),
+                sig_name(to), (int)pid);
+        if (kill(-pid, to) != 0)
+            kill(pid, to);
+    }
+    if (WIFSIGNALED(wstatus)) {
+        *killed_by = WTERMSIG(wstatus);
+        return 128 + WTERMSIG(wstatus);
+    }
+    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
+}
+
+/* Signals that arrived while no job ran: forwarded to nobody, but they stop the relaunches. */
+static int drain_signals(void)
+{
+    int any = 0;
+    struct timespec zero = { 0, 0 };
+    siginfo_t si;
+    int sig;
+    while ((sig = sigtimedwait(&g_watched, &si, &zero)) > 0) {
+        if (sig == SIGCHLD)
+            continue;
+        say("got SIG%s between runs", sig_name(sig));
+        any = 1;
+    }
+    return any;
+}
+
+/* scontrol requeue JOBID; 1 when it succeeded. */
+static int slurm_requeue(const char *jobid)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execlp("scontrol", "scontrol", "requeue", jobid, (char *)NULL);
+        fprintf(stderr, "mpickpt-run: cannot run scontrol: %s\n", strerror(errno));
+        _exit(127);
+    }
+    int wstatus = 0;
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int is_mpirun_name(const char *b)
+{
+    return !strcmp(b, "mpirun") || !strcmp(b, "mpiexec") || !strcmp(b, "orterun");
+}
+
+/* The command line of the job: COMMAND as is, or behind mpirun / srun. NULL when out of memory. */
+static char **job_argv(const options *o, enum launcher kind, char **cmd, int ncmd)
+{
+    char **v = calloc((size_t)(ncmd + o->nlargs + 8), sizeof *v);
+    static char np[32];
+    if (!v)
+        return NULL;
+    int k = 0;
+    snprintf(np, sizeof np, "%ld", o->np);
+    if (kind == L_MPIRUN) {
+        v[k++] = "mpirun";
+        if (o->np > 0) {
+            v[k++] = "-np";
+            v[k++] = np;
+        }
+        v[k++] = "-x"; /* to ranks on other nodes too */
+        v[k++] = "MPICKPT_RUN_ATTEMPT";
+    } else if (kind == L_SRUN) {
+        v[k++] = "srun";
+        int mpi = 0;
+        for (int i = 0; i < o->nlargs; i++)
+            mpi |= !strncmp(o->largs[i], "--mpi", 5);
+        if (!mpi)
+            v[k++] = "--mpi=pmix";
+        if (o->np > 0) {
+            v[k++] = "-n";
+            v[k++] = np;
+        }
+    }
+    if (kind == L_MPIRUN || kind == L_SRUN)
+        for (int i = 0; i < o->nlargs; i++)
+            v[k++] = o->largs[i];
+    for (int i = 0; i < ncmd; i++)
+        v[k++] = cmd[i];
+    v[k] = NULL;
+    return v;
+}
+
+static void join_argv(char *buf, size_t size, char **v)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; v[i] && used + 1 < size; i++) {
+        int n = snprintf(buf + used, size - used, "%s%s", i ? " " : "", v[i]);
+        if (n < 0)
+            break;
+        used += (size_t)n;
+    }
+}
+
+/* Exit 75: requeue under Slurm, or pass the 75 on. */
+static int preempted(const options *o)
+{
+    const char *jobid = getenv("SLURM_JOB_ID");
+    int slurm = jobid && *jobid;
+    int batch = slurm && !getenv("SLURM_STEP_ID");
+    int want = o->requeue == RQ_ALWAYS ? slurm : o->requeue == RQ_AUTO ? batch : 0;
+    if (!want) {
+        say("the job was preempted (exit 75) and checkpointed: run it again to resume%s",
+            o->requeue == RQ_NEVER ? " (--requeue never)" : slurm ? "" : " (not under Slurm)");
+        return EXIT_PREEMPTED;
+    }
+    long restarts = 0;
+    const char *rs = getenv("SLURM_RESTART_COUNT");
+    if (rs && *rs && parse_long(&restarts, rs, 0, 1000000000L) != 0)
+        restarts = 0;
+    if (restarts >= o->max_requeues) {
+        say("preempted (exit 75) after %ld restarts: not requeueing again (--max-requeues %ld)",
+            restarts, o->max_requeues);
+        return EXIT_PREEMPTED;
+    }
+    say("preempted (exit 75): scontrol requeue %s", jobid);
+    if (!slurm_requeue(jobid)) {
+        say("scontrol requeue %s failed: exit 75", jobid);
+        return EXIT_PREEMPTED;
+    }
+    return 0;
+}
+
+static void describe_status(char *buf, size_t size, int status, int killed_by)
+{
+    if (killed_by)
+        snprintf(buf, size, "was killed by signal %d (status %d)", killed_by, status);
+    else
+        snprintf(buf, size, "exited with status %d", status);
+}
+
+static int parse_options(options *o, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        { "dir", required_argument, NULL, 'd' },
+        { "launcher", required_argument, NULL, 'l' },
+        { "np", required_argument, NULL, 'n' },
+        { "launcher-arg", required_argument, NULL, 'a' },
+        { "max-runs", required_argument, NULL, 'r' },
+        { "requeue", required_argument, NULL, 'q' },
+        { "max-requeues", required_argument, NULL, 'Q' },
+        { "term-signal", required_argument, NULL, 't' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int64_t runs = 1;
+    if (ckpt__env_int64(&runs, "MPICKPT_RUNS", 1, 1000000, 1) != CKPT_OK)
+        return usage_error("%s", ckpt_error_last()->message);
+    o->max_runs = (long)runs;
+    opterr = 0;
+    int c;
+    /* "+": options end at COMMAND, whose own options stay its own */
+    while ((c = getopt_long(argc, argv, "+n:h", longs, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            if (!*optarg)
+                return usage_error("--dir needs a directory");
+            o->dir = optarg;
+            break;
+        case 'l':
+            if (!strcmp(optarg, "auto"))
+                o->launcher = L_AUTO;
+            else if (!strcmp(optarg, "mpirun"))
+                o->launcher = L_MPIRUN;
+            else if (!strcmp(optarg, "srun"))
+                o->launcher = L_SRUN;
+            else if (!strcmp(optarg, "none"))
+                o->launcher = L_NONE;
+            else
+                return usage_error("--launcher is auto, mpirun, srun or none, got '%s'", optarg);
+            break;
+        case 'n':
+            if (parse_long(&o->np, optarg, 1, 100000000L) != 0)
+                return usage_error("--np needs a positive number of ranks, got '%s'", optarg);
+            break;
+        case 'a':
+            o->largs[o->nlargs++] = optarg;
+            break;
+        case 'r':
+            if (parse_long(&o->max_runs, optarg, 1, 1000000L) != 0)
+                return usage_error("--max-runs needs a number of runs in 1..1000000, got '%s'",
+                                   optarg);
+            break;
+        case 'q':
+            if (!strcmp(optarg, "auto"))
+                o->requeue = RQ_AUTO;
+            else if (!strcmp(optarg, "always"))
+                o->requeue = RQ_ALWAYS;
+            else if (!strcmp(optarg, "never"))
+                o->requeue = RQ_NEVER;
+            else
+                return usage_error("--requeue is auto, always or never, got '%s'", optarg);
+            break;
+        case 'Q':
+            if (parse_long(&o->max_requeues, optarg, 0, 1000000000L) != 0)
+                return usage_error("--max-requeues needs a non-negative number, got '%s'",
+                                   optarg);
+            break;
+        case 't': {
+            const char *s = !strncmp(optarg, "SIG", 3) ? optarg + 3 : optarg;
+            o->term_signal = -1;
+            for (size_t i = 0; i < sizeof g_signames / sizeof g_signames[0]; i++)
+                if (!strcmp(s, g_signames[i].name))
+                    o->term_signal = g_signames[i].sig;
+            if (o->term_signal < 0)
+                return usage_error("--term-signal is USR1, TERM, INT, USR2 or HUP, got '%s'",
+                                   optarg);
+            break;
+        }
+        case 'h':
+            fputs(usage_text, stdout);
+            return 3;
+        default:
+            if (optopt)
+                return usage_error("option -%c: unknown, or its value is missing", optopt);
+            return usage_error("unknown option '%s', or its value is missing",
+                               argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return usage_error("missing COMMAND");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o = { NULL, L_AUTO, 0, NULL, 0, 1, RQ_AUTO, 20, 0 };
+    o.largs = calloc((size_t)argc + 1, sizeof *o.largs);
+    if (!o.largs) {
+        say("out of memory");
+        return 1;
+    }
+    int rc = parse_options(&o, argc, argv);
+    if (rc != 0) {
+        free(o.largs);
+        return rc == 3 ? 0 : rc;
+    }
+    char **cmd = argv + optind;
+    int ncmd = argc - optind;
+    ckpt_log_set(log_sink, CKPT_LOG_WARN, NULL);
+
+    /* What runs: the launcher, and what a SIGTERM becomes for it. */
+    const char *b = base_name(cmd[0]);
+    enum launcher kind = o.launcher; /* L_NONE: as is */
+    int under = is_mpirun_name(b) ? L_MPIRUN : !strcmp(b, "srun") ? L_SRUN : L_NONE;
+    if (kind == L_AUTO) {
+        const char *jobid = getenv("SLURM_JOB_ID");
+        kind = under != L_NONE ? L_NONE : jobid && *jobid ? L_SRUN : L_MPIRUN;
+    }
+    if (kind != L_NONE)
+        under = kind;
+    if (kind == L_NONE && (o.np > 0 || o.nlargs > 0)) {
+        free(o.largs);
+        return usage_error("--np and --launcher-arg need mpickpt-run to start the launcher: "
+                           "give them to %s yourself, or leave it out",
+                           b);
+    }
+    int term_signal = o.term_signal ? o.term_signal : under != L_NONE ? SIGUSR1 : SIGTERM;
+    char **jv = job_argv(&o, kind, cmd, ncmd);
+    if (!jv) {
+        say("out of memory");
+        free(o.largs);
+        return 1;
+    }
+    char line[8192];
+    join_argv(line, sizeof line, jv);
+
+    sigemptyset(&g_watched);
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++)
+        sigaddset(&g_watched, g_forwarded[i]);
+    sigaddset(&g_watched, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &g_watched, NULL);
+
+    if (!o.dir && o.max_runs > 1)
+        say("warning: no --dir: progress cannot be checked, every relaunch counts as progress");
+    int status = 0, signalled = 0;
+    char where[4200], desc[512], what[128];
+    for (long run = 1;; run++) {
+        if (drain_signals()) {
+            say("not starting run %ld: a signal arrived", run);
+            break;
+        }
+        if (o.dir && halt_due(o.dir, where, sizeof where)) {
+            say("a halt request is due in %s: not starting the job (exit 0); remove it with "
+                "'mpickpt halt %s --clear'",
+                where, o.dir);
+            status = 0;
+            break;
+        }
+        newest before, after;
+        memset(&before, 0, sizeof before);
+        memset(&after, 0, sizeof after);
+        if (o.dir) {
+            read_newest(&before, o.dir);
+            describe_newest(desc, sizeof desc, &before);
+            say("the newest checkpoint in %s: %s", o.dir, desc);
+        }
+        char attempt[32];
+        snprintf(attempt, sizeof attempt, "%ld", run);
+        setenv("MPICKPT_RUN_ATTEMPT", attempt, 1);
+        say("run %ld of %ld (MPICKPT_RUN_ATTEMPT=%ld): %s", run, o.max_runs, run, line);
+        int exec_failed = 0, killed_by = 0;
+        signalled = 0;
+        status = run_child(jv, term_signal, &signalled, &exec_failed, &killed_by);
+        if (exec_failed)
+            break;
+        describe_status(what, sizeof what, status, killed_by);
+        say("run %ld: %s %s", run, base_name(jv[0]), what);
+        if (o.dir && halt_due(o.dir, where, sizeof where)) {
+            if (status == 0 || status == EXIT_PREEMPTED) {
+                say("halted by the request in %s: exit 0, no requeue, no relaunch (remove it "
+                    "with 'mpickpt halt %s --clear' before running the job again)",
+                    where, o.dir);
+                status = 0;
+            } else {
+                say("a halt request is due in %s: not relaunching", where);
+            }
+            break;
+        }
+        if (status == 0) {
+            say("the job finished");
+            break;
+        }
+        if (status == EXIT_PREEMPTED) {
+            status = preempted(&o);
+            break;
+        }
+        if (signalled) {
+            say("not relaunching: the job was signalled during the run");
+            break;
+        }
+        int progress = 1;
+        if (o.dir) {
+            read_newest(&after, o.dir);
+            progress = after.found && after.counter > before.counter;
+            describe_newest(desc, sizeof desc, &after);
+        }
+        if (run >= o.max_runs) {
+            if (o.max_runs > 1)
+                say("giving up after %ld runs (--max-runs %ld)", run, o.max_runs);
+            break;
+        }
+        if (run > 1 && !progress) {
+            say("run %ld made no progress (the newest checkpoint is still %s): not relaunching "
+                "(%ld of %ld runs used)",
+                run, desc, run, o.max_runs);
+            break;
+        }
+        if (o.dir)
+            say("relaunching after the crash (run %ld of %ld) from the newest checkpoint: %s",
+                run + 1, o.max_runs, desc);
+        else
+            say("relaunching after the crash (run %ld of %ld)", run + 1, o.max_runs);
+    }
+    free(jv);
+    free(o.largs);
+    return status;
+}

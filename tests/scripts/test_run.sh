@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# mpickpt-run without Slurm (mpirun on this machine, 2 ranks), one case per argument:
+#
+#   MPICKPT_RUN=.../mpickpt-run MPICKPT_DEMO=.../mpickpt-demo MPICKPT_CLI=.../mpickpt \
+#     test_run.sh OUTDIR relaunch|noprogress|halt|after|signal|usage
+#
+#  relaunch    a run that commits ckpt-1 (epoch 0, step 5) then crashes at step 7 (rank 1 aborts;
+#              --crash-fresh: only a fresh run crashes) is relaunched (--max-runs 3) from ckpt-1:
+#              run 2 resumes at exactly epoch 0 step 5, verifies every value, finishes; exit 0,
+#              no third run. Then a command without --dir (sh -c printing MPICKPT_RUN_ATTEMPT on
+#              every rank, exit 3), --max-runs 2: both runs, every rank saw its attempt, exit 3.
+#  noprogress  a job that always crashes before its first checkpoint, --max-runs 5: stops after
+#              2 runs ("run 2 made no progress"), with the job's status.
+#  halt        a held job (--hold: waits at its first checkpoint), `mpickpt halt DIR`: it takes
+#              its checkpoint and exits at that step boundary (reason=halt), mpickpt-run exits 0
+#              without relaunch (--max-runs 3); run again it refuses to start (exit 0, no run);
+#              after --clear it resumes from that step and finishes.
+#  after       a request due in a day does not stop a job (it finishes, the request stays, not
+#              due); `mpickpt halt --after-seconds 2` on a held job stops it once due
+#              (reason=halt), exit 0; the request's times differ by exactly 2 s.
+#  signal      SIGTERM to mpickpt-run reaches the ranks as SIGUSR1 (mpirun would kill them on a
+#              TERM): final checkpoint at the held step (reason=signal), exit 75 (not under
+#              Slurm), no relaunch although --max-runs 3.
+#  usage       bad options exit 2 with a message; --help names every option.
+set -uo pipefail
+out=${1:?usage: test_run.sh OUTDIR CASE}
+case_=${2:?usage: test_run.sh OUTDIR CASE}
+: "${MPICKPT_RUN:?}" "${MPICKPT_DEMO:?}" "${MPICKPT_CLI:?}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_odls_base_sigkill_timeout=0
+# Not under Slurm, whatever runs this test; no deadline; no default number of runs.
+unset SLURM_JOB_ID SLURM_STEP_ID SLURM_RESTART_COUNT MPICKPT_DEADLINE SLURM_JOB_END_TIME MPICKPT_RUNS
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ulimit -c 0
+rm -rf "$out"
+mkdir -p "$out"
+dir=$out/train
+demo_args=(--dir "$dir" --epochs 2 --steps-per-epoch 10 --ckpt-every 5 --keep 0 --mb 1)
+failures=0
+checks=0
+check() { # STATUS MESSAGE
+  checks=$((checks + 1))
+  if [ "$1" -ne 0 ]; then
+    failures=$((failures + 1))
+    echo "FAIL: $2" >&2
+  fi
+}
+has() { grep -qE -- "$1" "$2"; }
+count() { grep -cE -- "$1" "$2"; }
+wait_for() { # SECONDS FILE REGEX: 0 once FILE has a line matching REGEX
+  local end=$((SECONDS + $1))
+  while [ $SECONDS -lt $end ]; do
+    grep -qE -- "$3" "$2" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "FAIL: timed out after $1 s waiting for /$3/ in $2" >&2
+  return 1
+}
+show() { echo "== $1"; sed 's/^/   /' "$1"; }
+run_bg() { # LOG ARGS...: mpickpt-run in the background; pid in $bg
+  local log=$1
+  shift
+  "$MPICKPT_RUN" "$@" >"$log" 2>&1 </dev/null &
+  bg=$!
+}
+latest() { # epoch step of the latest checkpoint of $dir (per mpickpt list --json)
+  "$MPICKPT_CLI" list --json "$dir/chief" | /usr/bin/python3 -B "$here/latest_ckpt.py" epoch step
+}
+
+case "$case_" in
+relaunch)
+  log=$out/relaunch.log
+  "$MPICKPT_RUN" --dir "$dir" --max-runs 3 -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" \
+    --crash-rank 1 --crash-step 7 --crash-fresh >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  check "$rc" "mpickpt-run exited $rc, expected 0"
+  check "$(has '^mpickpt-run: run 1 of 3 \(MPICKPT_RUN_ATTEMPT=1\): mpirun -np 2 ' "$log"; echo $?)" "no run 1 of 3"
+  check "$(has '^crash rank=1 step=7$' "$log"; echo $?)" "run 1 did not crash at step 7"
+  check "$(has '^mpickpt-run: relaunching after the crash \(run 2 of 3\) from the newest checkpoint: ckpt-1 \(save 1, epoch 0, step 5\)$' "$log"; echo $?)" \
+    "no relaunch from ckpt-1 (epoch 0, step 5)"
+  check "$(has "^resumed epoch=0 step=5 from=$dir/chief/ckpt-1\$" "$log"; echo $?)" "run 2 did not resume at epoch 0 step 5"
+  check "$(has '^verified every restored value at step 5:' "$log"; echo $?)" "run 2 did not verify"
+  check "$(has '^done epoch=1 step=20$' "$log"; echo $?)" "no done epoch=1 step=20"
+  check "$(has '^mpickpt-run: run 2: mpirun exited with status 0$' "$log"; echo $?)" "run 2 did not exit 0"
+  check "$(has '^mpickpt-run: the job finished$' "$log"; echo $?)" "no 'the job finished'"
+  check "$([ "$(count 'run 3 of' "$log")" = 0 ]; echo $?)" "a third run"
+  check "$([ "$(count '^crash ' "$log")" = 1 ]; echo $?)" "crashed more than once"
+  check "$([ "$(latest)" = "1 20" ]; echo $?)" "latest checkpoint '$(latest)', expected epoch 1 step 20"
+
+  # No --dir: every crash counts as progress; MPICKPT_RUN_ATTEMPT reaches every rank.
+  log=$out/attempts.log
+  # Every rank records its attempt, waits for the other's (a barrier through files: the first
+  # rank to exit 3 makes mpirun kill the other), then exits 3.
+  mkdir -p "$out/seen"
+  # shellcheck disable=SC2016 # expanded by the ranks' shell
+  MPICKPT_SEEN=$out/seen "$MPICKPT_RUN" --max-runs 2 -n 2 -- sh -c \
+    'a=$MPICKPT_RUN_ATTEMPT; echo "attempt=$a rank=$OMPI_COMM_WORLD_RANK";
+     : >"$MPICKPT_SEEN/$a-$OMPI_COMM_WORLD_RANK";
+     while [ "$(ls "$MPICKPT_SEEN" | grep -c "^$a-")" -lt 2 ]; do sleep 0.05; done; exit 3' \
+    >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  check "$([ $rc = 3 ]; echo $?)" "without --dir: exit $rc, expected the job's 3"
+  for a in 1 2; do
+    for r in 0 1; do
+      check "$(has "^attempt=$a rank=$r\$" "$log"; echo $?)" "rank $r did not see MPICKPT_RUN_ATTEMPT=$a"
+    done
+  done
+  check "$(has '^mpickpt-run: warning: no --dir: progress cannot be checked' "$log"; echo $?)" "no warning about the missing --dir"
+  check "$(has '^mpickpt-run: giving up after 2 runs \(--max-runs 2\)$' "$log"; echo $?)" "no 'giving up after 2 runs'"
+  ;;
+noprogress)
+  log=$out/noprogress.log
+  "$MPICKPT_RUN" --dir "$dir" --max-runs 5 -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" \
+    --crash-rank 1 --crash-step 2 >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  st=$(sed -nE 's/^mpickpt-run: run 2: mpirun exited with status ([0-9]+)$/\1/p' "$log")
+  check "$([ -n "$st" ] && [ "$st" != 0 ] && [ "$rc" = "$st" ]; echo $?)" "exit $rc, expected run 2's non-zero status '$st'"
+  check "$([ "$(count '^crash rank=1 step=2$' "$log")" = 2 ]; echo $?)" "not exactly 2 crashes"
+  check "$([ "$(count '^mpickpt-run: run [0-9] of 5 ' "$log")" = 2 ]; echo $?)" "not exactly 2 runs"
+  check "$(has '^mpickpt-run: run 2 made no progress \(the newest checkpoint is still none yet \(the job starts fresh\)\): not relaunching \(2 of 5 runs used\)$' "$log"; echo $?)" \
+    "no 'run 2 made no progress' message"
+  ;;
+halt)
+  log=$out/halt1.log
+  run_bg "$log" --dir "$dir" --max-runs 3 -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" --hold
+  wait_for 60 "$log" '^checkpoint prefix=\S+ epoch=0 step=5 '
+  "$MPICKPT_CLI" halt "$dir" >"$out/halt.out"
+  check $? "mpickpt halt $dir"
+  show "$out/halt.out"
+  check "$(has "^halt request in $dir/chief: due since " "$out/halt.out"; echo $?)" "mpickpt halt: no 'due since' line"
+  wait "$bg"
+  rc=$?
+  show "$log"
+  check "$rc" "mpickpt-run exited $rc after the halt, expected 0"
+  check "$(has '^preempted epoch=0 step=5 reason=halt$' "$log"; echo $?)" "no 'preempted epoch=0 step=5 reason=halt'"
+  check "$(has '^mpickpt-run: run 1: mpirun exited with status 75$' "$log"; echo $?)" "the job did not exit 75"
+  check "$(has "^mpickpt-run: halted by the request in $dir/chief: exit 0, no requeue, no relaunch" "$log"; echo $?)" "no 'halted by the request'"
+  check "$([ "$(count 'run 2 of' "$log")" = 0 ]; echo $?)" "relaunched after a halt"
+  check "$([ "$(latest)" = "0 5" ]; echo $?)" "latest checkpoint '$(latest)', expected epoch 0 step 5"
+  # While the request is due, nothing starts.
+  log=$out/halt2.log
+  "$MPICKPT_RUN" --dir "$dir" -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  check "$rc" "mpickpt-run with a due halt request exited $rc, expected 0"
+  check "$(has "^mpickpt-run: a halt request is due in $dir/chief: not starting the job \(exit 0\); remove it with 'mpickpt halt $dir --clear'\$" "$log"; echo $?)" \
+    "no refusal naming 'mpickpt halt DIR --clear'"
+  check "$([ "$(count 'run 1 of|^resumed|^fresh' "$log")" = 0 ]; echo $?)" "a run started despite the halt request"
+  # Cleared: the job resumes where it stopped and finishes.
+  "$MPICKPT_CLI" halt --clear --json "$dir" >"$out/clear.json"
+  check $? "mpickpt halt --clear"
+  check "$(has '"action":"clear","present":false,.*"removed":true' "$out/clear.json"; echo $?)" "--clear --json: $(cat "$out/clear.json")"
+  log=$out/halt3.log
+  "$MPICKPT_RUN" --dir "$dir" -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  check "$rc" "the run after --clear exited $rc"
+  check "$(has "^resumed epoch=0 step=5 from=$dir/chief/ckpt-1\$" "$log"; echo $?)" "no resume at epoch 0 step 5 after --clear"
+  check "$(has '^verified every restored value at step 5:' "$log"; echo $?)" "not verified after --clear"
+  check "$(has '^done epoch=1 step=20$' "$log"; echo $?)" "no done after --clear"
+  ;;
+after)
+  mkdir -p "$dir"
+  "$MPICKPT_CLI" halt --after-seconds 86400 --json "$dir" >"$out/day.json"
+  check $? "mpickpt halt --after-seconds 86400"
+  log=$out/after1.log
+  "$MPICKPT_RUN" --dir "$dir" -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" >"$log" 2>&1 </dev/null
+  rc=$?
+  show "$log"
+  check "$rc" "a job with a request due in a day exited $rc"
+  check "$(has '^done epoch=1 step=20$' "$log"; echo $?)" "a request due in a day stopped the job"
+  check "$(has 'reason=halt' "$log"; [ $? = 1 ]; echo $?)" "a request due in a day stopped the job"
+  "$MPICKPT_CLI" halt --show --json "$dir" >"$out/show.json"
+  check "$(has '"present":true,.*"due":false' "$out/show.json"; echo $?)" "--show: $(cat "$out/show.json")"
+  "$MPICKPT_CLI" halt --clear "$dir" >/dev/null
+  rm -rf "$dir"
+  # Due in 2 s, on a job held at its first checkpoint.
+  log=$out/after2.log
+  run_bg "$log" --dir "$dir" --max-runs 3 -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" --hold
+  wait_for 60 "$log" '^checkpoint prefix=\S+ epoch=0 step=5 '
+  "$MPICKPT_CLI" halt --after-seconds 2 --json "$dir" >"$out/two.json"
+  check $? "mpickpt halt --after-seconds 2"
+  check "$(/usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j["after"] - j["requested"] == 2 and j["present"] else 1)' "$out/two.json"; echo $?)" \
+    "--after-seconds 2: $(cat "$out/two.json")"
+  wait "$bg"
+  rc=$?
+  show "$log"
+  check "$rc" "mpickpt-run exited $rc after the halt due in 2 s"
+  check "$(has '^preempted epoch=0 step=5 reason=halt$' "$log"; echo $?)" "no 'preempted ... reason=halt'"
+  check "$(has '^mpickpt-run: halted by the request' "$log"; echo $?)" "no 'halted by the request'"
+  ;;
+signal)
+  log=$out/signal.log
+  run_bg "$log" --dir "$dir" --max-runs 3 -n 2 -- "$MPICKPT_DEMO" "${demo_args[@]}" --hold
+  wait_for 60 "$log" '^checkpoint prefix=\S+ epoch=0 step=5 '
+  kill -TERM "$bg"
+  wait "$bg"
+  rc=$?
+  show "$log"
+  check "$([ $rc = 75 ]; echo $?)" "mpickpt-run exited $rc after SIGTERM, expected 75"
+  check "$(has '^mpickpt-run: got SIGTERM: forwarding SIGUSR1 to the job \(process group [0-9]+\)$' "$log"; echo $?)" "SIGTERM not forwarded as SIGUSR1"
+  check "$(has '^preempted epoch=0 step=5 reason=signal$' "$log"; echo $?)" "no 'preempted epoch=0 step=5 reason=signal'"
+  check "$(has '^mpickpt-run: the job was preempted \(exit 75\) and checkpointed: run it again to resume \(not under Slurm\)$' "$log"; echo $?)" "no 'preempted ... not under Slurm'"
+  check "$([ "$(count 'run 2 of' "$log")" = 0 ]; echo $?)" "relaunched after SIGTERM"
+  check "$([ "$(latest)" = "0 5" ]; echo $?)" "latest checkpoint '$(latest)', expected epoch 0 step 5"
+  ;;
+usage)
+  for bad in "--max-runs 0 true" "--max-runs x true" "--launcher pbs true" "--requeue sometimes true" \
+    "--term-signal KILL true" "--np 0 true" "--dir" "" "--launcher none -n 2 true" "--bogus true"; do
+    # shellcheck disable=SC2086 # a list of arguments
+    "$MPICKPT_RUN" $bad >"$out/usage.out" 2>&1
+    rc=$?
+    check "$([ $rc = 2 ]; echo $?)" "mpickpt-run $bad: exit $rc, expected 2"
+    check "$(has '^mpickpt-run: .*' "$out/usage.out"; echo $?)" "mpickpt-run $bad: no message"
+  done
+  MPICKPT_RUNS=zero "$MPICKPT_RUN" true >"$out/usage.out" 2>&1
+  check "$([ $? = 2 ] && has 'MPICKPT_RUNS' "$out/usage.out"; echo $?)" "MPICKPT_RUNS=zero not refused"
+  "$MPICKPT_RUN" --help >"$out/help.out"
+  check $? "--help"
+  for opt in --dir --launcher --np --launcher-arg --max-runs --requeue --max-requeues --term-signal \
+    MPICKPT_RUNS MPICKPT_RUN_ATTEMPT 'mpickpt halt'; do
+    check "$(has "$opt" "$out/help.out"; echo $?)" "--help does not mention $opt"
+  done
+  "$MPICKPT_RUN" --launcher none -- /nonexistent/program >"$out/missing.out" 2>&1
+  rc=$?
+  check "$([ $rc = 127 ] && has "cannot run '/nonexistent/program'" "$out/missing.out"; echo $?)" \
+    "a missing command: exit $rc, $(cat "$out/missing.out")"
+  # MPICKPT_RUNS is the default of --max-runs; --launcher none runs the command as is.
+  MPICKPT_RUNS=2 "$MPICKPT_RUN" --launcher none -- sh -c 'exit 4' >"$out/runs.out" 2>&1
+  rc=$?
+  check "$([ $rc = 4 ] && [ "$(count 'run [12] of 2 ' "$out/runs.out")" = 2 ]; echo $?)" \
+    "MPICKPT_RUNS=2: exit $rc, $(cat "$out/runs.out")"
+  ;;
+*)
+  echo "test_run: unknown case '$case_'" >&2
+  exit 2
+  ;;
+esac
+if grep -qE 'AddressSanitizer|LeakSanitizer|runtime error' "$out"/*.log 2>/dev/null; then
+  check 1 "sanitizer report"
+fi
+echo "test_run $case_: $((checks - failures))/$checks checks passed"
+[ $failures -eq 0 ]

@@ -35,8 +35,9 @@ not one of them was killed and resumed in between (tests/python/test_train_resum
 
 Preemption: SIGTERM/SIGUSR1 (Slurm's --signal, scancel --signal) or the deadline (MPICKPT_DEADLINE,
 minus --deadline-reserve seconds) is noticed at the next step boundary by a collective check;
-every rank takes a final checkpoint and exits 75 (mpickpt.preemption.EXIT_CODE), on which the
-batch scripts requeue the job (jobs/slurm/train-torch.sbatch, jobs/run-mpirun.sh).
+every rank takes a final checkpoint and exits 75 (mpickpt.preemption.EXIT_CODE), on which
+mpickpt-run requeues the job under Slurm (jobs/slurm/mpickpt-run.sbatch; jobs/run-mpirun.sh
+without Slurm). A halt request (`mpickpt halt DIR`) stops it the same way, for good.
 
 Output, rank 0 (crash and errors: the rank concerned):
     fresh start

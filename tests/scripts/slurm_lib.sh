@@ -82,6 +82,10 @@ slurm_test_start() { # NAME OUTDIR
   sdir=$out/slurm
   trap slurm_test_cleanup EXIT
   trap 'exit 1' INT TERM
+  # What only these tests need, passed on to the jobs by sbatch: root, more ranks than the 2
+  # CPUs, ranks that yield when idle (srun on oversubscribed CPUs).
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
   MPICKPT_SLURM_OWNER_PID=$$ "$local_slurm" start "$sdir" || exit 1
   eval "$("$local_slurm" env "$sdir")"
   export SLURM_CONF

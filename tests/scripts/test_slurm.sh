@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# A preempted Slurm job checkpoints, requeues itself, resumes from that checkpoint and finishes:
+# A preempted Slurm job checkpoints, requeues itself, resumes from that checkpoint and finishes,
+# through jobs/slurm/mpickpt-run.sbatch and mpickpt-run:
 #
 #   MPICKPT_SOURCE_DIR=... MPICKPT_BINARY_DIR=... MPICKPT_CLI=.../mpickpt \
 #     test_slurm.sh OUTDIR mpirun|srun
 #
 # 1. starts a private single-node Slurm in OUTDIR/slurm (jobs/slurm/local-slurm.sh; always stopped
 #    on exit, and by its watcher should this script be killed);
-# 2. submits jobs/slurm/demo-mpirun.sbatch (or demo-srun.sbatch: srun --mpi=pmix) on 2 tasks, a
-#    small model that holds at its first checkpoint (epoch 0, step 5) until it is preempted
-#    (--hold: the signal cannot come too late, however slow the machine);
-# 3. once it is RUNNING and has committed a checkpoint, preempts it: scancel --signal=USR1 --batch;
+# 2. submits jobs/slurm/mpickpt-run.sbatch --launcher mpirun|srun --dir DIR -- mpickpt-demo ... on
+#    2 tasks (root and oversubscription allowed by this test's environment, which sbatch passes
+#    on), a small model that holds at its first checkpoint (epoch 0, step 5) until it is
+#    preempted (--hold: the signal cannot come too late, however slow the machine);
+# 3. once it is RUNNING and has committed a checkpoint, preempts it: scancel --signal=USR1 --batch
+#    (to mpickpt-run, the batch shell's process, which forwards it to mpirun or srun);
 # 4. checks that it took its final checkpoint (`preempted epoch=E step=T`, the latest in `mpickpt
 #    list`), requeued itself (PENDING, Restarts=1), then (StartTime=now, 2 s after the requeue,
 #    skips the rest of the cred_expire wait) ran again with SLURM_RESTART_COUNT=1 (a resumed run
@@ -22,20 +25,23 @@ launcher=${2:?usage: test_slurm.sh OUTDIR mpirun|srun}
 : "${MPICKPT_SOURCE_DIR:?}" "${MPICKPT_BINARY_DIR:?}" "${MPICKPT_CLI:?}"
 src=$MPICKPT_SOURCE_DIR
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+script=$src/jobs/slurm/mpickpt-run.sbatch
 case "$launcher" in
-  mpirun | srun) script=$src/jobs/slurm/demo-$launcher.sbatch ;;
+  mpirun | srun) ;;
   *) echo "test_slurm: launcher is mpirun or srun, got '$launcher'" >&2; exit 2 ;;
 esac
 # shellcheck source=tests/scripts/slurm_lib.sh
 . "$here/slurm_lib.sh"
 slurm_test_start test_slurm "$out"
 
-# The job's settings (sbatch passes this environment on).
-export DEMO_DIR=$out/demo MPICKPT_BUILD_DIR=$MPICKPT_BINARY_DIR
-export DEMO_ARGS="--epochs 3 --steps-per-epoch 10 --ckpt-every 5 --keep 3 --mb 1 --hold"
-unset MPICKPT_DEADLINE SLURM_JOB_END_TIME
+# The job (sbatch passes this environment on).
+DEMO_DIR=$out/demo
+export MPICKPT_RUN=$MPICKPT_BINARY_DIR/bin/mpickpt-run
+demo=(--launcher "$launcher" --dir "$DEMO_DIR" -- "$MPICKPT_BINARY_DIR/bin/mpickpt-demo"
+      --dir "$DEMO_DIR" --epochs 3 --steps-per-epoch 10 --ckpt-every 5 --keep 3 --mb 1 --hold)
+unset MPICKPT_DEADLINE SLURM_JOB_END_TIME MPICKPT_RUNS
 log=$out/job.out
-job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script") || {
+job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script" "${demo[@]}") || {
   echo "FAIL: sbatch $script" >&2
   exit 1
 }
@@ -79,13 +85,16 @@ check "$(grep -q '^fresh start$' <<<"$run0"; echo $?)" "first run: no 'fresh sta
 check "$(grep -qxF "$pre" <<<"$run0"; echo $?)" "first run: no 'preempted' line"
 check "$(grep -qE "^checkpoint prefix=\S+ epoch=$E step=$T " <<<"$run0"; echo $?)" \
   "first run: no checkpoint at epoch=$E step=$T"
-check "$(grep -q 'preempted (exit 75): scontrol requeue' <<<"$run0"; echo $?)" "first run: no requeue"
+check "$(grep -q '^mpickpt-run: got SIGUSR1: forwarding it to the job' <<<"$run0"; echo $?)" \
+  "first run: mpickpt-run did not forward SIGUSR1"
+check "$(grep -q "^mpickpt-run: preempted (exit 75): scontrol requeue $job\$" <<<"$run0"; echo $?)" "first run: no requeue"
 check "$(absent '^done ' <<<"$run0"; echo $?)" "first run printed done"
 check "$(grep -qE "^resumed epoch=$E step=$T from=$DEMO_DIR/chief/ckpt-[0-9]+$" <<<"$run1"; echo $?)" \
   "second run: no 'resumed epoch=$E step=$T from=$DEMO_DIR/chief/...'"
 check "$(grep -q "^verified every restored value at step $T:" <<<"$run1"; echo $?)" "second run: not verified"
 check "$(grep -qx 'done epoch=2 step=30' <<<"$run1"; echo $?)" "second run: no 'done epoch=2 step=30'"
-check "$(grep -q "$launcher exited with status 0" <<<"$run1"; echo $?)" "second run: $launcher did not exit 0"
+check "$(grep -q "^mpickpt-run: run 1: $launcher exited with status 0\$" <<<"$run1"; echo $?)" \
+  "second run: $launcher did not exit 0"
 check "$(absent 'verification failed' "$log"; echo $?)" "verification failed"
 check "$(absent -E 'AddressSanitizer|LeakSanitizer|runtime error' "$log"; echo $?)" \
   "sanitizer report in $log"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The PyTorch job (jobs/train_torch.py) under Slurm through jobs/slurm/train-torch.sbatch: preempted,
+# The PyTorch job (jobs/train_torch.py) under Slurm through jobs/slurm/mpickpt-run.sbatch
+# (mpickpt-run --launcher mpirun -- /usr/bin/python3 train_torch.py ...): preempted,
 # it checkpoints, requeues itself and resumes, and its losses after the resume are, bit for bit,
 # those of the same job run without interruption:
 #
@@ -7,10 +8,10 @@
 #     PYTHONPATH=build/python test_slurm_torch.sh OUTDIR
 #
 # 1. starts a private single-node Slurm in OUTDIR/slurm (tests/scripts/slurm_lib.sh);
-# 2. submits train-torch.sbatch on 2 tasks: 30 steps, a checkpoint every 5, a fresh run holds after
+# 2. submits it on 2 tasks: 30 steps, a checkpoint every 5, a fresh run holds after
 #    step 10 until preempted (--hold-at: the signal cannot come too late, however slow the machine);
-# 3. once it holds, preempts it: scancel --signal=USR1 --batch (the batch shell forwards SIGUSR1 to
-#    mpirun, mpirun to the ranks; train_torch.py's collective check sees it at the step boundary);
+# 3. once it holds, preempts it: scancel --signal=USR1 --batch (mpickpt-run, the batch shell's
+#    process, forwards SIGUSR1 to mpirun, mpirun to the ranks; train_torch.py's collective check sees it at the step boundary);
 # 4. checks: `preempted step=10`, the latest checkpoint in `mpickpt list` is step 10, the job
 #    requeued itself (PENDING, Restarts=1); released, it ran again with SLURM_RESTART_COUNT=1,
 #    resumed at step 10 on 2 ranks, verified the restored model and optimizer, finished at step 30,
@@ -30,13 +31,16 @@ py=/usr/bin/python3
 slurm_test_start test_slurm_torch "$out"
 
 args="--steps 30 --ckpt-every 5 --keep 0 --hidden 32"
-export TRAIN_DIR=$out/train MPICKPT_BUILD_DIR=$MPICKPT_BINARY_DIR PYTHON=$py
-export TRAIN_SCRIPT=$src/jobs/train_torch.py
-export TRAIN_ARGS="$args --hold-at 10"
-unset MPICKPT_DEADLINE SLURM_JOB_END_TIME
-script=$src/jobs/slurm/train-torch.sbatch
+TRAIN_DIR=$out/train
+# The job's environment (sbatch passes it on): the package from the build, the launcher.
+export PYTHONPATH=$MPICKPT_BINARY_DIR/python${PYTHONPATH:+:$PYTHONPATH}
+export MPICKPT_RUN=$MPICKPT_BINARY_DIR/bin/mpickpt-run
+unset MPICKPT_DEADLINE SLURM_JOB_END_TIME MPICKPT_RUNS
+script=$src/jobs/slurm/mpickpt-run.sbatch
 log=$out/job.out
-job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script") || {
+# shellcheck disable=SC2086 # $args is a list of options
+job=$(cd "$out" && sbatch --parsable -n 2 -o "$log" "$script" --launcher mpirun --dir "$TRAIN_DIR" \
+  -- "$py" "$src/jobs/train_torch.py" --dir "$TRAIN_DIR" $args --hold-at 10) || {
   echo "FAIL: sbatch $script" >&2
   exit 1
 }
@@ -75,19 +79,19 @@ split_runs "$log"
 check "$(grep -qx 'fresh start' <<<"$run0"; echo $?)" "first run: no 'fresh start'"
 check "$(grep -qE '^checkpoint prefix=\S+ step=10 ' <<<"$run0"; echo $?)" "first run: no checkpoint at step 10"
 check "$(absent -E '^step 1[1-9] ' <<<"$run0"; echo $?)" "first run went past step 10"
-check "$(grep -q 'preempted (exit 75): scontrol requeue' <<<"$run0"; echo $?)" "first run: no requeue"
+check "$(grep -q "^mpickpt-run: preempted (exit 75): scontrol requeue $job\$" <<<"$run0"; echo $?)" "first run: no requeue"
 check "$(grep -qE "^resumed step=10 epoch=0 from=$TRAIN_DIR/ckpt-[0-9]+ world_size=2 " <<<"$run1"; echo $?)" \
   "second run: no 'resumed step=10 epoch=0 from=$TRAIN_DIR/ckpt-N world_size=2'"
 check "$(grep -q '^verified the restored model and optimizer' <<<"$run1"; echo $?)" "second run: not verified"
 check "$(absent -E '^step ([1-9]|10) ' <<<"$run1"; echo $?)" "second run repeated a step <= 10"
 check "$(grep -qE '^done step=30 ' <<<"$run1"; echo $?)" "second run: no 'done step=30'"
-check "$(grep -q 'mpirun exited with status 0' <<<"$run1"; echo $?)" "second run: mpirun did not exit 0"
+check "$(grep -q '^mpickpt-run: run 1: mpirun exited with status 0$' <<<"$run1"; echo $?)" "second run: mpirun did not exit 0"
 
 # The same job uninterrupted, outside Slurm: the same losses at every step, bit for bit.
 ref=$out/reference.out
 echo "test_slurm_torch: the reference run: $MPIEXEC -np 2 $py train_torch.py --dir $out/ref $args"
 # shellcheck disable=SC2086 # $args is a list of options
-PYTHONPATH=$MPICKPT_BINARY_DIR/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
+timeout 300 \
   "$MPIEXEC" -np 2 "$py" "$src/jobs/train_torch.py" --dir "$out/ref" $args >"$ref" 2>&1
 check $? "the reference run failed (see $ref)"
 n=$(losses "$ref" | grep -c '^step ')

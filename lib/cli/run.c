@@ -550,7 +550,8 @@ static int parse_options(options *o, int argc, char **argv)
             fputs(usage_text, stdout);
             return 3;
         default:
-            if (optopt)
+            if (optopt == 'n' || (optopt > 0 && optopt < 128 && !strchr("dlarqQt", optopt) &&
+                                  optind > 0 && argv[optind - 1][1] != '-'))
                 return usage_error("option -%c: unknown, or its value is missing", optopt);
             return usage_error("unknown option '%s', or its value is missing",
                                argv[optind - 1]);

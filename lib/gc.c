@@ -225,8 +225,9 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
             r = gc_temp_dir(&g, fd, dir, n, "in-flight parts of an unfinished save");
         else if (S_ISREG(st.st_mode) &&
                  (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, CKPT__STATE_FILE) ||
-                  ckpt__is_temp_name(n, CKPT__HALT_FILE)))
-            r = gc_file(&g, fd, n, "temp file of an unfinished index, state or halt write");
+                  ckpt__is_temp_name(n, CKPT__HALT_FILE) ||
+                  ckpt__is_temp_name(n, CKPT__RESTART_FILE)))
+            r = gc_file(&g, fd, n, "temp file of an unfinished index, state, halt or restart write");
         else if (S_ISREG(st.st_mode) && ckpt__data_file_base(base, sizeof base, n) &&
                  ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
                  !ckpt__exists_at(fd, iname) && ckpt__is_data_file(fd, n))

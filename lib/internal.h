@@ -64,6 +64,18 @@ double ckpt__mono_seconds(void);
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"
 void ckpt__log(ckpt_log_level level, const char *fmt, ...) CKPT_PRINTF(2, 3);
+/* Whether a message of this level would reach the sink (to skip building a summary). */
+int ckpt__log_enabled(ckpt_log_level level);
+
+/* A time and a rank in one double whose maximum (MPI_MAX, as the save's votes reduce) is the
+ * largest time and the rank that had it: MAXLOC in a reduction of doubles. The rank replaces the
+ * low 24 bits of the time's mantissa (a relative error below 4e-9); for non-negative finite
+ * doubles numeric order is the order of their bits, so the maximum holds the largest time, ties
+ * going to the highest rank. A negative or non-finite time counts as 0; a rank outside
+ * 0..CKPT__MAXLOC_RANKS-1 decodes as -1. lib/log.c */
+#define CKPT__MAXLOC_RANKS (1 << 24)
+double ckpt__maxloc_encode(double seconds, int rank);
+void ckpt__maxloc_decode(double v, double *seconds, int *rank);
 
 #pragma GCC visibility pop
 

@@ -11,11 +11,43 @@
  * other key is accepted and ignored. */
 enum {
     MK_PREFIX, MK_MODE, MK_BYTES, MK_RANKS, MK_BLOCKING, MK_WRITE, MK_AGREE, MK_MERGE, MK_COMMIT,
-    MK_GBPS, MK_SINCE, MK_SAVED, MK_TIMESTAMP, MK_COUNT
+    MK_GBPS, MK_SINCE, MK_SAVED, MK_TIMESTAMP,
+    MK_SLOWEST, /* MK_SLOWEST + k: phase k's slowest rank */
+    MK_MEDIAN = MK_SLOWEST + CKPT__METRICS_PHASES, MK_COUNT
 };
 static const char *const metrics_keys[MK_COUNT] = {
     "prefix", "mode", "bytes", "ranks", "blocking_s", "write_s", "agree_s", "merge_s",
-    "commit_s", "gbps", "since_prev_s", "training_time_saved_s", "timestamp"};
+    "commit_s", "gbps", "since_prev_s", "training_time_saved_s", "timestamp",
+    "blocking_slowest_rank", "write_slowest_rank", "agree_slowest_rank", "merge_slowest_rank",
+    "commit_slowest_rank", "write_median_s"};
+
+const char *const ckpt__metrics_phase_names[CKPT__METRICS_PHASES] = {"blocking", "write", "agree",
+                                                                     "merge", "commit"};
+
+double ckpt__metrics_phase_s(const ckpt__metrics_record *m, int k)
+{
+    switch (k) {
+    case 0: return m->blocking_s;
+    case 1: return m->write_s;
+    case 2: return m->agree_s;
+    case 3: return m->merge_s;
+    default: return m->commit_s;
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y ? 1 : 0;
+}
+
+double ckpt__metrics_median(double *v, size_t n)
+{
+    if (n == 0)
+        return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 /* Every line must have these; the others default (gbps is then computed). */
 #define MK_REQUIRED                                                                         \
     (1u << MK_PREFIX | 1u << MK_MODE | 1u << MK_BYTES | 1u << MK_BLOCKING | 1u << MK_WRITE | \
@@ -43,6 +75,7 @@ int ckpt__metrics_write_line(FILE *out, const ckpt__metrics_record *m)
     /* Decimals of the floating-point keys (MK_BLOCKING .. MK_TIMESTAMP), in key order. */
     const double reals[] = {m->blocking_s, m->write_s, m->agree_s, m->merge_s, m->commit_s,
                             m->gbps, m->since_prev_s, m->training_time_saved_s, m->timestamp};
+    enum { NREALS = sizeof reals / sizeof reals[0] };
     static const int decimals[] = {6, 6, 6, 6, 6, 4, 6, 6, 3};
     ckpt__json_writer w;
     ckpt__json_init(&w, out);
@@ -55,9 +88,18 @@ int ckpt__metrics_write_line(FILE *out, const ckpt__metrics_record *m)
     ckpt__json_uint(&w, m->bytes);
     ckpt__json_key(&w, metrics_keys[MK_RANKS]);
     ckpt__json_uint(&w, m->ranks);
-    for (int k = MK_BLOCKING; k < MK_COUNT; k++) {
+    for (int k = MK_BLOCKING; k < MK_BLOCKING + NREALS; k++) {
         ckpt__json_key(&w, metrics_keys[k]);
         ckpt__json_fixed(&w, reals[k - MK_BLOCKING], decimals[k - MK_BLOCKING]);
+    }
+    for (int k = 0; m->have_slowest && k < CKPT__METRICS_PHASES; k++)
+        if (m->slowest_rank[k] >= 0) {
+            ckpt__json_key(&w, metrics_keys[MK_SLOWEST + k]);
+            ckpt__json_uint(&w, (uint64_t)m->slowest_rank[k]);
+        }
+    if (m->have_write_median) {
+        ckpt__json_key(&w, metrics_keys[MK_MEDIAN]);
+        ckpt__json_fixed(&w, m->write_median_s, 6);
     }
     ckpt__json_object_end(&w);
     fputc('\n', out);
@@ -311,6 +353,15 @@ static int store(ckpt__metrics_record *m, int key, metrics_value *v, const char 
         *why = "not a number";
         return -1;
     }
+    if (key >= MK_SLOWEST && key < MK_SLOWEST + CKPT__METRICS_PHASES) {
+        if (!v->is_uint || v->u > INT32_MAX) {
+            *why = "not a rank (an integer in 0..2147483647)";
+            return -1;
+        }
+        m->slowest_rank[key - MK_SLOWEST] = (int)v->u;
+        m->have_slowest = 1;
+        return 0;
+    }
     if (key == MK_BYTES || key == MK_RANKS) {
         if (!v->is_uint) {
             *why = "not a non-negative integer";
@@ -336,6 +387,10 @@ static int store(ckpt__metrics_record *m, int key, metrics_value *v, const char 
     case MK_SINCE: m->since_prev_s = v->num; break;
     case MK_SAVED: m->training_time_saved_s = v->num; break;
     case MK_TIMESTAMP: m->timestamp = v->num; break;
+    case MK_MEDIAN:
+        m->write_median_s = v->num;
+        m->have_write_median = 1;
+        break;
     default: break;
     }
     return 0;
@@ -349,7 +404,9 @@ int ckpt__metrics_parse_line(ckpt__metrics_record *out, const char *line, size_t
     const char *why = NULL;
     unsigned seen = 0;
     memset(out, 0, sizeof *out);
-    out->gbps = out->since_prev_s = out->timestamp = NAN;
+    out->gbps = out->since_prev_s = out->timestamp = out->write_median_s = NAN;
+    for (int k = 0; k < CKPT__METRICS_PHASES; k++)
+        out->slowest_rank[k] = -1;
     if (memchr(line, '\0', len)) {
         why = "NUL byte in the line";
         goto bad;

@@ -8,9 +8,13 @@
  *   {"prefix":"ckpt-3","mode":"sync","bytes":4194304,"ranks":2,"blocking_s":0.012000,
  *    "write_s":0.010000,"agree_s":0.000100,"merge_s":0.000200,"commit_s":0.001000,
  *    "gbps":0.3712,"since_prev_s":0.000000,"training_time_saved_s":0.000000,
- *    "timestamp":1763700000.250}
+ *    "timestamp":1763700000.250,"blocking_slowest_rank":1,"write_slowest_rank":1,
+ *    "agree_slowest_rank":0,"merge_slowest_rank":0,"commit_slowest_rank":0,
+ *    "write_median_s":0.008000}
  *
- * (one line in the file). The prefix is the caller's bytes, escaped and made valid UTF-8 by the
+ * (one line in the file). The last six keys (since issue 17) are optional: the rank that was
+ * slowest in each phase (its time is the phase's key, the maximum over ranks) and the median over
+ * ranks of the write phase's time; lines without them still parse. The prefix is the caller's bytes, escaped and made valid UTF-8 by the
  * JSON writer (lib/json.h). */
 #ifndef MPICKPT_METRICS_H
 #define MPICKPT_METRICS_H
@@ -22,6 +26,8 @@
 #include <stdio.h>
 
 #pragma GCC visibility push(default)
+
+#define CKPT__METRICS_PHASES 5
 
 /* One save's record. What the saver fills and what the parser returns. */
 typedef struct ckpt__metrics_record {
@@ -43,7 +49,26 @@ typedef struct ckpt__metrics_record {
     /* async saves: background time beyond the blocking time; 0 when a parsed line has none */
     double training_time_saved_s;
     double timestamp; /* commit time, seconds since the Epoch; NaN when a parsed line has none */
+    /* Optional. have_slowest: slowest_rank[] holds, for each phase in the order blocking, write,
+     * agree, merge, commit, the rank that was slowest there (-1: unknown; the writer writes the
+     * known ones). have_write_median: write_median_s holds the median over ranks of write_s. A
+     * record initialized with zeros has neither (the writer then writes the line as before). */
+    int have_slowest;
+    int slowest_rank[CKPT__METRICS_PHASES];
+    int have_write_median;
+    double write_median_s;
 } ckpt__metrics_record;
+
+/* The phases' names in the order of slowest_rank[]: "blocking", "write", "agree", "merge",
+ * "commit"; their times are the record's blocking_s .. commit_s. */
+extern const char *const ckpt__metrics_phase_names[CKPT__METRICS_PHASES];
+
+/* The record's time of phase k (0..CKPT__METRICS_PHASES-1). */
+double ckpt__metrics_phase_s(const ckpt__metrics_record *m, int k);
+
+/* The median of v[0..n) (n > 0; the mean of the two middle values when n is even); sorts v.
+ * NaN when n is 0. */
+double ckpt__metrics_median(double *v, size_t n);
 
 /* write_s + agree_s + merge_s + commit_s: the work of the save, done in the background by an
  * async save. */

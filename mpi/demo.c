@@ -528,6 +528,8 @@ int main(int argc, char **argv)
 {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    /* The chief's summary line per save and restore on stderr, unless MPICKPT_LOG says otherwise */
+    ckpt_log_set_default_level(CKPT_LOG_INFO);
     /* First thing: SIGTERM / SIGUSR1 only set a flag from now on (checked after every step). */
     int prc = ckpt_preempt_install(NULL, 0);
     if (prc != CKPT_OK) {

@@ -172,6 +172,8 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
      * or close to report (restoring an older checkpoint is fine). */
     ckpt__saver_wait_keep(s);
+    double t0 = ckpt__mono_seconds(); /* the summary line's phases (save_summary.c) */
+    uint64_t ckpt_bytes = 0;
     char prefix[4096], base[4096] = "";
     int rc0 = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
     if (rc0 != CKPT_OK)
@@ -209,6 +211,8 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             local = ckpt__reader_open_payload(&r, prefix, payload, plen,
                                               cache ? CKPT__READER_CHECK_INDEX
                                                     : CKPT__READER_CHECK_ALL);
+        if (local == CKPT_OK)
+            ckpt_bytes = ckpt__index_bytes(ckpt__reader_index(r));
         free(file);
     }
     Mpickpt__Fragment wants = MPICKPT__FRAGMENT__INIT;
@@ -260,6 +264,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
      * run last, after every tensor is in (TensorFlow runs registered restores after the default
      * ones).
      */
+    double t1 = ckpt__mono_seconds();
     size_t nst = 0;
     struct staged {
         size_t reg;
@@ -330,8 +335,14 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         if (local != CKPT_OK)
             local = ckpt__error_wrap(local, "rank %d", s->rank);
     }
-    /* every rank has read and checked everything it needs: only now are per-rank values applied */
-    local = ckpt_mpi_agree(s->comm, local);
+    /* every rank has read and checked everything it needs: only now are per-rank values applied
+     * (the agreement is a vote that also carries the slowest rank of each phase) */
+    double own[2] = { t1 - t0, ckpt__mono_seconds() - t1 }, phase[2];
+    int slowest[2] = { -1, -1 };
+    ckpt__summary_encode(phase, own, 2, s->rank);
+    local = ckpt__mpi_vote(s->comm, local, phase, 2);
+    if (local == CKPT_OK)
+        ckpt__summary_decode(phase, slowest, phase, 2);
     for (size_t i = 0; i < nst && local == CKPT_OK; i++) /* replica components */
         if (s->regs.v[st[i].reg].kind == CKPT_KIND_COMPONENT && st[i].len)
             memcpy(s->regs.v[st[i].reg].data, st[i].bytes, st[i].len);
@@ -359,6 +370,8 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             info->world_size = h->world_size;
             info->layout = h->layout;
         }
+        ckpt__restore_log_summary(s, prefix, ckpt_bytes, h->world_size,
+                                  ckpt__mono_seconds() - t0, phase, slowest, own[0], own[1]);
     }
     ckpt_reader_free(r);
     ckpt__cache_fetch_done(s, fetched);

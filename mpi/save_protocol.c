@@ -502,11 +502,14 @@ static int gather_hier(ckpt_saver *s, save_ctx *c, const Mpickpt__Fragment *frag
         st = ckpt__fault(s->rank, "node-merge");
     if (st == CKPT_OK)
         st = ckpt__fragment_merge(&part, frags, (size_t)s->node_size);
+    if (st == CKPT_OK) /* the members' write times (metrics: none when out of memory) */
+        (void)ckpt__fragment_times_concat(&part, frags, (size_t)s->node_size);
     if (st != CKPT_OK && st != CKPT_EPEER)
         *local = st;
     pack_fragment(&part, &st, &buf, &len);
     if (st != CKPT_OK && st != CKPT_EPEER && *local == CKPT_OK)
         *local = st;
+    ckpt__fragment_times_free(&part);
     ckpt__fragment_merged_free(&part);
     ckpt__free_frags(frags, a);
 
@@ -530,7 +533,7 @@ static int gather_hier(ckpt_saver *s, save_ctx *c, const Mpickpt__Fragment *frag
 /* Every rank's record, as its index fragment (protobuf here, for the wire), at the chief: *nout
  * fragments there, or *skip set when the chief must not merge (a failure that the next vote
  * reports). *local is this rank's status, in and out. */
-static int gather_fragments(ckpt_saver *s, save_ctx *c, int *local, int *skip,
+static int gather_fragments(ckpt_saver *s, save_ctx *c, double write_s, int *local, int *skip,
                             Mpickpt__Fragment ***out, size_t *nout, ckpt__arena **arena)
 {
     *out = NULL;
@@ -540,6 +543,10 @@ static int gather_fragments(ckpt_saver *s, save_ctx *c, int *local, int *skip,
     Mpickpt__Fragment frag = MPICKPT__FRAGMENT__INIT;
     if (*local == CKPT_OK)
         *local = ckpt__record_fragment(&frag, &c->rec, s->rank, c->n.data_name);
+    int32_t me = s->rank; /* this rank's write time rides along (save_summary.c) */
+    frag.n_write_s = frag.n_write_ranks = 1;
+    frag.write_s = &write_s;
+    frag.write_ranks = &me;
     int rc;
     if (s->hier_merge) {
         rc = gather_hier(s, c, &frag, local, skip, out, nout, arena);
@@ -547,6 +554,9 @@ static int gather_fragments(ckpt_saver *s, save_ctx *c, int *local, int *skip,
         rc = gather_packed(s, c->comm, &frag, *local, local, out, arena);
         *nout = (size_t)s->size;
     }
+    frag.n_write_s = frag.n_write_ranks = 0; /* borrowed */
+    frag.write_s = NULL;
+    frag.write_ranks = NULL;
     ckpt__fragment_free_built(&frag);
     return rc;
 }
@@ -608,18 +618,8 @@ static int chief_commit(save_ctx *c, const Mpickpt__Index *idx)
     return ckpt__commit_index(&q);
 }
 
-/* The sum of the pieces' bytes of a merged index (the chief's metrics). */
-static uint64_t index_bytes(const Mpickpt__Index *idx)
-{
-    uint64_t total = 0;
-    for (size_t i = 0; i < idx->n_tensors; i++)
-        for (size_t k = 0; k < idx->tensors[i]->n_pieces; k++)
-            total += idx->tensors[i]->pieces[k]->bytes;
-    return total;
-}
-
 /* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort). */
-static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
+static void write_metrics(const save_job *j, const ckpt__metrics_record *m)
 {
     int fd;
     if (ckpt__file_open_append(&fd, j->c.dirfd, "metrics.jsonl", j->c.n.dir) != CKPT_OK) {
@@ -632,31 +632,35 @@ static void write_metrics(const save_job *j, const double *mx, uint64_t bytes)
         return;
     }
     /* lib/metrics.c: the line's one writer (the prefix escaped and made valid UTF-8) */
-    ckpt__metrics_record m = { .prefix = j->c.n.base, .async = j->s->async, .bytes = bytes,
-                               .ranks = (uint64_t)j->s->size, .blocking_s = mx[0],
-                               .write_s = mx[1], .agree_s = mx[2], .merge_s = mx[3],
-                               .commit_s = mx[4], .since_prev_s = j->since_prev,
-                               .timestamp = ckpt__now_seconds() };
-    m.gbps = ckpt__metrics_gbps(&m);
-    double busy = ckpt__metrics_background_s(&m);
-    m.training_time_saved_s = j->s->async && busy > mx[0] ? busy - mx[0] : 0.0;
-    (void)ckpt__metrics_write_line(f, &m); /* best effort */
+    (void)ckpt__metrics_write_line(f, m); /* best effort */
     fclose(f);
 }
 
 /* The metrics of a committed save: mx holds the maximum over ranks of each phase (blocking,
- * write, agree, merge, commit) and the bytes, as the commit vote carried them; `hook_s` is the
- * commit hook's time here, which a sync save also blocked its caller for. The chief's metrics
- * line and every rank's ckpt_saver_last_metrics(). */
-static void record_metrics(save_job *j, double *mx, double hook_s)
+ * write, agree, merge, commit) and the bytes, as the commit vote carried them, and `slowest` who
+ * had each maximum; `hook_s` is the commit hook's time here, which a sync save also blocked its
+ * caller for. The chief's metrics line and summary line, every rank's ckpt_saver_last_metrics(). */
+static void record_metrics(save_job *j, double *mx, const int *slowest, double hook_s)
 {
     ckpt_saver *s = j->s;
     save_ctx *c = &j->c;
     if (!s->async)
         mx[0] += hook_s;
     uint64_t total = (uint64_t)mx[5];
+    ckpt__metrics_record m = { .prefix = j->c.n.base, .async = s->async, .bytes = total,
+                               .ranks = (uint64_t)s->size, .blocking_s = mx[0],
+                               .write_s = mx[1], .agree_s = mx[2], .merge_s = mx[3],
+                               .commit_s = mx[4], .since_prev_s = j->since_prev,
+                               .timestamp = ckpt__now_seconds(), .have_slowest = 1,
+                               .have_write_median = j->have_median,
+                               .write_median_s = j->write_median };
+    memcpy(m.slowest_rank, slowest, sizeof m.slowest_rank);
+    m.gbps = ckpt__metrics_gbps(&m);
+    double busy = ckpt__metrics_background_s(&m);
+    m.training_time_saved_s = s->async && busy > mx[0] ? busy - mx[0] : 0.0;
     if (s->rank == 0)
-        write_metrics(j, mx, total);
+        write_metrics(j, &m);
+    ckpt__save_log_summary(j, &m);
     pthread_mutex_lock(&s->lock);
     ckpt_save_metrics *lm = &s->last_metrics;
     snprintf(lm->prefix, sizeof lm->prefix, "%s", c->n.prefix);
@@ -733,9 +737,12 @@ int ckpt__save_run(save_job *j)
     ckpt__arena *frag_arena = NULL;
     size_t nfrags = 0;
     int skip = 0;
-    if ((rc = gather_fragments(s, c, &local, &skip, &frags, &nfrags, &frag_arena)) != CKPT_OK)
+    if ((rc = gather_fragments(s, c, t1 - t0, &local, &skip, &frags, &nfrags, &frag_arena)) !=
+        CKPT_OK)
         goto out;
     double t2 = ckpt__mono_seconds();
+    if (s->rank == 0 && local == CKPT_OK && !skip)
+        ckpt__save_write_median(j, frags, nfrags);
 
     /* 4. merge at the chief while every rank moves its own data files into place */
     Mpickpt__Header hdr = MPICKPT__HEADER__INIT;
@@ -778,24 +785,27 @@ int ckpt__save_run(save_job *j)
     double t3 = ckpt__mono_seconds();
     rc = ckpt__mpi_vote(c->comm, local, NULL, 0);
     double mx[6] = { 0 };
+    int slowest[CKPT__METRICS_PHASES] = { -1, -1, -1, -1, -1 };
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
             if (!j->cache)
                 hdr.timestamp = ckpt__now_seconds();
             local = chief_commit(c, &idx);
-            mx[5] = (double)index_bytes(&idx);
+            mx[5] = (double)ckpt__index_bytes(&idx);
         }
         double t4 = ckpt__mono_seconds();
         j->t_write = t1 - t0;
         j->t_agree = t2 - t1;
         j->t_merge = t3 - t2;
         j->t_commit = t4 - t3;
-        mx[0] = s->async ? j->t_block : t4 - j->t_start;
-        mx[1] = j->t_write;
-        mx[2] = j->t_agree;
-        mx[3] = j->t_merge;
-        mx[4] = j->t_commit;
+        const double mine[CKPT__METRICS_PHASES] = { s->async ? j->t_block : t4 - j->t_start,
+                                                    j->t_write, j->t_agree, j->t_merge,
+                                                    j->t_commit };
+        /* each maximum with the rank that had it (save_summary.c), in the same vote */
+        ckpt__summary_encode(mx, mine, CKPT__METRICS_PHASES, s->rank);
         rc = ckpt__mpi_vote(c->comm, local, mx, 6);
+        if (rc == CKPT_OK)
+            ckpt__summary_decode(mx, slowest, mx, CKPT__METRICS_PHASES);
     }
     ckpt__index_merged_free(&idx);
     ckpt__free_frags(frags, frag_arena);
@@ -810,7 +820,7 @@ int ckpt__save_run(save_job *j)
     double th = ckpt__mono_seconds();
     rc = run_hook(j);
     if (rc == CKPT_OK)
-        record_metrics(j, mx, ckpt__mono_seconds() - th);
+        record_metrics(j, mx, slowest, ckpt__mono_seconds() - th);
 out:
     free(files);
     cleanup_temp(s, c);

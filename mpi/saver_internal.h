@@ -15,6 +15,7 @@
 #include "mpickpt/saver.h"
 
 #include "arena.h"
+#include "metrics.h"
 #include "mpi_internal.h"
 #include "paths.h"
 #include "plan.h"
@@ -130,12 +131,33 @@ struct save_job {
     double t_start, t_block; /* caller's clock: start of save, time it blocked */
     double since_prev;       /* from the previous save's start to this one's */
     double t_write, t_agree, t_merge, t_commit;
+    double write_median;     /* the chief: the median over ranks of t_write, when have_median */
+    int have_median;
     uint64_t bytes;          /* this rank's stored bytes */
     int opened;              /* in-flight directories opened and reservation agreed at prepare */
     int cache;               /* to the cache level: each rank's directory is its node's */
     int result;
     char message[2048];      /* the writer thread's error message */
 };
+
+/* save_summary.c: the summary lines (docs/operations.md) and the per-rank times they report */
+uint64_t ckpt__index_bytes(const Mpickpt__Index *idx); /* the sum of its pieces' bytes */
+/* out's write times: every fragment's, concatenated (a node leader's merge); CKPT_ENOMEM leaves
+ * none. Free with ckpt__fragment_times_free. */
+int ckpt__fragment_times_concat(Mpickpt__Fragment *out, Mpickpt__Fragment *const *frags, size_t n);
+void ckpt__fragment_times_free(Mpickpt__Fragment *f);
+/* The chief: j->write_median from the fragments' write times (each rank's exactly once). */
+void ckpt__save_write_median(save_job *j, Mpickpt__Fragment *const *frags, size_t n);
+/* times[i] with this rank into vals[i] for a vote's MAX, and back (ckpt__maxloc_encode). */
+void ckpt__summary_encode(double *vals, const double *times, int n, int rank);
+void ckpt__summary_decode(double *times, int *ranks, const double *vals, int n);
+/* The chief's info line of a committed save (m: its metrics), every rank's debug line. */
+void ckpt__save_log_summary(const save_job *j, const ckpt__metrics_record *m);
+/* The chief's info line of a restore; times/ranks: the maxima of the phases index and read and
+ * who had them; every rank's debug line with its own. */
+void ckpt__restore_log_summary(const ckpt_saver *s, const char *prefix, uint64_t bytes,
+                               int written_by, double seconds, const double *times,
+                               const int *ranks, double mine_index, double mine_read);
 
 /* save_protocol.c */
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size);

@@ -225,7 +225,21 @@ static PyObject *py_dtype_size(PyObject *self, PyObject *arg)
     return PyLong_FromSize_t(ckpt_dtype_size(dt));
 }
 
+static PyObject *py_log_default_level(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred())
+        return NULL;
+    if (level < CKPT_LOG_ERROR || level > CKPT_LOG_DEBUG)
+        return PyErr_Format(PyExc_ValueError, "log level %ld is not 0..3", level);
+    ckpt_log_set_default_level((ckpt_log_level)level);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    { "log_default_level", py_log_default_level, METH_O,
+      "log_default_level(level): the log level (0 error .. 3 debug) when MPICKPT_LOG is unset" },
     { "preempt_install", (PyCFunction)(void (*)(void))py_preempt_install,
       METH_VARARGS | METH_KEYWORDS,
       "preempt_install(signals=None): handlers that only set a flag (default SIGTERM, SIGUSR1)" },

@@ -88,7 +88,7 @@ static ckpt__metrics_record saver_record(const char *base, int async, uint64_t b
                                          const double *mx, double since, double now)
 {
     ckpt__metrics_record m = {base, async, bytes, (uint64_t)size, mx[0], mx[1], mx[2], mx[3],
-                              mx[4], 0, since, 0, now};
+                              mx[4], 0, since, 0, now, 0, {0, 0, 0, 0, 0}, 0, 0};
     double busy = ckpt__metrics_background_s(&m);
     m.gbps = ckpt__metrics_gbps(&m);
     m.training_time_saved_s = async && busy > mx[0] ? busy - mx[0] : 0.0;
@@ -262,7 +262,7 @@ static void test_round_trip(void)
     for (int iter = 0; iter < 2000; iter++) {
         const char *base = prefixes[iter % CKPT__ARRAY_LEN(prefixes)];
         ckpt__metrics_record m = {base, (int)(rng() & 1), rng(), rng() % 5000 + 1, 0, 0, 0,
-                                  0, 0, 0, 0, 0, 0};
+                                  0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0}, 0, 0};
         double *t[] = {&m.blocking_s, &m.write_s, &m.agree_s, &m.merge_s, &m.commit_s,
                        &m.since_prev_s, &m.training_time_saved_s};
         for (size_t k = 0; k < CKPT__ARRAY_LEN(t); k++)
@@ -329,7 +329,7 @@ static void test_nonfinite(void)
                                        "training_time_saved_s", "timestamp"};
     for (size_t b = 0; b < CKPT__ARRAY_LEN(bad); b++) {
         for (size_t k = 0; k < CKPT__ARRAY_LEN(keys); k++) {
-            ckpt__metrics_record m = {"p", 0, 1, 1, 0.1, 0.1, 0.1, 0.1, 0.1, 1, 0, 0, 1.7e9};
+            ckpt__metrics_record m = {"p", 0, 1, 1, 0.1, 0.1, 0.1, 0.1, 0.1, 1, 0, 0, 1.7e9, 0, {0, 0, 0, 0, 0}, 0, 0};
             double *f[] = {&m.blocking_s, &m.write_s, &m.agree_s, &m.merge_s, &m.commit_s,
                            &m.gbps, &m.since_prev_s, &m.training_time_saved_s, &m.timestamp};
             *f[k] = bad[b];
@@ -357,7 +357,7 @@ static void test_hostile(void)
     /* Huge numbers: the largest bytes; a time that prints long but under 128 characters; one
      * that does not fit (the writer writes it, the parser refuses it). */
     ckpt__metrics_record m = {"p", 1, UINT64_MAX, UINT64_MAX, 1e100, 1e-3, 0, 0, 1e-300, 0, 0, 0,
-                              -1e15};
+                              -1e15, 0, {0, 0, 0, 0, 0}, 0, 0};
     m.gbps = ckpt__metrics_gbps(&m);
     char *line = write_line(&m);
     CHECK_MSG(ckpt__metrics_parse_line(&r, line, strlen(line), why, sizeof why) == CKPT_OK,
@@ -472,7 +472,7 @@ static void test_hostile(void)
 static void test_mutations(void)
 {
     ckpt__metrics_record m = {"run/ckpt-\xc3\xa9", 1, 123456, 4, 0.5, 1, 0.25, 0.125, 0.0625,
-                              0, 30, 0.9375, 1.7e9};
+                              0, 30, 0.9375, 1.7e9, 1, {3, 1, 0, 2, 0}, 1, 0.75};
     m.gbps = ckpt__metrics_gbps(&m);
     char *line = write_line(&m);
     size_t len = strlen(line);
@@ -500,8 +500,84 @@ static void test_mutations(void)
     free(line);
 }
 
+/* The optional keys of issue 17: the slowest rank of each phase and the write phase's median,
+ * written only when known, read back, refused when malformed; lines without them parse as
+ * before. The MAXLOC encoding of the votes and the median. */
+static void test_slowest(void)
+{
+    ckpt__metrics_record m = {"ckpt-2", 0, 4096, 4, 0.5, 0.25, 0.125, 0.0625, 0.03125,
+                              0, 0, 0, 1.7e9, 1, {3, 2, -1, 0, 1}, 1, 0.2};
+    m.gbps = ckpt__metrics_gbps(&m);
+    char *line = write_line(&m);
+    CHECK_MSG(strstr(line, "\"timestamp\":1700000000.000,\"blocking_slowest_rank\":3,"
+                           "\"write_slowest_rank\":2,\"merge_slowest_rank\":0,"
+                           "\"commit_slowest_rank\":1,\"write_median_s\":0.200000}\n") != NULL,
+              "line: %s", line);
+    ckpt__metrics_record r;
+    char why[128];
+    CHECK_OK(ckpt__metrics_parse_line(&r, line, strlen(line), why, sizeof why));
+    CHECK_EQ_INT(r.have_slowest, 1);
+    CHECK_EQ_INT(r.slowest_rank[0], 3);
+    CHECK_EQ_INT(r.slowest_rank[1], 2);
+    CHECK_EQ_INT(r.slowest_rank[2], -1);
+    CHECK_EQ_INT(r.slowest_rank[3], 0);
+    CHECK_EQ_INT(r.slowest_rank[4], 1);
+    CHECK(r.have_write_median && r.write_median_s == 0.2);
+    ckpt__metrics_record_clear(&r);
+    free(line);
+    const char *old = "{\"prefix\":\"p\",\"mode\":\"sync\",\"bytes\":1,\"blocking_s\":1,"
+                      "\"write_s\":1,\"agree_s\":0,\"merge_s\":0,\"commit_s\":0}";
+    CHECK_OK(ckpt__metrics_parse_line(&r, old, strlen(old), why, sizeof why));
+    CHECK(!r.have_slowest && !r.have_write_median && r.slowest_rank[1] == -1 &&
+          isnan(r.write_median_s));
+    ckpt__metrics_record_clear(&r);
+    static const char *const bad[] = {"\"write_slowest_rank\":-1", "\"write_slowest_rank\":1.5",
+                                      "\"agree_slowest_rank\":2147483648",
+                                      "\"write_median_s\":-0.5", "\"commit_slowest_rank\":\"0\""};
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(bad); i++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"prefix\":\"p\",\"mode\":\"sync\",\"bytes\":1,"
+                                  "\"blocking_s\":1,\"write_s\":1,\"agree_s\":0,\"merge_s\":0,"
+                                  "\"commit_s\":0,%s}", bad[i]);
+        CHECK_MSG(ckpt__metrics_parse_line(&r, buf, strlen(buf), why, sizeof why) ==
+                      CKPT_ECORRUPT, "accepted %s", bad[i]);
+    }
+
+    /* MAXLOC in a MAX of doubles: the maximum decodes to the largest time and its rank */
+    double t[] = {0.5, 2.25, 2.25 * (1 + 1e-12), 0.0, 1e-9, 7e5};
+    int ranks[] = {0, 1, 2, 3, 4, (1 << 24) - 2};
+    double best = 0;
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(t); i++) {
+        double e = ckpt__maxloc_encode(t[i], ranks[i]), back;
+        int rk;
+        ckpt__maxloc_decode(e, &back, &rk);
+        CHECK_MSG(rk == ranks[i] && fabs(back - t[i]) <= t[i] * 4e-9, "%g rank %d -> %g rank %d",
+                  t[i], ranks[i], back, rk);
+        if (i < 4)
+            best = e > best ? e : best;
+    }
+    double bt;
+    int br;
+    ckpt__maxloc_decode(best, &bt, &br);
+    /* 2.25 and 2.25(1 + 1e-12) are equal to the encoding's precision: the higher rank wins */
+    CHECK_MSG(br == 2 && fabs(bt - 2.25) < 1e-8, "max: %g rank %d", bt, br);
+    double neg, back;
+    int rk;
+    ckpt__maxloc_decode(ckpt__maxloc_encode(-1.0, 5), &back, &rk);
+    CHECK(back == 0.0 && rk == 5);
+    ckpt__maxloc_decode(ckpt__maxloc_encode(NAN, 1 << 24), &neg, &rk);
+    CHECK(neg == 0.0 && rk == -1);
+
+    double v[] = {5, 1, 4, 2, 3};
+    CHECK(ckpt__metrics_median(v, 5) == 3);
+    double w[] = {4, 1, 3, 2};
+    CHECK(ckpt__metrics_median(w, 4) == 2.5);
+    CHECK(isnan(ckpt__metrics_median(w, 0)));
+}
+
 int main(void)
 {
+    test_slowest();
     test_writer();
     test_saver_bytes();
     test_round_trip();

@@ -32,11 +32,26 @@ __all__ = [
     "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
     "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "MPIError",
-    "EXIT_PREEMPTED", "__version__",
+    "EXIT_PREEMPTED", "__version__", "set_log_level",
 ]
 
 __version__ = _C.version()
 EXIT_PREEMPTED = _C.EXIT_PREEMPTED
+
+_LOG_LEVELS = {"error": 0, "warn": 1, "warning": 1, "info": 2, "debug": 3}
+
+
+def set_log_level(level: str) -> None:
+    """The level of the library's messages on stderr ("error", "warn", "info" or "debug") when
+    MPICKPT_LOG is unset (MPICKPT_LOG wins). The package's default is "info": the chief prints one
+    summary line per save and per restore (docs/operations.md, "Summary lines")."""
+    if level not in _LOG_LEVELS:
+        raise ValueError(f"log level {level!r} is not one of error, warn, info, debug")
+    _C.log_default_level(_LOG_LEVELS[level])
+
+
+# The summary lines are on by default in Python, as in the programs (the C library alone is quiet).
+set_log_level("info")
 
 _LAYOUTS = {None: _C.LAYOUT_DEFAULT, "per-rank": _C.LAYOUT_PER_RANK, "shared": _C.LAYOUT_SHARED,
             "per-node": _C.LAYOUT_PER_NODE}

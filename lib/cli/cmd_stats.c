@@ -18,6 +18,12 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 /* Median of v[0..n) (n > 0; sorts v): the mean of the middle two for an even n. */
 static double median(double *v, size_t n)
 {
@@ -83,8 +89,68 @@ static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
     return f;
 }
 
+/* The write phase's straggler over the saves that recorded one: the rank slowest most often
+ * (the lowest such rank on a tie), in how many saves, and the write time over the median. */
+typedef struct stragglers {
+    size_t saves; /* saves with a slowest write rank */
+    int rank;
+    size_t count;
+    double ratio_median, ratio_max; /* of write_s / write_median_s, where the median is known */
+} stragglers;
+
+static int find_stragglers(stragglers *st, const ckpt__metrics_record *rows, size_t n)
+{
+    memset(st, 0, sizeof *st);
+    st->rank = -1;
+    int *ranks = malloc((n ? n : 1) * sizeof *ranks);
+    double *ratios = malloc((n ? n : 1) * sizeof *ratios);
+    if (!ranks || !ratios) {
+        free(ranks);
+        free(ratios);
+        return -1;
+    }
+    size_t nr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].have_slowest && rows[i].slowest_rank[1] >= 0)
+            ranks[st->saves++] = rows[i].slowest_rank[1];
+        if (rows[i].have_write_median && rows[i].write_median_s > 0)
+            ratios[nr++] = rows[i].write_s / rows[i].write_median_s;
+    }
+    /* the mode of ranks[]: sorted, the longest run (O(n log n) for any rank numbers) */
+    qsort(ranks, st->saves, sizeof *ranks, cmp_int);
+    for (size_t i = 0, j; i < st->saves; i = j) {
+        for (j = i; j < st->saves && ranks[j] == ranks[i]; j++)
+            ;
+        if (j - i > st->count) {
+            st->count = j - i;
+            st->rank = ranks[i];
+        }
+    }
+    for (size_t i = 0; i < nr; i++)
+        st->ratio_max = ratios[i] > st->ratio_max ? ratios[i] : st->ratio_max;
+    st->ratio_median = nr ? median(ratios, nr) : NAN;
+    if (!nr)
+        st->ratio_max = NAN;
+    free(ranks);
+    free(ratios);
+    return 0;
+}
+
+/* The text cells of a row's straggler columns: the write phase's slowest rank, and its time
+ * over the median of the ranks' write times ("-" where the line does not say). */
+static void straggler_cells(const ckpt__metrics_record *r, char *slow, size_t ssize, char *ratio,
+                            size_t rsize)
+{
+    snprintf(slow, ssize, "-");
+    snprintf(ratio, rsize, "-");
+    if (r->have_slowest && r->slowest_rank[1] >= 0)
+        snprintf(slow, ssize, "%d", r->slowest_rank[1]);
+    if (r->have_write_median && r->write_median_s > 0)
+        snprintf(ratio, rsize, "%.2f", r->write_s / r->write_median_s);
+}
+
 static void stats_print_text(const char *path, const ckpt__metrics_record *rows, size_t n,
-                             size_t skipped, const double *summary)
+                             size_t skipped, const double *summary, const stragglers *st)
 {
     enum { PREFIX_CAP = 40 };
     int prefix_w = 6;
@@ -98,9 +164,9 @@ static void stats_print_text(const char *path, const ckpt__metrics_record *rows,
     if (skipped)
         printf(", %zu malformed line%s skipped", skipped, skipped == 1 ? "" : "s");
     printf(")\n\n");
-    printf("%-*s  %-5s  %10s  %10s  %9s  %9s  %9s  %9s  %8s  %12s\n", prefix_w, "PREFIX", "MODE",
-           "MIB", "BLOCKING_S", "WRITE_S", "AGREE_S", "MERGE_S", "COMMIT_S", "GB/S",
-           "SINCE_PREV_S");
+    printf("%-*s  %-5s  %10s  %10s  %9s  %9s  %9s  %9s  %8s  %12s  %9s  %8s\n", prefix_w,
+           "PREFIX", "MODE", "MIB", "BLOCKING_S", "WRITE_S", "AGREE_S", "MERGE_S", "COMMIT_S",
+           "GB/S", "SINCE_PREV_S", "SLOW_RANK", "X_MEDIAN");
     uint64_t bytes = 0;
     size_t async = 0;
     for (size_t i = 0; i < n; i++) {
@@ -115,10 +181,36 @@ static void stats_print_text(const char *path, const ckpt__metrics_record *rows,
             snprintf(since, sizeof since, "%.3f", r->since_prev_s);
         cli_text_name(stdout, r->prefix);
         int pad = prefix_w - cli_text_width(r->prefix);
-        printf("%*s  %-5s  %10.2f  %10.4f  %9.4f  %9.4f  %9.4f  %9.4f  %8.3f  %12s\n",
+        char slow[16], ratio[32];
+        straggler_cells(r, slow, sizeof slow, ratio, sizeof ratio);
+        printf("%*s  %-5s  %10.2f  %10.4f  %9.4f  %9.4f  %9.4f  %9.4f  %8.3f  %12s  %9s  %8s\n",
                pad > 0 ? pad : 0, "", r->async ? "async" : "sync",
                (double)r->bytes / (1024.0 * 1024.0), r->blocking_s, r->write_s, r->agree_s,
-               r->merge_s, r->commit_s, r->gbps, since);
+               r->merge_s, r->commit_s, r->gbps, since, slow, ratio);
+    }
+    /* the slowest rank of every phase, for the saves that recorded them */
+    size_t with = 0;
+    for (size_t i = 0; i < n; i++)
+        with += (size_t)rows[i].have_slowest;
+    if (with) {
+        printf("\nslowest rank per phase (its time is the phase's column above)\n");
+        printf("%-*s  %8s  %8s  %8s  %8s  %8s\n", prefix_w, "PREFIX", "BLOCKING", "WRITE",
+               "AGREE", "MERGE", "COMMIT");
+        for (size_t i = 0; i < n; i++) {
+            const ckpt__metrics_record *r = &rows[i];
+            if (!r->have_slowest)
+                continue;
+            cli_text_name(stdout, r->prefix);
+            int pad = prefix_w - cli_text_width(r->prefix);
+            printf("%*s", pad > 0 ? pad : 0, "");
+            for (int k = 0; k < CKPT__METRICS_PHASES; k++) {
+                char cell[16] = "-";
+                if (r->slowest_rank[k] >= 0)
+                    snprintf(cell, sizeof cell, "%d", r->slowest_rank[k]);
+                printf("  %8s", cell);
+            }
+            printf("\n");
+        }
     }
     printf("\nsaves                  %zu (%zu sync, %zu async), %.2f MiB in all\n", n, n - async,
            async, (double)bytes / (1024.0 * 1024.0));
@@ -127,10 +219,26 @@ static void stats_print_text(const char *path, const ckpt__metrics_record *rows,
            summary[2], summary[3]);
     printf("training time saved s  %.4f  (async saves: background time beyond blocking)\n",
            summary[4]);
+    if (st->saves) {
+        printf("straggler              rank %d slowest to write in %zu of %zu saves", st->rank,
+               st->count, st->saves);
+        if (!isnan(st->ratio_median))
+            printf("; write time x the median: median %.2f, max %.2f", st->ratio_median,
+                   st->ratio_max);
+        printf("\n");
+    }
+}
+
+static void json_double_or_null(ckpt__json_writer *w, double v)
+{
+    if (isnan(v))
+        ckpt__json_null(w);
+    else
+        ckpt__json_double(w, v, 12);
 }
 
 static void stats_print_json(const char *path, const ckpt__metrics_record *rows, size_t n,
-                             size_t skipped, const double *summary)
+                             size_t skipped, const double *summary, const stragglers *st)
 {
     uint64_t bytes = 0;
     size_t async = 0;
@@ -160,6 +268,57 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
         ckpt__json_key(&w, keys[i]);
         ckpt__json_double(&w, summary[i], 12);
     }
+    /* the most frequent write straggler over the saves that recorded one */
+    ckpt__json_key(&w, "straggler");
+    if (st->saves) {
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "rank");
+        ckpt__json_int(&w, st->rank);
+        ckpt__json_key(&w, "slowest_saves");
+        ckpt__json_uint(&w, st->count);
+        ckpt__json_key(&w, "saves");
+        ckpt__json_uint(&w, st->saves);
+        ckpt__json_key(&w, "write_vs_median_median");
+        json_double_or_null(&w, st->ratio_median);
+        ckpt__json_key(&w, "write_vs_median_max");
+        json_double_or_null(&w, st->ratio_max);
+        ckpt__json_object_end(&w);
+    } else {
+        ckpt__json_null(&w);
+    }
+    /* per save, in file order: the slowest rank of each phase and the write time's ratio */
+    ckpt__json_key(&w, "per_save");
+    ckpt__json_array_begin(&w);
+    for (size_t i = 0; i < n; i++) {
+        const ckpt__metrics_record *r = &rows[i];
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "prefix");
+        ckpt__json_string(&w, r->prefix);
+        for (int k = 0; k < CKPT__METRICS_PHASES; k++) {
+            char key[40];
+            snprintf(key, sizeof key, "%s_s", ckpt__metrics_phase_names[k]);
+            ckpt__json_key(&w, key);
+            ckpt__json_double(&w, ckpt__metrics_phase_s(r, k), 12);
+            snprintf(key, sizeof key, "%s_slowest_rank", ckpt__metrics_phase_names[k]);
+            ckpt__json_key(&w, key);
+            if (r->have_slowest && r->slowest_rank[k] >= 0)
+                ckpt__json_int(&w, r->slowest_rank[k]);
+            else
+                ckpt__json_null(&w);
+        }
+        ckpt__json_key(&w, "write_median_s");
+        if (r->have_write_median)
+            ckpt__json_double(&w, r->write_median_s, 12);
+        else
+            ckpt__json_null(&w);
+        ckpt__json_key(&w, "write_vs_median");
+        if (r->have_write_median && r->write_median_s > 0)
+            ckpt__json_double(&w, r->write_s / r->write_median_s, 12);
+        else
+            ckpt__json_null(&w);
+        ckpt__json_object_end(&w);
+    }
+    ckpt__json_array_end(&w);
     ckpt__json_object_end(&w);
     fputc('\n', stdout);
 }
@@ -239,10 +398,13 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         scratch[i] = ckpt__metrics_background_s(&rows[i]);
     summary[2] = median(scratch, n);
+    stragglers st;
+    if (find_stragglers(&st, rows, n) != 0)
+        goto oom;
     if (json)
-        stats_print_json(path, rows, n, skipped, summary);
+        stats_print_json(path, rows, n, skipped, summary, &st);
     else
-        stats_print_text(path, rows, n, skipped, summary);
+        stats_print_text(path, rows, n, skipped, summary, &st);
     goto out;
 oom:
     rc = cli_oom(cmd);
@@ -262,11 +424,19 @@ const cli_command cli_cmd_stats = {
     "  Reads DIR/metrics.jsonl, or DIR/chief/metrics.jsonl when DIR has none (DIR may also be\n"
     "  the file itself): one JSON line per committed save, appended by the saver's chief.\n"
     "  Prints one row per save (prefix, mode, MiB, blocking, write, agree, merge and commit\n"
-    "  seconds, GB/s, seconds since the previous save), then a summary: the number of saves,\n"
-    "  median and max of the blocking time and of the background time (write + agree +\n"
-    "  merge + commit), and the training time saved by async saves. A malformed line is\n"
-    "  reported on stderr with its line number and skipped; exits 1 when no line is valid.\n"
-    "  --json   the summary as one object: {\"path\",\"saves\",\"sync_saves\",\"async_saves\",\n"
+    "  seconds, each the maximum over ranks, GB/s, seconds since the previous save, the rank\n"
+    "  slowest to write, its write time over the median of the ranks'), the slowest rank of\n"
+    "  every phase, then a summary: the number of saves, median and max of the blocking time\n"
+    "  and of the background time (write + agree + merge + commit), the training time saved\n"
+    "  by async saves, and the straggler: the rank slowest to write most often, and its write\n"
+    "  time over the median (median and max over saves). Lines of older writers\n"
+    "  lack the ranks: '-'. A malformed line is reported on stderr with its line number and\n"
+    "  skipped; exits 1 when no line is valid.\n"
+    "  --json   one object: {\"path\",\"saves\",\"sync_saves\",\"async_saves\",\n"
     "           \"skipped_lines\",\"bytes\",\"blocking_s_median\",\"blocking_s_max\",\n"
-    "           \"background_s_median\",\"background_s_max\",\"training_time_saved_s\"}\n",
+    "           \"background_s_median\",\"background_s_max\",\"training_time_saved_s\",\n"
+    "           \"straggler\":{\"rank\",\"slowest_saves\",\"saves\",\"write_vs_median_median\",\n"
+    "           \"write_vs_median_max\"} or null,\"per_save\":[{\"prefix\",\"<phase>_s\",\n"
+    "           \"<phase>_slowest_rank\" (phases blocking, write, agree, merge, commit),\n"
+    "           \"write_median_s\",\"write_vs_median\"}]} (unknown values null)\n",
     cmd_stats};

@@ -44,7 +44,16 @@ VALID = [  # (prefix, mode, bytes, blocking, write, agree, merge, commit, since,
     ("run/ckpt-\u00e9\"4", "async", 52428800, 0.2, 1.0, 0.01, 0.02, 0.03, 29.0, 0.86),
     ("ckpt-5", "sync", 1, 1.75, 1.5, 0.01, 0.02, 0.03, 28.0, 0.0),
 ]
-good = [line(*v) for v in VALID]
+# the slowest rank of each phase and the write median (since issue 17) on the first three lines;
+# the others are lines of an older writer, without them
+STRAG = [dict(blocking_slowest_rank=0, write_slowest_rank=2, agree_slowest_rank=1,
+              merge_slowest_rank=0, commit_slowest_rank=0, write_median_s=1.0),
+         dict(blocking_slowest_rank=1, write_slowest_rank=2, agree_slowest_rank=3,
+              merge_slowest_rank=0, commit_slowest_rank=0, write_median_s=1.1),
+         dict(blocking_slowest_rank=2, write_slowest_rank=3, merge_slowest_rank=0,
+              write_median_s=2.0),  # agree and commit unknown
+         {}, {}]
+good = [line(*v, **STRAG[i]) for i, v in enumerate(VALID)]
 lines = [
     good[0],                                                        # 1
     good[1],                                                        # 2
@@ -66,19 +75,21 @@ lines = [
     line(*VALID[3], drop=("gbps",), extra=True, note=None),
     good[4] + "\r",                                                 # 18 valid, CRLF
     "   ",                                                          # 19 blank
+    good[2].replace('"write_slowest_rank":3', '"write_slowest_rank":-3'),  # 20 bad rank
 ]
-MALFORMED = [3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+MALFORMED = [3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 20]
 d1 = os.path.join(OUT, "handwritten")
 os.makedirs(d1)
 with open(os.path.join(d1, "metrics.jsonl"), "w", newline="") as f:
     f.write("\n".join(lines) + "\n")
-# a line with a NUL byte (line 20), and a last line without its newline (21, valid)
+# a line with a NUL byte (line 21), and a last line without its newline (22, valid)
 with open(os.path.join(d1, "metrics.jsonl"), "ab") as f:
     f.write(good[1].encode()[:20] + b"\0" + good[1].encode()[20:] + b"\n")
     f.write(good[1].encode())
-MALFORMED.append(20)
-# the valid lines in file order: 1, 2, 16, 17, 18, 21
+MALFORMED.append(21)
+# the valid lines in file order: 1, 2, 16, 17, 18, 22
 rows = [VALID[0], VALID[1], VALID[2], VALID[3], VALID[4], VALID[1]]
+rows_strag = [STRAG[0], STRAG[1], STRAG[2], STRAG[3], STRAG[4], STRAG[1]]
 
 
 def expect_summary(rows):
@@ -124,22 +135,48 @@ check(all(l.startswith("mpickpt: stats: ") for l in se.splitlines()), f"stderr f
 check(re.search(r":3: malformed line skipped: truncated", se), f"line 3 is truncated:\n{se}")
 check(re.search(r":5: malformed line skipped: .*mode", se), f"line 5 names the mode:\n{se}")
 check(re.search(r":8: malformed line skipped: .*commit_s", se), f"line 8 names the key:\n{se}")
+check(re.search(r":20: malformed line skipped: .*write_slowest_rank", se),
+      f"line 20 names the key:\n{se}")
+# stragglers: rank 2 slowest to write in 3 of the 4 saves that say; write / median 2, 2, 1.5, 2
+st = summary.get("straggler") or {}
+check(st.get("rank") == 2 and st.get("slowest_saves") == 3 and st.get("saves") == 4,
+      f"straggler {st!r}")
+check(abs(st.get("write_vs_median_median", 0) - 2.0) < 1e-9 and
+      abs(st.get("write_vs_median_max", 0) - 2.0) < 1e-9, f"straggler ratios {st!r}")
+per = summary.get("per_save") or []
+check(len(per) == len(rows), f"per_save: {len(per)} entries, expected {len(rows)}")
+for got, r, x in zip(per, rows, rows_strag):
+    check(got.get("prefix") == r[0], f"per_save prefix {got!r}")
+    for k, ph in enumerate(("blocking", "write", "agree", "merge", "commit")):
+        check(got.get(f"{ph}_slowest_rank") == x.get(f"{ph}_slowest_rank"),
+              f"per_save {r[0]} {ph}: {got!r}")
+        check(abs(got.get(f"{ph}_s", -1) - r[3 + k]) < 1e-9, f"per_save {r[0]} {ph}_s: {got!r}")
+    if "write_median_s" in x:
+        check(abs(got.get("write_vs_median", 0) - r[4] / x["write_median_s"]) < 1e-9,
+              f"per_save {r[0]} ratio: {got!r}")
+    else:
+        check(got.get("write_median_s") is None and got.get("write_vs_median") is None,
+              f"per_save {r[0]} (old line): {got!r}")
 
 rc, text, se = run("stats", d1, rc=0)
 body = text.splitlines()
-hdr = [i for i, l in enumerate(body) if l.startswith("PREFIX")]
+hdr = [i for i, l in enumerate(body) if l.startswith("PREFIX") and " MODE " in l]
 check(len(hdr) == 1, f"stats: one header line expected:\n{text}")
 if hdr:
     cols = body[hdr[0]].split()
     check(cols == ["PREFIX", "MODE", "MIB", "BLOCKING_S", "WRITE_S", "AGREE_S", "MERGE_S",
-                   "COMMIT_S", "GB/S", "SINCE_PREV_S"], f"stats: columns {cols}")
+                   "COMMIT_S", "GB/S", "SINCE_PREV_S", "SLOW_RANK", "X_MEDIAN"],
+          f"stats: columns {cols}")
     table = body[hdr[0] + 1:hdr[0] + 1 + len(rows)]
     check(len(table) == len(rows), f"stats: {len(rows)} rows expected:\n{text}")
-    for got, r in zip(table, rows):
+    for got, r, x in zip(table, rows, rows_strag):
         check(got.startswith(r[0]), f"row {got!r} should start with the prefix {r[0]!r}")
         f = got[len(r[0]):].split()
-        if not check(len(f) == 9, f"row {got!r}: 9 values expected"):
+        if not check(len(f) == 11, f"row {got!r}: 11 values expected"):
             continue
+        check(f[9] == str(x.get("write_slowest_rank", "-")), f"row {got!r}: slowest rank")
+        ratio = f"{r[4] / x['write_median_s']:.2f}" if "write_median_s" in x else "-"
+        check(f[10] == ratio, f"row {got!r}: x median {ratio}")
         check(f[0] == r[1], f"row {got!r}: mode")
         check(abs(float(f[1]) - r[2] / 2**20) < 0.006, f"row {got!r}: MiB")
         for j, v in enumerate(r[3:8]):
@@ -158,6 +195,17 @@ m = re.search(r"training time saved s\s+([0-9.]+)", text)
 check(m and abs(float(m.group(1)) - want["training_time_saved_s"]) < 1e-4,
       f"stats: training time saved in:\n{text}")
 check(f"{len(MALFORMED)} malformed lines skipped" in text, f"stats: skipped count in:\n{text}")
+check(re.search(r"straggler\s+rank 2 slowest to write in 3 of 4 saves; write time x the median: "
+                r"median 2\.00, max 2\.00", text), f"stats: straggler line in:\n{text}")
+m = re.search(r"^PREFIX\s+BLOCKING\s+WRITE\s+AGREE\s+MERGE\s+COMMIT\n((?:.*\n){4})", text, re.M)
+check(m is not None, f"stats: slowest rank per phase table in:\n{text}")
+if m:
+    want_rows = [(r[0], [str(x.get(f"{p}_slowest_rank", "-")) for p in
+                         ("blocking", "write", "agree", "merge", "commit")])
+                 for r, x in zip(rows, rows_strag) if x]
+    for got, (pfx, cells) in zip(m.group(1).splitlines(), want_rows):
+        check(got.startswith(pfx) and got[len(pfx):].split() == cells,
+              f"per-phase row {got!r}, expected {pfx} {cells}")
 
 # the file itself as operand, and a trailing slash on DIR
 run("stats", "--json", os.path.join(d1, "metrics.jsonl"), rc=0)
@@ -224,6 +272,15 @@ if check(os.path.exists(mpath), f"example_api wrote no {mpath}: {os.listdir(d4)}
     check_summary(got, expect_summary(rows), "example_api stats --json")
     check(got.get("skipped_lines") == 0 and se == "", f"example_api stats: {so!r} {se!r}")
     check(real[0]["bytes"] >= 10 * 4 * 4 + 4 * 4, f"example_api bytes: {real[0]['bytes']}")
+    # a real save records every phase's slowest rank (one of the 2) and the write median
+    for ph in ("blocking", "write", "agree", "merge", "commit"):
+        check(real[0].get(f"{ph}_slowest_rank") in (0, 1), f"example_api {ph}: {real[0]}")
+    check(0 <= real[0].get("write_median_s", -1) <= real[0]["write_s"],
+          f"example_api median: {real[0]}")
+    ps = (got.get("per_save") or [{}])[0]
+    check(ps.get("write_slowest_rank") == real[0]["write_slowest_rank"] and
+          got.get("straggler", {}).get("rank") == real[0]["write_slowest_rank"],
+          f"example_api stats straggler: {got}")
     rc, so, se = run("stats", d4, rc=0)
     check(re.search(r"^ckpt-1\s+sync\s", so, re.M) and "1 (1 sync, 0 async)" in so,
           f"example_api stats text:\n{so}")

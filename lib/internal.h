@@ -61,6 +61,13 @@ const char *ckpt__escape_bytes(char *buf, size_t size, const char *s, size_t len
 double ckpt__now_seconds(void);
 double ckpt__mono_seconds(void);
 
+/* ckpt_reader_verify() that also calls progress(bytes verified so far, bytes in all, payload)
+ * after every piece (`mpickpt verify` on a terminal). progress may be NULL. lib/reader.c */
+#include "mpickpt/checkpoint.h"
+typedef void (*ckpt__verify_progress_cb)(uint64_t done, uint64_t total, void *payload);
+int ckpt__reader_verify_progress(ckpt_reader *r, ckpt_verify_cb cb, void *payload,
+                                 ckpt__verify_progress_cb progress, void *progress_payload);
+
 /* Logs through the sink set with ckpt_log_set() (mpickpt/log.h); level is a ckpt_log_level. */
 #include "mpickpt/log.h"
 void ckpt__log(ckpt_log_level level, const char *fmt, ...) CKPT_PRINTF(2, 3);

@@ -632,11 +632,16 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
     return rc;
 }
 
-static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
+static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload,
+                              ckpt__verify_progress_cb progress, void *progress_payload)
 {
     int bad = 0;
     void *buf = NULL;
     size_t cap = 0;
+    uint64_t total = 0, done = 0;
+    for (size_t i = 0; progress && i < r->idx->n_tensors; i++)
+        for (size_t j = 0; j < r->idx->tensors[i]->n_pieces; j++)
+            total += r->idx->tensors[i]->pieces[j]->bytes;
     for (size_t i = 0; i < r->idx->n_tensors; i++) {
         const Mpickpt__Tensor *t = r->idx->tensors[i];
         for (size_t j = 0; j < t->n_pieces; j++) {
@@ -671,6 +676,9 @@ static int reader_verify_impl(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
                 if (cb && cb(t->name, j, p->file, rc, e ? e->message : "", payload) != 0)
                     goto out;
             }
+            done += p->bytes;
+            if (progress)
+                progress(done, total, progress_payload);
         }
     }
 out:
@@ -740,7 +748,16 @@ int ckpt_reader_read(ckpt_reader *r, const char *name, ckpt_dtype dtype, const c
 int ckpt_reader_verify(ckpt_reader *r, ckpt_verify_cb cb, void *payload)
 {
     ckpt__h5_lock();
-    int rc = reader_verify_impl(r, cb, payload);
+    int rc = reader_verify_impl(r, cb, payload, NULL, NULL);
+    ckpt__h5_unlock();
+    return rc;
+}
+
+int ckpt__reader_verify_progress(ckpt_reader *r, ckpt_verify_cb cb, void *payload,
+                                 ckpt__verify_progress_cb progress, void *progress_payload)
+{
+    ckpt__h5_lock();
+    int rc = reader_verify_impl(r, cb, payload, progress, progress_payload);
     ckpt__h5_unlock();
     return rc;
 }

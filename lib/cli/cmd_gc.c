@@ -9,6 +9,7 @@
 
 typedef struct gc_report_state {
     int dry_run;
+    ckpt__json_writer *json; /* --json: the paths go into its "removed" array */
     char **seen; /* canonical paths reported so far: DIR and DIR/chief share workertemp_* */
     size_t count;
     int oom;
@@ -60,6 +61,15 @@ static void gc_report(const char *path, const char *why, void *payload)
     }
     st->seen = grown;
     st->seen[st->count++] = canon;
+    if (st->json) {
+        ckpt__json_object_begin(st->json);
+        ckpt__json_key(st->json, "path");
+        ckpt__json_string(st->json, path);
+        ckpt__json_key(st->json, "why");
+        ckpt__json_string(st->json, why ? why : "");
+        ckpt__json_object_end(st->json);
+        return;
+    }
     printf("%s ", st->dry_run ? "would remove" : "removed");
     cli_text_name(stdout, path);
     if (why && why[0]) {
@@ -72,9 +82,9 @@ static void gc_report(const char *path, const char *why, void *payload)
 
 static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 {
-    int dry_run = 0, nops = 0;
-    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}};
-    const cli_spec spec = {opts, 1, 1, 1, "missing DIR", "expected one DIR", 1};
+    int dry_run = 0, json = 0, nops = 0;
+    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}, {"--json", &json, NULL}};
+    const cli_spec spec = {opts, 2, 1, 1, "missing DIR", "expected one DIR", 1};
     int rc = cli_parse(cmd, &spec, argc, argv, &nops);
     if (rc != CLI_GO)
         return rc;
@@ -85,18 +95,49 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
         return cli_oom(cmd);
     }
 
-    gc_report_state st = {dry_run, NULL, 0, 0};
+    ckpt__json_writer w;
+    gc_report_state st = {dry_run, json ? &w : NULL, NULL, 0, 0};
+    if (json) {
+        ckpt__json_init(&w, stdout);
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "dir");
+        ckpt__json_string(&w, dir);
+        ckpt__json_key(&w, "dry_run");
+        ckpt__json_bool(&w, dry_run);
+        ckpt__json_key(&w, "removed");
+        ckpt__json_array_begin(&w);
+    }
     rc = ckpt_gc(dir, dry_run, gc_report, &st, NULL);
     if (rc == CKPT_OK && cli_is_dir(chief))
         rc = ckpt_gc(chief, dry_run, gc_report, &st, NULL);
-    if (rc != CKPT_OK)
+    char error[1024] = "";
+    if (rc != CKPT_OK) {
+        const ckpt_error *e = ckpt_error_last();
+        snprintf(error, sizeof error, "%s", e && e->message[0] ? e->message : ckpt_strerror(rc));
         cli_lib_error(cmd, rc);
-    else if (st.oom)
+    } else if (st.oom) {
+        snprintf(error, sizeof error, "out of memory");
         cli_oom(cmd);
-    printf("gc ");
-    cli_text_name(stdout, dir);
-    printf(": %s %zu path(s)%s\n", dry_run ? "would remove" : "removed", st.count,
-           rc != CKPT_OK ? " before failing" : "");
+    }
+    if (json) {
+        ckpt__json_array_end(&w);
+        ckpt__json_key(&w, "count");
+        ckpt__json_uint(&w, st.count);
+        ckpt__json_key(&w, "ok");
+        ckpt__json_bool(&w, !error[0]);
+        ckpt__json_key(&w, "error");
+        if (error[0])
+            ckpt__json_string(&w, error);
+        else
+            ckpt__json_null(&w);
+        ckpt__json_object_end(&w);
+        fputc('\n', stdout);
+    } else {
+        printf("gc ");
+        cli_text_name(stdout, dir);
+        printf(": %s %zu path(s)%s\n", dry_run ? "would remove" : "removed", st.count,
+               rc != CKPT_OK ? " before failing" : "");
+    }
     for (size_t i = 0; i < st.count; i++)
         free(st.seen[i]);
     free(st.seen);
@@ -106,11 +147,13 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 }
 
 const cli_command cli_cmd_gc = {
-    "gc", "[--dry-run] DIR", "remove the debris of crashed or failed saves",
+    "gc", "[--dry-run] [--json] DIR", "remove the debris of crashed or failed saves",
     "  Removes, in DIR and in DIR/chief/: *_temp/ directories, data files (*.data-*) whose\n"
     "  index does not exist, and temp files (*.tmp-PID); and the non-chief ranks'\n"
     "  workertemp_*/ directories (in DIR, or next to DIR when DIR is a chief/). Committed\n"
     "  checkpoints are never touched. Do not run it while a job is saving into DIR.\n"
     "  Prints each path removed and why, then \"gc DIR: removed N path(s)\".\n"
-    "  --dry-run  only print what would be removed (\"would remove\")\n",
+    "  --dry-run  only print what would be removed (\"would remove\")\n"
+    "  --json     one object: {\"dir\",\"dry_run\",\"removed\":[{\"path\",\"why\"}],\"count\",\n"
+    "             \"ok\",\"error\"} (error: null, or the message also printed on stderr)\n",
     cmd_gc};

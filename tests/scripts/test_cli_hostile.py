@@ -8,11 +8,11 @@ tensors are named with quotes, backslashes, control characters and multi-byte UT
 must be valid UTF-8: make_ckpt (the library's ckpt_writer_add) refuses byte strings that are not
 (a stray 0xff, overlong forms, encoded surrogates, code points above U+10FFFF, truncated
 sequences), and an index crafted to hold one is refused as corrupt by every command. Every --json
-command (inspect, dump, list, diff, stats) runs on them, also where it fails (missing checkpoint,
-corrupt index, missing data file, damaged state file, no metrics): stdout must decode as strict
-UTF-8, every line must parse with json.loads and hold no lone surrogate, and each name must come
-back exactly; paths that are not UTF-8 come back with every byte of an ill-formed sequence
-replaced by U+FFFD. verify and gc have no --json: they run on the same directory for their exit
+command (inspect, dump, list, diff, stats, verify, gc) runs on them, also where it fails
+(missing checkpoint, corrupt index, missing data file, damaged state file, no metrics): stdout
+must decode as strict UTF-8, every line must parse with json.loads and hold no lone surrogate,
+and each name must come back exactly; paths that are not UTF-8 come back with every byte of an
+ill-formed sequence replaced by U+FFFD. verify and gc also run without --json for their exit
 codes. The saver's metrics.jsonl (write_prefix, one rank, a prefix with
 '"', '\\' and 0xff) must be JSON and `mpickpt stats --json` must read it.
 
@@ -330,6 +330,16 @@ for junk in (b"ckpt-9_temp", b"ckpt-9.data-00000-of-00001", b"ckpt-1.index.tmp-1
 rc, so, se = run(b"gc", b"--dry-run", DIR, rc=0, json_out=False)
 check(sum(l.startswith(b"would remove " + DIR + b"/") for l in so.split(b"\n")) == 3 and
       so.endswith(b"gc " + DIR + b": would remove 3 path(s)\n"), f"gc --dry-run: {so!r}")
+# their --json (issue 17): the same paths, as JSON strings
+rc, docs, se = run(b"gc", b"--json", b"--dry-run", DIR, rc=0)
+d = one_doc(docs, "gc --json")
+check(d.get("dir") == expected(DIR) and d.get("count") == 3 and
+      all(r.get("path", "").startswith(expected(DIR) + "/") for r in d.get("removed", [])),
+      f"gc --json: {d!r}")
+rc, docs, se = run(b"verify", b"--json", A, rc=0)
+d = one_doc(docs, "verify --json")
+check(d.get("ok") is True and [c.get("prefix") for c in d.get("checkpoints", [])] == [expected(A)],
+      f"verify --json: {d!r}")
 
 # ---- stats --json and the saver's metrics.jsonl ----
 rc, docs, se = run(b"stats", b"--json", DIR, rc=1)  # no metrics.jsonl yet

@@ -319,7 +319,7 @@ run("verify", "gcplain/ckpt-1", rc=0)
 
 rc, so, se = run("gc", "missing", rc=1)
 check(se.startswith("mpickpt: gc: ") and "missing" in se, f"gc missing: {se!r}")
-for args in ([], ["a", "b"], ["--json", "gcplain"]):
+for args in ([], ["a", "b"], ["--bogus", "gcplain"]):
     rc, so, se = run("gc", *args, rc=2)
     check("usage: mpickpt gc" in se, f"gc usage {args}: {se!r}")
 

@@ -27,6 +27,47 @@ int ckpt__env_log_level(int *out);
  * returns -1, *out = warn, for a bad value. */
 int ckpt__log_level_parse(int *out);
 
+/* ---- the table of settings (`mpickpt config`, docs/configuration.md) ---- */
+
+/* How a variable's value is checked (by the same parser its reader uses). */
+typedef enum ckpt__setting_kind {
+    CKPT__SETTING_BOOL,    /* ckpt__env_bool */
+    CKPT__SETTING_INT,     /* ckpt__env_int64 in [lo, hi] */
+    CKPT__SETTING_CHOICE,  /* one of words (NULL-terminated), exactly */
+    CKPT__SETTING_TIME,    /* seconds since the epoch, a positive finite number */
+    CKPT__SETTING_PATTERN, /* a cache directory pattern (ckpt__cache_dir, lib/levels.c) */
+    CKPT__SETTING_FAULT,   /* ckpt__fault_spec */
+    CKPT__SETTING_TEXT     /* any text */
+} ckpt__setting_kind;
+
+/* One MPICKPT_* variable. Add a variable by adding one entry to ckpt__settings[] (lib/env.c)
+ * and its row to docs/configuration.md (test_cli_config checks that both list the same names and
+ * that every MPICKPT_* name the sources read is in the table). */
+typedef struct ckpt__setting {
+    const char *name;
+    ckpt__setting_kind kind;
+    int64_t lo, hi;            /* CKPT__SETTING_INT */
+    const char *const *words;  /* CKPT__SETTING_CHOICE */
+    const char *dflt;          /* the default (when unset or empty), as shown */
+    const char *scope;         /* "collective (rank 0 decides)", "local (every rank)", "script" */
+    const char *read_by;       /* where it is read */
+    const char *meaning;
+    int library;               /* 1: read by the library or its programs; 0: by jobs/ scripts */
+} ckpt__setting;
+
+extern const ckpt__setting ckpt__settings[];
+extern const size_t ckpt__num_settings;
+
+/* s checked against the environment: CKPT_OK with *value its value (NULL when unset or empty:
+ * the default applies), or CKPT_EINVAL naming the variable and the value it refuses (recorded for
+ * ckpt_error_last()), *value then the raw value. */
+int ckpt__setting_check(const ckpt__setting *s, const char **value);
+
+/* MPICKPT_FAULT parsed strictly (CKPT_EINVAL naming the value when malformed); *target = -1 when
+ * unset; *mode 0 = fail, 1 = kill, 2 = hold. ckpt__fault() (mpi/fault.c) returns that error too,
+ * so a malformed value fails the save it was meant for instead of silently injecting nothing. */
+int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode);
+
 #pragma GCC visibility pop
 
 #endif

@@ -19,10 +19,8 @@ int ckpt__mpi_error(int mpi_rc, const char *what);
  * "<rank>:<step>:kill" makes it die with SIGKILL there. Returns CKPT_OK when not targeted.
  */
 int ckpt__fault(int rank, const char *step);
-/* MPICKPT_FAULT parsed strictly (CKPT_EINVAL naming the value when malformed); *target = -1 when
- * unset; *mode 0 = fail, 1 = kill, 2 = hold. ckpt__fault() returns that error too, so a malformed
- * value fails the save it was meant for instead of silently injecting nothing. */
-int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode);
+/* ckpt__fault_spec(): MPICKPT_FAULT parsed strictly, in lib/env.c (env.h) with the other
+ * variables, so that `mpickpt config` checks it too. */
 
 /* "<rank>:<step>:hold" (tests of async close): `rank` waits at `step` until *release is set (the
  * saver was closed and gave up on the save), at most 60 s. */

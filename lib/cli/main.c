@@ -24,7 +24,7 @@ static const cli_command version_command = {
 static const cli_command *const commands[] = {
     &cli_cmd_inspect, &cli_cmd_verify, &cli_cmd_dump, &cli_cmd_list,    &cli_cmd_diff,
     &cli_cmd_gc,      &cli_cmd_stats,  &cli_cmd_pin,    &cli_cmd_drop,
-    &cli_cmd_halt,    &help_command,   &version_command,
+    &cli_cmd_halt,    &cli_cmd_config, &help_command,   &version_command,
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])

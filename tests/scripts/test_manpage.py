@@ -49,7 +49,8 @@ with open(PAGE) as f:
 lines = [unroff(l) for l in page.splitlines()]
 main = subprocess.run([CLI, "help"], capture_output=True, check=True).stdout.decode()
 cmds = re.findall(r"^  ([a-z][a-z0-9-]*) ", main.split("commands:", 1)[1], re.M)
-check(len(cmds) >= 10 and "config" in cmds and "verify" in cmds, f"commands: {cmds}")
+check(len(cmds) >= 10 and all(c in cmds for c in ("config", "verify", "pin", "drop", "halt")),
+      f"commands: {cmds}")
 synopsis = page.split(".SH SYNOPSIS", 1)[-1].split(".SH ", 1)[0]
 for c in cmds:
     h = subprocess.run([CLI, "help", c], capture_output=True, check=True).stdout.decode()
@@ -78,6 +79,23 @@ with open(os.path.join(BUILD, "lib", "cli", "cmake_install.cmake")) as f:
     inst = f.read()
 check(re.search(r"man/man1.*mpickpt\.1|mpickpt\.1.*man/man1", inst, re.S) is not None,
       "no install rule for mpickpt.1 in share/man/man1")
+
+# mpickpt-run(1): every line of `mpickpt-run --help`, rendered, installed
+RUN = os.path.join(BUILD, "bin", "mpickpt-run")
+RUN_PAGE = os.path.join(BUILD, "man", "man1", "mpickpt-run.1")
+check(os.path.isfile(RUN_PAGE), f"no {RUN_PAGE}")
+if os.path.isfile(RUN_PAGE):
+    with open(RUN_PAGE) as f:
+        rlines = [unroff(l) for l in f.read().splitlines()]
+    rhelp = subprocess.run([RUN, "--help"], capture_output=True, check=True).stdout.decode()
+    check(len(rhelp.splitlines()) > 20 and "--max-runs" in rhelp, f"mpickpt-run --help: {rhelp!r}")
+    for l in rhelp.splitlines():
+        check(l in rlines, f"mpickpt-run --help: line {l!r} not in the page")
+    rtext = render(RUN_PAGE)
+    if rtext is not None:
+        check("MPICKPT-RUN(1)" in rtext and "--max-runs" in rtext, f"mpickpt-run(1): {rtext[:300]!r}")
+check(re.search(r"man/man1.*mpickpt-run\.1|mpickpt-run\.1.*man/man1", inst, re.S) is not None,
+      "no install rule for mpickpt-run.1 in share/man/man1")
 
 # --help mode: verbatim text, roff escapes
 prog = os.path.join(OUT, "fake-run")

@@ -15,6 +15,7 @@
 #include "mpickpt/dtype.h"
 #include "mpickpt/log.h"
 #include "mpickpt/manager.h"
+#include "mpickpt/mpi_c.h"
 #include "mpickpt/preempt.h"
 #include "mpickpt/slice.h"
 #include "mpickpt/state.h"

@@ -8,7 +8,7 @@
 
 #include "common.h"
 
-#include <mpi.h>
+#include "mpi_c.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -20,7 +20,7 @@
 #include "dtype.h"
 #include "slice.h"
 
-#include <mpi.h>
+#include "mpi_c.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -14,6 +14,8 @@ set -euo pipefail
 
 BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler
             libprotobuf-c-dev cmake pkg-config gcc make
+            # the Fortran module (mpi/fortran) and the C++ and Fortran consumer tests
+            g++ gfortran
             # the Python package (mpi/python): the interpreter's headers, NumPy, mpi4py
             python3 python3-dev python3-numpy python3-mpi4py)
 # PyTorch (CPU) for the Python examples, jobs/train_torch.py and the python tests

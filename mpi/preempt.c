@@ -156,12 +156,20 @@ int ckpt_preempt_watch_dir(const char *dir)
     for (int i = 0; i < g_num_watched; i++)
         if (strcmp(g_watched[i].dir, dir) == 0)
             return CKPT_OK;
-    if (g_num_watched == PREEMPT_MAX_WATCHED)
-        return ckpt__error(CKPT_EINVAL, "ckpt_preempt_watch_dir: already %d directories watched",
-                           PREEMPT_MAX_WATCHED);
-    int rc = ckpt__path(g_watched[g_num_watched].dir, sizeof g_watched[0].dir, "%s", dir);
+    char copy[sizeof g_watched[0].dir];
+    int rc = ckpt__path(copy, sizeof copy, "%s", dir);
     if (rc != CKPT_OK)
         return rc;
+    if (g_num_watched == PREEMPT_MAX_WATCHED) {
+        /* the oldest goes (managers freed long ago, in a process that makes many): the newest
+         * PREEMPT_MAX_WATCHED directories are watched */
+        ckpt__log(CKPT_LOG_DEBUG, "no longer watching %s for halt requests (the %d newest "
+                                  "directories are watched)",
+                  g_watched[0].dir, PREEMPT_MAX_WATCHED);
+        memmove(&g_watched[0], &g_watched[1], (PREEMPT_MAX_WATCHED - 1) * sizeof g_watched[0]);
+        g_num_watched--;
+    }
+    memcpy(g_watched[g_num_watched].dir, copy, sizeof copy);
     g_watched[g_num_watched++].warned = 0;
     return CKPT_OK;
 }
@@ -172,21 +180,28 @@ static int halt_due(double now)
 {
     int due = 0;
     for (int i = 0; i < g_num_watched && !due; i++) {
-        int fd = open(g_watched[i].dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0 || fstatat(fd, CKPT__HALT_FILE, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-            g_watched[i].warned = 0; /* none (or no directory): nothing to say */
-            ckpt__close(fd);
-            continue;
-        }
         /* the caller's last error, put back below: a halt request is no error of theirs */
         const ckpt_error *prev = ckpt_error_last();
         int prev_code = prev ? prev->code : 0;
         char prev_msg[1024] = "";
         if (prev && prev->message)
             snprintf(prev_msg, sizeof prev_msg, "%s", prev->message);
+        /* the directory by the checkpoint directory's rules: a chief/ swapped for a link is not
+         * followed (its halt request is nobody's) */
+        int fd = -1;
+        struct stat st;
+        int rc = ckpt__ckptdir_open(&fd, NULL, g_watched[i].dir, 0);
+        if (rc != CKPT_OK || fstatat(fd, CKPT__HALT_FILE, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            g_watched[i].warned = 0; /* none (or no directory): nothing to say */
+            ckpt__close(fd);
+            if (prev_code != 0)
+                ckpt__error(prev_code, "%s", prev_msg);
+            else
+                ckpt_error_clear();
+            continue;
+        }
         ckpt__halt h;
-        int rc = ckpt__halt_read_at(&h, fd, g_watched[i].dir);
+        rc = ckpt__halt_read_at(&h, fd, g_watched[i].dir);
         close(fd);
         if (rc == CKPT_OK) {
             g_watched[i].warned = 0;

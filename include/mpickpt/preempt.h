@@ -53,8 +53,10 @@ CKPT_EXTERN void ckpt_preempt_reset(void);
  * Watches checkpoint directory @p dir for halt requests (`mpickpt halt DIR [--after-seconds S]`,
  * docs/operations.md): once one is due, ckpt_preempt_check() says CKPT_PREEMPT_HALT.
  * ckpt_manager_create() and ckpt_training_create() watch their directory (the state file's: a
- * training state's chief/) themselves. Up to 16 directories; watching one twice is one watch;
- * NULL stops watching every directory. Local, not thread-safe against a concurrent check.
+ * training state's chief/) themselves. The 16 directories watched last are watched (an older one
+ * is forgotten: a process that makes many managers watches its newest); watching one twice is
+ * one watch; NULL stops watching every directory. Local, not thread-safe against a concurrent
+ * check.
  */
 CKPT_EXTERN int ckpt_preempt_watch_dir(const char *dir);
 

@@ -242,6 +242,7 @@ static int halt_due(const char *dir, char *where, size_t size)
 /* ---- running the job -------------------------------------------------------------------- */
 
 static sigset_t g_watched; /* forwarded signals + SIGCHLD: blocked, taken by sigwaitinfo */
+static sigset_t g_ignored; /* forwarded signals ignored when mpickpt-run started (nohup) */
 static const int g_forwarded[] = { SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP };
 
 /* Runs argv in its own process group and waits for it, forwarding signals; returns its status
@@ -275,7 +276,7 @@ static int run_child(char **argv, int term_signal, int *signalled, int *exec_fai
         if (getppid() != parent)
             _exit(128 + SIGTERM);
         for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++)
-            signal(g_forwarded[i], SIG_DFL);
+            signal(g_forwarded[i], sigismember(&g_ignored, g_forwarded[i]) ? SIG_IGN : SIG_DFL);
         signal(SIGCHLD, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
@@ -334,7 +335,8 @@ static int run_child(char **argv, int term_signal, int *signalled, int *exec_fai
     return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
 }
 
-/* Signals that arrived while no job ran: forwarded to nobody, but they stop the relaunches. */
+/* Signals that arrived while no job ran: forwarded to nobody, but they stop the relaunches.
+ * Returns the last one, or 0. */
 static int drain_signals(void)
 {
     int any = 0;
@@ -345,7 +347,7 @@ static int drain_signals(void)
         if (sig == SIGCHLD)
             continue;
         say("got SIG%s between runs", sig_name(sig));
-        any = 1;
+        any = sig;
     }
     return any;
 }
@@ -365,9 +367,10 @@ static int slurm_requeue(const char *jobid)
         _exit(127);
     }
     int wstatus = 0;
-    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+    pid_t r;
+    while ((r = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR)
         ;
-    return WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    return r == pid && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
 }
 
 static const char *base_name(const char *path)
@@ -605,9 +608,19 @@ int main(int argc, char **argv)
     char line[8192];
     join_argv(line, sizeof line, jv);
 
+    /* A signal mpickpt-run was started with ignored (nohup: SIGHUP) stays ignored, for the job
+     * too: it is neither taken nor forwarded. SIGCHLD must not be ignored: the kernel would then
+     * reap the job itself and no SIGCHLD would ever end the wait. */
     sigemptyset(&g_watched);
-    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++)
-        sigaddset(&g_watched, g_forwarded[i]);
+    sigemptyset(&g_ignored);
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++) {
+        struct sigaction old;
+        if (sigaction(g_forwarded[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            sigaddset(&g_ignored, g_forwarded[i]);
+        else
+            sigaddset(&g_watched, g_forwarded[i]);
+    }
+    signal(SIGCHLD, SIG_DFL);
     sigaddset(&g_watched, SIGCHLD);
     sigprocmask(SIG_BLOCK, &g_watched, NULL);
 
@@ -616,8 +629,12 @@ int main(int argc, char **argv)
     int status = 0, signalled = 0;
     char where[4200], desc[512], what[128];
     for (long run = 1;; run++) {
-        if (drain_signals()) {
-            say("not starting run %ld: a signal arrived", run);
+        int pending = drain_signals();
+        if (pending) {
+            /* not a success: Slurm must not report the job COMPLETED */
+            say("not starting run %ld: SIG%s arrived (exit %d)", run, sig_name(pending),
+                128 + pending);
+            status = 128 + pending;
             break;
         }
         if (o.dir && halt_due(o.dir, where, sizeof where)) {

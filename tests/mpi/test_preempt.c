@@ -244,15 +244,41 @@ int main(int argc, char **argv)
     if (rank == 0)
         CHECK_OK(ckpt__halt_clear(hdir, &gone));
     CHECK_REASON(CKPT_PREEMPT_NONE);
-    /* at most 16 directories */
+    /* the 16 directories watched last: the oldest is forgotten, the newest always watched */
     CHECK_OK(ckpt_preempt_watch_dir(NULL));
+    CHECK_OK(ckpt_preempt_watch_dir(hdir));
     char name[64];
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < 15; i++) {
         snprintf(name, sizeof name, "/nonexistent/dir-%d", i);
         CHECK_OK(ckpt_preempt_watch_dir(name));
     }
-    CHECK_RC(ckpt_preempt_watch_dir("/nonexistent/one-more"), CKPT_EINVAL);
-    CHECK_REASON(CKPT_PREEMPT_NONE); /* missing directories: nothing to say */
+    if (rank == 0)
+        CHECK_OK(ckpt__halt_write(hdir, &due));
+    CHECK_REASON(CKPT_PREEMPT_HALT); /* hdir is one of the 16 */
+    CHECK_OK(ckpt_preempt_watch_dir("/nonexistent/one-more"));
+    CHECK_REASON(CKPT_PREEMPT_NONE); /* hdir, the oldest, was forgotten */
+    CHECK_OK(ckpt_preempt_watch_dir(hdir));
+    CHECK_REASON(CKPT_PREEMPT_HALT); /* watched again: the newest */
+    if (rank == 0)
+        CHECK_OK(ckpt__halt_clear(hdir, &gone));
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    /* a training state's chief/ swapped for a link to a directory holding a due request: the
+     * link is not followed (the watched path is trusted, what is below it is not) */
+    char real[4200], work[4200], linked[4300];
+    snprintf(real, sizeof real, "%s/real", hdir);
+    snprintf(work, sizeof work, "%s/work", hdir);
+    snprintf(linked, sizeof linked, "%s/" CKPT__CHIEF_DIR, work);
+    if (rank == 0) {
+        CHECK(mkdir(real, 0755) == 0);
+        CHECK(mkdir(work, 0755) == 0);
+        CHECK_OK(ckpt__halt_write(real, &due));
+        CHECK(symlink(real, linked) == 0);
+    }
+    CHECK_OK(ckpt_preempt_watch_dir(NULL));
+    CHECK_OK(ckpt_preempt_watch_dir(linked));
+    CHECK_REASON(CKPT_PREEMPT_NONE);
+    CHECK_OK(ckpt_preempt_watch_dir(real));
+    CHECK_REASON(CKPT_PREEMPT_HALT); /* the same request, reached without a link */
     CHECK_OK(ckpt_preempt_watch_dir(NULL));
 
     return check_mpi_done("test_preempt");

@@ -21,7 +21,8 @@
 #  signal      SIGTERM to mpickpt-run reaches the ranks as SIGUSR1 (mpirun would kill them on a
 #              TERM): final checkpoint at the held step (reason=signal), exit 75 (not under
 #              Slurm), no relaunch although --max-runs 3.
-#  usage       bad options exit 2 with a message; --help names every option.
+#  usage       bad options exit 2 with a message; --help names every option; started with SIGCHLD
+#              ignored it still sees the job end; under nohup a SIGHUP does not reach the job.
 set -uo pipefail
 out=${1:?usage: test_run.sh OUTDIR CASE}
 case_=${2:?usage: test_run.sh OUTDIR CASE}
@@ -228,6 +229,19 @@ usage)
   rc=$?
   check "$([ $rc = 127 ] && has "cannot run '/nonexistent/program'" "$out/missing.out"; echo $?)" \
     "a missing command: exit $rc, $(cat "$out/missing.out")"
+  # Started with SIGCHLD ignored (the kernel would reap the job unseen): it still ends.
+  timeout -s KILL 30 /usr/bin/python3 -c 'import os, signal, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+os.execv(sys.argv[1], sys.argv[1:])' "$MPICKPT_RUN" --launcher none -- sh -c 'exit 3' \
+    >"$out/sigchld.out" 2>&1
+  rc=$?
+  check "$([ $rc = 3 ]; echo $?)" "SIGCHLD ignored: exit $rc, expected 3: $(cat "$out/sigchld.out")"
+  # Under nohup (SIGHUP ignored), a hangup is neither taken nor forwarded: the job goes on.
+  timeout -s KILL 30 nohup "$MPICKPT_RUN" --launcher none -- \
+    sh -c 'kill -HUP "$PPID"; sleep 0.3; echo job-done' >"$out/nohup.out" 2>&1
+  rc=$?
+  check "$([ $rc = 0 ] && has '^job-done$' "$out/nohup.out" && ! has 'SIGHUP' "$out/nohup.out"; echo $?)" \
+    "nohup: exit $rc, $(cat "$out/nohup.out")"
   # MPICKPT_RUNS is the default of --max-runs; --launcher none runs the command as is.
   MPICKPT_RUNS=2 "$MPICKPT_RUN" --launcher none -- sh -c 'exit 4' >"$out/runs.out" 2>&1
   rc=$?

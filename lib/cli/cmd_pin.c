@@ -3,6 +3,7 @@
  * when a job starts and before each save; neither touches a checkpoint or the state file. */
 #include "cli.h"
 
+#include "index.h"   /* lib/index.h: ckpt__state_scan_newer */
 #include "restart.h" /* lib/restart.h */
 
 #include <stdlib.h>
@@ -182,6 +183,20 @@ static int cmd_pin(const cli_command *cmd, int argc, char **argv)
             snprintf(c.pin, sizeof c.pin, "%s", e->prefix);
             c.pin_counter = e->save_counter;
             c.pin_through = highest_counter(st);
+            /* and every checkpoint committed after the state file was last written (a chief
+             * that died in between): the manager adopts those at its start, and they are newer
+             * than the pin too */
+            char stem[256];
+            snprintf(stem, sizeof stem, "%s", e->prefix);
+            char *dash = strrchr(stem, '-');
+            if (dash)
+                *dash = '\0';
+            ckpt_state *newer = NULL;
+            if (dash && ckpt__state_scan_newer(&newer, dir, stem, c.pin_through) == CKPT_OK)
+                c.pin_through = highest_counter(newer) > c.pin_through ? highest_counter(newer)
+                                                                       : c.pin_through;
+            ckpt_state_free(newer);
+            ckpt_error_clear();
             rc = save(cmd, dir, &c);
         }
     }

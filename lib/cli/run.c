@@ -228,14 +228,28 @@ static void describe_newest(char *buf, size_t size, const newest *n)
  * that cannot be used is a warning (the library ignores it too). */
 static int halt_due(const char *dir, char *where, size_t size)
 {
-    ckpt__halt h;
-    snprintf(where, size, "%s", dir);
-    int rc = ckpt__halt_find(&h, where, size, dir);
-    if (rc == CKPT_OK)
-        return ckpt__halt_due(&h, (double)time(NULL));
-    if (rc != CKPT_ENOTFOUND)
-        say("warning: ignoring the halt request: %s", ckpt_error_last()->message);
-    ckpt_error_clear();
+    /* The job watches both the state file's directory (DIR/chief for a training state) and
+     * DIR (a request made before chief/ existed): a request due in either stops it, so either
+     * stops the launcher too, or it would requeue a job that halts at once, again and again. */
+    char sd[4200];
+    int exists = 0;
+    if (ckpt__halt_dir(sd, sizeof sd, dir, &exists) != CKPT_OK || !exists) {
+        ckpt_error_clear();
+        return 0;
+    }
+    const char *cand[2] = { sd, dir };
+    int n = strcmp(sd, dir) != 0 ? 2 : 1;
+    for (int i = 0; i < n; i++) {
+        ckpt__halt h;
+        int rc = ckpt__halt_read(&h, cand[i]);
+        if (rc == CKPT_OK && ckpt__halt_due(&h, (double)time(NULL))) {
+            snprintf(where, size, "%s", cand[i]);
+            return 1;
+        }
+        if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
+            say("warning: ignoring the halt request: %s", ckpt_error_last()->message);
+        ckpt_error_clear();
+    }
     return 0;
 }
 

@@ -22,7 +22,8 @@
 #              TERM): final checkpoint at the held step (reason=signal), exit 75 (not under
 #              Slurm), no relaunch although --max-runs 3.
 #  usage       bad options exit 2 with a message; --help names every option; started with SIGCHLD
-#              ignored it still sees the job end; under nohup a SIGHUP does not reach the job.
+#              ignored it still sees the job end; under nohup a SIGHUP does not reach the job; a
+#              request due in DIR stops it although DIR/chief's is not due.
 set -uo pipefail
 out=${1:?usage: test_run.sh OUTDIR CASE}
 case_=${2:?usage: test_run.sh OUTDIR CASE}
@@ -229,6 +230,18 @@ usage)
   rc=$?
   check "$([ $rc = 127 ] && has "cannot run '/nonexistent/program'" "$out/missing.out"; echo $?)" \
     "a missing command: exit $rc, $(cat "$out/missing.out")"
+  # A request due in DIR (made before DIR/chief existed) stops the launcher even when chief/ holds
+  # one not due yet: the job honours both, so a requeue would only halt again.
+  hd=$out/halt-both
+  mkdir -p "$hd"
+  "$MPICKPT_CLI" halt "$hd" >/dev/null
+  mkdir "$hd/chief"
+  "$MPICKPT_CLI" halt --after-seconds 86400 "$hd" >/dev/null
+  check "$([ -f "$hd/halt" ] && [ -f "$hd/chief/halt" ]; echo $?)" "halt-both: expected $hd/halt and $hd/chief/halt"
+  "$MPICKPT_RUN" --dir "$hd" --launcher none -- sh -c 'echo job-ran' >"$out/halt-both.out" 2>&1
+  rc=$?
+  check "$([ $rc = 0 ] && ! has '^job-ran$' "$out/halt-both.out" && has "a halt request is due in $hd: not starting" "$out/halt-both.out"; echo $?)" \
+    "halt-both: exit $rc, $(cat "$out/halt-both.out")"
   # Started with SIGCHLD ignored (the kernel would reap the job unseen): it still ends.
   timeout -s KILL 30 /usr/bin/python3 -c 'import os, signal, sys
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)

@@ -33,6 +33,39 @@ def run_cli(cli, *args, rc=None):
     return p.returncode, so, se
 
 
+def flip_piece_byte(cli, prefix, name, start):
+    """Flips the first byte of the piece of tensor `name` at `start` of checkpoint `prefix`, found
+    with `cli inspect --json` and located in the raw file (contiguous or chunked storage).
+    Returns (the piece's index, the piece)."""
+    import json
+    import os
+
+    import h5py
+    import numpy as np
+
+    t = next(t for t in json.loads(run_cli(cli, "inspect", "--json", prefix, rc=0)[1])["tensors"]
+             if t["name"] == name)
+    j, p = next((j, p) for j, p in enumerate(t["pieces"]) if p["start"] == list(start))
+    path = os.path.join(os.path.dirname(prefix), p["file"])
+    with h5py.File(path, "r") as f:
+        ds = f[p["dataset"]]
+        off = ds.id.get_offset()
+        if off is None:  # chunked storage: find the chunk holding the piece's first element
+            info = ds.id.get_chunk_info_by_coord(tuple(
+                s // c * c for s, c in zip(p["dataset_start"], ds.chunks)))
+            off, dshape = info.byte_offset, ds.chunks
+            first = [s % c for s, c in zip(p["dataset_start"], ds.chunks)]
+        else:
+            dshape, first = ds.shape, p["dataset_start"]
+        off += int(np.ravel_multi_index(first, dshape)) * ds.dtype.itemsize if dshape else 0
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0xFF]))
+    return j, p
+
+
 def finish(line):
     """Prints line(checks, failures) and exits 1 when any check failed."""
     print(line(checks, failures))

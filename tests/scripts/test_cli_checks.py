@@ -13,10 +13,9 @@ import shutil
 import subprocess
 import sys
 
-import h5py
 import numpy as np
 
-from scriptcheck import check, run_cli, finish
+from scriptcheck import check, flip_piece_byte, run_cli, finish
 
 CLI = os.environ["MPICKPT_CLI"]
 MAKE = os.environ["MPICKPT_MAKE_CKPT"]
@@ -272,34 +271,9 @@ def fresh_copy(tag):
     return os.path.join(d, "ckpt-7")
 
 
-def flip_piece_byte(prefix, name, start):
-    """Flips the first byte of the piece of `name` at `start`, located in the raw file."""
-    t = next(t for t in json.loads(run("inspect", "--json", prefix, rc=0)[1])["tensors"]
-             if t["name"] == name)
-    j, p = next((j, p) for j, p in enumerate(t["pieces"]) if p["start"] == list(start))
-    path = os.path.join(os.path.dirname(prefix), p["file"])
-    with h5py.File(path, "r") as f:
-        ds = f[p["dataset"]]
-        off = ds.id.get_offset()
-        if off is None:  # chunked storage: find the chunk holding the piece's first element
-            info = ds.id.get_chunk_info_by_coord(tuple(
-                s // c * c for s, c in zip(p["dataset_start"], ds.chunks)))
-            off, dshape = info.byte_offset, ds.chunks
-            first = [s % c for s, c in zip(p["dataset_start"], ds.chunks)]
-        else:
-            dshape, first = ds.shape, p["dataset_start"]
-        off += int(np.ravel_multi_index(first, dshape)) * ds.dtype.itemsize if dshape else 0
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0xFF]))
-    return j, p
-
-
 # 1. A flipped data byte: verify names the tensor and piece; only that piece's reads fail.
 bad = fresh_copy("flip")
-j, p = flip_piece_byte(bad, KERNEL, [2, 0])
+j, p = flip_piece_byte(CLI, bad, KERNEL, [2, 0])
 rc, so, se = run("verify", bad, rc=1)
 check(KERNEL in se and f"piece {j}" in se and p["file"] in se, f"flip: stderr {se!r}")
 check(so == f"{bad}: BAD (1 of {npieces} pieces failed)\n", f"flip: stdout {so!r}")
@@ -310,7 +284,7 @@ run("dump", bad, "dtype/float32", rc=0)
 run("inspect", bad, rc=0)
 
 bad = fresh_copy("flip_weird")
-flip_piece_byte(bad, WEIRD, [0])
+flip_piece_byte(CLI, bad, WEIRD, [0])
 rc, so, se = run("verify", bad, rc=1)
 check(WEIRD in se, f"flip weird: stderr {se!r}")
 
@@ -362,7 +336,7 @@ check([l.split(":")[0] for l in lines] == [os.path.join(dirs, x) for x in
       f"verify dir order: {lines}")
 rc, so, se = run("verify", dirs + "/", GOOD, rc=0)
 check(len(so.splitlines()) == 4, f"verify several: {so!r}")
-flip_piece_byte(os.path.join(dirs, "chief", "ckpt-2"), "dtype/int64", [0, 0, 0])
+flip_piece_byte(CLI, os.path.join(dirs, "chief", "ckpt-2"), "dtype/int64", [0, 0, 0])
 rc, so, se = run("verify", dirs, rc=1)
 check(so.count(": ok (") == 2 and so.count(": BAD (") == 1 and "chief/ckpt-2: BAD" in so,
       f"verify dir with a bad one: {so!r}")

@@ -16,10 +16,7 @@ import shutil
 import subprocess
 import sys
 
-import h5py
-import numpy as np
-
-from scriptcheck import check, run_cli, finish
+from scriptcheck import check, flip_piece_byte, run_cli, finish
 
 CLI = os.environ["MPICKPT_CLI"]
 MAKE = os.environ["MPICKPT_MAKE_CKPT"]
@@ -39,24 +36,6 @@ def run_json(*args, rc=0):
     except ValueError as e:
         check(False, f"mpickpt {args!r}: not JSON ({e}): {so[:2000]!r}\nstderr: {se}")
         return {}, se
-
-
-def flip_piece_byte(prefix, name, start):
-    """Flips the first byte of the piece of `name` at `start`; returns (piece index, piece)."""
-    t = next(t for t in json.loads(run("inspect", "--json", prefix, rc=0)[1])["tensors"]
-             if t["name"] == name)
-    j, p = next((j, p) for j, p in enumerate(t["pieces"]) if p["start"] == list(start))
-    path = os.path.join(os.path.dirname(prefix), p["file"])
-    with h5py.File(path, "r") as f:
-        ds = f[p["dataset"]]
-        off = ds.id.get_offset()
-        off += int(np.ravel_multi_index(p["dataset_start"], ds.shape)) * ds.dtype.itemsize
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0xFF]))
-    return j, p
 
 
 def on_pty(*args):
@@ -102,7 +81,7 @@ check([c.get("prefix") for c in v.get("checkpoints", [])] ==
 bad_dir = os.path.join(OUT, "bad")
 shutil.copytree(good_dir, bad_dir)
 BAD = os.path.join(bad_dir, "ckpt-1")
-j, p = flip_piece_byte(BAD, KERNEL, [2, 0])
+j, p = flip_piece_byte(CLI, BAD, KERNEL, [2, 0])
 v, se = run_json("verify", "--json", bad_dir, rc=1)
 cks = v.get("checkpoints") or [{}, {}]
 check(v.get("ok") is False and len(cks) == 2, f"verify --json bad: {v}")

@@ -59,7 +59,10 @@ if [ "${MPICKPT_HAVE_FORTRAN:-OFF}" = ON ]; then
     { cat "$work/configure-fortran.log"; exit 1; }
   cmake --build "$work/fortran-build" >"$work/build-fortran.log" ||
     { cat "$work/build-fortran.log"; exit 1; }
-  mpirun -np 2 "$work/fortran-build/consumer_fortran" "$work/fortran-ckpt"
+  # libgfortran hands Fortran strings (not NUL-terminated) to strndup with their length: correct,
+  # but ASan's strict_string_checks reads to a NUL and reports an overflow; off for Fortran only
+  ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}strict_string_checks=0 \
+    mpirun -np 2 -x ASAN_OPTIONS "$work/fortran-build/consumer_fortran" "$work/fortran-ckpt"
 fi
 
 # 3. The Python package, when the build made it: installed into the interpreter's site directory

@@ -11,6 +11,7 @@
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/collective.h"
 #include "mpickpt/crc32c.h"
+#include "mpickpt/interop.h"
 #include "mpickpt/saver.h"
 #include "mpickpt/dtype.h"
 #include "mpickpt/log.h"

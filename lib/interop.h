@@ -1,0 +1,58 @@
+/* Internal seams of import and export (include/mpickpt/interop.h, docs/interop.md).
+ *
+ * lib/export.c: ckpt_export() opens the reader and calls the format's writer below;
+ * lib/export_tf.c, lib/export_hdf5.c, lib/export_safetensors.c: one format each;
+ * lib/import_tf.c: ckpt_import_tf(); lib/tfbundle.c + lib/sstable.c: TensorFlow's bundle and
+ * its SSTable index. */
+#ifndef MPICKPT_INTEROP_INTERNAL_H
+#define MPICKPT_INTEROP_INTERNAL_H
+
+#include "internal.h"
+
+#include "mpickpt/checkpoint.h"
+#include "mpickpt/interop.h"
+
+#include <stdint.h>
+
+/* An output file written whole or not at all: a temp file (ckpt__temp_name, O_EXCL, no link
+ * followed) next to the target, fsynced, renamed over it, the directory fsynced. */
+typedef struct ckpt__outfile {
+    int dirfd;
+    int fd;
+    int renamed;     /* 1 after commit: the target is ours now */
+    char dir[4096];  /* the target's directory */
+    char base[256];  /* the target's name */
+    char tmp[300];   /* the temp file's name */
+    char shown[4096 + 256];
+} ckpt__outfile;
+
+/* Starts writing `path`. CKPT_EEXISTS when it exists and !overwrite; an existing entry that is not
+ * a regular file is refused (CKPT_ECORRUPT) even with overwrite. */
+int ckpt__outfile_open(ckpt__outfile *o, const char *path, int overwrite);
+/* fsync, close, rename into place, fsync the directory. */
+int ckpt__outfile_commit(ckpt__outfile *o);
+/* Removes the temp file (or, after commit, the target we wrote) and closes; safe on a zeroed or
+ * failed outfile, and twice. */
+void ckpt__outfile_discard(ckpt__outfile *o);
+/* Closes what is open, keeping a committed file. */
+void ckpt__outfile_close(ckpt__outfile *o);
+
+/* Every tensor of `r` is read whole with ckpt_reader_read() (each piece's checksum checked), so
+ * a format's memory peak is its largest tensor. Each writer reports every tensor through
+ * opts->progress and fills totals (never NULL here). */
+int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
+                    ckpt_interop_totals *totals);
+int ckpt__export_hdf5(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
+                      ckpt_interop_totals *totals);
+int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
+                             ckpt_interop_totals *totals);
+
+/* Reads tensor i of r whole into a malloc'd buffer (*data, *bytes; a 0-byte tensor gives a
+ * non-NULL 1-byte buffer) and describes it in *info. */
+int ckpt__export_read(ckpt_reader *r, size_t i, ckpt_tensor_info *info, void **data,
+                      size_t *bytes);
+/* Reports one written tensor through opts->progress and adds it to totals. */
+void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *totals,
+                         const ckpt_tensor_info *info, uint64_t bytes);
+
+#endif

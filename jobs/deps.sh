@@ -13,7 +13,7 @@
 set -euo pipefail
 
 BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler
-            libprotobuf-c-dev cmake pkg-config gcc make
+            libprotobuf-c-dev libsnappy-dev cmake pkg-config gcc make
             # the Fortran module (mpi/fortran) and the C++ and Fortran consumer tests
             g++ gfortran
             # the Python package (mpi/python): the interpreter's headers, NumPy, mpi4py

@@ -1,5 +1,5 @@
-# Finds MPI, parallel HDF5 and protobuf-c; fails with a message naming the Debian package to install.
-set(_mpickpt_pkgs "libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler libprotobuf-c-dev cmake pkg-config")
+# Finds MPI, parallel HDF5, protobuf-c and Snappy (TensorFlow bundles' compressed blocks); fails with a message naming the Debian package to install.
+set(_mpickpt_pkgs "libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c-compiler libprotobuf-c-dev libsnappy-dev cmake pkg-config")
 set(_mpickpt_hint "On Debian/Ubuntu run ./jobs/deps.sh (or: apt-get install ${_mpickpt_pkgs}).")
 
 find_package(MPI COMPONENTS C)
@@ -51,6 +51,19 @@ if(NOT PROTOBUFC_FOUND)
   set_target_properties(PkgConfig::PROTOBUFC PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${PROTOBUFC_INCLUDE_DIR}"
     INTERFACE_LINK_LIBRARIES "${PROTOBUFC_LIBRARY}")
+endif()
+
+# Snappy: import-tf reads TensorFlow bundle indexes whose blocks may be Snappy-compressed.
+find_path(SNAPPY_INCLUDE_DIR snappy-c.h)
+find_library(SNAPPY_LIBRARY snappy)
+if(NOT SNAPPY_INCLUDE_DIR OR NOT SNAPPY_LIBRARY)
+  message(FATAL_ERROR "mpickpt: Snappy not found: install package libsnappy-dev. ${_mpickpt_hint}")
+endif()
+if(NOT TARGET mpickpt::snappy)
+  add_library(mpickpt::snappy INTERFACE IMPORTED)
+  set_target_properties(mpickpt::snappy PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${SNAPPY_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${SNAPPY_LIBRARY}")
 endif()
 
 find_package(Threads REQUIRED)

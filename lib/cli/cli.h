@@ -44,6 +44,7 @@ extern const cli_command cli_cmd_pin;     /* cmd_pin.c */
 extern const cli_command cli_cmd_drop;    /* cmd_pin.c (shares its restart control code) */
 extern const cli_command cli_cmd_halt;    /* cmd_halt.c */
 extern const cli_command cli_cmd_config;  /* cmd_config.c */
+extern const cli_command cli_cmd_import_tf; /* cmd_import.c */
 
 /* ---- errors ---- */
 

@@ -3,7 +3,8 @@
  * own cmd_NAME.c (cli.h says how to add one).
  *
  * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
- * reader and state-file functions. Every command but gc, pin and drop is read-only.
+ * reader and state-file functions. Every command but gc, pin, drop, halt, import-tf and export is read-only
+ * (the last two only write their outputs).
  * Exit codes: 0 success, 1 bad or missing data (any library error; for diff: the data differ),
  * 2 usage. */
 #include "cli.h"
@@ -24,7 +25,7 @@ static const cli_command version_command = {
 static const cli_command *const commands[] = {
     &cli_cmd_inspect, &cli_cmd_verify, &cli_cmd_dump, &cli_cmd_list,    &cli_cmd_diff,
     &cli_cmd_gc,      &cli_cmd_stats,  &cli_cmd_pin,    &cli_cmd_drop,
-    &cli_cmd_halt,    &cli_cmd_config, &help_command,   &version_command,
+    &cli_cmd_halt,    &cli_cmd_config, &cli_cmd_import_tf, &help_command, &version_command,
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
@@ -40,13 +41,14 @@ static const cli_command *find_command(const char *name)
 static void print_help(FILE *out)
 {
     fputs("usage: mpickpt COMMAND [ARGS]\n"
-          "Tool for mpickpt checkpoints; only gc, pin, drop and halt modify anything. PREFIX is\n"
-          "a checkpoint's path without suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too.\n"
+          "Tool for mpickpt checkpoints; only gc, pin, drop and halt modify a checkpoint directory,\n"
+          "import-tf and export write only their outputs. PREFIX is a checkpoint's path without\n"
+          "suffixes (dir/ckpt-3); dir/ckpt-3.index is accepted too.\n"
           "DIR is a checkpoint directory (the manager's, or a training state's with chief/ in it).\n"
           "\ncommands:\n",
           out);
     for (size_t i = 0; i < NUM_COMMANDS; i++)
-        fprintf(out, "  %-8s %s\n", commands[i]->name, commands[i]->summary);
+        fprintf(out, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
     fputs("\nexit status: 0 ok, 1 bad or missing data (diff: the data differ), 2 usage error\n"
           "'mpickpt help COMMAND' shows a command's arguments.\n",
           out);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_INDEX_BYTES ((size_t)1 << 31) /* a bundle index we read whole */
@@ -440,6 +441,66 @@ static int import_entry(import_run *run, const tf_entry *te)
     return rc;
 }
 
+/* TF_PREFIX is a directory: the checkpoint its `checkpoint` file (TensorFlow's CheckpointState,
+ * text format) names as `model_checkpoint_path`, looked up in that directory itself whatever
+ * directory the path names (TensorFlow 1 wrote absolute paths): only the last component is used,
+ * so nothing outside the directory is read. */
+static int resolve_dir(char *out, size_t size, const char *dir)
+{
+    int dirfd = -1;
+    uint8_t *text = NULL;
+    size_t len = 0;
+    int rc = ckpt__dir_open(&dirfd, dir);
+    if (rc == CKPT_OK)
+        rc = ckpt__read_file_at(&text, &len, dirfd, "checkpoint", 1 << 20, dir);
+    ckpt__close(dirfd);
+    if (rc == CKPT_ENOTFOUND)
+        return ckpt__error(CKPT_ENOTFOUND,
+                           "%s is a directory without a TensorFlow `checkpoint` file: give the "
+                           "checkpoint's prefix (dir/ckpt-N)",
+                           dir);
+    if (rc != CKPT_OK)
+        return rc;
+    /* the line `model_checkpoint_path: "..."` (C-style escapes of text format) */
+    char name[256];
+    size_t n = 0;
+    int found = 0;
+    const char *key = "model_checkpoint_path:";
+    for (size_t i = 0; i < len && !found; i++) {
+        if ((i > 0 && text[i - 1] != '\n') || len - i < strlen(key) ||
+            memcmp(text + i, key, strlen(key)) != 0)
+            continue;
+        size_t j = i + strlen(key);
+        while (j < len && (text[j] == ' ' || text[j] == '\t'))
+            j++;
+        if (j >= len || text[j] != '"')
+            break;
+        for (j++; j < len && text[j] != '"' && text[j] != '\n'; j++) {
+            uint8_t c = text[j];
+            if (c == '\\' && j + 1 < len)
+                c = text[++j] == 'n' ? '\n' : text[j] == 't' ? '\t' : text[j];
+            if (c == '/') { /* keep the last component only */
+                n = 0;
+                continue;
+            }
+            if (n + 1 >= sizeof name) {
+                free(text);
+                return ckpt__error(CKPT_ECORRUPT, "%s/checkpoint: the checkpoint name is too long",
+                                   dir);
+            }
+            name[n++] = (char)c;
+        }
+        found = j < len && text[j] == '"';
+    }
+    free(text);
+    name[n] = '\0';
+    if (!found || n == 0 || !ckpt__safe_filename(name))
+        return ckpt__error(CKPT_ECORRUPT,
+                           "%s/checkpoint names no checkpoint (no model_checkpoint_path line)",
+                           dir);
+    return ckpt__path(out, size, "%s/%s", dir, name);
+}
+
 int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_import_options *opts,
                    ckpt_interop_totals *totals)
 {
@@ -457,10 +518,17 @@ int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_imp
     run.opts = opts;
     run.totals = totals;
     run.dirfd = -1;
-    char index_name[300];
+    char index_name[300], resolved[4400];
     uint8_t *index = NULL;
     size_t index_len = 0;
-    int rc = ckpt__split_path(run.dir, sizeof run.dir, run.base, sizeof run.base, tf_prefix);
+    struct stat st;
+    int rc = CKPT_OK;
+    if (stat(tf_prefix, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if ((rc = resolve_dir(resolved, sizeof resolved, tf_prefix)) != CKPT_OK)
+            return rc;
+        tf_prefix = resolved;
+    }
+    rc = ckpt__split_path(run.dir, sizeof run.dir, run.base, sizeof run.base, tf_prefix);
     if (rc == CKPT_OK && (!run.base[0] || !ckpt__safe_filename(run.base)))
         rc = ckpt__error(CKPT_EINVAL, "import-tf: '%s' is not a bundle prefix (dir/name)",
                          tf_prefix);

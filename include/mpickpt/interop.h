@@ -106,7 +106,9 @@ typedef struct ckpt_import_options {
 
 /**
  * Reads the TensorFlow tensor bundle at @p tf_prefix (`<tf_prefix>.index` and its
- * `<tf_prefix>.data-NNNNN-of-NNNNN` shards) and writes an mpickpt checkpoint at @p out_prefix
+ * `<tf_prefix>.data-NNNNN-of-NNNNN` shards; a directory: the checkpoint its TensorFlow
+ * `checkpoint` file names as model_checkpoint_path, looked up in that directory whatever
+ * directory the path names) and writes an mpickpt checkpoint at @p out_prefix
  * (ckpt_writer_open()). Checks the index's footer magic and every block's masked CRC-32C
  * (blocks uncompressed or Snappy-compressed), the header entry (version, endianness, shard
  * count), and every tensor's masked CRC-32C; sliced (partitioned) entries become partitioned

@@ -186,6 +186,8 @@ const cli_command cli_cmd_import_tf = {
     "import a TensorFlow checkpoint (tensor bundle) as an mpickpt checkpoint",
     "Reads TF_PREFIX.index and its TF_PREFIX.data-NNNNN-of-NNNNN shards, checking every block\n"
     "and tensor checksum, and writes the checkpoint OUT_PREFIX (its directory must exist).\n"
+    "TF_PREFIX may be a directory: its TensorFlow `checkpoint` file names the checkpoint (the\n"
+    "newest), which is looked up in that directory.\n"
     "Keys are kept as tensor names; partitioned (sliced) variables become partitioned tensors.\n"
     "  --skip-unsupported  leave out tensors of dtypes mpickpt lacks (strings, complex, ...)\n"
     "                      instead of failing; each is named on stderr\n"

@@ -42,8 +42,9 @@ void ckpt__outfile_close(ckpt__outfile *o);
  * opts->progress and fills totals (never NULL here). */
 int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
                     ckpt_interop_totals *totals);
-int ckpt__export_hdf5(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
-                      ckpt_interop_totals *totals);
+/* `prefix` (the source, as the caller named it) goes into the HDF5 file's `source` attribute. */
+int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
+                      const ckpt_export_options *opts, ckpt_interop_totals *totals);
 int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
                              ckpt_interop_totals *totals);
 

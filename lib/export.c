@@ -179,6 +179,9 @@ int ckpt_export(const char *prefix, const char *out, const ckpt_export_options *
     case CKPT_EXPORT_HDF5:
         rc = ckpt__export_hdf5(r, prefix, out, opts, totals);
         break;
+    case CKPT_EXPORT_SAFETENSORS:
+        rc = ckpt__export_safetensors(r, out, opts, totals);
+        break;
     default:
         rc = ckpt__error(CKPT_EINVAL, "ckpt_export: unknown format %d", (int)opts->format);
         break;

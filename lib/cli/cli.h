@@ -38,6 +38,7 @@ extern const cli_command cli_cmd_verify;  /* cmd_verify.c */
 extern const cli_command cli_cmd_dump;    /* cmd_dump.c */
 extern const cli_command cli_cmd_list;    /* cmd_list.c */
 extern const cli_command cli_cmd_diff;    /* cmd_diff.c */
+extern const cli_command cli_cmd_export;  /* cmd_export.c */
 extern const cli_command cli_cmd_gc;      /* cmd_gc.c */
 extern const cli_command cli_cmd_stats;   /* cmd_stats.c */
 extern const cli_command cli_cmd_pin;     /* cmd_pin.c */

@@ -1,10 +1,10 @@
-/* mpickpt: command-line tool for mpickpt checkpoints (inspect, verify, dump, list, diff, gc,
- * stats). This file: the command table, help, version and dispatch; each command lives in its
- * own cmd_NAME.c (cli.h says how to add one).
+/* mpickpt: command-line tool for mpickpt checkpoints (inspect, verify, dump, list, diff, gc, stats,
+ * import-tf, export, ...). This file: the command table, help, version and dispatch; each command
+ * lives in its own cmd_NAME.c (cli.h says how to add one).
  *
  * Runs without mpirun and never initializes MPI: it only uses libmpickpt_core's single-process
- * reader and state-file functions. Every command but gc, pin, drop, halt, import-tf and export is read-only
- * (the last two only write their outputs).
+ * reader and state-file functions. Every command but gc, pin, drop, halt, import-tf and export is
+ * read-only (the last two only write their outputs).
  * Exit codes: 0 success, 1 bad or missing data (any library error; for diff: the data differ),
  * 2 usage. */
 #include "cli.h"
@@ -23,9 +23,9 @@ static const cli_command version_command = {
 
 /* In the order `mpickpt help` lists them. */
 static const cli_command *const commands[] = {
-    &cli_cmd_inspect, &cli_cmd_verify, &cli_cmd_dump, &cli_cmd_list,    &cli_cmd_diff,
-    &cli_cmd_gc,      &cli_cmd_stats,  &cli_cmd_pin,    &cli_cmd_drop,
-    &cli_cmd_halt,    &cli_cmd_config, &cli_cmd_import_tf, &help_command, &version_command,
+    &cli_cmd_inspect, &cli_cmd_verify,    &cli_cmd_dump,   &cli_cmd_list, &cli_cmd_diff,
+    &cli_cmd_gc,      &cli_cmd_stats,     &cli_cmd_pin,    &cli_cmd_drop, &cli_cmd_halt,
+    &cli_cmd_config,  &cli_cmd_import_tf, &cli_cmd_export, &help_command, &version_command,
 };
 
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])

@@ -337,7 +337,8 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
     for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
         if (PyModule_AddIntConstant(m, consts[i].name, consts[i].value) < 0)
             goto fail;
-    if (pyckpt_saver_init(m) < 0 || pyckpt_manager_init(m) < 0 || pyckpt_reader_init(m) < 0)
+    if (pyckpt_saver_init(m) < 0 || pyckpt_manager_init(m) < 0 || pyckpt_reader_init(m) < 0 ||
+        pyckpt_interop_init(m) < 0)
         goto fail;
     return m;
 fail:

@@ -1,8 +1,8 @@
 /* The CPython extension mpickpt._mpickpt: one C file per concern (module.c: module, errors,
  * communicators, preemption; saver.c: the Saver type and its registrations; manager.c: the
- * Manager and Training types; reader.c: the Reader type). It is a thin layer over the public C
- * API (include/mpickpt.h): Python objects in, ckpt_* calls with the GIL released, exceptions
- * carrying the library's message out. Not installed. */
+ * Manager and Training types; reader.c: the Reader type; interop.c: export()). It is a thin
+ * layer over the public C API (include/mpickpt.h): Python objects in, ckpt_* calls with the GIL
+ * released, exceptions carrying the library's message out. Not installed. */
 #ifndef MPICKPT_PYCKPT_H
 #define MPICKPT_PYCKPT_H
 
@@ -32,6 +32,8 @@ extern PyTypeObject pyckpt_SaverType, pyckpt_ManagerType, pyckpt_TrainingType, p
 int pyckpt_saver_init(PyObject *module);
 int pyckpt_manager_init(PyObject *module);
 int pyckpt_reader_init(PyObject *module);
+/* interop.c: export() */
+int pyckpt_interop_init(PyObject *module);
 
 /* The C saver of a Saver object (borrowed), or NULL with an exception set. */
 ckpt_saver *pyckpt_saver_get(PyObject *saver);

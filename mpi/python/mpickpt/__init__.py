@@ -29,7 +29,8 @@ from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
 from . import preemption
 
 __all__ = [
-    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "preemption",
+    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "export",
+    "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
     "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "MPIError",
     "EXIT_PREEMPTED", "__version__", "set_log_level",
@@ -475,3 +476,28 @@ class Checkpoint(Mapping[str, Array]):
 def open(prefix: str) -> Checkpoint:  # noqa: A001 - the name users know (h5py.File, np.load)
     """A read-only view of the checkpoint at `prefix` (``<dir>/ckpt-3``), without MPI."""
     return Checkpoint(prefix)
+
+
+# ---- export to other formats, without MPI (docs/interop.md) ------------------------------------
+
+_EXPORT_SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".he5": "hdf5", ".safetensors": "safetensors"}
+
+
+def export(prefix: str, out: str, format: Optional[str] = None,  # noqa: A002 - the CLI's word
+           overwrite: bool = False) -> Dict[str, Any]:
+    """Writes the checkpoint at `prefix` as `format`: "hdf5" (one HDF5 file, a dataset per
+    tensor, groups from '/' in names), "safetensors" (one file) or "tf" (a TensorFlow bundle:
+    `out` is its prefix). Without `format`, `out` ending in .h5, .hdf5 or .he5 means hdf5 and
+    .safetensors means safetensors. The output appears whole or not at all; an existing one is
+    ExistsError unless `overwrite`. Returns {"tensors": count, "bytes": of values, "files":
+    [paths written]}. Like `mpickpt export`; no MPI."""
+    out = os.fspath(out)
+    if format is None:
+        format = next((f for s, f in _EXPORT_SUFFIXES.items() if out.endswith(s) and out != s),
+                      None)
+        if format is None:
+            raise InvalidArgumentError(
+                f"cannot tell the format from {out!r}: pass format='tf', 'hdf5' or "
+                "'safetensors' (a name ending in .h5, .hdf5, .he5 or .safetensors implies hdf5 or "
+                "safetensors)")
+    return _C.export(os.fspath(prefix), out, format, overwrite=bool(overwrite))

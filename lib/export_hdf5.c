@@ -198,30 +198,42 @@ cleanup:
     return rc;
 }
 
-/* Blocks for everything the file will hold, taken before HDF5 writes: a disk that fills up then
- * fails here, cleanly, and not in HDF5's metadata flush at close (which HDF5 1.10 cannot recover
- * from, h5io.h). FALLOC_FL_KEEP_SIZE: the file's size stays what HDF5 wrote; the blocks past it
- * are given back when the file is truncated to its size after closing. A file system without
- * fallocate (or this mode) gets no reservation. The estimate: the values, plus per dataset its
- * object header, attribute and link (a few KiB, and the name in the group's heap and B-tree). */
-static int reserve(int fd, ckpt_reader *r, const char *shown)
+/*
+ * Room for everything the file will hold, taken before HDF5 writes into it: a disk that fills up
+ * must fail a write of values, which HDF5 reports and survives, and never HDF5's metadata flush at
+ * close, which HDF5 1.10 cannot recover from (it crashes in H5Fclose or at exit, h5io.h).
+ * Where the file system has fallocate, the output file's blocks are allocated up front with
+ * FALLOC_FL_KEEP_SIZE (its size stays what HDF5 writes; the blocks past the end are given back
+ * when the file is truncated to its size after closing). Elsewhere a pad file next to the output
+ * (a temp name, as the output's own) holds the metadata's room, released just before HDF5
+ * closes the file (*padfd >= 0 then). The estimate: the values, plus per dataset its object
+ * header, attribute and link (a few KiB, and the name in the group's heap and B-tree).
+ */
+static int reserve(ckpt__outfile *o, ckpt_reader *r, int *padfd, char *padname, size_t padsize)
 {
-    uint64_t total = (uint64_t)256 << 10;
+    uint64_t values = 0, meta = (uint64_t)256 << 10;
     size_t n = ckpt_reader_num_tensors(r);
+    *padfd = -1;
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info t;
         int64_t elems = 0;
         if (ckpt_reader_tensor(&t, r, i) != CKPT_OK ||
             ckpt_shape_num_elements(&elems, &t.shape) != CKPT_OK)
             continue;
-        total += (uint64_t)elems * ckpt_dtype_size(t.dtype) + 4096 + 4 * (uint64_t)strlen(t.name);
+        values += (uint64_t)elems * ckpt_dtype_size(t.dtype);
+        meta += 4096 + 4 * (uint64_t)strlen(t.name);
     }
-    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)total) == 0)
+    if (fallocate(o->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)(values + meta)) == 0)
         return CKPT_OK;
     if (errno == ENOSPC || errno == EDQUOT)
-        return ckpt__error(CKPT_ENOSPC, "no space left on device for %s (%llu bytes)", shown,
-                           (unsigned long long)total);
-    return CKPT_OK; /* EOPNOTSUPP and the like: write without a reservation */
+        return ckpt__error(CKPT_ENOSPC, "no space left on device for %s (%llu bytes)", o->shown,
+                           (unsigned long long)(values + meta));
+    int rc = ckpt__temp_name(padname, padsize, o->base);
+    if (rc == CKPT_OK)
+        rc = ckpt__pad_create(padfd, o->dirfd, padname, meta, o->dir);
+    if (rc != CKPT_OK)
+        ckpt__error_wrap(rc, "%s", o->shown);
+    return rc;
 }
 
 int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
@@ -239,7 +251,8 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
     if ((rc = ckpt__outfile_open(&o, out, opts->overwrite)) != CKPT_OK)
         return rc;
     hid_t file = H5I_INVALID_HID;
-    char h5path[4096 + 600], tmp_shown[4096 + 320];
+    int padfd = -1;
+    char h5path[4096 + 600], tmp_shown[4096 + 320], padname[300];
     snprintf(tmp_shown, sizeof tmp_shown, "%s/%s", o.dir, o.tmp);
     if ((rc = ckpt__fd_path(h5path, sizeof h5path, o.fd, tmp_shown)) != CKPT_OK)
         goto fail;
@@ -252,7 +265,7 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
     if (file < 0)
         rc = ckpt__h5_error(CKPT_EIO, "create %s", o.shown);
     if (rc == CKPT_OK)
-        rc = reserve(o.fd, r, o.shown);
+        rc = reserve(&o, r, &padfd, padname, sizeof padname);
     if (rc == CKPT_OK && (rc = write_header(file, h, prefix)) != CKPT_OK)
         ckpt__error_wrap(rc, "%s", o.shown);
     ckpt__h5_unlock();
@@ -275,6 +288,8 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
         ckpt__export_report(opts, totals, &info, bytes);
     }
 
+    ckpt__pad_release(o.dirfd, padname, padfd); /* the metadata flush gets its room */
+    padfd = -1;
     ckpt__h5_lock();
     errno = 0;
     herr_t closed = H5Fclose(file);
@@ -304,6 +319,7 @@ fail:
         H5Eclear2(H5E_DEFAULT);
         ckpt__h5_unlock();
     }
+    ckpt__pad_release(o.dirfd, padname, padfd);
     ckpt__outfile_discard(&o);
     return rc;
 }

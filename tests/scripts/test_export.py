@@ -377,6 +377,15 @@ def mode_h5py():
     res = mpickpt.export(prefix, out2)
     check(res == {"tensors": 21, "bytes": doc["bytes"], "files": [out2]}, f"export(): {res}")
     check_hdf5(prefix, out2)
+    # a TensorFlow bundle through the same command: its two files listed, data shard first
+    tf = os.path.join(OUT, "bundle")
+    doc = json.loads(cli("export", "--json", "--format", "tf", prefix, tf, rc=0)[1])
+    files = [tf + ".data-00000-of-00001", tf + ".index"]
+    check(doc["format"] == "tf" and doc["tensors"] == 21 and doc["files"] == files and
+          all(os.path.isfile(f) for f in files), f"--format tf --json: {doc}")
+    res = mpickpt.export(prefix, tf + "2", format="tf")
+    check(res["files"] == [tf + "2.data-00000-of-00001", tf + "2.index"] and
+          all(os.path.isfile(f) for f in res["files"]), f"export(format='tf'): {res}")
     check(leftovers(OUT) == [], f"temp files left: {leftovers(OUT)}")
 
 

@@ -1,8 +1,8 @@
 """mpickpt.export() (docs/interop.md) of a real PyTorch state dict saved with the package: a model
 (Linear, BatchNorm1d with its int64 counter, Embedding), float16 and bfloat16 layers, a bool mask,
 uint8 and int64 scalars, and float16/bfloat16 tensors with NaN, infinities, -0.0 and subnormals,
-saved by a CheckpointManager on N ranks; every rank exports the checkpoint to HDF5 and to
-safetensors, the two in two threads at once (the export releases the GIL); the HDF5 file read
+saved by a CheckpointManager on N ranks; every rank exports the checkpoint to two HDF5 files and
+to safetensors, in three threads at once (the export releases the GIL); the HDF5 files read
 with h5py and the safetensors file with a reader written here from the format's description give
 back every tensor: torch.equal to the state dict's (bit for bit where NaNs make equal() false),
 the bfloat16 ones from their uint16 bits.
@@ -104,8 +104,10 @@ def read_safetensors(path):
     return meta, out
 
 
-# every rank exports; each rank's two exports run at once in two threads
+# every rank exports; each rank's exports run at once in three threads (two HDF5 files: the
+# library's HDF5 calls take turns under its lock)
 h5 = pc.outdir(f"state-{rank}.h5")
+h5b = pc.outdir(f"state-{rank}-b.h5")
 st = pc.outdir(f"state-{rank}.safetensors")
 results, errors = {}, []
 
@@ -118,6 +120,7 @@ def run(key, out):
 
 
 threads = [threading.Thread(target=run, args=("h5", h5)),
+           threading.Thread(target=run, args=("h5b", h5b)),
            threading.Thread(target=run, args=("st", st))]
 for t in threads:
     t.start()
@@ -135,12 +138,14 @@ check(results["h5"]["bytes"] == results["st"]["bytes"] ==
       sum(v.numel() * v.element_size() for v in flat.values()) + record_bytes,
       f"bytes {results}")
 
-with h5py.File(h5, "r") as f:
-    check((f.attrs["epoch"], f.attrs["step"], f.attrs["save_counter"]) == (2, 5, 1),
-          f"{h5}: attributes {dict(f.attrs)}")
-    for name, want in flat.items():
-        ds = f[name]
-        same(to_torch(ds[()], ds.attrs["dtype"]), want, f"{h5}:{name}")
+check(results["h5b"] == dict(results["h5"], files=[h5b]), f"export's results {results}")
+for path in (h5, h5b):
+    with h5py.File(path, "r") as f:
+        check((f.attrs["epoch"], f.attrs["step"], f.attrs["save_counter"]) == (2, 5, 1),
+              f"{path}: attributes {dict(f.attrs)}")
+        for name, want in flat.items():
+            ds = f[name]
+            same(to_torch(ds[()], ds.attrs["dtype"]), want, f"{path}:{name}")
 meta, got = read_safetensors(st)
 check((meta["epoch"], meta["step"], meta["save_counter"]) == ("2", "5", "1"), f"{st}: {meta}")
 for name, want in flat.items():

@@ -2,7 +2,9 @@
  *
  *   8 bytes   N, the header's length (u64, little-endian); N is a multiple of 8
  *   N bytes   the header: a JSON object in UTF-8, padded with trailing spaces
- *   the rest  every tensor's values, little-endian and row-major, back to back in name order
+ *   the rest  every tensor's values, little-endian and row-major, back to back: 8-byte dtypes
+ *             first, then 4-, 2- and 1-byte ones, by name within each (as safetensors' own writer
+ *             orders them), so that every tensor starts at a multiple of its element size
  *
  * The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (offsets
  * from the first byte after the header) and "__metadata__" to a string -> string map. Offsets come
@@ -56,6 +58,25 @@ static int check_utf8(const char *s, const char *what)
                        ckpt__escape_bytes(esc, sizeof esc, s, strlen(s)));
 }
 
+/* The order of the values: larger elements first, by name (the reader's order) within a size. */
+static int *write_order(ckpt_reader *r, size_t n)
+{
+    int *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order)
+        return NULL;
+    size_t k = 0;
+    for (size_t esize = 8; esize >= 1; esize /= 2)
+        for (size_t i = 0; i < n; i++) {
+            ckpt_tensor_info t;
+            if (ckpt_reader_tensor(&t, r, i) != CKPT_OK)
+                t.dtype = CKPT_UINT8; /* cannot happen for i < n; keeps every index listed */
+            size_t es = ckpt_dtype_size(t.dtype);
+            if (es == esize || (esize == 1 && (es == 0 || es > 8 || (es & (es - 1)))))
+                order[k++] = (int)i;
+        }
+    return order;
+}
+
 static void meta_int(ckpt__json_writer *w, const char *key, int64_t v)
 {
     char buf[32];
@@ -69,7 +90,8 @@ static void meta_int(ckpt__json_writer *w, const char *key, int64_t v)
  * buffer (*head, *head_len, a multiple of 8), and each tensor's byte count (*sizes, n entries).
  * Every check on names happens here, before any file is created.
  */
-static int build_header(ckpt_reader *r, uint8_t **head, size_t *head_len, uint64_t **sizes)
+static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t *head_len,
+                        uint64_t **sizes)
 {
     *head = NULL;
     *head_len = 0;
@@ -90,8 +112,12 @@ static int build_header(ckpt_reader *r, uint8_t **head, size_t *head_len, uint64
     ckpt__json_object_begin(&w);
     ckpt__json_key(&w, ST_METADATA);
     ckpt__json_object_begin(&w);
+    /* "pt": what safetensors' PyTorch writer says, and what Hugging Face transformers requires
+     * (it accepts pt, tf, flax and mlx): the values are plain row-major arrays either way */
     ckpt__json_key(&w, "format");
-    ckpt__json_string(&w, "mpickpt-export");
+    ckpt__json_string(&w, "pt");
+    ckpt__json_key(&w, "exporter");
+    ckpt__json_string(&w, "mpickpt export");
     ckpt__json_key(&w, "producer");
     ckpt__json_string(&w, producer);
     meta_int(&w, "epoch", h->epoch);
@@ -101,7 +127,8 @@ static int build_header(ckpt_reader *r, uint8_t **head, size_t *head_len, uint64
     ckpt__json_object_end(&w);
 
     uint64_t offset = 0;
-    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+    for (size_t k = 0; k < n && rc == CKPT_OK; k++) {
+        size_t i = (size_t)order[k];
         ckpt_tensor_info t;
         int64_t elems = 0;
         if ((rc = ckpt_reader_tensor(&t, r, i)) != CKPT_OK ||
@@ -185,19 +212,26 @@ int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_
     uint8_t *head = NULL;
     size_t head_len = 0;
     uint64_t *sizes = NULL;
-    int rc = build_header(r, &head, &head_len, &sizes);
-    if (rc != CKPT_OK)
+    size_t n = ckpt_reader_num_tensors(r);
+    int *order = write_order(r, n);
+    if (!order)
+        return ckpt__error(CKPT_ENOMEM, "export to safetensors: out of memory");
+    int rc = build_header(r, order, &head, &head_len, &sizes);
+    if (rc != CKPT_OK) {
+        free(order);
         return rc;
+    }
     ckpt__outfile o;
     if ((rc = ckpt__outfile_open(&o, out, opts->overwrite)) != CKPT_OK) {
         free(head);
         free(sizes);
+        free(order);
         return rc;
     }
     rc = ckpt__pwrite_full(o.fd, head, head_len, 0, "write", o.shown);
     uint64_t at = head_len;
-    size_t n = ckpt_reader_num_tensors(r);
-    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+    for (size_t k = 0; k < n && rc == CKPT_OK; k++) {
+        size_t i = (size_t)order[k];
         ckpt_tensor_info info;
         void *data = NULL;
         size_t bytes = 0;
@@ -216,6 +250,7 @@ int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_
     }
     free(head);
     free(sizes);
+    free(order);
     if (rc == CKPT_OK)
         rc = ckpt__outfile_commit(&o);
     if (rc != CKPT_OK) {

@@ -419,8 +419,8 @@ static int import_entry(import_run *run, const tf_entry *te)
                    reason);
         else
             rc = ckpt__error(CKPT_EINVAL,
-                             "%s: tensor '%s': dtype %s is not supported (import without it "
-                             "with --skip-unsupported)",
+                             "%s: tensor '%s': dtype %s is not supported (leave such tensors "
+                             "out with --skip-unsupported, in Python skip_unsupported=True)",
                              run->index_shown, key, tfname);
         tfbundle__bundle_entry_proto__free_unpacked(e, NULL);
         return rc;

@@ -1,5 +1,6 @@
-/* mpickpt._mpickpt.export(): ckpt_export() (include/mpickpt/interop.h) for the Python package's
- * mpickpt.export(). Single-process, no MPI; the export runs with the GIL released. */
+/* mpickpt._mpickpt.export() and import_tf(): ckpt_export() and ckpt_import_tf()
+ * (include/mpickpt/interop.h) for the Python package's mpickpt.export() and mpickpt.import_tf().
+ * Single-process, no MPI; both run with the GIL released. */
 #include "pyckpt.h"
 
 #include <stdio.h>
@@ -67,7 +68,104 @@ static PyObject *py_export(PyObject *self, PyObject *args, PyObject *kw)
     return result;
 }
 
+/* ckpt_interop_cb of import_tf: the skipped tensors, gathered while the GIL is released. */
+typedef struct skipped_list {
+    char **names, **dtypes, **reasons;
+    size_t n;
+    int oom;
+} skipped_list;
+
+static void on_import_item(const ckpt_interop_item *item, void *payload)
+{
+    skipped_list *sk = payload;
+    if (!item->skipped || sk->oom)
+        return;
+    char **a = realloc(sk->names, (sk->n + 1) * sizeof *a);
+    if (a)
+        sk->names = a;
+    char **b = a ? realloc(sk->dtypes, (sk->n + 1) * sizeof *b) : NULL;
+    if (b)
+        sk->dtypes = b;
+    char **c = b ? realloc(sk->reasons, (sk->n + 1) * sizeof *c) : NULL;
+    if (c)
+        sk->reasons = c;
+    if (!c) {
+        sk->oom = 1;
+        return;
+    }
+    a[sk->n] = strdup(item->name);
+    b[sk->n] = strdup(item->dtype);
+    c[sk->n] = strdup(item->reason ? item->reason : "");
+    sk->n++;
+    if (!a[sk->n - 1] || !b[sk->n - 1] || !c[sk->n - 1])
+        sk->oom = 1;
+}
+
+static PyObject *py_import_tf(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = { "tf_prefix", "out_prefix", "skip_unsupported", "overwrite",
+                             "save_counter", "epoch", "step", NULL };
+    PyObject *in = NULL, *out = NULL;
+    int skip = 0, overwrite = 0;
+    long long counter = 0, epoch = 0, step = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|ppLLL:import_tf", names,
+                                     PyUnicode_FSConverter, &in, PyUnicode_FSConverter, &out,
+                                     &skip, &overwrite, &counter, &epoch, &step)) {
+        Py_XDECREF(in);
+        Py_XDECREF(out);
+        return NULL;
+    }
+    ckpt_import_options opts = CKPT_IMPORT_OPTIONS_INIT;
+    opts.skip_unsupported = skip;
+    opts.overwrite = overwrite;
+    opts.save_counter = counter;
+    opts.epoch = epoch;
+    opts.step = step;
+    skipped_list sk;
+    memset(&sk, 0, sizeof sk);
+    opts.progress = on_import_item;
+    opts.payload = &sk;
+    ckpt_interop_totals totals;
+    int rc;
+    const char *i = PyBytes_AS_STRING(in), *o = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_import_tf(i, o, &opts, &totals);
+    Py_END_ALLOW_THREADS
+    PyObject *result = NULL, *skipped = NULL;
+    if (rc != CKPT_OK) {
+        pyckpt_raise(rc, NULL);
+    } else if (sk.oom) {
+        PyErr_NoMemory();
+    } else if ((skipped = PyList_New(0)) != NULL) {
+        for (size_t k = 0; k < sk.n && skipped; k++) {
+            PyObject *e = Py_BuildValue("{s:s,s:s,s:s}", "name", sk.names[k], "dtype",
+                                        sk.dtypes[k], "reason", sk.reasons[k]);
+            if (!e || PyList_Append(skipped, e) < 0)
+                Py_CLEAR(skipped);
+            Py_XDECREF(e);
+        }
+        if (skipped)
+            result = Py_BuildValue("{s:n,s:K,s:N}", "tensors", (Py_ssize_t)totals.tensors,
+                                   "bytes", (unsigned long long)totals.bytes, "skipped", skipped);
+    }
+    for (size_t k = 0; k < sk.n; k++) {
+        free(sk.names[k]);
+        free(sk.dtypes[k]);
+        free(sk.reasons[k]);
+    }
+    free(sk.names);
+    free(sk.dtypes);
+    free(sk.reasons);
+    Py_DECREF(in);
+    Py_DECREF(out);
+    return result;
+}
+
 static PyMethodDef interop_methods[] = {
+    { "import_tf", (PyCFunction)(void (*)(void))py_import_tf, METH_VARARGS | METH_KEYWORDS,
+      "import_tf(tf_prefix, out_prefix, skip_unsupported=False, overwrite=False, save_counter=0, "
+      "epoch=0, step=0) -> {tensors, bytes, skipped}: ckpt_import_tf()" },
     { "export", (PyCFunction)(void (*)(void))py_export, METH_VARARGS | METH_KEYWORDS,
       "export(prefix, out, format, overwrite=False) -> {tensors, bytes, files}: ckpt_export()" },
     { NULL, NULL, 0, NULL }

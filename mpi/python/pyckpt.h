@@ -1,6 +1,6 @@
 /* The CPython extension mpickpt._mpickpt: one C file per concern (module.c: module, errors,
  * communicators, preemption; saver.c: the Saver type and its registrations; manager.c: the
- * Manager and Training types; reader.c: the Reader type; interop.c: export()). It is a thin
+ * Manager and Training types; reader.c: the Reader type; interop.c: export(), import_tf()). It is a thin
  * layer over the public C API (include/mpickpt.h): Python objects in, ckpt_* calls with the GIL
  * released, exceptions carrying the library's message out. Not installed. */
 #ifndef MPICKPT_PYCKPT_H
@@ -32,7 +32,7 @@ extern PyTypeObject pyckpt_SaverType, pyckpt_ManagerType, pyckpt_TrainingType, p
 int pyckpt_saver_init(PyObject *module);
 int pyckpt_manager_init(PyObject *module);
 int pyckpt_reader_init(PyObject *module);
-/* interop.c: export() */
+/* interop.c: export(), import_tf() */
 int pyckpt_interop_init(PyObject *module);
 
 /* The C saver of a Saver object (borrowed), or NULL with an exception set. */

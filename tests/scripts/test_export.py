@@ -297,6 +297,10 @@ def read_safetensors(path):
         check(begin == at and end - begin == count * dt.itemsize and end <= len(data),
               f"{path}:{name!r}: data_offsets {e['data_offsets']}, expected [{at}, "
               f"{at + count * dt.itemsize}] of {len(data)} bytes")
+        # aligned to the element size (the header ends at a multiple of 8 and larger elements
+        # come first), so that a reader may view the values in place
+        check(begin % dt.itemsize == 0, f"{path}:{name!r}: offset {begin} not aligned to "
+              f"{dt.itemsize}")
         out[name] = np.frombuffer(data[begin:end], dtype=dt).reshape(e["shape"])
         at = end
     check(at == len(data), f"{path}: {len(data) - at} bytes after the last tensor")
@@ -308,14 +312,17 @@ def check_safetensors(prefix, path, expected=None):
     tensors = ins["tensors"]
     ref = reader_values(prefix, tensors)
     meta, got, names, header = read_safetensors(path)
-    want_meta = {"format": "mpickpt-export", "producer": ins["producer"],
+    want_meta = {"format": "pt", "exporter": "mpickpt export", "producer": ins["producer"],
                  "epoch": str(ins["epoch"]), "step": str(ins["step"]),
                  "save_counter": str(ins["save_counter"])}
     check({k: meta.get(k) for k in want_meta} == want_meta,
           f"{path}: __metadata__ {meta}, expected {want_meta}")
     check(meta.get("end_of_epoch") in ("0", "1"), f"{path}: end_of_epoch {meta!r}")
-    order = [t["name"] for t in tensors]  # the index's: byte-wise
-    check(names == order, f"{path}: header order {names[:8]}..., expected {order[:8]}...")
+    # larger elements first, by name (the index's order, byte-wise) within an element size
+    size = {t["name"]: ST_CODES[ST_OF[t["dtype"]]].itemsize for t in tensors}
+    order = [t["name"] for e in (8, 4, 2, 1) for t in tensors if size[t["name"]] == e]
+    by_offset = sorted(names, key=lambda k: header[k]["data_offsets"])
+    check(by_offset == order, f"{path}: data order {by_offset[:8]}..., expected {order[:8]}...")
     for t in tensors:
         name, dtype = t["name"], t["dtype"]
         what = f"{path}:{name!r}"

@@ -146,4 +146,31 @@ _, _, se = run_cli(CLI, "import-tf", d, os.path.join(OUT, "from_dir2"), rc=1)
 check("checkpoint" in se and "prefix" in se, f"a directory without a checkpoint file: {se!r}")
 check(not os.path.exists(os.path.join(OUT, "from_dir2.index")), "a refused import wrote")
 
+# Python: mpickpt.import_tf mirrors the command
+src = os.path.join(DATA, "half_plus_two_tf2_cpu", "variables")
+py_out = os.path.join(OUT, "py-imported")
+try:
+    mpickpt.import_tf(src, py_out)
+    check(False, "mpickpt.import_tf took the string tensor")
+except mpickpt.InvalidArgumentError as e:
+    check("_CHECKPOINTABLE_OBJECT_GRAPH" in str(e) and "skip_unsupported" in str(e),
+          f"the Python refusal names the key and the option: {e}")
+r = mpickpt.import_tf(src, py_out, skip_unsupported=True, epoch=5, step=6, save_counter=7)
+check(r == {"tensors": 3, "bytes": 12,
+            "skipped": [{"name": "_CHECKPOINTABLE_OBJECT_GRAPH", "dtype": "DT_STRING",
+                         "reason": "dtype DT_STRING is not supported"}]},
+      f"mpickpt.import_tf returned {r}")
+check_values(py_out, FIXTURES["half_plus_two_tf2_cpu"][0], "mpickpt.import_tf")
+_, so, _ = run_cli(CLI, "inspect", "--json", py_out, rc=0)
+h = json.loads(so) if so else {}
+check((h.get("epoch"), h.get("step"), h.get("save_counter")) == (5, 6, 7), f"header {h}")
+try:
+    mpickpt.import_tf(src, py_out, skip_unsupported=True)
+    check(False, "mpickpt.import_tf replaced an existing checkpoint without overwrite")
+except mpickpt.ExistsError:
+    pass
+r = mpickpt.import_tf(os.path.join(DATA, "counter", "variables"), py_out, overwrite=True)
+check(r["tensors"] == 1, f"overwrite=True: {r}")
+check_values(py_out, FIXTURES["counter"][0], "mpickpt.import_tf overwrite")
+
 finish(lambda c, f: f"tf fixtures: {c} checks, {f} failed")

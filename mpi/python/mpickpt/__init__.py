@@ -30,6 +30,7 @@ from . import preemption
 
 __all__ = [
     "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "export",
+    "import_tf",
     "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
     "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "MPIError",
@@ -501,3 +502,18 @@ def export(prefix: str, out: str, format: Optional[str] = None,  # noqa: A002 - 
                 "'safetensors' (a name ending in .h5, .hdf5, .he5 or .safetensors implies hdf5 or "
                 "safetensors)")
     return _C.export(os.fspath(prefix), out, format, overwrite=bool(overwrite))
+
+
+def import_tf(tf_prefix: str, out_prefix: str, skip_unsupported: bool = False,
+              overwrite: bool = False, save_counter: int = 0, epoch: int = 0,
+              step: int = 0) -> Dict[str, Any]:
+    """Reads the TensorFlow checkpoint (tensor bundle) at `tf_prefix` (or the one a directory's
+    TensorFlow `checkpoint` file names) and writes the mpickpt checkpoint `out_prefix`, every
+    block and tensor checksum checked; keys become tensor names, partitioned variables
+    partitioned tensors. Tensors of dtypes mpickpt lacks (strings: every TensorFlow 2 checkpoint
+    has `_CHECKPOINTABLE_OBJECT_GRAPH`) raise InvalidArgumentError naming the key, or are left
+    out with `skip_unsupported`. Returns {"tensors", "bytes", "skipped": [{"name", "dtype",
+    "reason"}]}. Like `mpickpt import-tf`; no MPI. Read the result with mpickpt.open()."""
+    return _C.import_tf(os.fspath(tf_prefix), os.fspath(out_prefix),
+                        skip_unsupported=bool(skip_unsupported), overwrite=bool(overwrite),
+                        save_counter=int(save_counter), epoch=int(epoch), step=int(step))

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-# ---- CRC-32C --------------------------------------------------------------------------------------
+# ---- CRC-32C -------------------------------------------------------------------------------------
 
 
 def _crc_table() -> List[int]:
@@ -79,7 +79,7 @@ def unmask(m: int) -> int:
     return ((rot >> 17) | (rot << 15)) & 0xFFFFFFFF
 
 
-# ---- varints and fixed-width integers -------------------------------------------------------------
+# ---- varints and fixed-width integers ------------------------------------------------------------
 
 
 def varint(v: int) -> bytes:
@@ -127,7 +127,7 @@ def signed64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-# ---- protobuf, by hand -----------------------------------------------------------------------------
+# ---- protobuf, by hand ---------------------------------------------------------------------------
 # Wire types: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32.
 
 
@@ -461,7 +461,7 @@ def _b(name: Union[str, bytes]) -> bytes:
     return name.encode() if isinstance(name, str) else bytes(name)
 
 
-# ---- Snappy (Debian's libsnappy, snappy-c.h) ------------------------------------------------------
+# ---- Snappy (Debian's libsnappy, snappy-c.h) -----------------------------------------------------
 
 _snappy = None
 
@@ -506,7 +506,7 @@ def snappy_uncompress(data: bytes) -> bytes:
     return out.raw[:n.value]
 
 
-# ---- the LevelDB table (SSTable) ------------------------------------------------------------------
+# ---- the LevelDB table (SSTable) -----------------------------------------------------------------
 
 MAGIC = 0xDB4775248B80FB57
 FOOTER_LEN = 48
@@ -767,7 +767,7 @@ def read_table(data: bytes, path: str = "index", strict: bool = True
     return pairs, blocks
 
 
-# ---- bundles ---------------------------------------------------------------------------------------
+# ---- bundles -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -1041,7 +1041,7 @@ def read_bundle(prefix: str, check_crc: bool = True) -> Tuple[Dict[bytes, Any], 
     return out, header
 
 
-# ---- damage -----------------------------------------------------------------------------------------
+# ---- damage --------------------------------------------------------------------------------------
 
 
 def flip_byte(path: str, offset: int, bits: int = 0xFF) -> None:
@@ -1166,7 +1166,7 @@ def selftest(tmpdir: Optional[str] = None, seed: int = 1) -> List[str]:
     return fails
 
 
-# ---- CLI -------------------------------------------------------------------------------------------
+# ---- CLI -----------------------------------------------------------------------------------------
 
 
 def _demo_tensors(n: int, seed: int, sliced: bool) -> Tuple[Dict[str, Any], Dict[str, Any]]:

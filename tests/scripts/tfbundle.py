@@ -1059,6 +1059,65 @@ def truncate(path: str, size: int) -> None:
         f.truncate(size)
 
 
+# ---- against bundles TensorFlow wrote ---------------------------------------------------------------
+
+
+def rewrite_check(prefix: str, tmpdir: str) -> List[str]:
+    """Reads the bundle at prefix (every CRC checked) and writes it again from the values read,
+    with its header fields, its entries' shards, offsets and sizes, and its index's compression:
+    the index must come out byte for byte the same, and every entry's bytes equal the shard's at
+    its offset. For a bundle TensorFlow wrote, this checks the generator against TensorFlow's
+    own writer. Returns the differences."""
+    fails: List[str] = []
+    try:
+        tensors, hdr = read_bundle(prefix)
+        _, entries, blocks = read_entries(prefix)
+    except (FormatError, OSError, ValueError) as e:
+        return [f"{prefix}: {e}"]
+    orig = dict(entries)
+
+    def keep(key: bytes, f: Dict[str, Any]) -> Dict[str, Any]:
+        o = orig[key]
+        if "offset" in f:
+            f.update(shard_id=o["shard_id"], offset=o["offset"], size=o["size"],
+                     crc32c=o["crc32c"])
+        return f
+
+    snappy = any(b.type == TYPE_SNAPPY for b in blocks)
+    slices = {k: e["slices"] for k, e in entries if e["slices"]}
+    header = {k: hdr[k] for k in ("num_shards", "endianness", "producer", "min_consumer",
+                                  "bad_consumers")}
+    out = os.path.join(tmpdir, os.path.basename(prefix) + ".again")
+    b = write_bundle(out, tensors, shards=max(1, hdr["num_shards"]), slices=slices,
+                     header=header, entry_hook=keep, compression="snappy" if snappy else None)
+    with open(prefix + ".index", "rb") as f:
+        want = f.read()
+    with open(b.index_path, "rb") as f:
+        got = f.read()
+    if got != want:
+        at = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got),
+                                                                                 len(want)))
+        fails.append(f"{prefix}.index: written again it differs at byte {at} "
+                     f"({len(got)} bytes, TensorFlow's {len(want)})")
+    n = hdr["num_shards"]
+    for i in range(n):
+        with open(data_name(prefix, i, n), "rb") as f:
+            shard = f.read()
+        for key, e in entries:
+            if not e["slices"] and e["shard_id"] == i and \
+                    shard[e["offset"]:e["offset"] + e["size"]] != _entry_bytes(tensors, key):
+                fails.append(f"{prefix}: {key!r}: the bytes written again differ")
+    return fails
+
+
+def _entry_bytes(tensors: Dict[bytes, Any], key: bytes) -> bytes:
+    if key.startswith(b"\x00"):
+        name, spec = parse_slice_key(key)
+        return tensor_bytes(Tensor(_cut(tensors[name], spec)))
+    v = tensors[key]
+    return tensor_bytes(v if isinstance(v, Tensor) else Tensor(v))
+
+
 # ---- self-test -----------------------------------------------------------------------------------
 
 
@@ -1190,7 +1249,10 @@ def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("selftest", help="known vectors and round trips")
+    st = sub.add_parser("selftest", help="known vectors and round trips")
+    st.add_argument("--fixtures", metavar="DIR",
+                    help="also read every bundle TensorFlow wrote under DIR (*.index) and write "
+                         "it again: byte for byte the same")
     w = sub.add_parser("write", help="write a demo bundle")
     w.add_argument("prefix")
     w.add_argument("--tensors", type=int, default=10)
@@ -1208,6 +1270,17 @@ def main(argv: Sequence[str]) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "selftest":
         fails = selftest()
+        if a.fixtures:
+            import glob
+            import tempfile
+            found = sorted(glob.glob(os.path.join(a.fixtures, "**", "*.index"), recursive=True))
+            if not found:
+                fails.append(f"no *.index under {a.fixtures}")
+            with tempfile.TemporaryDirectory(prefix="tfbundle-") as tmp:
+                for idx in found:
+                    more = rewrite_check(idx[:-len(".index")], tmp)
+                    print(f"{idx}: {'written again byte for byte' if not more else more}")
+                    fails += more
         for f in fails:
             print("FAIL:", f)
         print("selftest:", "ok" if not fails else f"{len(fails)} failures")

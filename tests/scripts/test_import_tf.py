@@ -317,6 +317,29 @@ def case_roundtrip():
                           "v/bool/.ATTRIBUTES/VARIABLE_VALUE",
                           "v/empty_2d_i64/.ATTRIBUTES/VARIABLE_VALUE"):
                     dump_check(out, k, t[k], tag)
+    # data aligned to 64 bytes (zeros between tensors), more shards than data entries (empty
+    # shard files), names that look like paths (data, never paths)
+    d = fresh("aligned")
+    tf = os.path.join(d, "tf")
+    odd = {"../../escape": np.arange(3, dtype=np.int8), "/leading/slash": np.float32(1.5),
+           "a//b": np.arange(2, dtype=np.uint16), "trailing/": np.int64(-1),
+           "with space and \u00e9": np.arange(4.0), "%2F%25": np.array([True]),
+           ".": np.int32(7), "..": np.int32(8)}
+    t3 = {**{k: v for k, v in list(t.items())[:6]}, **odd}
+    b = tb.write_bundle(tf, t3, shards=20, align=64)
+    check(any(os.path.getsize(p) == 0 for p in b.data_paths), "aligned: no empty shard")
+    check(all(e["offset"] % 64 == 0 for e in b.entries.values() if e.get("size", 0) >= 64),
+          "aligned: offsets not aligned")
+    out = os.path.join(d, "out", "ckpt-1")
+    os.makedirs(os.path.dirname(out))
+    doc = import_tf(tf, out)
+    check_report(doc, tf, out, t3, what="aligned")
+    compare(out, t3, "aligned")
+    check(sorted(os.listdir(d)) == sorted(["out", "tf.index"] + [os.path.basename(p) for p in
+                                                                  b.data_paths]) and
+          sorted(os.listdir(os.path.dirname(out))) == ["ckpt-1.data-00000-of-00001",
+                                                       "ckpt-1.index"] and
+          not os.path.exists(os.path.join(OUT, "escape")), f"aligned: files {os.listdir(d)}")
     # the defaults: no --counter/--epoch/--step, no --json: one line on stdout, exit 0
     d = fresh("defaults")
     tf = os.path.join(d, "b")
@@ -730,6 +753,10 @@ def case_bad():
                                        b"bad\xff\xfename": np.arange(3, dtype=np.int8)})
     se = expect_refusal("not-utf8", d, tf, ["bad"])
     check("utf-8" in se.lower(), f"not-utf8: the message does not say UTF-8: {se!r}")
+    d, tf, b = bad_bundle("key-too-long", {"ok": np.int8(1), "k" * 5000: np.int8(2)})
+    expect_refusal("key-too-long", d, tf, ["kkkkkkkk"])
+    d, tf, b = bad_bundle("key-nul", {"ok": np.int8(1), b"nul\x00inside": np.int8(2)})
+    expect_refusal("key-nul", d, tf, ["nul"])
     d, tf, b = bad_bundle("dims-17", {"deep": np.zeros((1,) * 17, np.float32)})
     expect_refusal("dims-17", d, tf, ["deep"])
     d, tf, b = bad_bundle("dims-16-ok", {"deep": np.arange(2.0).reshape((1,) * 15 + (2,))})

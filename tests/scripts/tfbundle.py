@@ -876,7 +876,8 @@ def write_bundle(prefix: str, tensors: Dict[Union[str, bytes], Any], shards: int
                  pairs_hook: Optional[PairsHook] = None,
                  stored_hook: Optional[StoredHook] = None,
                  index_key: Optional[Callable[[int, bytes, Optional[bytes]], bytes]] = None,
-                 shard_of: Optional[Callable[[int, bytes], int]] = None) -> Bundle:
+                 shard_of: Optional[Callable[[int, bytes], int]] = None,
+                 align: int = 1) -> Bundle:
     """Writes PREFIX.index and PREFIX.data-0000i-of-SHARDS. `tensors`: name (str or bytes) ->
     NumPy array or Tensor. `slices`: name -> the slices to store instead of the whole tensor,
     each a list of extents (None: the full dimension; (start, length)). Data entries go to shard
@@ -884,7 +885,8 @@ def write_bundle(prefix: str, tensors: Dict[Union[str, bytes], Any], shards: int
     Hooks, for bad bundles: header (fields of encode_header, e.g. {"num_shards": 5}),
     entry_hook(key, fields) -> fields (None: drop the entry) before encoding, pairs_hook(pairs)
     -> pairs (sorted (key, value) list, header first) before the table is built, stored_hook and
-    index_key (build_table)."""
+    index_key (build_table). align: a data entry of at least `align` bytes starts at a multiple of
+    it, zeros before it (BundleWriter's data_alignment option)."""
     slices = {_b(k): v for k, v in (slices or {}).items()}
     items: Dict[bytes, Tensor] = {_b(k): _as_tensor(v) for k, v in tensors.items()}
     # (key, fields, data bytes or None)
@@ -915,6 +917,8 @@ def write_bundle(prefix: str, tensors: Dict[Union[str, bytes], Any], shards: int
             continue
         s = shard_of(ndata, key) if shard_of else ndata % shards
         ndata += 1
+        if align > 1 and len(raw) >= align:  # TensorFlow's data_alignment: pad before
+            bufs[s] += b"\x00" * (-len(bufs[s]) % align)
         fields.update(shard_id=s, offset=len(bufs[s]), size=len(raw))
         fields.setdefault("crc32c", mask(crc32c(raw)))
         bufs[s] += raw

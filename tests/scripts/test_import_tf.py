@@ -14,6 +14,8 @@ import_tf_<case>):
               3-d, with shards and Snappy
   multiblock  hundreds of tensors in indexes of many small blocks (restart interval 1 and 16)
   big         a tensor of a few MB (Snappy index, 2 shards)
+  directory   TF_PREFIX a directory: its `checkpoint` file names the bundle (in that directory
+              only); a missing, hostile or malformed `checkpoint` file refused
   bad         damaged and hostile bundles: exit 1, a message naming the problem, no output and no
               temp file left, the input untouched
   export      import -> export --format tf -> read by tfbundle.read_bundle -> import again
@@ -830,6 +832,72 @@ def case_bad():
     run("import-tf", tf, out + "x", "--counter", "many", rc=2)
 
 
+# ---- a directory with TensorFlow's `checkpoint` file ----------------------------------------------
+
+def case_directory():
+    rng = np.random.default_rng(12)
+    one = {"v/.ATTRIBUTES/VARIABLE_VALUE": np.arange(4, dtype=np.float32),
+           "save_counter/.ATTRIBUTES/VARIABLE_VALUE": np.int64(1)}
+    two = {"v/.ATTRIBUTES/VARIABLE_VALUE": rng.standard_normal(4).astype(np.float32),
+           "save_counter/.ATTRIBUTES/VARIABLE_VALUE": np.int64(2)}
+    evil = {"evil": np.int8(66)}
+
+    def setup(label, newest, write_file=True):
+        d = fresh("dir", label, "train")
+        tb.write_bundle(os.path.join(d, "ckpt-1"), one)
+        tb.write_bundle(os.path.join(d, "ckpt-2"), two)
+        other = fresh("dir", label, "evil")
+        tb.write_bundle(os.path.join(other, "ckpt-9"), evil)
+        if write_file:
+            tb.write_checkpoint_file(d, newest, ["ckpt-1", "ckpt-2"])
+        return d
+
+    for label, newest in (("relative", "ckpt-2"), ("older", "ckpt-1"),
+                          ("absolute", "/gone/elsewhere/train/ckpt-2"),
+                          ("dot-slash", "./ckpt-2")):
+        d = setup(label, newest)
+        out = os.path.join(fresh("dir", label, "out"), "ckpt-1")
+        for arg in (d, d + "/"):
+            doc = import_tf(arg, out, "--force")
+            want = one if newest.endswith("ckpt-1") else two
+            compare(out, want, f"dir {label} ({arg})")
+            # the argument as given (as for a prefix), or the bundle it resolved to
+            check(doc.get("input") in (arg, os.path.join(d, "ckpt-" + newest[-1])),
+                  f"dir {label}: --json input {doc.get('input')!r}")
+    # TensorFlow 1's file, no timestamps
+    d = setup("tf1", "ckpt-2", write_file=False)
+    tb.write_checkpoint_file(d, "ckpt-2", ["ckpt-2"], timestamps=False)
+    out = os.path.join(fresh("dir", "tf1", "out"), "ckpt-1")
+    import_tf(d, out)
+    compare(out, two, "dir tf1")
+    # refusals: the file names a checkpoint outside the directory, none, garbage; the file is
+    # missing, a symlink, a FIFO, a directory; the named checkpoint is missing
+    for label, newest, needles in (("escape", "../evil/ckpt-9", ["ckpt-9"]),
+                                   ("missing-named", "ckpt-7", ["ckpt-7"])):
+        d = setup(label, newest)
+        se = expect_refusal(f"dir-{label}", d, d, needles)
+        check("evil" not in se or "ckpt-9" in se, f"dir {label}: {se!r}")
+    for label, content in (("empty-file", ""), ("garbage", "\x00\xff not a proto\n"),
+                           ("no-path", 'all_model_checkpoint_paths: "ckpt-1"\n'),
+                           ("empty-path", 'model_checkpoint_path: ""\n')):
+        d = setup(label, "ckpt-2", write_file=False)
+        with open(os.path.join(d, "checkpoint"), "w", errors="surrogateescape") as f:
+            f.write(content)
+        expect_refusal(f"dir-{label}", d, d, ["checkpoint"])
+    d = setup("no-file", "ckpt-2", write_file=False)
+    expect_refusal("dir-no-file", d, d, ["checkpoint"])
+    d = setup("file-symlink", "ckpt-2", write_file=False)
+    tb.write_checkpoint_file(os.path.dirname(d), "train/ckpt-2")
+    os.symlink("../checkpoint", os.path.join(d, "checkpoint"))
+    expect_refusal("dir-file-symlink", d, d, ["checkpoint"])
+    d = setup("file-fifo", "ckpt-2", write_file=False)
+    os.mkfifo(os.path.join(d, "checkpoint"))
+    expect_refusal("dir-file-fifo", d, d, ["checkpoint"])
+    d = setup("file-dir", "ckpt-2", write_file=False)
+    os.mkdir(os.path.join(d, "checkpoint"))
+    expect_refusal("dir-file-dir", d, d, ["checkpoint"])
+
+
 # ---- export --------------------------------------------------------------------------------------
 
 def read_back(tfout, what):
@@ -1077,6 +1145,7 @@ def case_restore():
 
 
 CASES = {"roundtrip": case_roundtrip, "sliced": case_sliced, "multiblock": case_multiblock,
+         "directory": case_directory,
          "big": case_big, "bad": case_bad, "export": case_export, "export_pkg": case_export_pkg,
          "restore_prep": case_restore_prep, "pkgwrite": case_pkgwrite, "restore": case_restore}
 

@@ -1045,6 +1045,23 @@ def read_bundle(prefix: str, check_crc: bool = True) -> Tuple[Dict[bytes, Any], 
     return out, header
 
 
+def write_checkpoint_file(directory: str, newest: str, all_paths: Sequence[str] = (),
+                          timestamps: bool = True) -> str:
+    """TensorFlow's `checkpoint` file (a CheckpointState in protobuf text format) naming `newest`
+    as model_checkpoint_path; TensorFlow 2 adds the timestamps. Returns its path."""
+    paths = list(all_paths) or [newest]
+    lines = [f'model_checkpoint_path: "{newest}"']
+    lines += [f'all_model_checkpoint_paths: "{p}"' for p in paths]
+    if timestamps:
+        lines += [f"all_model_checkpoint_timestamps: {1700000000.5 + i}"
+                  for i in range(len(paths))]
+        lines.append("last_preserved_timestamp: 1699999999.25")
+    path = os.path.join(directory, "checkpoint")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
 # ---- damage --------------------------------------------------------------------------------------
 
 

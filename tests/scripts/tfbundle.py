@@ -1080,6 +1080,13 @@ def truncate(path: str, size: int) -> None:
         f.truncate(size)
 
 
+def as_written(tensors: Dict[bytes, Any], header: Dict[str, Any]) -> Dict[bytes, Any]:
+    """read_bundle's tensors as write_bundle takes them (bfloat16 bits marked as such)."""
+    dts = header.get("dtypes", {})
+    return {k: Tensor(v, "bfloat16") if dts.get(k) == DT["DT_BFLOAT16"] else v
+            for k, v in tensors.items()}
+
+
 # ---- against bundles TensorFlow wrote ---------------------------------------------------------------
 
 
@@ -1109,7 +1116,8 @@ def rewrite_check(prefix: str, tmpdir: str) -> List[str]:
     header = {k: hdr[k] for k in ("num_shards", "endianness", "producer", "min_consumer",
                                   "bad_consumers")}
     out = os.path.join(tmpdir, os.path.basename(prefix) + ".again")
-    b = write_bundle(out, tensors, shards=max(1, hdr["num_shards"]), slices=slices,
+    b = write_bundle(out, as_written(tensors, hdr), shards=max(1, hdr["num_shards"]),
+                     slices=slices,
                      header=header, entry_hook=keep, compression="snappy" if snappy else None)
     with open(prefix + ".index", "rb") as f:
         want = f.read()

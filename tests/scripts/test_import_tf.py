@@ -14,6 +14,7 @@ import_tf_<case>):
               3-d, with shards and Snappy
   multiblock  hundreds of tensors in indexes of many small blocks (restart interval 1 and 16)
   big         a tensor of a few MB (Snappy index, 2 shards)
+  flips       every byte of a small index flipped, every length of it cut
   directory   TF_PREFIX a directory: its `checkpoint` file names the bundle (in that directory
               only); a missing, hostile or malformed `checkpoint` file refused
   bad         damaged and hostile bundles: exit 1, a message naming the problem, no output and no
@@ -834,6 +835,65 @@ def case_bad():
     run("import-tf", tf, out + "x", "--counter", "many", rc=2)
 
 
+# ---- every byte of an index flipped, every length cut ---------------------------------------------
+
+def case_flips():
+    """Every single-byte change of a small index (several blocks, restarts every 4 entries, a
+    sliced tensor; raw and Snappy) and every truncation of it: the import either refuses (exit
+    1, a message, nothing written) or, where the byte is not covered by a checksum (the
+    footer's padding), imports exactly the original tensors. Never a crash, a hang, another
+    exit code or a sanitizer report."""
+    rng = np.random.default_rng(99)
+    t = {f"layer{i}/w": rng.standard_normal(i % 3 + 1).astype(np.float32) for i in range(10)}
+    t["grid"] = np.arange(12, dtype=np.int16).reshape(3, 4)
+    s = {"grid": [[(0, 1), None], [(1, 2), None]]}
+    for comp in (None, "snappy"):
+        tag = comp or "raw"
+        d = fresh("flips", tag)
+        tf = os.path.join(d, "b")
+        b = tb.write_bundle(tf, t, shards=2, slices=s, block_size=128, restart_interval=4,
+                            compression=comp)
+        check(len(b.data_blocks()) >= 3, f"flips {tag}: {len(b.data_blocks())} data blocks")
+        with open(tf + ".index", "rb") as f:
+            good = f.read()
+        out_dir = fresh("flips", tag + "-out")
+        out = os.path.join(out_dir, "ckpt-1")
+        refused = accepted = 0
+
+        def attempt(label, data):
+            nonlocal refused, accepted
+            with open(tf + ".index", "wb") as f:
+                f.write(data)
+            code, so, se = run("import-tf", tf, out)
+            if code == 0:
+                accepted += 1
+                compare(out, t, f"flips {tag} {label}: accepted")
+                for f in os.listdir(out_dir):
+                    os.unlink(os.path.join(out_dir, f))
+            else:
+                refused += 1
+                check(code == 1 and se.strip() and os.listdir(out_dir) == [],
+                      f"flips {tag} {label}: exit {code}, message {se!r}, left "
+                      f"{os.listdir(out_dir)}")
+
+        for i in range(len(good)):
+            bad = bytearray(good)
+            bad[i] ^= 0x01 if i % 2 else 0x80
+            attempt(f"byte {i}", bytes(bad))
+        for n in range(len(good)):
+            attempt(f"cut at {n}", good[:n])
+        with open(tf + ".index", "wb") as f:
+            f.write(good)
+        # only the footer's padding may change unnoticed
+        pad = len(good) - 48 + len(tb.encode_handle(b.block("metaindex").offset,
+                                                    b.block("metaindex").size) +
+                                    tb.encode_handle(b.block("index").offset,
+                                                     b.block("index").size))
+        check(accepted <= len(good) - 8 - pad, f"flips {tag}: {accepted} changed indexes "
+              f"accepted, more than the {len(good) - 8 - pad} padding bytes")
+        print(f"  flips {tag}: {len(good)} bytes: {refused} refused, {accepted} accepted")
+
+
 # ---- a directory with TensorFlow's `checkpoint` file ---------------------------------------------
 
 def case_directory():
@@ -1180,7 +1240,7 @@ def case_restore():
 
 
 CASES = {"roundtrip": case_roundtrip, "sliced": case_sliced, "multiblock": case_multiblock,
-         "directory": case_directory,
+         "directory": case_directory, "flips": case_flips,
          "big": case_big, "bad": case_bad, "export": case_export, "export_pkg": case_export_pkg,
          "restore_prep": case_restore_prep, "pkgwrite": case_pkgwrite, "restore": case_restore}
 

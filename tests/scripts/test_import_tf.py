@@ -345,6 +345,25 @@ def case_roundtrip():
           sorted(os.listdir(os.path.dirname(out))) == ["ckpt-1.data-00000-of-00001",
                                                        "ckpt-1.index"] and
           not os.path.exists(os.path.join(OUT, "escape")), f"aligned: files {os.listdir(d)}")
+    # protobuf's rules, as TensorFlow's parser applies them: an int32/enum varint keeps its low
+    # 32 bits (dtype 2^32 + 3 is DT_INT32), unknown fields are skipped (in entries and in the
+    # header), a scalar field given twice takes the last value
+    d = fresh("protobuf")
+    tf = os.path.join(d, "tf")
+    tp = {"wide_dtype": np.arange(3, dtype=np.int32), "unknown_fields": np.float32(2.5),
+          "twice": np.arange(2, dtype=np.int32)}
+    hooks = {b"wide_dtype": {"dtype": (1 << 32) + 3},
+             b"unknown_fields": {"extra": b"\x48\x07\x7a\x03abc\x85\x01\x01\x02\x03\x04"},
+             b"twice": {"dtype": 9, "extra": b"\x08\x03"}}
+    tb.write_bundle(tf, tp, entry_hook=lambda k, f: dict(f, **hooks.get(k, {})),
+                    pairs_hook=lambda p: [(p[0][0], p[0][1] + b"\x50\x01\x5a\x00")] + p[1:])
+    got, _ = tb.read_bundle(tf)
+    check(all(got[k.encode()].tobytes() == bits_of(v)[0] for k, v in tp.items()),
+          "protobuf: tfbundle's reader disagrees")
+    out = os.path.join(d, "ckpt-1")
+    doc = import_tf(tf, out)
+    check_report(doc, tf, out, tp, what="protobuf")
+    compare(out, tp, "protobuf")
     # the defaults: no --counter/--epoch/--step, no --json: one line on stdout, exit 0
     d = fresh("defaults")
     tf = os.path.join(d, "b")

@@ -127,6 +127,13 @@ def signed64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
+def int32(v: int) -> int:
+    """An int32 or enum field's value as protobuf parsers give it: the varint's low 32 bits,
+    signed (a varint of 2^32 + 3 is 3)."""
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >> 31 else v
+
+
 # ---- protobuf, by hand ---------------------------------------------------------------------------
 # Wire types: 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32.
 
@@ -272,7 +279,7 @@ def _dims_of(shape_msg: bytes) -> Tuple[List[int], bool]:
                     size = signed64(v2)
             dims.append(size)
         elif f == 3 and w == 0:
-            unknown = bool(v)
+            unknown = bool(v)  # protobuf: any nonzero varint is true
     return dims, unknown
 
 
@@ -296,12 +303,12 @@ def decode_entry(value: bytes) -> Dict[str, Any]:
                          "offset": 0, "size": 0, "crc32c": 0, "slices": [], "has_shape": False}
     for f, w, v in pb_parse(value):
         if f == 1 and w == 0:
-            e["dtype"] = v
+            e["dtype"] = int32(v)
         elif f == 2 and w == 2:
             e["shape"], e["unknown_rank"] = _dims_of(v)
             e["has_shape"] = True
         elif f == 3 and w == 0:
-            e["shard_id"] = signed64(v)
+            e["shard_id"] = int32(v)
         elif f == 4 and w == 0:
             e["offset"] = signed64(v)
         elif f == 5 and w == 0:
@@ -318,17 +325,17 @@ def decode_header(value: bytes) -> Dict[str, Any]:
                          "bad_consumers": []}
     for f, w, v in pb_parse(value):
         if f == 1 and w == 0:
-            h["num_shards"] = signed64(v)
+            h["num_shards"] = int32(v)
         elif f == 2 and w == 0:
-            h["endianness"] = v
+            h["endianness"] = int32(v)
         elif f == 3 and w == 2:
             for f2, w2, v2 in pb_parse(v):
                 if f2 == 1 and w2 == 0:
-                    h["producer"] = signed64(v2)
+                    h["producer"] = int32(v2)
                 elif f2 == 2 and w2 == 0:
-                    h["min_consumer"] = signed64(v2)
+                    h["min_consumer"] = int32(v2)
                 elif f2 == 3 and w2 == 0:
-                    h["bad_consumers"].append(signed64(v2))
+                    h["bad_consumers"].append(int32(v2))
     return h
 
 
@@ -1198,6 +1205,9 @@ def selftest(tmpdir: Optional[str] = None, seed: int = 1) -> List[str]:
     expect(k.startswith(b"\x00w\x00\xffx\x00\x01\x01\x03\x80\x82\x80\x7f\x85\x83"),
            "slice key bytes")
     expect(encode_entry(1, []) == b"\x08\x01\x12\x00", "a scalar float entry: 08 01 12 00")
+    expect(decode_entry(b"\x08" + varint((1 << 32) + 3) + b"\x12\x00")["dtype"] == 3 and
+           decode_entry(encode_entry(-1, [], shard_id=-2))["shard_id"] == -2,
+           "int32 and enum fields keep a varint's low 32 bits, as protobuf does")
     expect(encode_slice([None, (2, 0)]) == b"\x0a\x00\x0a\x04\x08\x02\x10\x00", "slice proto")
     expect(decode_slice(encode_slice([None, (0, 3), (-1, 2)])) == [None, (0, 3), (-1, 2)],
            "slice proto round trip")

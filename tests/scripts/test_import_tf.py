@@ -9,7 +9,9 @@ import_tf_<case>):
   roundtrip   every dtype (NaN payloads, -0.0, inf, extremes), scalars, zero-size tensors, TF2
               object-graph names; uncompressed and Snappy blocks; 1 and 3 shards; values bit
               for bit through mpickpt.open() and `dump --json`; verify; --counter/--epoch/--step
-              in `inspect --json`; the --json report
+              in `inspect --json`; the --json report; aligned data, empty shards, path-like
+              names; protobuf's rules (wide varints, unknown fields, a field twice); a TF2
+              object graph (DT_STRING) refused, and skipped with --skip-unsupported
   sliced      partitioned tensors: along axis 0, axis 1, a 2x2 grid, a full dimension, uneven,
               3-d, with shards and Snappy
   multiblock  hundreds of tensors in indexes of many small blocks (restart interval 1 and 16)
@@ -19,7 +21,8 @@ import_tf_<case>):
               only); a missing, hostile or malformed `checkpoint` file refused
   bad         damaged and hostile bundles: exit 1, a message naming the problem, no output and no
               temp file left, the input untouched
-  export      import -> export --format tf -> read by tfbundle.read_bundle -> import again
+  export      import -> export --format tf -> read by tfbundle.read_bundle -> import again;
+              the output byte for byte what tfbundle writes for the same tensors
   export_pkg  the same from a checkpoint the package wrote at 4 ranks (WRITERDIR, case pkgwrite)
   restore_prep  a bundle imported for the restore tests (below)
 MPI cases (mpirun -np N):

@@ -561,6 +561,8 @@ int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_imp
         rc = ckpt_writer_commit(run.writer);
         if (rc == CKPT_OK)
             totals->files = 2;
+        else /* e.g. the slices of a partitioned tensor overlap or leave a gap */
+            ckpt__error_wrap(rc, "import of %s: ", run.index_shown);
     }
     ckpt_writer_free(run.writer);
     for (int i = 0; run.shards && i < run.num_shards; i++)

@@ -303,18 +303,25 @@ int ckpt__sst_scan(const uint8_t *file, size_t len, const char *shown, ckpt__sst
             if (!e)
                 break;
             if (have_last && key_cmp(di.key, di.klen, last, last_len) <= 0) {
+                char k1[160], k2[160];
                 rc = ckpt__error(CKPT_ECORRUPT,
                                  "%s: data block at offset %llu: keys not in strictly "
-                                 "increasing order",
-                                 shown, (unsigned long long)h.offset);
+                                 "increasing order: '%s' %s '%s'",
+                                 shown, (unsigned long long)h.offset,
+                                 ckpt__escape_bytes(k1, sizeof k1, (const char *)di.key, di.klen),
+                                 key_cmp(di.key, di.klen, last, last_len) == 0 ? "repeats"
+                                                                               : "follows",
+                                 ckpt__escape_bytes(k2, sizeof k2, (const char *)last, last_len));
                 goto done;
             }
             if (key_cmp(di.key, di.klen, ii.key, ii.klen) > 0 ||
                 (have_sep && key_cmp(di.key, di.klen, prev_sep, prev_sep_len) <= 0)) {
+                char k1[160];
                 rc = ckpt__error(CKPT_ECORRUPT,
                                  "%s: data block at offset %llu holds a key outside its index "
-                                 "entry's range",
-                                 shown, (unsigned long long)h.offset);
+                                 "entry's range: '%s'",
+                                 shown, (unsigned long long)h.offset,
+                                 ckpt__escape_bytes(k1, sizeof k1, (const char *)di.key, di.klen));
                 goto done;
             }
             if (di.klen > last_cap) {

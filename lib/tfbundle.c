@@ -66,7 +66,7 @@ const char *ckpt__tf_dtype_name(int tf_dtype, char *buf, size_t size)
             snprintf(buf, size, "%s", dtypes[i].name);
             return buf;
         }
-    snprintf(buf, size, "DT_%d", tf_dtype);
+    snprintf(buf, size, "unknown dtype %d", tf_dtype);
     return buf;
 }
 

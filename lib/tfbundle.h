@@ -39,7 +39,7 @@ enum {
 ckpt_dtype ckpt__tf_dtype_to_ckpt(int tf_dtype);
 /* TensorFlow's number of one of our dtypes (every one has one). */
 int ckpt__tf_dtype_from_ckpt(ckpt_dtype dtype);
-/* "DT_FLOAT", "DT_STRING", ... or "DT_<number>" for numbers we do not know; in buf. */
+/* "DT_FLOAT", "DT_STRING", ... or "unknown dtype <number>"; in buf. */
 const char *ckpt__tf_dtype_name(int tf_dtype, char *buf, size_t size);
 
 /* "<base>.data-%05d-of-%05d" and "<base>.index". */

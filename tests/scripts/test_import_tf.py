@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """`mpickpt import-tf` and `mpickpt export --format tf` against bundles from tfbundle.py, a
-TensorFlow bundle writer and reader written from the format alone (docs/interop-tests.md):
+TensorFlow bundle writer and reader written from the format alone (docs/interop.md, "Testing against the TensorFlow format"):
 
     /usr/bin/python3 -B test_import_tf.py CASE OUTDIR [WRITERDIR]
 

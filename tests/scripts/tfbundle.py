@@ -2,7 +2,7 @@
 """TensorFlow tensor bundles (a checkpoint's `PREFIX.index` and `PREFIX.data-NNNNN-of-NNNNN`),
 written and read from the format's description alone: an implementation independent of
 mpickpt's C reader (lib/), so that the tests of `mpickpt import-tf` and `mpickpt export --format
-tf` compare two readings of the format, not one reading with itself. See docs/interop-tests.md.
+tf` compare two readings of the format, not one reading with itself. See docs/interop.md, "Testing against the TensorFlow format".
 
 The pieces, each checked against known vectors by selftest():
 - CRC-32C (Castagnoli, table driven) and TensorFlow's / LevelDB's masked CRC;

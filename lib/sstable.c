@@ -104,7 +104,10 @@ static int read_block(block *b, const uint8_t *file, size_t len, const handle *h
         return ckpt__error(CKPT_ECORRUPT, "%s: %s block at offset %llu: unknown block type %u",
                            shown, what, (unsigned long long)h->offset, p[n]);
     size_t ulen = 0;
-    if (snappy_uncompressed_length((const char *)p, n, &ulen) != SNAPPY_OK || ulen > MAX_BLOCK)
+    /* Snappy expands at most ~21x (a 3-byte copy of 64 bytes): a larger claim is a lie, refused
+     * before anything is allocated for it */
+    if (snappy_uncompressed_length((const char *)p, n, &ulen) != SNAPPY_OK || ulen > MAX_BLOCK ||
+        ulen / 32 > n + 64)
         return ckpt__error(CKPT_ECORRUPT, "%s: %s block at offset %llu: bad Snappy contents",
                            shown, what, (unsigned long long)h->offset);
     uint8_t *u = malloc(ulen ? ulen : 1);

@@ -56,7 +56,9 @@ int ckpt__outfile_open(ckpt__outfile *o, const char *path, int overwrite)
     struct stat st;
     if (fstatat(o->dirfd, o->base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         if (!overwrite)
-            rc = ckpt__error(CKPT_EEXISTS, "%s exists (replace it with --force, in Python overwrite=True)", path);
+            rc = ckpt__error(CKPT_EEXISTS,
+                             "%s exists (replace it with --force, in Python overwrite=True)",
+                             path);
         else if (!S_ISREG(st.st_mode))
             rc = ckpt__error(CKPT_ECORRUPT, "refusing to replace %s: it is %s", path,
                              ckpt__file_kind(st.st_mode));

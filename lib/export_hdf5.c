@@ -90,24 +90,6 @@ static int check_names(ckpt_reader *r)
 
 /* ---- attributes ---- */
 
-static int attr_string(hid_t obj, const char *key, const char *value)
-{
-    int rc = CKPT_OK;
-    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR), attr = H5I_INVALID_HID;
-    if (type < 0 || space < 0 || H5Tset_size(type, H5T_VARIABLE) < 0 ||
-        H5Tset_cset(type, H5T_CSET_UTF8) < 0 ||
-        (attr = H5Acreate2(obj, key, type, space, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-        H5Awrite(attr, type, &value) < 0)
-        rc = ckpt__h5_error(CKPT_EIO, "write attribute %s", key);
-    if (attr >= 0)
-        H5Aclose(attr);
-    if (space >= 0)
-        H5Sclose(space);
-    if (type >= 0)
-        H5Tclose(type);
-    return rc;
-}
-
 static int attr_int64(hid_t obj, const char *key, int64_t value)
 {
     int rc = CKPT_OK;
@@ -131,9 +113,10 @@ static int write_header(hid_t file, const ckpt_header *h, const char *prefix)
         (rc = attr_int64(file, "step", h->step)) != CKPT_OK ||
         (rc = attr_int64(file, "save_counter", h->save_counter)) != CKPT_OK ||
         (rc = attr_int64(file, "end_of_epoch", h->end_of_epoch ? 1 : 0)) != CKPT_OK ||
-        (rc = attr_string(file, "format", "mpickpt-export")) != CKPT_OK ||
-        (rc = attr_string(file, "producer", h->producer ? h->producer : "")) != CKPT_OK ||
-        (rc = attr_string(file, "source", prefix)) != CKPT_OK)
+        (rc = ckpt__h5_write_str_attr(file, "format", "mpickpt-export")) != CKPT_OK ||
+        (rc = ckpt__h5_write_str_attr(file, "producer", h->producer ? h->producer : "")) !=
+            CKPT_OK ||
+        (rc = ckpt__h5_write_str_attr(file, "source", prefix)) != CKPT_OK)
         return rc;
     return CKPT_OK;
 }
@@ -151,8 +134,8 @@ static hid_t export_type(ckpt_dtype dtype)
 /* Creates dataset `info->name` (intermediate groups made on the way) and writes `data` into it
  * whole. Values are little-endian bytes already; memory and file types are the same, so HDF5
  * copies them without converting. */
-static int write_dataset(hid_t file, const ckpt_tensor_info *info, const void *data,
-                         size_t bytes, const char *shown)
+static int write_dataset(hid_t file, const ckpt_tensor_info *info, const void *data, size_t bytes,
+                         const char *shown)
 {
     int rc = CKPT_OK;
     hid_t type = export_type(info->dtype);
@@ -185,7 +168,7 @@ static int write_dataset(hid_t file, const ckpt_tensor_info *info, const void *d
         rc = ckpt__h5_error(CKPT_EIO, "%s: write tensor '%s'", shown, info->name);
         goto cleanup;
     }
-    rc = attr_string(dset, "dtype", ckpt_dtype_name(info->dtype));
+    rc = ckpt__h5_write_str_attr(dset, "dtype", ckpt_dtype_name(info->dtype));
     if (rc != CKPT_OK)
         ckpt__error_wrap(rc, "%s: tensor '%s'", shown, info->name);
 cleanup:
@@ -241,8 +224,9 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
 {
     const ckpt_header *h = ckpt_reader_header(r);
     if (!h->little_endian)
-        return ckpt__error(CKPT_EINVAL, "export of %s: its data is big-endian; only "
-                                        "little-endian checkpoints can be exported",
+        return ckpt__error(CKPT_EINVAL,
+                           "export of %s: its data is big-endian; only "
+                           "little-endian checkpoints can be exported",
                            prefix);
     int rc = check_names(r);
     if (rc != CKPT_OK)

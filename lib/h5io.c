@@ -191,7 +191,7 @@ static hid_t make_space(int n, const int64_t *dims)
     return H5Screate_simple(n, d, NULL);
 }
 
-static int write_str_attr(hid_t obj, const char *key, const char *value)
+int ckpt__h5_write_str_attr(hid_t obj, const char *key, const char *value)
 {
     int rc = CKPT_OK;
     hid_t type = H5Tcopy(H5T_C_S1), space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
@@ -254,9 +254,9 @@ static int create_dataset(hid_t *out, hid_t file, const char *path, const char *
         rc = ckpt__h5_error(CKPT_EIO, "create dataset %s for tensor '%s'", path, name);
         goto cleanup;
     }
-    if ((rc = write_str_attr(dset, "mpickpt.name", name)) != CKPT_OK ||
-        (rc = write_str_attr(dset, "mpickpt.dtype", ckpt_dtype_name(dtype))) != CKPT_OK ||
-        (rc = write_str_attr(dset, "mpickpt.slice", spec)) != CKPT_OK)
+    if ((rc = ckpt__h5_write_str_attr(dset, "mpickpt.name", name)) != CKPT_OK ||
+        (rc = ckpt__h5_write_str_attr(dset, "mpickpt.dtype", ckpt_dtype_name(dtype))) != CKPT_OK ||
+        (rc = ckpt__h5_write_str_attr(dset, "mpickpt.slice", spec)) != CKPT_OK)
         goto cleanup;
     *out = dset;
     dset = H5I_INVALID_HID;

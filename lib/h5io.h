@@ -27,6 +27,9 @@ void ckpt__h5_init(void);
 /* Records `code` with the formatted context plus HDF5's innermost error message; returns code. */
 int ckpt__h5_error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
 
+/* A scalar UTF-8 variable-length string attribute `key` = `value` on obj (a dataset or group). */
+int ckpt__h5_write_str_attr(hid_t obj, const char *key, const char *value);
+
 /*
  * Maps a tensor name (any non-empty UTF-8 string) to a dataset path "/tensors/<escaped>[#<start>]":
  * bytes outside [A-Za-z0-9_.-] are written %XX (so '/' cannot create groups or escape the group),

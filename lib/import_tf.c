@@ -189,7 +189,8 @@ static int read_entry(import_run *run, const Tfbundle__BundleEntryProto *e, cons
                            "make %llu",
                            run->index_shown, key, (long long)e->size,
                            (unsigned long long)want_bytes);
-    if (e->offset < 0 || (uint64_t)e->offset > s->size || want_bytes > s->size - (uint64_t)e->offset)
+    if (e->offset < 0 || (uint64_t)e->offset > s->size ||
+        want_bytes > s->size - (uint64_t)e->offset)
         return ckpt__error(CKPT_ECORRUPT,
                            "%s/%s: tensor '%s' at offset %lld (%llu bytes) lies beyond the end "
                            "of the file (%llu bytes): truncated",
@@ -415,7 +416,8 @@ static int import_entry(import_run *run, const tf_entry *te)
         char reason[96];
         snprintf(reason, sizeof reason, "dtype %s is not supported", tfname);
         if (run->opts->skip_unsupported)
-            report(run, key, tfname, &shape, e->n_slices ? 0 : (uint64_t)(e->size > 0 ? e->size : 0),
+            report(run, key, tfname, &shape,
+                   e->n_slices ? 0 : (uint64_t)(e->size > 0 ? e->size : 0),
                    reason);
         else
             rc = ckpt__error(CKPT_EINVAL,

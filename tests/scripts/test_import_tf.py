@@ -39,25 +39,15 @@ import sys
 
 import numpy as np
 
+import scriptcheck
 import tfbundle as tb
+from scriptcheck import check
 from tfbundle import Tensor
 
 CASE = sys.argv[1]
 OUT = sys.argv[2]
 CLI = os.environ.get("MPICKPT_CLI", "")
 TIMEOUT = 120  # per command: far above need; only a hang (a FIFO blocked on) reaches it
-
-failures = 0
-checks = 0
-
-
-def check(cond, msg):
-    global failures, checks
-    checks += 1
-    if not cond:
-        failures += 1
-        print("FAIL:", msg, file=sys.stderr, flush=True)
-    return cond
 
 
 def cli_env():
@@ -1271,5 +1261,4 @@ if __name__ == "__main__":
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(CASES)}}} OUTDIR [WRITERDIR]")
     os.makedirs(OUT, exist_ok=True)
     CASES[CASE]()
-    print(f"import_tf {CASE}: {checks} checks, {failures} failures")
-    sys.exit(1 if failures else 0)
+    scriptcheck.finish(lambda c, f: f"import_tf {CASE}: {c} checks, {f} failures")

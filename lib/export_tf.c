@@ -130,6 +130,12 @@ int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *
     }
     if (rc == CKPT_OK)
         rc = ckpt__sst_finish(sst, &table, &tlen);
+    /* The index's temp file is written and synced before anything is replaced: a full disk or a
+     * file size limit met by the index must leave an old bundle whole, not removed. */
+    if (rc == CKPT_OK)
+        rc = ckpt__pwrite_full(index.fd, table, tlen, 0, "write", index.shown);
+    if (rc == CKPT_OK && fsync(index.fd) != 0)
+        rc = ckpt__errno(errno, "fsync", index.shown);
     /* Replacing a bundle: its old index goes first, so that no index ever describes the new
      * data file it was not written for. */
     if (rc == CKPT_OK && opts->overwrite && unlinkat(index.dirfd, index.base, 0) != 0 &&
@@ -137,8 +143,6 @@ int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *
         rc = ckpt__errno(errno, "remove", index.shown);
     if (rc == CKPT_OK)
         rc = ckpt__outfile_commit(&data);
-    if (rc == CKPT_OK)
-        rc = ckpt__pwrite_full(index.fd, table, tlen, 0, "write", index.shown);
     if (rc == CKPT_OK)
         rc = ckpt__outfile_commit(&index);
     if (rc == CKPT_OK) {

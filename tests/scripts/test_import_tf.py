@@ -22,7 +22,8 @@ import_tf_<case>):
   bad         damaged and hostile bundles: exit 1, a message naming the problem, no output and no
               temp file left, the input untouched
   export      import -> export --format tf -> read by tfbundle.read_bundle -> import again;
-              the output byte for byte what tfbundle writes for the same tensors
+              the output byte for byte what tfbundle writes for the same tensors; a --force
+              export failing on the index leaves the old bundle whole
   export_pkg  the same from a checkpoint the package wrote at 4 ranks (WRITERDIR, case pkgwrite)
   restore_prep  a bundle imported for the restore tests (below)
 MPI cases (mpirun -np N):
@@ -32,7 +33,9 @@ MPI cases (mpirun -np N):
 """
 import json
 import os
+import resource
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -1040,6 +1043,38 @@ def export_roundtrip(src, want, tag):
     return got, hdr
 
 
+def export_force_fails(small_src):
+    """export --format tf --force over an existing bundle, failing on the index (a file size
+    limit the data file stays under): exit 1, the old bundle as it was, no temp file."""
+    d = fresh("export-force-fail")
+    out = os.path.join(d, "out")
+    run("export", "--format", "tf", small_src, out, rc=0)
+    before = {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)}
+    limit = 2 * max(len(v) for v in before.values())
+    # names that share no prefix: an index far above the limit, 1 byte of data per tensor
+    rng = np.random.default_rng(31)
+    names = {"".join(chr(97 + c) for c in rng.integers(0, 26, 200)): np.int8(i % 100)
+             for i in range(limit // 100)}
+    s = fresh("export-force-fail-src")
+    tb.write_bundle(os.path.join(s, "tf"), names)
+    big = os.path.join(s, "ckpt-1")
+    import_tf(os.path.join(s, "tf"), big)
+
+    def fsize_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    p = subprocess.run([CLI, "export", "--format", "tf", "--force", big, out],
+                       capture_output=True, timeout=TIMEOUT, env=cli_env(), preexec_fn=fsize_limit)
+    se = p.stderr.decode("utf-8", "replace")
+    print(f"  export-force-fail: exit {p.returncode}: {se.strip()[:200]}")
+    check(p.returncode == 1 and "out.index" in se,
+          f"export-force-fail: exit {p.returncode}, stderr {se!r}")
+    after = {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)}
+    check(after == before, f"export-force-fail: the old bundle changed: {sorted(before)} -> "
+          f"{sorted(after)}")
+
+
 def case_export():
     rng = np.random.default_rng(29)
     t = every_dtype(rng)
@@ -1052,6 +1087,7 @@ def case_export():
     import_tf(tf, src)
     compare(src, t, "export source")
     export_roundtrip(src, t, "export")
+    export_force_fails(src)
     # a byte-level look at what export wrote: the header, sorted unique keys
     hdr, entries, blocks = tb.read_entries(os.path.join(OUT, "export", "exported"))
     keys = [k for k, _ in entries]

@@ -26,6 +26,9 @@
 #define MAX_INDEX_BYTES ((size_t)1 << 31) /* a bundle index we read whole */
 #define MAX_SHARDS (1 << 20)
 #define MAX_NAME 4096
+/* Shard files held open at once: a bundle may have more shards than the process may have
+ * descriptors (1024 is a common limit); the oldest opened is closed to make room. */
+#define MAX_OPEN_SHARDS 64
 
 typedef struct tf_entry {
     uint8_t *key;
@@ -50,6 +53,8 @@ typedef struct import_run {
     size_t n, cap;
     int num_shards;
     shard *shards;
+    int open_ids[MAX_OPEN_SHARDS]; /* the shards holding a descriptor, oldest at open_next */
+    int nopen, open_next;
     ckpt_writer *writer;
 } import_run;
 
@@ -160,6 +165,12 @@ static int get_shard(import_run *run, int id, const char *key, shard **out, char
         return rc;
     shard *s = &run->shards[id];
     if (s->fd < 0) {
+        if (run->nopen == MAX_OPEN_SHARDS) {
+            shard *old = &run->shards[run->open_ids[run->open_next]];
+            ckpt__close(old->fd);
+            old->fd = -1;
+            run->nopen--;
+        }
         rc = ckpt__file_open(&s->fd, &s->size, run->dirfd, name, O_RDONLY, run->dir);
         if (rc == CKPT_ENOTFOUND)
             return ckpt__error(CKPT_ENOTFOUND,
@@ -168,6 +179,9 @@ static int get_shard(import_run *run, int id, const char *key, shard **out, char
                                run->dir, name, key, id, run->num_shards);
         if (rc != CKPT_OK)
             return rc;
+        run->open_ids[run->open_next] = id;
+        run->open_next = (run->open_next + 1) % MAX_OPEN_SHARDS;
+        run->nopen++;
     }
     *out = s;
     return CKPT_OK;

@@ -14,7 +14,8 @@ import_tf_<case>):
               object graph (DT_STRING) refused, and skipped with --skip-unsupported
   sliced      partitioned tensors: along axis 0, axis 1, a 2x2 grid, a full dimension, uneven,
               3-d, with shards and Snappy
-  multiblock  hundreds of tensors in indexes of many small blocks (restart interval 1 and 16)
+  multiblock  hundreds of tensors in indexes of many small blocks (restart interval 1 and 16);
+              more shards than the tool may have files open
   big         a tensor of a few MB (Snappy index, 2 shards)
   flips       every byte of a small index flipped, every length of it cut
   directory   TF_PREFIX a directory: its `checkpoint` file names the bundle (in that directory
@@ -485,6 +486,22 @@ def case_multiblock():
     out = os.path.join(d, "ckpt-1")
     import_tf(tf, out)
     compare(out, t, "tf-default")
+    # more shards than the tool may open files at once (RLIMIT_NOFILE 100): 300 shards, their
+    # tensors read in key order, which visits each shard twice
+    d = fresh("many-shards")
+    tf = os.path.join(d, "tf")
+    t = {f"t{i:04d}": np.full((2,), i, np.int32) for i in range(600)}
+    tb.write_bundle(tf, t, shards=300)
+    out = os.path.join(d, "ckpt-1")
+
+    def nofile_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100))
+
+    p = subprocess.run([CLI, "import-tf", tf, out], capture_output=True, timeout=TIMEOUT,
+                       env=cli_env(), preexec_fn=nofile_limit)
+    check(p.returncode == 0, f"many-shards: exit {p.returncode}: {p.stderr.decode()[:300]}")
+    if p.returncode == 0:
+        compare(out, t, "many-shards")
 
 
 def case_big():

@@ -178,7 +178,8 @@ static int get_shard(import_run *run, int id, const char *key, shard **out, char
                                "header gives)",
                                run->dir, name, key, id, run->num_shards);
         if (rc != CKPT_OK)
-            return rc;
+            return ckpt__error_wrap(rc, "%s/%s (shard %d, tensor '%s'): ", run->dir, name, id,
+                                    key);
         run->open_ids[run->open_next] = id;
         run->open_next = (run->open_next + 1) % MAX_OPEN_SHARDS;
         run->nopen++;
@@ -374,8 +375,9 @@ static int import_slice(import_run *run, const char *key, ckpt_dtype dtype, int 
         rc = shape_bytes(run, key, &sshape, dtype, &want);
     if (rc == CKPT_OK)
         rc = read_entry(run, e, key, want, &data);
-    if (rc == CKPT_OK)
-        rc = ckpt_writer_add(run->writer, key, dtype, full, &slice, data);
+    if (rc == CKPT_OK && (rc = ckpt_writer_add(run->writer, key, dtype, full, &slice, data)) !=
+                             CKPT_OK)
+        ckpt__error_wrap(rc, "import of %s: ", run->index_shown); /* e.g. a slice given twice */
     free(data);
     tfbundle__bundle_entry_proto__free_unpacked(e, NULL);
     if (rc == CKPT_OK)

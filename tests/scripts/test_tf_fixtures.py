@@ -155,6 +155,12 @@ try:
 except mpickpt.InvalidArgumentError as e:
     check("_CHECKPOINTABLE_OBJECT_GRAPH" in str(e) and "skip_unsupported" in str(e),
           f"the Python refusal names the key and the option: {e}")
+try:
+    mpickpt.import_tf(src, py_out, skip_unsupported=True, step=-1)
+    check(False, "mpickpt.import_tf took a negative step")
+except mpickpt.InvalidArgumentError as e:
+    check("step" in str(e), f"negative step: {e}")
+check(not os.path.exists(py_out + ".index"), "a refused import wrote")
 r = mpickpt.import_tf(src, py_out, skip_unsupported=True, epoch=5, step=6, save_counter=7)
 check(r == {"tensors": 3, "bytes": 12,
             "skipped": [{"name": "_CHECKPOINTABLE_OBJECT_GRAPH", "dtype": "DT_STRING",

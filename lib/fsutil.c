@@ -544,13 +544,21 @@ int ckpt__rmtree_at(int dirfd, const char *name, const char *shown)
 
 int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown)
 {
-    /* Real blocks: fallocate where the file system has it, else zeros written out. */
-    int err = fallocate(fd, 0, 0, (off_t)bytes) == 0 ? 0 : errno;
+    /* Real blocks: fallocate where the file system has it, else zeros written out. Only the
+     * part past the file's size: the pad grows a little per dataset, and allocating from 0 each
+     * time walks every extent already there (a writer of 10000 tensors spent 0.9 s in it). */
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return ckpt__error(CKPT_EIO, "room for HDF5's metadata in %s: %s", shown,
+                           strerror(errno));
+    if ((uint64_t)st.st_size >= bytes)
+        return CKPT_OK;
+    int err = fallocate(fd, 0, st.st_size, (off_t)(bytes - (uint64_t)st.st_size)) == 0 ? 0
+                                                                                        : errno;
     if (err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
         static const char zeros[65536];
-        struct stat st;
-        err = fstat(fd, &st) == 0 ? 0 : errno;
-        for (uint64_t off = err ? bytes : (uint64_t)st.st_size; off < bytes && !err;) {
+        err = 0;
+        for (uint64_t off = (uint64_t)st.st_size; off < bytes && !err;) {
             size_t n = bytes - off < sizeof zeros ? (size_t)(bytes - off) : sizeof zeros;
             ssize_t w = pwrite(fd, zeros, n, (off_t)off);
             if (w < 0 && errno == EINTR)

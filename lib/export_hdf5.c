@@ -203,7 +203,14 @@ static int reserve(ckpt__outfile *o, ckpt_reader *r, int *padfd, char *padname, 
         if (ckpt_reader_tensor(&t, r, i) != CKPT_OK ||
             ckpt_shape_num_elements(&elems, &t.shape) != CKPT_OK)
             continue;
-        values += (uint64_t)elems * ckpt_dtype_size(t.dtype);
+        uint64_t esize = ckpt_dtype_size(t.dtype), room = (uint64_t)INT64_MAX - values - meta;
+        if (elems < 0 || (esize && (uint64_t)elems > room / esize) ||
+            (room -= (uint64_t)elems * esize) < 4096 + 4 * (uint64_t)strlen(t.name))
+            return ckpt__error(CKPT_ECORRUPT,
+                               "export of '%s' to %s: the tensors add up to more bytes than a "
+                               "file can hold",
+                               t.name, o->shown);
+        values += (uint64_t)elems * esize;
         meta += 4096 + 4 * (uint64_t)strlen(t.name);
     }
     if (fallocate(o->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)(values + meta)) == 0)

@@ -24,6 +24,8 @@
 #include <string.h>
 
 #define ST_METADATA "__metadata__"
+/* safetensors' MAX_HEADER_SIZE (safetensors/src/tensor.rs): its readers refuse longer headers */
+#define ST_MAX_HEADER 100000000
 
 /* safetensors' dtype codes. */
 static const char *st_dtype(ckpt_dtype dtype)
@@ -184,6 +186,12 @@ static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t
      * writer pads: readers may map the file and view the values in place */
     size_t padded = (json_len + 7) / 8 * 8;
     uint8_t *buf = NULL;
+    if (rc == CKPT_OK && padded > ST_MAX_HEADER)
+        rc = ckpt__error(CKPT_EINVAL,
+                         "export to safetensors: the header of %zu tensors would be %zu bytes; "
+                         "safetensors readers refuse headers over %d bytes (export to HDF5, "
+                         "--format hdf5, or TensorFlow, --format tf, instead)",
+                         n, padded, ST_MAX_HEADER);
     if (rc == CKPT_OK && (padded < json_len || !(buf = malloc(8 + padded))))
         rc = ckpt__error(CKPT_ENOMEM, "export to safetensors: out of memory for the header");
     if (rc == CKPT_OK) {

@@ -519,6 +519,14 @@ static int resolve_dir(char *out, size_t size, const char *dir)
     return ckpt__path(out, size, "%s/%s", dir, name);
 }
 
+int ckpt__tf_resolve_prefix(char *out, size_t size, const char *tf_prefix)
+{
+    struct stat st;
+    if (stat(tf_prefix, &st) == 0 && S_ISDIR(st.st_mode))
+        return resolve_dir(out, size, tf_prefix);
+    return ckpt__path(out, size, "%s", tf_prefix);
+}
+
 int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_import_options *opts,
                    ckpt_interop_totals *totals)
 {
@@ -539,13 +547,10 @@ int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_imp
     char index_name[300], resolved[4400];
     uint8_t *index = NULL;
     size_t index_len = 0;
-    struct stat st;
-    int rc = CKPT_OK;
-    if (stat(tf_prefix, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if ((rc = resolve_dir(resolved, sizeof resolved, tf_prefix)) != CKPT_OK)
-            return rc;
-        tf_prefix = resolved;
-    }
+    int rc = ckpt__tf_resolve_prefix(resolved, sizeof resolved, tf_prefix);
+    if (rc != CKPT_OK)
+        return rc;
+    tf_prefix = resolved;
     rc = ckpt__split_path(run.dir, sizeof run.dir, run.base, sizeof run.base, tf_prefix);
     if (rc == CKPT_OK && (!run.base[0] || !ckpt__safe_filename(run.base)))
         rc = ckpt__error(CKPT_EINVAL, "import-tf: '%s' is not a bundle prefix (dir/name)",

@@ -1,6 +1,7 @@
 /* mpickpt import-tf: a TensorFlow tensor bundle in, an mpickpt checkpoint out
  * (ckpt_import_tf(), docs/interop.md). */
 #include "cli.h"
+#include "interop.h" /* lib/interop.h: ckpt__tf_resolve_prefix */
 
 #include "mpickpt/interop.h"
 
@@ -110,7 +111,10 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
     io.progress = on_item;
     io.payload = &rep;
     ckpt_interop_totals totals;
-    int lrc = ckpt_import_tf(in, out, &io, &totals);
+    char bundle[4400]; /* what a directory operand resolves to, read once, imported and shown */
+    int lrc = ckpt__tf_resolve_prefix(bundle, sizeof bundle, in);
+    if (lrc == CKPT_OK)
+        lrc = ckpt_import_tf(bundle, out, &io, &totals);
     if (lrc != CKPT_OK) {
         rc = cli_lib_error(cmd, lrc);
     } else if (rep.oom) {
@@ -121,6 +125,8 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         ckpt__json_object_begin(&w);
         ckpt__json_key(&w, "input");
         ckpt__json_string(&w, in);
+        ckpt__json_key(&w, "bundle");
+        ckpt__json_string(&w, bundle);
         ckpt__json_key(&w, "output");
         ckpt__json_string(&w, out);
         ckpt__json_key(&w, "format");
@@ -161,7 +167,9 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         printf("imported %zu tensors (%" PRIu64 " bytes", totals.tensors, totals.bytes);
         if (totals.skipped)
             printf(", %zu skipped", totals.skipped);
-        printf(") into ");
+        printf(") from ");
+        cli_text_name(stdout, bundle);
+        printf(" into ");
         cli_text_name(stdout, out);
         putchar('\n');
         rc = EXIT_OK;

@@ -30,6 +30,7 @@ no OUT and no temp file (*.tmp-*).
 import glob
 import json
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -53,7 +54,7 @@ def _asan_reexec():
     os.environ["ASAN_OPTIONS"] = os.environ.get("MPICKPT_CLI_ASAN_OPTIONS", "")
 
 
-if len(sys.argv) > 2 and sys.argv[2] != "write":
+if len(sys.argv) > 2 and sys.argv[2] not in ("write", "write-long"):
     _asan_reexec()
 
 OUT = sys.argv[1]
@@ -131,8 +132,30 @@ def write(directory, layout):
     mgr.close()
 
 
+def write_long(directory):
+    """The writer of the header-limit case (under mpirun): LONG_NAMES tensors of 4096-byte
+    names, each byte a control character (a 6-byte JSON escape), replicated, so packed: the
+    index holds the names, HDF5 does not."""
+    import mpickpt
+
+    state = {long_name(j): np.array([j, -j], dtype=np.int32) for j in range(1, LONG_NAMES + 1)}
+    mgr = mpickpt.CheckpointManager(directory, layout="per-rank")
+    mgr.save(1, state)
+    mgr.close()
+
+
+LONG_NAMES = 4200  # x ~24.6 KB of header each: ~103 MB, over safetensors' 100,000,000 bytes
+
+
+def long_name(j):
+    return "\x01" * 4090 + "%06d" % j
+
+
 if MODE == "write":
     write(OUT, sys.argv[3])
+    sys.exit(0)
+if MODE == "write-long":
+    write_long(OUT)
     sys.exit(0)
 
 # ---- the checks ----------------------------------------------------------------------------------
@@ -629,6 +652,35 @@ def full_disks(prefix):
                   f"{fs}, {suffix}: the sizes do not span failure and success: {outcomes}")
 
 
+def header_limit(env, np_):
+    """A safetensors header over its readers' limit (100,000,000 bytes, safetensors'
+    MAX_HEADER_SIZE) is refused before anything is written, naming the way out; the TensorFlow
+    export of the same checkpoint works."""
+    directory = os.path.join(OUT, "long")
+    p = subprocess.run([os.environ.get("MPIEXEC", "mpirun"), "-np", str(np_), sys.executable,
+                        "-B", os.path.abspath(__file__), directory, "write-long"], env=env)
+    if not check(p.returncode == 0, f"the long-name writer: exit {p.returncode}"):
+        return
+    prefix = os.path.join(directory, "ckpt-1")
+    names = {t["name"] for t in inspect(prefix)["tensors"]}
+    check({long_name(j) for j in range(1, LONG_NAMES + 1)} <= names, "the long names")
+    out = os.path.join(OUT, "long.safetensors")
+    se = expect_failure([prefix, out], out, ["100000000", "--format hdf5"])
+    m = re.search(r"header of (\d+) tensors would be (\d+) bytes", se)
+    check(m is not None and int(m.group(1)) == len(names) and
+          100_000_000 < int(m.group(2)) < 110_000_000,
+          f"the refusal gives the tensor count ({len(names)}) and the size: {se}")
+    try:
+        mpickpt.export(prefix, out)
+        check(False, "mpickpt.export of a 100 MB header: no error")
+    except mpickpt.InvalidArgumentError as e:
+        check("100000000" in str(e), f"mpickpt.export: {e}")
+    check(not os.path.lexists(out) and leftovers(OUT) == [], "after the 100 MB header")
+    doc = json.loads(cli("export", "--json", "--format", "tf", prefix,
+                         os.path.join(OUT, "long-tf"), rc=0)[1])
+    check(doc.get("tensors") == len(names), f"the TensorFlow export of the long names: {doc}")
+
+
 def mode_mpi(layout, np_):
     directory = os.path.join(OUT, "ck")
     env = dict(os.environ, MPICKPT_PACK_BYTES="256")
@@ -646,6 +698,8 @@ def mode_mpi(layout, np_):
                         "-B", os.path.abspath(__file__), directory, "write", layout], env=env)
     if not check(p.returncode == 0, f"the writer (mpirun -np {np_}): exit {p.returncode}"):
         return
+    if layout == "per-rank" and np_ == 2:
+        header_limit(env, np_)
     prefix = os.path.join(directory, "ckpt-1")
     ins = inspect(prefix)
     check(ins["world_size"] == np_ and ins["layout"] == layout and ins["step"] == STEP and

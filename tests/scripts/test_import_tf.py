@@ -161,6 +161,7 @@ def check_report(doc, tf, out, tensors, skipped=(), what=""):
     check(doc.get("format") == "tf", f"{what}: --json format: {doc}")
     check(doc.get("input") == tf and doc.get("output") == out,
           f"{what}: --json input/output {doc.get('input')!r} {doc.get('output')!r}")
+    check(doc.get("bundle") == tf, f"{what}: --json bundle {doc.get('bundle')!r}, not {tf!r}")
     check(doc.get("tensors") == n, f"{what}: --json tensors {doc.get('tensors')}, expected {n}")
     check(doc.get("bytes") == nbytes, f"{what}: --json bytes {doc.get('bytes')}, expected {nbytes}")
     files = doc.get("files")
@@ -955,9 +956,14 @@ def case_directory():
             doc = import_tf(arg, out, "--force")
             want = one if newest.endswith("ckpt-1") else two
             compare(out, want, f"dir {label} ({arg})")
-            # the argument as given (as for a prefix), or the bundle it resolved to
-            check(doc.get("input") in (arg, os.path.join(d, "ckpt-" + newest[-1])),
-                  f"dir {label}: --json input {doc.get('input')!r}")
+            # the argument as given (as for a prefix), and the bundle it resolved to
+            bundle = os.path.join(d, "ckpt-" + newest[-1])
+            check(doc.get("input") == arg and os.path.normpath(doc.get("bundle", "")) == bundle,
+                  f"dir {label}: --json input {doc.get('input')!r} bundle "
+                  f"{doc.get('bundle')!r}, expected {arg!r} and {bundle!r}")
+            so = run("import-tf", "--force", arg, out)[1]
+            check(f" from {doc.get('bundle')} into {out}" in so,
+                  f"dir {label}: the summary line names the bundle: {so!r}")
     # TensorFlow 1's file, no timestamps
     d = setup("tf1", "ckpt-2", write_file=False)
     tb.write_checkpoint_file(d, "ckpt-2", ["ckpt-2"], timestamps=False)

@@ -133,7 +133,8 @@ int ckpt__read_file_at(uint8_t **out, size_t *len, int dirfd, const char *name, 
  */
 int ckpt__pad_create(int *fd, int dirfd, const char *name, uint64_t bytes, const char *shown);
 void ckpt__pad_release(int dirfd, const char *name, int fd); /* fd < 0: no-op */
-/* Grows a pad to `bytes` (a writer that learns its metadata as it goes). */
+/* Grows a pad to at least `bytes`, in steps of 64 KiB (a writer that learns its metadata as it
+ * goes); a pad already that large is left as it is. */
 int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown);
 
 /* ---- the same by path: the directory part is opened with ckpt__ckptdir_open() rules, the last

@@ -460,6 +460,18 @@ def expect_failure(args, out, needles, rc=1, before=None):
     return se
 
 
+def python_refusal(prefix, out, needle):
+    """mpickpt.export(prefix, out) must raise InvalidArgumentError naming `needle`, as the CLI
+    refused it, and leave nothing behind."""
+    try:
+        mpickpt.export(prefix, out)
+        check(False, f"mpickpt.export {prefix} -> {out}: no error")
+    except mpickpt.InvalidArgumentError as e:
+        check(needle in str(e), f"mpickpt.export {prefix} -> {out}: {e}")
+    check(not os.path.lexists(out) and leftovers(os.path.dirname(out)) == [],
+          f"mpickpt.export {prefix} -> {out}: left files")
+
+
 def file_bytes(path):
     with open(path, "rb") as fh:
         return fh.read()
@@ -554,12 +566,7 @@ def mode_bad():
     p = make(os.path.join(OUT, "meta"), "__metadata__")
     out = os.path.join(OUT, "meta.safetensors")
     expect_failure([p, out], out, ["'__metadata__'", "metadata"])
-    try:
-        mpickpt.export(p, out)
-        check(False, "mpickpt.export of __metadata__: no error")
-    except mpickpt.InvalidArgumentError as e:
-        check("__metadata__" in str(e), f"mpickpt.export: {e}")
-    check(not os.path.lexists(out) and leftovers(OUT) == [], "after mpickpt.export")
+    python_refusal(p, out, "__metadata__")
     cli("export", p, os.path.join(OUT, "meta.h5"), rc=0)
     check_hdf5(p, os.path.join(OUT, "meta.h5"))
     # the Python package: the same errors as the CLI
@@ -670,12 +677,7 @@ def header_limit(env, np_):
     check(m is not None and int(m.group(1)) == len(names) and
           100_000_000 < int(m.group(2)) < 110_000_000,
           f"the refusal gives the tensor count ({len(names)}) and the size: {se}")
-    try:
-        mpickpt.export(prefix, out)
-        check(False, "mpickpt.export of a 100 MB header: no error")
-    except mpickpt.InvalidArgumentError as e:
-        check("100000000" in str(e), f"mpickpt.export: {e}")
-    check(not os.path.lexists(out) and leftovers(OUT) == [], "after the 100 MB header")
+    python_refusal(prefix, out, "100000000")
     doc = json.loads(cli("export", "--json", "--format", "tf", prefix,
                          os.path.join(OUT, "long-tf"), rc=0)[1])
     check(doc.get("tensors") == len(names), f"the TensorFlow export of the long names: {doc}")

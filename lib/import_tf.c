@@ -539,6 +539,12 @@ int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_imp
     if (opts->version != CKPT_IMPORT_OPTIONS_VERSION)
         return ckpt__error(CKPT_EINVAL, "ckpt_import_tf: options version %u, expected %u",
                            opts->version, CKPT_IMPORT_OPTIONS_VERSION);
+    if (opts->save_counter < 0 || opts->epoch < 0 || opts->step < 0)
+        return ckpt__error(CKPT_EINVAL,
+                           "ckpt_import_tf: save_counter, epoch and step must not be negative "
+                           "(%lld, %lld, %lld)",
+                           (long long)opts->save_counter, (long long)opts->epoch,
+                           (long long)opts->step);
     import_run run;
     memset(&run, 0, sizeof run);
     run.opts = opts;

@@ -59,7 +59,7 @@ void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *t
 #pragma GCC visibility push(default) /* for the CLI (lib/cli/cmd_import.c) */
 /* The bundle prefix ckpt_import_tf() reads for the operand `tf_prefix`: a directory's TensorFlow
  * `checkpoint` file resolved (its model_checkpoint_path, last component, in that directory),
- * anything else as given. The CLI and Python report it as "bundle". */
+ * anything else as given. `mpickpt import-tf` reports it as "bundle". */
 int ckpt__tf_resolve_prefix(char *out, size_t size, const char *tf_prefix);
 #pragma GCC visibility pop
 

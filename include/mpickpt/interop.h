@@ -114,8 +114,9 @@ typedef struct ckpt_import_options {
  * count), and every tensor's masked CRC-32C; sliced (partitioned) entries become partitioned
  * tensors. Keys are kept as names. @p totals may be NULL.
  * Errors: CKPT_ENOTFOUND (no index or a missing shard), CKPT_ECORRUPT (a malformed, truncated or
- * checksum-failing index or shard; names the key or block), CKPT_EINVAL (a dtype we lack without
- * skip_unsupported, a key that is not UTF-8 or too long, more than CKPT_MAX_DIMS dimensions),
+ * checksum-failing index or shard; names the key or block), CKPT_EINVAL (a negative
+ * save_counter, epoch or step, a dtype we lack without skip_unsupported, a key that is not
+ * UTF-8 or too long, more than CKPT_MAX_DIMS dimensions),
  * CKPT_EVERSION (a bundle needing a newer reader), and those of the writer. On failure nothing is
  * committed.
  */

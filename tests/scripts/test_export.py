@@ -659,14 +659,19 @@ def full_disks(prefix):
                   f"{fs}, {suffix}: the sizes do not span failure and success: {outcomes}")
 
 
+def run_writer(np_, env, directory, mode, *args):
+    """This script's writer `mode` under mpirun -np np_; True when it exited 0."""
+    p = subprocess.run([os.environ.get("MPIEXEC", "mpirun"), "-np", str(np_), sys.executable,
+                        "-B", os.path.abspath(__file__), directory, mode, *args], env=env)
+    return check(p.returncode == 0, f"the writer {mode} (mpirun -np {np_}): exit {p.returncode}")
+
+
 def header_limit(env, np_):
     """A safetensors header over its readers' limit (100,000,000 bytes, safetensors'
     MAX_HEADER_SIZE) is refused before anything is written, naming the way out; the TensorFlow
     export of the same checkpoint works."""
     directory = os.path.join(OUT, "long")
-    p = subprocess.run([os.environ.get("MPIEXEC", "mpirun"), "-np", str(np_), sys.executable,
-                        "-B", os.path.abspath(__file__), directory, "write-long"], env=env)
-    if not check(p.returncode == 0, f"the long-name writer: exit {p.returncode}"):
+    if not run_writer(np_, env, directory, "write-long"):
         return
     prefix = os.path.join(directory, "ckpt-1")
     names = {t["name"] for t in inspect(prefix)["tensors"]}
@@ -696,9 +701,7 @@ def mode_mpi(layout, np_):
     except ImportError as e:
         print(f"SKIP: PyTorch is not usable here ({e}); the writer needs torch.bfloat16")
         sys.exit(77)
-    p = subprocess.run([os.environ.get("MPIEXEC", "mpirun"), "-np", str(np_), sys.executable,
-                        "-B", os.path.abspath(__file__), directory, "write", layout], env=env)
-    if not check(p.returncode == 0, f"the writer (mpirun -np {np_}): exit {p.returncode}"):
+    if not run_writer(np_, env, directory, "write", layout):
         return
     if layout == "per-rank" and np_ == 2:
         header_limit(env, np_)

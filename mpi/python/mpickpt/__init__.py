@@ -514,9 +514,6 @@ def import_tf(tf_prefix: str, out_prefix: str, skip_unsupported: bool = False,
     has `_CHECKPOINTABLE_OBJECT_GRAPH`) raise InvalidArgumentError naming the key, or are left
     out with `skip_unsupported`. Returns {"tensors", "bytes", "skipped": [{"name", "dtype",
     "reason"}]}. Like `mpickpt import-tf`; no MPI. Read the result with mpickpt.open()."""
-    for what, v in (("save_counter", save_counter), ("epoch", epoch), ("step", step)):
-        if int(v) < 0:  # as the command refuses them
-            raise InvalidArgumentError(f"import_tf: {what} must not be negative, not {v}")
     return _C.import_tf(os.fspath(tf_prefix), os.fspath(out_prefix),
                         skip_unsupported=bool(skip_unsupported), overwrite=bool(overwrite),
                         save_counter=int(save_counter), epoch=int(epoch), step=int(step))

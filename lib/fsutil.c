@@ -101,6 +101,17 @@ void ckpt__close(int fd)
 
 /* ---- directories --------------------------------------------------------------------------- */
 
+/* The mode of a new entry of dirfd: `mode`, or only the owner's part of it when dirfd is a private
+ * directory (no permission for group or others: a node-local cache, lib/privdir.h), so that what
+ * is created there stays private even if the directory's mode is loosened later. */
+static mode_t mode_in(int dirfd, mode_t mode)
+{
+    struct stat st;
+    if (fstat(dirfd, &st) == 0 && !(st.st_mode & 077))
+        return mode & 0700;
+    return mode;
+}
+
 int ckpt__dir_open(int *fd, const char *path)
 {
     *fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -112,7 +123,7 @@ int ckpt__dir_open(int *fd, const char *path)
 int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const char *shown)
 {
     *fd = -1;
-    if (create && mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST)
+    if (create && mkdirat(dirfd, name, mode_in(dirfd, 0755)) != 0 && errno != EEXIST)
         return ckpt__error(errno == ENOSPC || errno == EDQUOT ? CKPT_ENOSPC : CKPT_EIO,
                            "mkdir %s/%s: %s", shown, name, strerror(errno));
     struct stat st;
@@ -274,7 +285,7 @@ int ckpt__file_open_append(int *fd, int dirfd, const char *name, const char *sho
     if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
         return rc;
     int f = openat(dirfd, name, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
-                   0644);
+                   mode_in(dirfd, 0644));
     if (f < 0)
         return ckpt__errno(errno, "open for appending", name);
     struct stat st;
@@ -291,7 +302,8 @@ int ckpt__file_open_append(int *fd, int dirfd, const char *name, const char *sho
 
 int ckpt__file_create(int *fd, int dirfd, const char *name, int flags, const char *shown)
 {
-    *fd = openat(dirfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    *fd = openat(dirfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                 mode_in(dirfd, 0644));
     if (*fd < 0)
         return ckpt__error(errno == ENOSPC || errno == EDQUOT ? CKPT_ENOSPC
                            : errno == EEXIST                  ? CKPT_EEXISTS

@@ -12,6 +12,7 @@
 #include "mpickpt/state.h"
 
 #include "fsutil.h"
+#include "identity.h"
 #include "index.h"
 #include "paths.h"
 #include "restart.h"
@@ -226,8 +227,10 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         else if (S_ISREG(st.st_mode) &&
                  (ckpt__is_temp_name(n, ".index") || ckpt__is_temp_name(n, CKPT__STATE_FILE) ||
                   ckpt__is_temp_name(n, CKPT__HALT_FILE) ||
-                  ckpt__is_temp_name(n, CKPT__RESTART_FILE)))
-            r = gc_file(&g, fd, n, "temp file of an unfinished index, state, halt or restart write");
+                  ckpt__is_temp_name(n, CKPT__RESTART_FILE) ||
+                  ckpt__is_temp_name(n, CKPT__IDENTITY_FILE)))
+            r = gc_file(&g, fd, n,
+                        "temp file of an unfinished index, state, halt, restart or identity write");
         else if (S_ISREG(st.st_mode) && ckpt__data_file_base(base, sizeof base, n) &&
                  ckpt__path(iname, sizeof iname, "%s.index", base) == CKPT_OK &&
                  !ckpt__exists_at(fd, iname) && ckpt__is_data_file(fd, n))
@@ -282,7 +285,7 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     if (rc == CKPT_OK)
         rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
     static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl", CKPT__RESTART_FILE,
-                                         CKPT__HALT_FILE };
+                                         CKPT__HALT_FILE, CKPT__IDENTITY_FILE };
     for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
         if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
             rc = ckpt__errno(errno, "unlink", files[i]);

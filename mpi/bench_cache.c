@@ -69,11 +69,14 @@ void run_cache(const opts *o, large_model *m)
 {
     static result r;
     static char why[2][600];
-    char pat[4200], dir[4300], base[4400];
+    /* the cache of a checkpoint directory of identity 0 (lib/identity.h), none persistent */
+    static const char id[] = "00000000000000000000000000000000";
+    char pat[4200], node_dir[4300], dir[4400], base[4500];
     int first = 0, node = my_node(&first);
     snprintf(pat, sizeof pat, "%s/cache/%%n", o->dir);
-    snprintf(dir, sizeof dir, "%s/cache/%d", o->dir, node);
-    snprintf(base, sizeof base, "%s/bench-raw-%05d.bin", dir, g_rank);
+    snprintf(node_dir, sizeof node_dir, "%s/cache/%d", o->dir, node);
+    snprintf(dir, sizeof dir, "%s/mpickpt-%s", node_dir, id);
+    snprintf(base, sizeof base, "%s/bench-raw-%05d.bin", node_dir, g_rank);
     for (int red = 0; red < 2; red++) {
         memset(&r, 0, sizeof r);
         r.scenario = red ? "cache_partner" : "cache";
@@ -83,7 +86,7 @@ void run_cache(const opts *o, large_model *m)
         ckpt_saver *s = make_saver(o, 0);
         large_register(s, m, 0);
         int rc = ckpt__saver_cache_init(s, pat, red ? CKPT__REDUNDANCY_PARTNER
-                                                    : CKPT__REDUNDANCY_NONE, NULL);
+                                                    : CKPT__REDUNDANCY_NONE, NULL, id, NULL);
         if (rc != CKPT_OK) {
             snprintf(why[red], sizeof why[red], "%s", ckpt_error_last()->message);
             r.skipped = why[red];

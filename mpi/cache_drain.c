@@ -74,7 +74,7 @@ int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char
     if (local == CKPT_OK)
         local = ckpt__ckptdir_open(&dirfd, &workfd, n.dir, 1);
     if (local == CKPT_OK)
-        local = ckpt__dir_open(&cachefd, s->cache.dir);
+        local = ckpt__cache_dirfd(s, &cachefd);
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "drain");
     /* 1. the chief's in-flight directory, then everybody's */

@@ -82,10 +82,9 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
     MPI_Request *req = NULL;
     size_t nf = 0, nreq = 0;
     local = ckpt__path(iname, sizeof iname, "%s.index", name);
-    if (local == CKPT_OK) /* a node that lost everything lost its directory too */
-        local = ckpt__mkdir_p(s->cache.dir, 0700);
-    if (local == CKPT_OK)
-        local = ckpt__dir_open(&dirfd, s->cache.dir);
+    if (local == CKPT_OK) /* (a node that lost everything lost its directory too: made again
+                           * before the rebuild, ckpt__cache_reopen) */
+        local = ckpt__cache_dirfd(s, &dirfd);
     /* A copy of the index is a regular file, as a held data file is (step 2). Anything else
      * planted under its name (a link, a FIFO, a directory) is no copy: taken for one, it would
      * keep this node from being rebuilt, or, as the source, fail the restore on every leader

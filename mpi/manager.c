@@ -7,6 +7,7 @@
 
 #include "env.h"
 #include "fsutil.h"
+#include "identity.h"
 #include "index.h"
 #include "paths.h"
 #include "restart.h"
@@ -169,7 +170,7 @@ static int share_control(ckpt_manager *m, int strict)
  * persistent directory, or the chief's node's cache directory (`level` CKPT_LEVEL_CACHE: the
  * chief's index there is the cache level's commit point), which the sweep would otherwise empty.
  */
-static int adopt_unlisted(ckpt_manager *m, const char *dir, unsigned level)
+static int adopt_unlisted(ckpt_manager *m, const char *dir, const char *shown, unsigned level)
 {
     ckpt_state *scan = NULL;
     int64_t listed = m->state->save_counter;
@@ -188,7 +189,7 @@ static int adopt_unlisted(ckpt_manager *m, const char *dir, unsigned level)
         if (rc == CKPT_OK)
             ckpt__log(CKPT_LOG_WARN, "adopted committed checkpoint %s/%s, which the state file did "
                                      "not list yet",
-                      dir, e->prefix);
+                      shown, e->prefix);
     }
     ckpt_state_free(scan);
     return rc;
@@ -307,7 +308,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
             }
         }
         if (local == CKPT_OK)
-            local = adopt_unlisted(m, m->dir, CKPT_LEVEL_PERSISTENT);
+            local = adopt_unlisted(m, m->dir, m->dir, CKPT_LEVEL_PERSISTENT);
     } else if (local == CKPT_OK) {
         local = ckpt_state_new(&m->state);
     }
@@ -335,7 +336,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
          * the cache (kept by the sweep below), drains committed to the directory */
         int adopted = CKPT_OK;
         if (m->rank == 0 &&
-            (adopted = adopt_unlisted(m, ckpt__saver_cache_dir(saver), CKPT_LEVEL_CACHE)) ==
+            (adopted = adopt_unlisted(m, ckpt__saver_cache_dir(saver),
+                                      ckpt__saver_cache_shown(saver), CKPT_LEVEL_CACHE)) ==
                 CKPT_OK)
             adopted = adopt_drained(m);
         rc = share_state(m, m->comm, adopted);
@@ -397,7 +399,7 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
             e = &st->entries[i];
     int rc = !e ? ckpt__path(out, out_size, "%s", "")
              : levels_of(e) == CKPT_LEVEL_CACHE
-                 ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver), e->prefix)
+                 ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), e->prefix)
                  : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
     pthread_mutex_unlock(&mm->lock);
     return rc;
@@ -567,6 +569,7 @@ static int levels_setup(ckpt_manager *m, int from_env)
     struct {
         int64_t status, on, partner, every, keep;
         char pattern[4096];
+        char identity[CKPT__IDENTITY_HEX + 8];
     } msg;
     memset(&msg, 0, sizeof msg);
     int local = CKPT_OK;
@@ -597,6 +600,14 @@ static int levels_setup(ckpt_manager *m, int from_env)
         if (local == CKPT_OK && pat && *pat)
             local = ckpt__path(msg.pattern, sizeof msg.pattern, "%s", pat);
         msg.on = local == CKPT_OK && pat && *pat;
+        if (msg.on) { /* whose cache copies are this directory's (lib/identity.h) */
+            int dfd = -1;
+            local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 0);
+            if (local == CKPT_OK)
+                local = ckpt__identity_get(msg.identity, dfd, m->dir, 1);
+            ckpt__close(dfd);
+            msg.on = local == CKPT_OK;
+        }
         msg.partner = red == CKPT_REDUNDANCY_PARTNER;
         msg.every = every;
         msg.keep = keep;
@@ -613,9 +624,10 @@ static int levels_setup(ckpt_manager *m, int from_env)
     const char *group = m->opts.failure_group;
     if (!group && from_env)
         group = getenv("MPICKPT_FAILURE_GROUP");
+    msg.identity[sizeof msg.identity - 1] = '\0';
     rc = ckpt__saver_cache_init(m->saver, msg.pattern,
                                 msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
-                                group && *group ? group : NULL);
+                                group && *group ? group : NULL, msg.identity, m->dir);
     if (rc == CKPT_OK) {
         m->cache = 1;
         m->persist_every = msg.every;
@@ -847,7 +859,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         m->pending_persist = next % m->persist_every == 0;
         rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, cache_commit_hook, m);
         if (rc == CKPT_OK && out && out_size)
-            snprintf(out, out_size, "%s/%s", ckpt__saver_cache_dir(m->saver), name);
+            snprintf(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), name);
         return rc;
     }
     if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name,
@@ -923,7 +935,7 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
             int unavailable = 1;
             int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info, &unavailable);
             if (rc == CKPT_OK) {
-                snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_dir(m->saver),
+                snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_shown(m->saver),
                          e->prefix);
                 return restored(m, out, prefix, &info);
             }

@@ -56,11 +56,14 @@ int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 /* Saver internals the manager needs. */
 struct ckpt_saver;
 /* The cache level (docs/levels.md, mpi/save_levels.c): nodes, this node's cache directory from
- * `pattern` (%n: the node), partners when `redundancy` is CKPT__REDUNDANCY_PARTNER, in failure
- * groups named by `group` (NULL: every node its own). Collective; freed with the saver. */
+ * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
+ * the checkpoint directory whose identity is `identity` (lib/identity.h); partners when
+ * `redundancy` is CKPT__REDUNDANCY_PARTNER, in failure groups named by `group` (NULL: every node
+ * its own). `persistent` (NULL: none) is the checkpoint directory: the cache may be neither it nor
+ * inside or above it, and the metrics of cache saves go there. Collective; freed with the saver. */
 enum { CKPT__REDUNDANCY_NONE = 0, CKPT__REDUNDANCY_PARTNER = 1 };
 int ckpt__saver_cache_init(struct ckpt_saver *s, const char *pattern, int redundancy,
-                           const char *group);
+                           const char *group, const char *identity, const char *persistent);
 void ckpt__saver_cache_free(struct ckpt_saver *s);
 /* Restores checkpoint `name` from the cache level (each rank's node's directory; pieces other
  * nodes hold fetched over MPI): ckpt_saver_restore's contract otherwise. `*unavailable` (may be
@@ -81,8 +84,13 @@ int ckpt__cache_drain(struct ckpt_saver *s, MPI_Comm comm, const char *name, con
 int ckpt__cache_gc(struct ckpt_saver *s);
 /* The cache level is set up on this saver (ckpt__saver_cache_init). Local. */
 int ckpt__saver_has_cache(const struct ckpt_saver *s);
-/* This rank's node's cache directory ("" without a cache level). Local. */
+/* This rank's node's cache directory of this checkpoint directory ("" without a cache level),
+ * as a path that reaches the held directory whatever happens to its name (/proc/self/fd/<n>):
+ * for the library's own opens. Local. */
 const char *ckpt__saver_cache_dir(const struct ckpt_saver *s);
+/* The same by its name, for messages and for what the caller is told (paths returned by the
+ * manager). Local. */
+const char *ckpt__saver_cache_shown(const struct ckpt_saver *s);
 /* Node leaders remove from their node's cache directory every checkpoint named <stem>-<N> that
  * `keep` (sorted counters, n of them) does not list: index first, then its other files, and the
  * in-flight directory of a crashed save. Collective over `comm`. */

@@ -184,8 +184,9 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
         else if (!ckpt__safe_filename(prefix))
             st = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name", prefix);
-        else if ((st = ckpt__path(base, sizeof base, "%s", prefix)) == CKPT_OK)
-            st = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.dir, base);
+        else if ((st = ckpt__path(base, sizeof base, "%s", prefix)) == CKPT_OK &&
+                 (st = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
+            st = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.at, base);
         if ((rc0 = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
             return rc0;
         /* what a lost or wiped node lacks, copied back from the nodes that hold it */

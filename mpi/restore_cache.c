@@ -93,7 +93,7 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
         local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK)
-        local = ckpt__dir_open(&dirfd, s->cache.dir);
+        local = ckpt__cache_dirfd(s, &dirfd);
 
     /* 1. what this rank needs from other nodes: whole pieces of files its node lacks */
     size_t nwant = 0, cap = 0;

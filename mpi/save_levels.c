@@ -20,8 +20,11 @@
 #include "saver_internal.h"
 
 #include "fsutil.h"
+#include "identity.h"
 #include "index.h"
 #include "levels.h"
+#include "paths.h"
+#include "privdir.h"
 #include "mpickpt/collective.h"
 
 #include <dirent.h>
@@ -32,6 +35,7 @@
 #include <string.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -163,7 +167,101 @@ done:
     return rc;
 }
 
-int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, const char *group)
+/* The node's leader: what else the node's cache directory `base` holds besides this checkpoint
+ * directory's subdirectory `mine`, said once (the chief's node as a warning, the others at info
+ * level); nothing of it is read, adopted or removed. */
+static void report_foreign(const ckpt_saver *s, int basefd, const char *base, const char *mine)
+{
+    int fd = fcntl(basefd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        ckpt__close(fd);
+        return;
+    }
+    size_t caches = 0, other = 0;
+    char first[2][160] = { "", "" };
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || !strcmp(de->d_name, mine))
+            continue;
+        int c = ckpt__is_cache_subdir(de->d_name);
+        if (!(c ? caches++ : other++))
+            snprintf(first[c ? 0 : 1], sizeof first[0], "%.150s", de->d_name);
+    }
+    closedir(d);
+    if (caches)
+        ckpt__log(s->rank == 0 ? CKPT_LOG_WARN : CKPT_LOG_INFO,
+                  "node %d: %s also holds the caches of %zu other checkpoint director%s (%s%s): "
+                  "not this job's, never read or removed by it",
+                  s->node, base, caches, caches == 1 ? "y" : "ies", first[0],
+                  caches > 1 ? ", ..." : "");
+    if (other)
+        ckpt__log(s->rank == 0 ? CKPT_LOG_WARN : CKPT_LOG_INFO,
+                  "node %d: %s holds %zu entr%s that are not this job's (%s%s; an older mpickpt's "
+                  "cache or someone else's files): never read or removed by it",
+                  s->node, base, other, other == 1 ? "y" : "ies", first[1],
+                  other > 1 ? ", ..." : "");
+}
+
+/* This rank's view of its node's cache directory (pattern and node given): the directory held
+ * open and checked (lib/privdir.h), not the persistent directory nor inside or above it, and its
+ * subdirectory for this checkpoint directory's identity, held open in s->cache.fd. The node's
+ * leader reports, once, what else the node's cache directory holds (other directories' caches,
+ * files of an older mpickpt or of others): it is never read or touched. Local. */
+static int open_cache_dir(ckpt_saver *s, const char *pattern, const char *identity,
+                          const char *persistent)
+{
+    char base[4096], shown[4096];
+    int basefd = -1, pfd = -1;
+    char work[4096];
+    int rc = ckpt__cache_dir(base, sizeof base, pattern, s->node);
+    if (rc == CKPT_OK)
+        rc = ckpt__private_dir_open(&basefd, base);
+    if (rc == CKPT_OK && persistent) /* a training state's <work>, which holds chief/ */
+        rc = ckpt__work_dir(work, sizeof work, persistent);
+    if (rc == CKPT_OK && persistent) {
+        /* A cache that is the persistent directory, below it or above it would put the caches'
+         * sweep and the checkpoints it must never touch in one tree. */
+        persistent = work;
+        struct stat bst, pst;
+        if ((rc = ckpt__dir_open(&pfd, persistent)) == CKPT_OK && fstat(pfd, &pst) == 0 &&
+            fstat(basefd, &bst) == 0) {
+            int below = ckpt__dir_within(basefd, &pst), above = ckpt__dir_within(pfd, &bst);
+            if (below == 1 || above == 1)
+                rc = ckpt__error(CKPT_EINVAL,
+                                 "refusing cache directory %s: it is %s the persistent directory "
+                                 "%s; a node-local cache must be a directory of its own",
+                                 base,
+                                 below == 1 && above == 1 ? "the same as"
+                                 : below == 1             ? "inside"
+                                                          : "above",
+                                 persistent);
+        } else if (rc == CKPT_OK) {
+            rc = ckpt__errno(errno, "stat", persistent);
+        }
+        ckpt__close(pfd);
+    }
+    char sub[64];
+    if (rc == CKPT_OK)
+        rc = ckpt__path(sub, sizeof sub, CKPT__CACHE_SUBDIR_PREFIX "%s", identity);
+    if (rc == CKPT_OK && !ckpt__is_cache_subdir(sub))
+        rc = ckpt__error(CKPT_EINVAL, "'%s' is not a checkpoint directory identity", identity);
+    if (rc == CKPT_OK)
+        rc = ckpt__private_subdir_open(&s->cache.fd, basefd, sub, base);
+    if (rc == CKPT_OK)
+        rc = ckpt__path(shown, sizeof shown, "%s/%s", base, sub);
+    if (rc == CKPT_OK)
+        memcpy(s->cache.dir, shown, sizeof s->cache.dir);
+    if (rc == CKPT_OK)
+        rc = ckpt__fd_path(s->cache.at, sizeof s->cache.at, s->cache.fd, s->cache.dir);
+    if (rc == CKPT_OK && s->node_rank == 0)
+        report_foreign(s, basefd, base, sub);
+    ckpt__close(basefd);
+    return rc;
+}
+
+int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, const char *group,
+                           const char *identity, const char *persistent)
 {
     int rc = CKPT_OK, local = CKPT_OK;
     ckpt__saver_cache_free(s);
@@ -181,12 +279,16 @@ int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, c
                             "cache directory '%s': nodes are simulated (MPICKPT_RANKS_PER_NODE), "
                             "so it needs %%n to give each node its own directory",
                             pattern);
+    if (local == CKPT_OK && persistent)
+        local = ckpt__path(s->cache.persistent, sizeof s->cache.persistent, "%s", persistent);
     if (local == CKPT_OK)
-        local = ckpt__cache_dir(s->cache.dir, sizeof s->cache.dir, pattern, s->node);
+        local = ckpt__path(s->cache.pattern, sizeof s->cache.pattern, "%s", pattern);
     if (local == CKPT_OK)
-        local = ckpt__mkdir_p(s->cache.dir, 0700);
+        local = ckpt__path(s->cache.identity, sizeof s->cache.identity, "%s", identity);
+    if (local == CKPT_OK)
+        local = open_cache_dir(s, pattern, identity, persistent);
     struct statfs sf;
-    if (local == CKPT_OK && statfs(s->cache.dir, &sf) == 0)
+    if (local == CKPT_OK && fstatfs(s->cache.fd, &sf) == 0)
         s->cache.tmpfs = sf.f_type == TMPFS_MAGIC;
     int *node_of = malloc((size_t)s->size * sizeof *node_of);
     int *groups = malloc((size_t)s->nnodes * sizeof *groups);
@@ -218,12 +320,14 @@ done:
 
 void ckpt__saver_cache_free(ckpt_saver *s)
 {
+    ckpt__close(s->cache.fd);
     free(s->cache.rbuf);
     free(s->cache.from);
     free(s->cache.node_of);
     free(s->cache.pnode);
     memset(&s->cache, 0, sizeof s->cache);
     s->cache.partner = -1;
+    s->cache.fd = -1;
 }
 
 /* ---- partner copies ---------------------------------------------------------------------- */
@@ -476,12 +580,45 @@ void ckpt__cache_placed_free(char **placed, size_t nplaced)
 
 /* ---- the manager's view ------------------------------------------------------------------ */
 
+int ckpt__cache_dirfd(const ckpt_saver *s, int *fd)
+{
+    *fd = s->cache.on ? fcntl(s->cache.fd, F_DUPFD_CLOEXEC, 0) : -1;
+    if (*fd < 0)
+        return s->cache.on ? ckpt__errno(errno, "dup", s->cache.dir)
+                           : ckpt__error(CKPT_EINVAL, "no cache level");
+    return CKPT_OK;
+}
+
+int ckpt__cache_reopen(ckpt_saver *s)
+{
+    struct stat st;
+    if (!s->cache.on || (fstat(s->cache.fd, &st) == 0 && st.st_nlink > 0))
+        return CKPT_OK;
+    ckpt__log(CKPT_LOG_INFO, "node %d: the cache directory %s was removed; making it again",
+              s->node, s->cache.dir);
+    int old = s->cache.fd;
+    s->cache.fd = -1;
+    int rc = open_cache_dir(s, s->cache.pattern, s->cache.identity,
+                            s->cache.persistent[0] ? s->cache.persistent : NULL);
+    if (rc != CKPT_OK) {
+        s->cache.fd = old; /* still the one held: what uses it fails, naming it */
+        return rc;
+    }
+    close(old);
+    return CKPT_OK;
+}
+
 int ckpt__saver_has_cache(const ckpt_saver *s)
 {
     return s && s->cache.on;
 }
 
 const char *ckpt__saver_cache_dir(const ckpt_saver *s)
+{
+    return s && s->cache.on ? s->cache.at : "";
+}
+
+const char *ckpt__saver_cache_shown(const ckpt_saver *s)
 {
     return s && s->cache.on ? s->cache.dir : "";
 }
@@ -515,7 +652,7 @@ int ckpt__cache_gc(ckpt_saver *s)
     if (!s->cache.on || s->node_rank != 0)
         return CKPT_OK;
     size_t removed = 0;
-    int rc = ckpt__gc(s->cache.dir, 0, NULL, NULL, &removed, 0);
+    int rc = ckpt__gc(s->cache.at, 0, NULL, NULL, &removed, 0);
     if (rc == CKPT_OK && removed)
         ckpt__log(CKPT_LOG_INFO, "node %d: removed %zu leftover(s) of unfinished saves in %s",
                   s->node, removed, s->cache.dir);
@@ -529,7 +666,7 @@ int ckpt__cache_sweep(ckpt_saver *s, MPI_Comm comm, const char *stem, const int6
     if (s->cache.on && s->node_rank == 0) {
         int dfd = -1;
         DIR *d = NULL;
-        local = ckpt__dir_open(&dfd, s->cache.dir);
+        local = ckpt__cache_dirfd(s, &dfd);
         if (local == CKPT_OK)
             local = ckpt__listing_or_close(&d, dfd, s->cache.dir);
         /* pass 0: the indexes (a checkpoint is gone once its index is), pass 1: the rest */

@@ -362,8 +362,9 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         else if (!ckpt__safe_filename(prefix))
             local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name",
                                 prefix);
-        else if ((local = ckpt__path(name, sizeof name, "%s", prefix)) == CKPT_OK)
-            local = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.dir, name);
+        else if ((local = ckpt__path(name, sizeof name, "%s", prefix)) == CKPT_OK &&
+                 (local = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
+            local = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.at, name);
     }
     if (local == CKPT_OK)
         local = init_ctx(s, &j->c, prefix);
@@ -618,11 +619,23 @@ static int chief_commit(save_ctx *c, const Mpickpt__Index *idx)
     return ckpt__commit_index(&q);
 }
 
-/* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort). */
+/* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort); a
+ * save to the cache level to the persistent directory's, where `mpickpt stats` reads them (the
+ * node's cache is no place for them: it is neither shared nor kept). */
 static void write_metrics(const save_job *j, const ckpt__metrics_record *m)
 {
-    int fd;
-    if (ckpt__file_open_append(&fd, j->c.dirfd, "metrics.jsonl", j->c.n.dir) != CKPT_OK) {
+    int fd = -1, pfd = -1;
+    const char *persistent = j->cache ? j->s->cache.persistent : "";
+    int rc = CKPT_OK;
+    if (j->cache && !persistent[0])
+        return; /* a cache set up without one (the benchmark) */
+    if (j->cache)
+        rc = ckpt__ckptdir_open(&pfd, NULL, persistent, 0);
+    if (rc == CKPT_OK)
+        rc = ckpt__file_open_append(&fd, j->cache ? pfd : j->c.dirfd, "metrics.jsonl",
+                                    j->cache ? persistent : j->c.n.dir);
+    ckpt__close(pfd);
+    if (rc != CKPT_OK) {
         ckpt_error_clear(); /* best effort */
         return;
     }

@@ -163,6 +163,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
     s->cache.partner = -1;
+    s->cache.fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);

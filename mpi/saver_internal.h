@@ -93,7 +93,16 @@ struct ckpt_saver {
     struct {
         int on;
         int redundancy;  /* CKPT__REDUNDANCY_* */
-        char dir[4096];  /* this node's cache directory */
+        /* This checkpoint directory's part of this node's cache directory,
+         * <pattern's directory>/mpickpt-<identity> (lib/identity.h): held open (fd) since the
+         * manager set the level up, and reached only through it; `at` names it for functions that
+         * take a path (/proc/self/fd/<fd>, lib/fsutil.h ckpt__fd_path), `dir` in messages. */
+        int fd;
+        char at[64];
+        char dir[4096];
+        char persistent[4096]; /* the persistent directory: the metrics of cache saves go there */
+        char pattern[4096];    /* what the directory was made from, to make it again (reopen) */
+        char identity[40];
         int partner;     /* the rank that holds this rank's partner copies; -1: none */
         int *from;       /* the ranks whose copies this rank holds */
         int nfrom;
@@ -183,6 +192,12 @@ void ckpt__save_node_free(ckpt_saver *s);
 int ckpt__save_node_leaders(ckpt_saver *s);
 int ckpt__save_write_node(ckpt_saver *s, save_ctx *c);
 
+/* save_levels.c: a descriptor of this node's cache directory (a duplicate of the held one, for
+ * the caller to close). */
+int ckpt__cache_dirfd(const ckpt_saver *s, int *fd);
+/* save_levels.c: when this node's cache directory was removed since it was opened (a node's cache
+ * wiped; its st_nlink is 0), it is made and checked again and the new one held. Local. */
+int ckpt__cache_reopen(ckpt_saver *s);
 /* save_levels.c: the cache level of a save (see there). Each returns this rank's status: none
  * agrees, the pre-commit vote does. */
 int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed,

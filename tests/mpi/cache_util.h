@@ -7,6 +7,7 @@
 #include "coll.h"
 #include "mpickpt.h"
 
+#include <dirent.h>
 #include <ftw.h>
 #include <mpi.h>
 #include <string.h>
@@ -23,10 +24,32 @@ static inline int all_true(int v)
     return all;
 }
 
-/* Node `node`'s cache directory under `cache` (the pattern CACHE/%n). */
-static inline void node_dir(char *out, size_t n, const char *cache, int node)
+/* The identity (lib/identity.h) the tests that set the cache level up on a saver themselves give
+ * it (ckpt__saver_cache_init); a manager makes its directory's own. */
+#define CACHE_TEST_ID "0123456789abcdef0123456789abcdef"
+
+/* Node `node`'s cache directory under `cache` (the pattern CACHE/%n), as the pattern names it;
+ * the checkpoints are in its subdirectory of one checkpoint directory (node_dir). */
+static inline void node_base_dir(char *out, size_t n, const char *cache, int node)
 {
     snprintf(out, n, "%s/%d", cache, node);
+}
+
+/* Where node `node`'s cache copies are: CACHE/<node>/mpickpt-<identity>, of the one checkpoint
+ * directory whose cache is there (a manager's, with an identity of its own), else of
+ * CACHE_TEST_ID. */
+static inline void node_dir(char *out, size_t n, const char *cache, int node)
+{
+    char base[4096], id[64] = CACHE_TEST_ID;
+    node_base_dir(base, sizeof base, cache, node);
+    DIR *d = opendir(base);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "mpickpt-", 8) == 0 && strlen(de->d_name) == 8 + 32)
+            snprintf(id, sizeof id, "%s", de->d_name + 8);
+    if (d)
+        closedir(d);
+    snprintf(out, n, "%s/mpickpt-%s", base, id);
 }
 
 /* Rank 0: the whole regular file `path` (a link is not followed) into *buf (malloc'd); its

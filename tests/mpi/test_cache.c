@@ -249,21 +249,22 @@ static void test_setup(void)
     char pat[4200];
     snprintf(pat, sizeof pat, "%s/cache-setup/%%n", g_out);
     if (g_nnodes < 2) {
-        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, NULL), CKPT_EINVAL,
-             "partner redundancy on one node");
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, NULL, CACHE_TEST_ID, NULL),
+             CKPT_EINVAL, "partner redundancy on one node");
         CHECK_MSG(strstr(g_msg, "two nodes") != NULL, "message: %s", g_msg);
     } else {
-        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, "one-rack"), CKPT_EINVAL,
-             "partner redundancy in one failure group");
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, "one-rack", CACHE_TEST_ID,
+                                    NULL),
+             CKPT_EINVAL, "partner redundancy in one failure group");
         CHECK_MSG(strstr(g_msg, "failure groups") != NULL, "message: %s", g_msg);
         snprintf(pat, sizeof pat, "%s/cache-setup/shared", g_out);
-        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL), CKPT_EINVAL,
-             "a pattern without %n on simulated nodes");
+        coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL, CACHE_TEST_ID, NULL),
+             CKPT_EINVAL, "a pattern without %n on simulated nodes");
         CHECK_MSG(strstr(g_msg, "%n") != NULL, "message: %s", g_msg);
     }
     snprintf(pat, sizeof pat, "%s/cache-setup/%%n-%%r", g_out);
-    coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL), CKPT_EINVAL,
-         "an unknown % sequence");
+    coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL, CACHE_TEST_ID, NULL),
+         CKPT_EINVAL, "an unknown % sequence");
     ckpt_saver_free(s);
 }
 
@@ -308,7 +309,7 @@ static void run(int partner, int groups, const char *tag)
     snprintf(group, sizeof group, "rack-%d", group_of[node_of(g_rank)]);
     int rc = ckpt__saver_cache_init(s, pat, partner ? CKPT__REDUNDANCY_PARTNER
                                                     : CKPT__REDUNDANCY_NONE,
-                                    groups ? group : NULL);
+                                    groups ? group : NULL, CACHE_TEST_ID, NULL);
     if (!coll(rc, CKPT_OK, "ckpt__saver_cache_init"))
         goto done;
     snprintf(what, sizeof what, "%s: save ck-1", tag);

@@ -440,8 +440,8 @@ static void case_fetch(void)
     tm_model m;
     CHECK_OK(tm_init(&m, g_size, g_rank, g_size, 0));
     register_or_die(&m, s);
-    if (!coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL), CKPT_OK,
-              "ckpt__saver_cache_init, no redundancy") ||
+    if (!coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL, CACHE_TEST_ID, NULL),
+              CKPT_OK, "ckpt__saver_cache_init, no redundancy") ||
         !coll(save_cache(s, &m, "nf-1", 21), CKPT_OK, "save nf-1"))
         goto done;
     file_name(inner, sizeof inner, "nf-1", 0); /* node 0's file, which the others fetch from */
@@ -591,8 +591,8 @@ int main(int argc, char **argv)
     tm_model m;
     CHECK_OK(tm_init(&m, g_size, g_rank, g_size, 0));
     register_or_die(&m, s);
-    if (coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, NULL), CKPT_OK,
-             "ckpt__saver_cache_init") &&
+    if (coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_PARTNER, NULL, CACHE_TEST_ID, NULL),
+             CKPT_OK, "ckpt__saver_cache_init") &&
         coll(save_cache(s, &m, "ck-1", 11), CKPT_OK, "save ck-1")) {
         find_partner_copies(cache);
         restore_cache(s, &m, "ck-1", 11, CKPT_OK, "restore ck-1 from the cache");

@@ -197,10 +197,10 @@ static void report_foreign(const ckpt_saver *s, int basefd, const char *base, co
                   caches > 1 ? ", ..." : "");
     if (other)
         ckpt__log(s->rank == 0 ? CKPT_LOG_WARN : CKPT_LOG_INFO,
-                  "node %d: %s holds %zu entr%s that are not this job's (%s%s; an older mpickpt's "
+                  "node %d: %s holds %zu entr%s that %s not this job's (%s%s; an older mpickpt's "
                   "cache or someone else's files): never read or removed by it",
-                  s->node, base, other, other == 1 ? "y" : "ies", first[1],
-                  other > 1 ? ", ..." : "");
+                  s->node, base, other, other == 1 ? "y" : "ies", other == 1 ? "is" : "are",
+                  first[1], other > 1 ? ", ..." : "");
 }
 
 /* This rank's view of its node's cache directory (pattern and node given): the directory held
@@ -214,33 +214,28 @@ static int open_cache_dir(ckpt_saver *s, const char *pattern, const char *identi
     char base[4096], shown[4096];
     int basefd = -1, pfd = -1;
     char work[4096];
+    struct stat pst, bst;
     int rc = ckpt__cache_dir(base, sizeof base, pattern, s->node);
-    if (rc == CKPT_OK)
-        rc = ckpt__private_dir_open(&basefd, base);
     if (rc == CKPT_OK && persistent) /* a training state's <work>, which holds chief/ */
         rc = ckpt__work_dir(work, sizeof work, persistent);
-    if (rc == CKPT_OK && persistent) {
-        /* A cache that is the persistent directory, below it or above it would put the caches'
-         * sweep and the checkpoints it must never touch in one tree. */
-        persistent = work;
-        struct stat bst, pst;
-        if ((rc = ckpt__dir_open(&pfd, persistent)) == CKPT_OK && fstat(pfd, &pst) == 0 &&
-            fstat(basefd, &bst) == 0) {
-            int below = ckpt__dir_within(basefd, &pst), above = ckpt__dir_within(pfd, &bst);
-            if (below == 1 || above == 1)
-                rc = ckpt__error(CKPT_EINVAL,
-                                 "refusing cache directory %s: it is %s the persistent directory "
-                                 "%s; a node-local cache must be a directory of its own",
-                                 base,
-                                 below == 1 && above == 1 ? "the same as"
-                                 : below == 1             ? "inside"
-                                                          : "above",
-                                 persistent);
-        } else if (rc == CKPT_OK) {
-            rc = ckpt__errno(errno, "stat", persistent);
-        }
-        ckpt__close(pfd);
+    if (rc == CKPT_OK && persistent && (rc = ckpt__dir_open(&pfd, work)) == CKPT_OK &&
+        fstat(pfd, &pst) != 0)
+        rc = ckpt__errno(errno, "stat", work);
+    /* A cache that is the persistent directory, below it or above it would put the caches'
+     * sweep and the checkpoints it must never touch in one tree: the walk stops on reaching it
+     * (before it makes anything inside it), and the persistent directory may not lie below the
+     * cache either. */
+    if (rc == CKPT_OK)
+        rc = ckpt__private_dir_open(&basefd, base, persistent ? &pst : NULL, work);
+    if (rc == CKPT_OK && persistent && fstat(basefd, &bst) == 0) {
+        int below = ckpt__dir_within(basefd, &pst), above = ckpt__dir_within(pfd, &bst);
+        if (below == 1 || above == 1)
+            rc = ckpt__error(CKPT_EINVAL,
+                             "refusing cache directory %s: it is %s the persistent directory %s; "
+                             "a node-local cache must be a directory of its own",
+                             base, below == 1 ? "inside" : "above", work);
     }
+    ckpt__close(pfd);
     char sub[64];
     if (rc == CKPT_OK)
         rc = ckpt__path(sub, sizeof sub, CKPT__CACHE_SUBDIR_PREFIX "%s", identity);

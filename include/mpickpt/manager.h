@@ -87,7 +87,8 @@ CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info 
                                   size_t out_size);
 
 /** Full path of the latest checkpoint into @p out ("" when none): the newest a restore would start
- *  from (pins and drops followed). Local (synchronized view). */
+ *  from (pins, drops and levels followed: ckpt_manager_restorable()'s `start`). Local
+ *  (synchronized view). */
 CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
 
 /**
@@ -125,7 +126,8 @@ typedef struct ckpt_manager_restored {
  * The restart control (`mpickpt pin`/`drop`, docs/operations.md) is followed: dropped checkpoints
  * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
  * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a
- * fall back past it. Collective.
+ * fall back past it. The candidates are those ckpt_manager_restorable() lists, from its `start`
+ * down, never one behind the pin. Collective.
  */
 CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
 

@@ -54,17 +54,48 @@ static int rs_of(const ckpt_manager *m, const ckpt_state_entry *e)
     return ckpt__restart_status(&m->ctl, e->prefix, e->save_counter);
 }
 
-/* An entry a restore may start from (neither set aside by a pin nor dropped). */
-static int restorable(const ckpt_manager *m, const ckpt_state_entry *e)
-{
-    int s = rs_of(m, e);
-    return s == CKPT__RS_NORMAL || s == CKPT__RS_PINNED;
-}
-
 /* An entry's levels (0: written before levels existed, so persistent). */
 static unsigned levels_of(const ckpt_state_entry *e)
 {
     return e->levels ? e->levels : CKPT_LEVEL_PERSISTENT;
+}
+
+/* Why no restore may use an entry (candidate() < 0). */
+enum { NOT_DROPPED = -1, NOT_ASIDE = -2, NOT_LEVEL = -3 };
+
+/*
+ * The one rule of which checkpoint a restore may use, for restore_or_initialize, the chosen
+ * restore, the restorable list and latest (and through them Python): CKPT_RESTART_* of entry `e`,
+ * or NOT_* when no restore may use it. *levels: the levels this manager restores it from (a
+ * manager without a cache level reads only the persistent directory). Needs the state and the
+ * control stable: under the lock, or with no save in flight.
+ */
+static int candidate(const ckpt_manager *m, const ckpt_state_entry *e, unsigned *levels)
+{
+    int s = rs_of(m, e);
+    *levels = levels_of(e) & (m->cache ? CKPT_LEVEL_CACHE | CKPT_LEVEL_PERSISTENT
+                                       : CKPT_LEVEL_PERSISTENT);
+    if (s == CKPT__RS_DROPPED || s == CKPT__RS_ASIDE)
+        return s == CKPT__RS_DROPPED ? NOT_DROPPED : NOT_ASIDE;
+    if (!*levels)
+        return NOT_LEVEL;
+    if (s == CKPT__RS_PINNED)
+        return CKPT_RESTART_PINNED;
+    return m->ctl.pinned && e->save_counter < m->ctl.pin_counter ? CKPT_RESTART_BEHIND_PIN
+                                                                 : CKPT_RESTART_NORMAL;
+}
+
+/* The index of the entry restore_or_initialize tries first (the newest it may start from: never
+ * one behind the pin), st->num_entries when there is none. */
+static size_t start_of(const ckpt_manager *m, const ckpt_state *st)
+{
+    unsigned lv;
+    for (size_t i = st->num_entries; i-- > 0;) {
+        int c = candidate(m, &st->entries[i], &lv);
+        if (c == CKPT_RESTART_NORMAL || c == CKPT_RESTART_PINNED)
+            return i;
+    }
+    return st->num_entries;
 }
 
 /* Broadcasts a byte buffer from the chief (size first). Collective; *buf is malloc'd on others. */
@@ -391,12 +422,8 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
     pthread_mutex_lock(&mm->lock);
     const ckpt_state *st = m->state;
-    /* the newest this manager can restore: without a cache level, the newest persistent one */
-    const ckpt_state_entry *e = NULL;
-    for (size_t i = st->num_entries; !e && i-- > 0;)
-        if ((m->cache || (levels_of(&st->entries[i]) & CKPT_LEVEL_PERSISTENT)) &&
-            restorable(m, &st->entries[i]))
-            e = &st->entries[i];
+    size_t i = start_of(m, st);
+    const ckpt_state_entry *e = i < st->num_entries ? &st->entries[i] : NULL;
     int rc = !e ? ckpt__path(out, out_size, "%s", "")
              : levels_of(e) == CKPT_LEVEL_CACHE
                  ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), e->prefix)
@@ -434,6 +461,47 @@ int ckpt_manager_state_copy(ckpt_state **out, const ckpt_manager *m)
     }
     *out = c;
     return CKPT_OK;
+}
+
+int ckpt_manager_restorable(ckpt_manager_restorable_list **out, const ckpt_manager *m)
+{
+    *out = NULL;
+    ckpt_manager_restorable_list *l = calloc(1, sizeof *l);
+    if (!l)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    ckpt_manager *mm = (ckpt_manager *)m; /* the lock only */
+    pthread_mutex_lock(&mm->lock);
+    const ckpt_state *st = m->state; /* not to be read once unlocked: a commit may free it */
+    size_t start = start_of(m, st);
+    l->entries = malloc((st->num_entries ? st->num_entries : 1) * sizeof *l->entries);
+    for (size_t i = 0; l->entries && i < st->num_entries; i++) {
+        unsigned lv;
+        int c = candidate(m, &st->entries[i], &lv);
+        if (c < 0)
+            continue;
+        if (i == start)
+            l->start = l->num_entries;
+        ckpt_manager_restorable_entry *r = &l->entries[l->num_entries++];
+        r->entry = st->entries[i];
+        r->entry.levels = lv;
+        r->restart = c;
+    }
+    if (start == st->num_entries)
+        l->start = l->num_entries;
+    pthread_mutex_unlock(&mm->lock);
+    if (!l->entries) {
+        free(l);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    *out = l;
+    return CKPT_OK;
+}
+
+void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list)
+{
+    if (list)
+        free(list->entries);
+    free(list);
 }
 
 /*
@@ -900,14 +968,75 @@ static int pin_error(const ckpt_manager *m, int pin_listed)
                        pin_listed ? "cannot be restored" : "is not a listed checkpoint", m->dir);
 }
 
+/*
+ * Restores entry `e` from `levels` (candidate()'s): the cache copy first (rebuilt from partners
+ * when a node lost its files), then the persistent copy. A failure sets *damaged: 1 when the
+ * checkpoint could not be made whole or read (damaged, incomplete, gone from the caches), which
+ * restore_or_initialize falls back past (`fallback`: its warnings say so); 0 when what was
+ * registered does not match a valid checkpoint, an error for every caller. Collective.
+ */
+static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned levels,
+                         int fallback, ckpt_manager_restored *out, int *damaged)
+{
+    ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
+    ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
+    ckpt_restore_info info;
+    char prefix[4400];
+    int rc;
+    *damaged = 0;
+    /* A cache copy that cannot be made whole, or not on this job's shape, is not an error: the
+     * persistent copy is next (or, for restore_or_initialize, an older checkpoint). */
+    if (levels & CKPT_LEVEL_CACHE) {
+        int unavailable = 1;
+        rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info, &unavailable);
+        if (rc == CKPT_OK) {
+            snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_shown(m->saver),
+                     e->prefix);
+            return restored(m, out, prefix, &info);
+        }
+        /* The copy was whole and read: what was registered does not match it (as with the
+         * directory, only damage found while reading falls through) */
+        if (!unavailable && rc != CKPT_ECORRUPT)
+            return rc;
+        *damaged = 1;
+        if (m->rank == 0 && (fallback || (levels & CKPT_LEVEL_PERSISTENT)))
+            ckpt__log(CKPT_LOG_WARN, "checkpoint %s cannot be restored from the cache: %s; %s",
+                      e->prefix, ckpt_error_last()->message,
+                      (levels & CKPT_LEVEL_PERSISTENT) ? "trying its copy in the persistent "
+                                                         "directory"
+                                                       : "trying an older one");
+        if (!(levels & CKPT_LEVEL_PERSISTENT))
+            return rc;
+    }
+    int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
+    /* The chief checks the candidate is complete (index, sizes of its data files) first, so
+     * that a damaged checkpoint is told apart from a registration that does not match. */
+    if (m->rank == 0 && local == CKPT_OK) {
+        ckpt_reader *r = NULL;
+        local = ckpt_reader_open(&r, prefix);
+        ckpt_reader_free(r);
+    }
+    rc = ckpt_mpi_agree(m->comm, local);
+    if (rc == CKPT_OK) {
+        rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
+        if (rc == CKPT_OK)
+            return restored(m, out, prefix, &info);
+        *damaged = rc == CKPT_ECORRUPT; /* else the checkpoint is fine: the registration is not */
+    } else {
+        *damaged = rc == CKPT_ECORRUPT || rc == CKPT_ENOTFOUND || rc == CKPT_EVERSION;
+    }
+    if (*damaged && fallback && m->rank == 0)
+        ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
+                  ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
+    return rc;
+}
+
 int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
 {
     memset(out, 0, sizeof *out);
     /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is
      * reported by the next save, sync or close). */
     ckpt__saver_wait_keep(m->saver);
-    ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
-    ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
     const ckpt_state *st = m->state;
     /* A pin (`mpickpt pin`): the pinned checkpoint is the restart point unless a newer one,
      * committed after the pin was set, can be restored; the restore never goes past it. */
@@ -916,69 +1045,23 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
         pin_listed |= rs_of(m, &st->entries[k]) == CKPT__RS_PINNED;
     for (size_t k = st->num_entries; k-- > 0;) {
         const ckpt_state_entry *e = &st->entries[k];
-        char prefix[4400];
-        int rs = rs_of(m, e);
-        if (rs == CKPT__RS_ASIDE || rs == CKPT__RS_DROPPED) {
+        unsigned lv;
+        int c = candidate(m, e, &lv);
+        if (c == NOT_DROPPED || c == NOT_ASIDE) {
             if (m->rank == 0)
                 ckpt__log(CKPT_LOG_INFO, "not restoring %s/%s: %s", m->dir, e->prefix,
-                          rs == CKPT__RS_DROPPED ? "dropped" : "set aside by a pin");
+                          c == NOT_DROPPED ? "dropped" : "set aside by a pin");
             continue;
         }
-        if (m->ctl.pinned && e->save_counter < m->ctl.pin_counter) {
+        if (c == CKPT_RESTART_BEHIND_PIN)
             return pin_error(m, pin_listed);
-        }
-        /* The cache first (rebuilt from partners when a node lost its copy), then `dir`. A
-         * cache copy that cannot be made whole, or not on this job's shape, is not an error:
-         * the persistent copy, or an older checkpoint, is next. */
-        if (m->cache && (levels_of(e) & CKPT_LEVEL_CACHE)) {
-            ckpt_restore_info info;
-            int unavailable = 1;
-            int rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info, &unavailable);
-            if (rc == CKPT_OK) {
-                snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_shown(m->saver),
-                         e->prefix);
-                return restored(m, out, prefix, &info);
-            }
-            /* The copy was whole and read: what was registered does not match it (as with the
-             * directory, only damage found while reading falls through) */
-            if (!unavailable && rc != CKPT_ECORRUPT)
-                return rc;
-            if (m->rank == 0)
-                ckpt__log(CKPT_LOG_WARN, "checkpoint %s cannot be restored from the cache: %s; %s",
-                          e->prefix, ckpt_error_last()->message,
-                          (levels_of(e) & CKPT_LEVEL_PERSISTENT) ? "trying its copy in the "
-                                                                    "persistent directory"
-                                                                  : "trying an older one");
-            if (!(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
-                out->skipped++;
-                continue;
-            }
-        } else if (!(levels_of(e) & CKPT_LEVEL_PERSISTENT)) {
+        if (c == NOT_LEVEL)
             continue; /* only in a cache this manager does not use */
-        }
-        int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
-        /* The chief checks the candidate is complete (index, sizes of its data files) first, so
-         * that a damaged checkpoint is told apart from a registration that does not match. */
-        if (m->rank == 0 && local == CKPT_OK) {
-            ckpt_reader *r = NULL;
-            local = ckpt_reader_open(&r, prefix);
-            ckpt_reader_free(r);
-        }
-        int rc = ckpt_mpi_agree(m->comm, local);
-        if (rc == CKPT_OK) {
-            ckpt_restore_info info;
-            rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
-            if (rc == CKPT_OK)
-                return restored(m, out, prefix, &info);
-            if (rc != CKPT_ECORRUPT)
-                return rc; /* the checkpoint is fine: what was registered does not match it */
-        } else if (rc != CKPT_ECORRUPT && rc != CKPT_ENOTFOUND && rc != CKPT_EVERSION) {
+        int damaged = 0;
+        int rc = restore_entry(m, e, lv, 1, out, &damaged);
+        if (rc == CKPT_OK || !damaged)
             return rc;
-        }
         out->skipped++;
-        if (m->rank == 0)
-            ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
-                      ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
     }
     if (m->ctl.pinned) { /* the pinned one was not even reached: nothing at or above it */
         return pin_error(m, pin_listed);
@@ -988,6 +1071,114 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
                   out->skipped);
     ckpt_error_clear();
     return CKPT_OK;
+}
+
+/* Why `e` (candidate() gave `why` < 0) cannot be restored, and what to do: CKPT_ENOTFOUND. The
+ * same on every rank (the same state and control everywhere). */
+static int refuse(const ckpt_manager *m, const ckpt_state_entry *e, int why)
+{
+    ckpt_error_clear();
+    if (why == NOT_DROPPED)
+        return ckpt__error(CKPT_ENOTFOUND,
+                           "%s/%s (step %lld) is dropped (%s/%s): take the drop back with "
+                           "`mpickpt drop --undo %s %s` or restore another checkpoint",
+                           m->dir, e->prefix, (long long)e->step, m->dir, CKPT__RESTART_FILE,
+                           m->dir, e->prefix);
+    if (why == NOT_ASIDE)
+        return ckpt__error(CKPT_ENOTFOUND,
+                           "%s/%s (step %lld) is set aside by the pin of %s (%s/%s): clear the "
+                           "pin (`mpickpt pin --clear %s`) or pin it (`mpickpt pin %s %s`)",
+                           m->dir, e->prefix, (long long)e->step, m->ctl.pin, m->dir,
+                           CKPT__RESTART_FILE, m->dir, m->dir, e->prefix);
+    return ckpt__error(CKPT_ENOTFOUND,
+                       "%s/%s (step %lld) is only in the nodes' cache directories and this "
+                       "manager has no cache level: create it with the cache_dir "
+                       "(MPICKPT_CACHE_DIR) that saved it",
+                       m->dir, e->prefix, (long long)e->step);
+}
+
+/* No checkpoint with that step (save counter): CKPT_ENOTFOUND naming the restorable ones. */
+static int not_found(const ckpt_manager *m, int by_counter, int64_t value)
+{
+    char list[600] = "";
+    size_t n = 0, len = 0;
+    const ckpt_state *st = m->state;
+    for (size_t i = 0; i < st->num_entries; i++) {
+        unsigned lv;
+        const ckpt_state_entry *e = &st->entries[i];
+        if (candidate(m, e, &lv) < 0)
+            continue;
+        if (len + 40 < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%lld", n ? ", " : "",
+                                    (long long)(by_counter ? e->save_counter : e->step));
+        else if (len + 5 < sizeof list && list[len - 1] != '.')
+            len += (size_t)snprintf(list + len, sizeof list - len, ", ...");
+        n++;
+    }
+    ckpt_error_clear();
+    return ckpt__error(CKPT_ENOTFOUND, "%s lists no checkpoint of %s %lld (restorable: %s)",
+                       m->dir, by_counter ? "save counter" : "step", (long long)value,
+                       n ? list : "none");
+}
+
+/* ckpt_manager_restore_step/_counter: the newest entry with that step (save counter) that a
+ * restore may use, else an error naming why; never another checkpoint. Collective. */
+static int restore_chosen(ckpt_manager_restored *out, ckpt_manager *m, int by_counter,
+                          int64_t value)
+{
+    memset(out, 0, sizeof *out);
+    ckpt__saver_wait_keep(m->saver); /* a save in flight may commit the one asked for */
+    /* every rank must choose the same checkpoint: rank 0's value, checked */
+    int64_t first = value;
+    int local = MPI_Bcast(&first, 1, MPI_INT64_T, 0, m->comm) == MPI_SUCCESS
+                    ? CKPT_OK
+                    : ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
+    if (local == CKPT_OK && first != value)
+        local = ckpt__error(CKPT_EINVAL, "rank %d asked to restore %s %lld, rank 0 %lld", m->rank,
+                            by_counter ? "save counter" : "step", (long long)value,
+                            (long long)first);
+    int rc = ckpt_mpi_agree(m->comm, local);
+    if (rc != CKPT_OK)
+        return rc;
+    /* decided from the shared state and control: the same on every rank */
+    const ckpt_state *st = m->state;
+    const ckpt_state_entry *e = NULL, *refused = NULL;
+    unsigned lv = 0;
+    int why = 0;
+    for (size_t k = st->num_entries; !e && k-- > 0;) {
+        const ckpt_state_entry *x = &st->entries[k];
+        unsigned l;
+        int c;
+        if ((by_counter ? x->save_counter : x->step) != value)
+            continue;
+        if ((c = candidate(m, x, &l)) >= 0) {
+            e = x;
+            lv = l;
+        } else if (!refused) {
+            refused = x;
+            why = c;
+        }
+    }
+    if (!e)
+        return refused ? refuse(m, refused, why) : not_found(m, by_counter, value);
+    int damaged = 0;
+    rc = restore_entry(m, e, lv, 0, out, &damaged);
+    if (rc != CKPT_OK && damaged)
+        ckpt__error_wrap(rc, "checkpoint %s (step %lld) cannot be restored (no other is restored "
+                             "in its place)",
+                         e->prefix, (long long)e->step);
+    return rc;
+}
+
+int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m, int64_t step)
+{
+    return restore_chosen(out, m, 0, step);
+}
+
+int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_manager *m,
+                                 int64_t save_counter)
+{
+    return restore_chosen(out, m, 1, save_counter);
 }
 
 /* ---- training state -------------------------------------------------------------------------- */

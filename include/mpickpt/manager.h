@@ -87,7 +87,8 @@ CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info 
                                   size_t out_size);
 
 /** Full path of the latest checkpoint into @p out ("" when none): the newest a restore would start
- *  from (pins and drops followed). Local (synchronized view). */
+ *  from (pins, drops and levels followed: ckpt_manager_restorable()'s `start`). Local
+ *  (synchronized view). */
 CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
 
 /**
@@ -125,9 +126,69 @@ typedef struct ckpt_manager_restored {
  * The restart control (`mpickpt pin`/`drop`, docs/operations.md) is followed: dropped checkpoints
  * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
  * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a
- * fall back past it. Collective.
+ * fall back past it. The candidates are those ckpt_manager_restorable() lists, from its `start`
+ * down, never one behind the pin. Collective.
  */
 CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
+
+/** What the restart control (`mpickpt pin`, docs/operations.md) makes of a restorable checkpoint
+ *  (ckpt_manager_restorable_entry.restart). */
+typedef enum ckpt_restart_status {
+    CKPT_RESTART_NORMAL = 0,    /**< restore_or_initialize may start from it or fall back to it */
+    CKPT_RESTART_PINNED = 1,    /**< the pinned checkpoint */
+    CKPT_RESTART_BEHIND_PIN = 2 /**< older than the pin: restore_or_initialize never falls back
+                                 *   to it; restored only when chosen (ckpt_manager_restore_step) */
+} ckpt_restart_status;
+
+/** One checkpoint a restore may use. */
+typedef struct ckpt_manager_restorable_entry {
+    ckpt_state_entry entry; /**< as the state lists it, but entry.levels holds only the levels
+                             *   this manager restores it from (the cache first): never 0 */
+    int restart;            /**< ckpt_restart_status */
+} ckpt_manager_restorable_entry;
+
+/** The checkpoints a restore may use, oldest first (ckpt_manager_restorable()). */
+typedef struct ckpt_manager_restorable_list {
+    ckpt_manager_restorable_entry *entries;
+    size_t num_entries;
+    size_t start; /**< the entry ckpt_manager_restore_or_initialize() tries first (the one
+                   *   ckpt_manager_latest() names); num_entries when there is none */
+} ckpt_manager_restorable_list;
+
+/**
+ * The checkpoints this manager may restore, oldest first: the state's entries that are neither
+ * dropped nor set aside by a pin (`mpickpt drop`/`pin`) and that are on a level this manager reads
+ * (a checkpoint only in the nodes' caches is not, without a cache level). The same rules decide
+ * ckpt_manager_restore_or_initialize(), ckpt_manager_restore_step() and ckpt_manager_latest().
+ * Taken under the lock an async save's commit holds: safe while a save is in flight. Free it with
+ * ckpt_manager_restorable_free(). Local (every rank has the same view).
+ */
+CKPT_EXTERN int ckpt_manager_restorable(ckpt_manager_restorable_list **out, const ckpt_manager *m);
+
+/** Frees a list of ckpt_manager_restorable(). NULL is a no-op. Local. */
+CKPT_EXTERN void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list);
+
+/**
+ * Restores the checkpoint of step @p step (the newest restorable one with that step) under the
+ * rules of ckpt_manager_restore_or_initialize(), but never another checkpoint instead:
+ * - a checkpoint that is dropped or set aside by a pin, or only in the nodes' caches without a
+ *   cache level here, is CKPT_ENOTFOUND naming it, why and what to do (`mpickpt drop --undo`,
+ *   `mpickpt pin --clear`); so is a step no checkpoint has (the restorable steps are named);
+ * - the level is the manager's choice: the cache copy first (rebuilt from partners when a node
+ *   lost its files), then the persistent copy;
+ * - a damaged or incomplete checkpoint is an error naming it (CKPT_ECORRUPT, or the code of the
+ *   cause), with no fallback to an older one; a registration that does not match a valid
+ *   checkpoint is an error as for restore_or_initialize.
+ * A checkpoint older than the pin (CKPT_RESTART_BEHIND_PIN) may be chosen. On success
+ * out->restored is 1 and out->skipped 0. Collective (the same status on every rank).
+ */
+CKPT_EXTERN int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m,
+                                          int64_t step);
+
+/** ckpt_manager_restore_step() of the checkpoint with save counter @p save_counter (its number:
+ *  ckpt-7 has 7). Collective. */
+CKPT_EXTERN int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_manager *m,
+                                             int64_t save_counter);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Worker training state (TensorFlow's BackupAndRestore)                                       */

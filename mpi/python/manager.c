@@ -26,27 +26,33 @@ static PyObject *restored_dict(const ckpt_manager_restored *r)
                          "world_size", (int)r->world_size, "skipped", r->skipped);
 }
 
+/* One state entry as a dict (a new reference); `levels` are its levels as a list of names. */
+static PyObject *entry_dict(const ckpt_state_entry *e)
+{
+    unsigned lv = e->levels ? e->levels : CKPT_LEVEL_PERSISTENT;
+    PyObject *d = Py_BuildValue("{s:s,s:L,s:L,s:L,s:d,s:K,s:O,s:O,s:[ss]}", "prefix", e->prefix,
+                                "save_counter", (long long)e->save_counter, "epoch",
+                                (long long)e->epoch, "step", (long long)e->step, "timestamp",
+                                e->timestamp, "bytes", (unsigned long long)e->bytes,
+                                "end_of_epoch", e->end_of_epoch ? Py_True : Py_False,
+                                "preserved", e->preserved ? Py_True : Py_False, "levels",
+                                (lv & CKPT_LEVEL_PERSISTENT) ? "persistent" : "",
+                                (lv & CKPT_LEVEL_CACHE) ? "cache" : "");
+    /* the levels as a list of names: the empty ones out */
+    PyObject *lvs = d ? PyDict_GetItemString(d, "levels") : NULL;
+    for (Py_ssize_t k = lvs ? PyList_GET_SIZE(lvs) : 0; k-- > 0;)
+        if (PyUnicode_GET_LENGTH(PyList_GET_ITEM(lvs, k)) == 0)
+            PySequence_DelItem(lvs, k);
+    return d;
+}
+
 static PyObject *state_dict(const ckpt_state *st)
 {
     PyObject *entries = PyList_New(0);
     if (!entries)
         return NULL;
     for (size_t i = 0; st && i < st->num_entries; i++) {
-        const ckpt_state_entry *e = &st->entries[i];
-        unsigned lv = e->levels ? e->levels : CKPT_LEVEL_PERSISTENT;
-        PyObject *d = Py_BuildValue("{s:s,s:L,s:L,s:L,s:d,s:K,s:O,s:O,s:[ss]}", "prefix",
-                                    e->prefix, "save_counter", (long long)e->save_counter, "epoch",
-                                    (long long)e->epoch, "step", (long long)e->step, "timestamp",
-                                    e->timestamp, "bytes", (unsigned long long)e->bytes,
-                                    "end_of_epoch", e->end_of_epoch ? Py_True : Py_False,
-                                    "preserved", e->preserved ? Py_True : Py_False, "levels",
-                                    (lv & CKPT_LEVEL_PERSISTENT) ? "persistent" : "",
-                                    (lv & CKPT_LEVEL_CACHE) ? "cache" : "");
-        /* the levels as a list of names: the empty ones out */
-        PyObject *lvs = d ? PyDict_GetItemString(d, "levels") : NULL;
-        for (Py_ssize_t k = lvs ? PyList_GET_SIZE(lvs) : 0; k-- > 0;)
-            if (PyUnicode_GET_LENGTH(PyList_GET_ITEM(lvs, k)) == 0)
-                PySequence_DelItem(lvs, k);
+        PyObject *d = entry_dict(&st->entries[i]);
         if (!d || PyList_Append(entries, d) < 0) {
             Py_XDECREF(d);
             Py_DECREF(entries);
@@ -57,6 +63,34 @@ static PyObject *state_dict(const ckpt_state *st)
     PyObject *out = Py_BuildValue("{s:s,s:L,s:O}", "latest", st ? st->latest : "",
                                   "save_counter", st ? (long long)st->save_counter : 0LL,
                                   "entries", entries);
+    Py_DECREF(entries);
+    return out;
+}
+
+/* ckpt_manager_restorable() as {"entries": [entry dict + "restart"], "start": index or None}. */
+static PyObject *restorable_dict(const ckpt_manager_restorable_list *l)
+{
+    static const char *const restart[] = { "normal", "pinned", "behind pin" };
+    PyObject *entries = PyList_New(0);
+    if (!entries)
+        return NULL;
+    for (size_t i = 0; i < l->num_entries; i++) {
+        const ckpt_manager_restorable_entry *r = &l->entries[i];
+        PyObject *d = entry_dict(&r->entry);
+        PyObject *word = PyUnicode_FromString(
+            r->restart >= 0 && r->restart <= CKPT_RESTART_BEHIND_PIN ? restart[r->restart] : "?");
+        int bad = !d || !word || PyDict_SetItemString(d, "restart", word) < 0 ||
+                  PyList_Append(entries, d) < 0;
+        Py_XDECREF(word);
+        Py_XDECREF(d);
+        if (bad) {
+            Py_DECREF(entries);
+            return NULL;
+        }
+    }
+    PyObject *start = l->start < l->num_entries ? PyLong_FromSize_t(l->start) : Py_NewRef(Py_None);
+    PyObject *out = start ? Py_BuildValue("{s:O,s:O}", "entries", entries, "start", start) : NULL;
+    Py_XDECREF(start);
     Py_DECREF(entries);
     return out;
 }
@@ -194,6 +228,46 @@ static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *no
     return restored_dict(&r);
 }
 
+/* restore(step=None, save_counter=None): exactly one of them; the manager's rules, no fallback. */
+static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = { "step", "save_counter", NULL };
+    PyObject *step = Py_None, *counter = Py_None;
+    if (manager_ready(self) < 0 ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$OO:restore", names, &step, &counter))
+        return NULL;
+    if ((step == Py_None) == (counter == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "restore() takes exactly one of step, save_counter");
+        return NULL;
+    }
+    long long v = PyLong_AsLongLong(step != Py_None ? step : counter);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    ckpt_manager_restored r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = step != Py_None ? ckpt_manager_restore_step(&r, self->m, v)
+                         : ckpt_manager_restore_counter(&r, self->m, v);
+    Py_END_ALLOW_THREADS
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return restored_dict(&r);
+}
+
+static PyObject *Manager_restorable(ManagerObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (manager_ready(self) < 0)
+        return NULL;
+    ckpt_manager_restorable_list *l = NULL;
+    int rc = ckpt_manager_restorable(&l, self->m); /* under the manager's lock: no GIL release */
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    PyObject *d = restorable_dict(l);
+    ckpt_manager_restorable_free(l);
+    return d;
+}
+
 static PyObject *Manager_latest(ManagerObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -239,6 +313,12 @@ static PyMethodDef Manager_methods[] = {
       "save(epoch=0, step=0, end_of_epoch=False, force=False) -> path, or None when skipped" },
     { "restore_or_initialize", (PyCFunction)Manager_restore_or_initialize, METH_NOARGS,
       "restores the newest valid checkpoint -> info (restored False: none)" },
+    { "restore", (PyCFunction)(void (*)(void))Manager_restore, METH_VARARGS | METH_KEYWORDS,
+      "restore(*, step=None, save_counter=None) -> info: that checkpoint under the manager's "
+      "rules (pin, drop, levels), never another" },
+    { "restorable", (PyCFunction)Manager_restorable, METH_NOARGS,
+      "the checkpoints a restore may use, oldest first: {'entries': [...], 'start': index of the "
+      "one restore_or_initialize tries first, or None}" },
     { "latest", (PyCFunction)Manager_latest, METH_NOARGS, "the latest checkpoint's path, or ''" },
     { "state", (PyCFunction)Manager_state, METH_NOARGS, "the kept checkpoints (a dict)" },
     { "close", (PyCFunction)Manager_close, METH_NOARGS,

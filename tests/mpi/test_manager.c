@@ -38,6 +38,13 @@
  *               save; a damaged or vanished pinned checkpoint is an error on every rank; a
  *               damaged control (bad records, a link) fails the manager's creation on every rank,
  *               and only warns when a running job reads it before a save.
+ *   chosen      ckpt_manager_restore_step/_counter and ckpt_manager_restorable after the real CLI's
+ *               `mpickpt drop DIR ckpt-3 ckpt-1` and `pin DIR ckpt-4` (MPICKPT_CLI): dropped and
+ *               set-aside checkpoints are neither listed nor restored (CKPT_ENOTFOUND naming why
+ *               and the command that undoes it), a step no checkpoint has names the restorable
+ *               ones, a checkpoint behind the pin is restored when asked for, ranks asking for
+ *               different steps get CKPT_EINVAL, a damaged chosen one is CKPT_ECORRUPT naming it
+ *               (no other restored), every value exact on every rank.
  * Every check runs on every rank; every collective must return the same status everywhere.
  * A watchdog aborts the job (naming the case) when a collective call does not return. */
 #include "mpi_check.h"
@@ -49,12 +56,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define MAXNAMES 256
 
@@ -1985,6 +1996,188 @@ out:
     alarm(0);
 }
 
+/* ---- case: chosen (ckpt_manager_restore_step/_counter, ckpt_manager_restorable; issue 29) ---- */
+
+/* Rank 0 runs the real CLI, `$MPICKPT_CLI ARGS...` (NULL-terminated), as an operator between two
+ * jobs: no manager is open on the directory. It must exit 0. Collective (barriers). */
+static void run_cli(const char *what, ...)
+{
+    barrier();
+    if (g_rank == 0) {
+        const char *cli = getenv("MPICKPT_CLI");
+        char *argv[16] = { (char *)cli };
+        va_list ap;
+        va_start(ap, what);
+        for (int i = 1; i < 15 && (argv[i] = va_arg(ap, char *)) != NULL; i++)
+            ;
+        va_end(ap);
+        argv[15] = NULL;
+        pid_t pid;
+        int st = -1, rc = cli && *cli ? posix_spawn(&pid, cli, NULL, NULL, argv, environ) : -1;
+        if (rc == 0 && waitpid(pid, &st, 0) != pid)
+            rc = -1;
+        CHECK_MSG(rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "%s: mpickpt %s %s ... (MPICKPT_CLI=%s) failed: spawn %d, status %d", what,
+                  argv[1] ? argv[1] : "", argv[2] ? argv[2] : "", cli ? cli : "(unset)", rc, st);
+    }
+    barrier();
+}
+
+/* ckpt_manager_restorable lists exactly the counters `want` ("2 4 5") with the restart statuses
+ * `restart` (one letter each: N normal, P pinned, B behind the pin), its start is counter
+ * `start` (0: none) and ckpt_manager_latest names it: the same on every rank. */
+static void expect_restorable(ckpt_manager *mg, const char *want, const char *restart,
+                              int64_t start, const char *what)
+{
+    ckpt_manager_restorable_list *l = NULL;
+    char got[256] = "", rs[64] = "", latest[4400] = "x";
+    int64_t got_start = 0;
+    CHECK(ckpt_manager_restorable(&l, mg) == CKPT_OK && l != NULL);
+    for (size_t i = 0; l && i < l->num_entries; i++) {
+        const ckpt_manager_restorable_entry *r = &l->entries[i];
+        size_t n = strlen(got);
+        snprintf(got + n, sizeof got - n, "%s%" PRId64, i ? " " : "", r->entry.save_counter);
+        if (i + 1 < sizeof rs)
+            rs[i] = "NPB?"[r->restart >= 0 && r->restart <= 2 ? r->restart : 3];
+        CHECK_MSG(r->entry.levels == CKPT_LEVEL_PERSISTENT &&
+                      r->entry.step == r->entry.save_counter * 10,
+                  "%s: %s listed with levels %u, step %" PRId64, what, r->entry.prefix,
+                  r->entry.levels, r->entry.step);
+    }
+    if (l && l->start < l->num_entries)
+        got_start = l->entries[l->start].entry.save_counter;
+    CHECK_MSG(!l || l->start <= l->num_entries, "%s: start %zu of %zu", what, l ? l->start : 0,
+              l ? l->num_entries : 0);
+    ckpt_manager_restorable_free(l);
+    same_str(got, "the restorable list", what);
+    CHECK_MSG(strcmp(got, want) == 0 && strcmp(rs, restart) == 0 && got_start == start,
+              "%s: restorable [%s] (%s) from %" PRId64 ", expected [%s] (%s) from %" PRId64, what,
+              got, rs, got_start, want, restart, start);
+    CHECK(ckpt_manager_latest(mg, latest, sizeof latest) == CKPT_OK);
+    char name[64] = "";
+    if (start)
+        snprintf(name, sizeof name, "ckpt-%" PRId64, start);
+    CHECK_MSG(strcmp(start ? base_of(latest) : latest, name) == 0,
+              "%s: ckpt_manager_latest \"%s\", expected ckpt-%" PRId64, what, latest, start);
+}
+
+/* A chosen restore (by_counter: save counter, else step) that must restore ckpt-<counter>
+ * exactly, on every rank. */
+static void chosen_ok(ckpt_manager *mg, tm_model *m, int by_counter, int64_t value,
+                      int64_t counter, const char *what)
+{
+    tm_sentinel(m);
+    ckpt_manager_restored r;
+    memset(&r, 0x5a, sizeof r);
+    int rc = by_counter ? ckpt_manager_restore_counter(&r, mg, value)
+                        : ckpt_manager_restore_step(&r, mg, value);
+    if (!coll(rc, CKPT_OK, what))
+        return;
+    r.prefix[sizeof r.prefix - 1] = '\0';
+    same_str(r.prefix, "prefix", what);
+    char name[64];
+    snprintf(name, sizeof name, "ckpt-%" PRId64, counter);
+    CHECK_MSG(r.restored == 1 && r.skipped == 0 && r.save_counter == counter &&
+                  r.step == counter * 10 && strcmp(base_of(r.prefix), name) == 0,
+              "%s: restored %d \"%s\" counter %" PRId64 " step %" PRId64 " skipped %d, expected "
+              "%s",
+              what, r.restored, r.prefix, r.save_counter, r.step, r.skipped, name);
+    check_model(m, counter * 10, TM_RESTORED_LAST, what);
+}
+
+/* A chosen restore that must fail with `want` on every rank, the message holding each of the
+ * NULL-terminated needles. */
+static void chosen_fails(ckpt_manager *mg, int by_counter, int64_t value, int want,
+                         const char *what, ...)
+{
+    ckpt_manager_restored r;
+    int rc = by_counter ? ckpt_manager_restore_counter(&r, mg, value)
+                        : ckpt_manager_restore_step(&r, mg, value);
+    if (!coll(rc, want, what))
+        return;
+    va_list ap;
+    va_start(ap, what);
+    for (const char *n; (n = va_arg(ap, const char *)) != NULL;)
+        CHECK_MSG(strstr(g_msg, n) != NULL, "%s: the error does not name \"%s\": %s", what, n,
+                  g_msg);
+    va_end(ap);
+}
+
+static void test_chosen(void)
+{
+    alarm(120);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/chosen", g_out);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
+    static const meta mt[6] = { { 0, 0, 0 }, { 0, 10, 0 }, { 0, 20, 1 }, { 1, 30, 0 },
+                                { 1, 40, 1 }, { 2, 50, 0 } };
+    begin_case("chosen: five saves");
+    ckpt_manager *mg = new_manager(s, dir, 0, 0, 0, NULL, "chosen: setup");
+    if (!mg)
+        goto out;
+    for (int i = 1; i <= 5; i++)
+        msave(mg, &m, &mt[i], 0, "ckpt", i, "chosen: setup");
+    expect_restorable(mg, "1 2 3 4 5", "NNNNN", 5, "chosen: five saves");
+    chosen_ok(mg, &m, 0, 30, 3, "chosen: step 30 in the manager that saved it");
+    ckpt_manager_free(mg);
+
+    begin_case("chosen: mpickpt drop DIR ckpt-3 ckpt-1");
+    run_cli("chosen: drop", "drop", dir, "ckpt-3", "ckpt-1", (char *)NULL);
+    mg = new_manager(s, dir, 0, 0, 0, NULL, "chosen: dropped");
+    if (!mg)
+        goto out;
+    expect_restorable(mg, "2 4 5", "NNN", 5, "chosen: 3 and 1 dropped");
+    chosen_fails(mg, 0, 30, CKPT_ENOTFOUND, "chosen: step 30 is dropped", "ckpt-3", "dropped",
+                 "mpickpt drop --undo", (char *)NULL);
+    chosen_fails(mg, 1, 1, CKPT_ENOTFOUND, "chosen: counter 1 is dropped", "ckpt-1", "dropped",
+                 (char *)NULL);
+    chosen_fails(mg, 0, 99, CKPT_ENOTFOUND, "chosen: no step 99", "step 99", "20, 40, 50",
+                 (char *)NULL);
+    chosen_ok(mg, &m, 0, 40, 4, "chosen: step 40");
+    chosen_ok(mg, &m, 1, 2, 2, "chosen: counter 2");
+    if (g_size > 1) /* every rank must ask for the same one */
+        chosen_fails(mg, 0, g_rank ? 40 : 20, CKPT_EINVAL, "chosen: ranks ask for different steps",
+                     "step 40", (char *)NULL);
+    ckpt_manager_free(mg);
+
+    begin_case("chosen: mpickpt pin DIR ckpt-4");
+    run_cli("chosen: pin", "pin", dir, "ckpt-4", (char *)NULL);
+    mg = new_manager(s, dir, 0, 0, 0, NULL, "chosen: pinned");
+    if (!mg)
+        goto out;
+    expect_restorable(mg, "2 4", "BP", 4, "chosen: ckpt-4 pinned, ckpt-5 set aside");
+    chosen_fails(mg, 0, 50, CKPT_ENOTFOUND, "chosen: step 50 is set aside", "ckpt-5",
+                 "set aside", "ckpt-4", "mpickpt pin", (char *)NULL);
+    chosen_ok(mg, &m, 0, 20, 2, "chosen: step 20, behind the pin, when asked for");
+    chosen_ok(mg, &m, 1, 4, 4, "chosen: the pinned counter 4");
+    restored_want r4 = { 1, 4, 1, 40, 1, 0 };
+    mrestore(mg, &m, &r4, "chosen: restore_or_initialize starts from the pin");
+    ckpt_manager_free(mg);
+
+    begin_case("chosen: the pinned ckpt-4 damaged");
+    damage_ckpt(dir, 4, DMG_FLIP, "chosen: ckpt-4 flipped");
+    mg = new_manager(s, dir, 0, 0, 0, NULL, "chosen: damaged");
+    if (!mg)
+        goto out;
+    chosen_fails(mg, 1, 4, CKPT_ECORRUPT, "chosen: the damaged ckpt-4", "ckpt-4", (char *)NULL);
+    restore_fails(mg, &m, CKPT_ENOTFOUND, "chosen: restore_or_initialize of the damaged pin");
+    chosen_ok(mg, &m, 0, 20, 2, "chosen: step 20 after the damaged ckpt-4");
+    ckpt_manager_free(mg);
+
+    begin_case("chosen: mpickpt pin --clear DIR");
+    run_cli("chosen: clear", "pin", "--clear", dir, (char *)NULL);
+    mg = new_manager(s, dir, 0, 0, 0, NULL, "chosen: cleared");
+    if (!mg)
+        goto out;
+    expect_restorable(mg, "2 4 5", "NNN", 5, "chosen: pin cleared");
+    chosen_ok(mg, &m, 0, 50, 5, "chosen: step 50 once the pin is cleared");
+    ckpt_manager_free(mg);
+out:
+    ckpt_saver_free(s);
+    alarm(0);
+}
+
 /* ---- main ---- */
 
 typedef struct test_case {
@@ -1997,7 +2190,7 @@ static const test_case cases[] = {
     { "fallback", test_fallback },   { "bcast", test_bcast },
     { "initial", test_initial },     { "delete", test_delete },
     { "gc", test_gc },               { "workertemp", test_workertemp },
-    { "pin", test_pin },
+    { "pin", test_pin },             { "chosen", test_chosen },
 };
 
 int main(int argc, char **argv)
@@ -2017,7 +2210,8 @@ int main(int argc, char **argv)
     if (!found) {
         if (g_rank == 0)
             fprintf(stderr, "usage: test_manager OUTDIR CASE [per-rank|shared|per-node]; CASE: all "
-                            "retention keep_hours fallback bcast initial delete gc workertemp pin\n");
+                            "retention keep_hours fallback bcast initial delete gc workertemp pin "
+                            "chosen\n");
         MPI_Finalize();
         return 2;
     }

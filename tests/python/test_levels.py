@@ -6,7 +6,8 @@ Three saves (persist every 2nd, the cache and the directory keep 2 each): save()
 node's cache path; the entries' levels are ckpt-2 ['persistent', 'cache'] and ckpt-3 ['cache'];
 a fresh manager restores ckpt-3 from the cache (every value, on every rank); with every cache
 directory removed it restores ckpt-2 from the directory (one skipped). A bad redundancy is a
-ValueError; restore(step=) of a checkpoint only in the cache is a NotFoundError saying so.
+ValueError. restore(step=) of a checkpoint only in the cache restores it from the cache; with
+the caches lost it is an error naming it (never step 20 instead).
 
 Usage: mpirun -np N python3 test_levels.py OUTDIR"""
 import os
@@ -60,7 +61,10 @@ def main():
         check(levels == [("ckpt-2", ["persistent", "cache"]), ("ckpt-3", ["cache"])],
               f"levels {levels}")
         pc.same_everywhere(levels, "levels")
-        expect_error(NotFoundError, lambda: mgr.restore(state, step=30), "only in the cache")
+        fill(state, -1)  # restore(step=) of a checkpoint only in the cache: from the cache
+        info = mgr.restore(state, step=30)
+        check(info["prefix"].startswith(cache) and info["step"] == 30, f"step=30: {info}")
+        expect(state, 30, "restore(step=30) from the cache")
     check(os.path.exists(os.path.join(d, "ckpt-2.index")) and
           not os.path.exists(os.path.join(d, "ckpt-3.index")), "the directory's checkpoints")
 
@@ -75,6 +79,9 @@ def main():
     pc.comm.Barrier()
     fill(state, -1)
     with mpickpt.CheckpointManager(d, **opts) as mgr:
+        # the one asked for is lost: an error naming it, never another checkpoint instead
+        expect_error(NotFoundError, lambda: mgr.restore(state, step=30), "ckpt-3")
+        check(state["step"] == -1, "step=30 lost, yet plain values were put back")
         info = mgr.restore(state)
         check(info["step"] == 20 and info["skipped"] == 1, f"every cache lost: {info}")
         expect(state, 20, "restored from the directory")

@@ -205,40 +205,34 @@ class CheckpointManager(_Base):
         return self._mgr.state()["entries"]
 
     def all_steps(self) -> List[int]:
-        """The steps of the kept checkpoints, oldest first."""
-        return [e["step"] for e in self._entries()]
+        """The steps restore(step=...) accepts, oldest first: the kept checkpoints that no
+        `mpickpt drop` retired, no `mpickpt pin` set aside, and that are on a level this manager
+        reads (one only in the nodes' caches is not, without cache_dir). Those older than a pin
+        are listed: restore() does not fall back to them, restore(step=...) restores them. The C
+        manager decides (ckpt_manager_restorable)."""
+        return [e["step"] for e in self._mgr.restorable()["entries"]]
 
     def latest_step(self) -> Optional[int]:
-        """The step of the checkpoint a restore starts from (the newest, unless `mpickpt pin` or
-        `mpickpt drop` chose another), or None."""
-        latest = os.path.basename(self._mgr.latest())
-        matches = [e for e in self._entries() if e["prefix"] == latest]
-        return matches[-1]["step"] if matches else None
-
-    def _restore_step(self, state: Mapping[str, Any], step: int) -> Dict[str, Any]:
-        matches = [e for e in self._entries() if e["step"] == step]
-        if not matches:
-            raise NotFoundError(f"no checkpoint of step {step} in {self._dir} (steps: "
-                                f"{self.all_steps()})")
-        if "persistent" not in matches[-1].get("levels", ["persistent"]):
-            raise NotFoundError(f"the checkpoint of step {step} is only in the cache: restore() "
-                                f"without a step restores the newest from there")
-        prefix = os.path.join(self._dir, matches[-1]["prefix"])
-        info = self._saver.restore(prefix, skip_missing_per_rank=self._skip)
-        restore_finish(self._comm, self._reg, self._saver, self._skip, prefix)
-        return {"restored": True, "prefix": prefix, "skipped": 0, **info}
+        """The step of the checkpoint restore() starts from (the newest restorable one, or the
+        pinned one: `mpickpt pin`), or None."""
+        r = self._mgr.restorable()
+        return None if r["start"] is None else r["entries"][r["start"]]["step"]
 
     @uninterruptible
     def restore(self, state: Mapping[str, Any], step: Optional[int] = None) -> Dict[str, Any]:
         """Restores into `state` in place: the newest valid checkpoint (damaged ones are skipped
-        with a warning, and counted in info['skipped']) or the one of `step`. Returns info
-        (prefix, step, epoch, world_size, ...). NotFoundError when there is none. Collective."""
+        with a warning, and counted in info['skipped']) or the one of `step` (one of
+        all_steps(); a dropped, set-aside or damaged one is an error naming it, never a fall back
+        to another). Returns info (prefix, step, epoch, world_size, ...). NotFoundError when
+        there is none. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, state)
         if step is not None:
-            return self._restore_step(state, int(step))
-        info = self._mgr.restore_or_initialize()
-        if not info["restored"]:
-            raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} damaged)")
+            info = self._mgr.restore(step=int(step))
+        else:
+            info = self._mgr.restore_or_initialize()
+            if not info["restored"]:
+                raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
+                                    "damaged)")
         restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
         return info
 

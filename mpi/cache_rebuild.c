@@ -17,13 +17,13 @@
  * every leader computes the same plan: for each file, each target (home, partner) that lacks an
  * intact copy is sent it by the first node that holds one (home first, then partner, then any).
  * A file of which no node holds an intact copy is lost: the rebuild fails naming it (and which
- * copies are damaged), and the manager falls back to the persistent copy or an older checkpoint. The leaders agree before any
- * bytes move (every one can hold, map and receive what the plan gives it); then every leader
- * posts all its sends (nonblocking, from a read-only mapping) before it receives, so transfers in
- * any pattern cannot deadlock; a received file is written under a temp name (O_EXCL), fsynced and
- * renamed: the rename replaces only what stood under a name the node lacked (a planted link or
- * FIFO, a file of the wrong size), never following it; a planted directory fails the rename, and
- * the rebuild, naming it.
+ * copies are damaged), and the manager falls back to the persistent copy or an older checkpoint.
+ * The leaders agree before any bytes move (every one can hold, map and receive what the plan gives
+ * it); then every leader posts all its sends (nonblocking, from a read-only mapping) before it
+ * receives, so transfers in any pattern cannot deadlock; a received file is written under a temp
+ * name (O_EXCL), fsynced and renamed: the rename replaces only what stood under a name the node
+ * lacked (a planted link or FIFO, a file of the wrong size or a damaged one), never following it;
+ * a planted directory fails the rename, and the rebuild, naming it.
  */
 #include "saver_internal.h"
 

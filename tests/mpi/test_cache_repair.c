@@ -43,9 +43,9 @@ static ckpt_layout g_layout;
 
 /* What rank 0 found after the saves (every rank gets the numbers). */
 static char g_cache[4200], g_file[300];
-static int g_pnode = -1;                        /* the node holding F's partner copy */
-static long g_big_at = -1, g_small_at = -1;     /* offsets of the bytes to flip in F */
-static unsigned char *g_saved, *g_saved_index;  /* rank 0: F's and node 0's index bytes */
+static int g_pnode = -1;                       /* the node holding F's partner copy */
+static long g_big_at = -1, g_small_at = -1;    /* offsets of the bytes to flip in F */
+static unsigned char *g_saved, *g_saved_index; /* rank 0: F's and node 0's index bytes */
 static long g_saved_len = -1, g_saved_index_len = -1;
 
 /* The warnings rank 0's library logged since the last reset (the fallback's names the file). */

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #define TAG_RB 0x6c62
+#define TAG_CHECK 0x6c63 /* a node rank's list of pieces to check, from its leader */
 
 /* The node that wrote data file `name` of checkpoint `base` (the writer's shape must be this
  * job's), or -1. */
@@ -75,46 +76,61 @@ typedef struct {
 /* What a node holds of a data file (one byte per file in the leaders' allgather). */
 enum { RB_NONE = 0, RB_INTACT = 1, RB_DAMAGED = 2 };
 
-/* Piece `p` of tensor `tensor`, `bytes` at p->file_offset of open file `fd` (`fsize` bytes),
- * against the index's checksums: each block's CRC-32C where the piece has block checksums (format
- * 2), and the piece's CRC-32C (then combined from its blocks', so the bytes are read once), through
- * `buf` (`cap` bytes). CKPT_OK, or CKPT_ECORRUPT / CKPT_EIO with a message naming the tensor (the
- * caller names the file). */
-static int check_piece(int fd, uint64_t fsize, const char *tensor, const Mpickpt__Piece *p,
-                       uint8_t *buf, size_t cap)
+/* The check of a node's data files works on pieces the leader lists for each of the node's ranks
+ * (only the leader holds the index): each piece as words of a uint64_t stream, C_N words then its
+ * block CRCs, two to a word (the first in the low half). */
+enum { C_FILE, C_OFF, C_BYTES, C_CRC, C_RANK, C_BLOCK, C_NBLOCKS, C_N };
+
+/* Words of a piece with `nblocks` block CRCs in the stream. */
+static uint64_t piece_words(uint64_t nblocks)
 {
-    if (p->file_offset > fsize || p->bytes > fsize - p->file_offset)
-        return ckpt__error(CKPT_ECORRUPT, "tensor '%s' (rank %d): bytes %llu..%llu lie past the "
-                                          "file's end (%llu bytes)",
-                           tensor, p->rank, (unsigned long long)p->file_offset,
-                           (unsigned long long)(p->file_offset + p->bytes),
+    return C_N + (nblocks + 1) / 2;
+}
+
+/* One listed piece `w` (its bytes in open file `fd`, `fsize` bytes) against the index's checksums:
+ * each block's CRC-32C where the piece has block checksums (format 2), and the piece's CRC-32C
+ * (then combined from its blocks', so each byte is read once), read through `buf` (`cap` bytes).
+ * CKPT_OK, or CKPT_ECORRUPT / CKPT_EIO with a message naming the piece (the caller names the
+ * file). */
+static int check_piece(int fd, uint64_t fsize, const uint64_t *w, uint8_t *buf, size_t cap)
+{
+    uint64_t off0 = w[C_OFF], bytes = w[C_BYTES], nb = w[C_NBLOCKS];
+    int rank = (int)w[C_RANK];
+    if (off0 > fsize || bytes > fsize - off0)
+        return ckpt__error(CKPT_ECORRUPT, "the piece of rank %d at bytes %llu..%llu lies past "
+                                          "the file's end (%llu bytes)",
+                           rank, (unsigned long long)off0, (unsigned long long)(off0 + bytes),
                            (unsigned long long)fsize);
-    int blocks = p->n_block_crc32c > 0 && p->block_bytes > 0;
-    uint64_t bsize = blocks ? p->block_bytes : p->bytes;
+    uint64_t bsize = nb ? w[C_BLOCK] : bytes;
     uint32_t whole = 0;
-    size_t b = 0;
-    for (uint64_t off = 0; off < p->bytes; off += bsize, b++) {
-        uint64_t blen = p->bytes - off < bsize ? p->bytes - off : bsize;
+    uint64_t b = 0;
+    for (uint64_t off = 0; off < bytes; off += bsize, b++) {
+        uint64_t blen = bytes - off < bsize ? bytes - off : bsize;
         uint32_t crc = 0;
         for (uint64_t done = 0; done < blen;) {
             size_t n = blen - done < cap ? (size_t)(blen - done) : cap;
-            int rc = ckpt__pread_crc(fd, p->file_offset + off + done, buf, n, &crc);
+            int rc = ckpt__pread_crc(fd, off0 + off + done, buf, n, &crc);
             if (rc != CKPT_OK)
-                return ckpt__error_wrap(rc, "tensor '%s' (rank %d)", tensor, p->rank);
+                return ckpt__error_wrap(rc, "the piece of rank %d at bytes %llu..%llu", rank,
+                                        (unsigned long long)off0,
+                                        (unsigned long long)(off0 + bytes));
             done += n;
         }
-        if (blocks && (b >= p->n_block_crc32c || crc != p->block_crc32c[b]))
+        uint32_t want = b < nb ? (uint32_t)(w[C_N + b / 2] >> (32 * (b % 2))) : 0u;
+        if (nb && (b >= nb || crc != want))
             return ckpt__error(CKPT_ECORRUPT,
-                               "tensor '%s' (rank %d): block %zu checksum mismatch (stored "
-                               "%08x, computed %08x)",
-                               tensor, p->rank, b,
-                               b < p->n_block_crc32c ? p->block_crc32c[b] : 0u, crc);
-        whole = blocks ? ckpt__crc32c_combine(whole, crc, blen) : crc;
+                               "the piece of rank %d at bytes %llu..%llu: block %llu checksum "
+                               "mismatch (stored %08x, computed %08x)",
+                               rank, (unsigned long long)off0, (unsigned long long)(off0 + bytes),
+                               (unsigned long long)b, want, crc);
+        whole = nb ? ckpt__crc32c_combine(whole, crc, blen) : crc;
     }
-    if (whole != p->crc32c)
+    if (whole != (uint32_t)w[C_CRC])
         return ckpt__error(CKPT_ECORRUPT,
-                           "tensor '%s' (rank %d): checksum mismatch (stored %08x, computed %08x)",
-                           tensor, p->rank, p->crc32c, whole);
+                           "the piece of rank %d at bytes %llu..%llu: checksum mismatch (stored "
+                           "%08x, computed %08x)",
+                           rank, (unsigned long long)off0, (unsigned long long)(off0 + bytes),
+                           (uint32_t)w[C_CRC], whole);
     return CKPT_OK;
 }
 
@@ -129,108 +145,184 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(((const rb_name *)a)->name, ((const rb_name *)b)->name);
 }
 
-/* This rank's share of the check of its node's intact-looking files (held[f] == RB_INTACT):
- * every piece of those files with a recorded offset, in index order, cut into node_size runs of
- * about equal bytes; this rank takes run node_rank. bad[f] is set for a file with a piece that
- * fails (its first failure logged); CKPT_OK, or an error that stops the check (out of memory). */
-static int check_share(const ckpt_saver *s, const char *name, const Mpickpt__Index *idx,
-                       const uint8_t *held, uint8_t *bad, int dirfd)
+/*
+ * The leader's lists (*work[r], len[r] words, for each of its node's r < node_size ranks; free
+ * each and the array): every piece with a recorded offset of the files its node holds at the
+ * right size (held[f] == RB_INTACT), in index order, cut into node_size runs of about equal
+ * bytes. Also the names of those files, each NUL-terminated by file number (an empty name for the
+ * others): *names, *nlen bytes. A piece without a recorded offset is reached through HDF5 only and
+ * is left to the restore's read, which checks its CRC-32C (the saver records every offset,
+ * docs/format.md).
+ */
+static int list_checks(const ckpt_saver *s, const Mpickpt__Index *idx, const uint8_t *held,
+                       uint64_t ***work, uint64_t *len, char **names, uint64_t *nlen)
 {
-    size_t nf = idx->n_files;
-    rb_name *names = malloc((nf ? nf : 1) * sizeof *names);
+    size_t nf = idx->n_files, k = (size_t)s->node_size;
+    rb_name *byname = malloc((nf ? nf : 1) * sizeof *byname);
+    uint64_t **w = calloc(k, sizeof *w), *fill = calloc(k, sizeof *fill);
+    int rc = byname && w && fill ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    *nlen = 0;
+    for (size_t f = 0; rc == CKPT_OK && f < nf; f++) {
+        byname[f].name = idx->files[f]->name;
+        byname[f].f = f;
+        *nlen += (held[f] == RB_INTACT ? strlen(byname[f].name) : 0) + 1;
+    }
+    if (rc == CKPT_OK)
+        qsort(byname, nf, sizeof *byname, cmp_name);
+    if (rc == CKPT_OK && !(*names = malloc(*nlen ? (size_t)*nlen : 1)))
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t f = 0, at = 0; rc == CKPT_OK && f < nf; f++) {
+        size_t n = held[f] == RB_INTACT ? strlen(idx->files[f]->name) : 0;
+        memcpy(*names + at, idx->files[f]->name, n);
+        (*names)[at + n] = '\0';
+        at += n + 1;
+    }
+    memset(len, 0, k * sizeof *len);
+    /* pass 0 counts the bytes, pass 1 the words of each run, pass 2 writes them */
+    uint64_t total = 0, per = 1;
+    for (int pass = 0; rc == CKPT_OK && pass < 3; pass++) {
+        uint64_t at = 0;
+        for (size_t t = 0; t < idx->n_tensors; t++)
+            for (size_t j = 0; j < idx->tensors[t]->n_pieces; j++) {
+                const Mpickpt__Piece *p = idx->tensors[t]->pieces[j];
+                rb_name key = { p->file, 0 };
+                const rb_name *hit = bsearch(&key, byname, nf, sizeof *byname, cmp_name);
+                if (!hit || held[hit->f] != RB_INTACT || !p->bytes || !p->file_offset)
+                    continue;
+                size_t r = (size_t)(at / per);
+                uint64_t nb = p->block_bytes ? p->n_block_crc32c : 0;
+                at += p->bytes;
+                if (pass == 0) {
+                    total += p->bytes;
+                } else if (pass == 1) {
+                    len[r] += piece_words(nb);
+                } else {
+                    uint64_t *q = w[r] + fill[r];
+                    memset(q, 0, piece_words(nb) * sizeof *q);
+                    q[C_FILE] = hit->f;
+                    q[C_OFF] = p->file_offset;
+                    q[C_BYTES] = p->bytes;
+                    q[C_CRC] = p->crc32c;
+                    q[C_RANK] = (uint64_t)(p->rank >= 0 ? p->rank : 0);
+                    q[C_BLOCK] = p->block_bytes;
+                    q[C_NBLOCKS] = nb;
+                    for (uint64_t b = 0; b < nb; b++)
+                        q[C_N + b / 2] |= (uint64_t)p->block_crc32c[b] << (32 * (b % 2));
+                    fill[r] += piece_words(nb);
+                }
+            }
+        if (pass == 0)
+            per = total / k + 1;
+        for (size_t r = 0; pass == 1 && rc == CKPT_OK && r < k; r++)
+            if (!(w[r] = malloc(len[r] ? (size_t)len[r] * sizeof **w : 1)))
+                rc = ckpt__error(CKPT_ENOMEM, "out of memory for the list of %s's pieces",
+                                 s->cache.dir);
+    }
+    free(byname);
+    free(fill);
+    *work = w;
+    return rc;
+}
+
+/* This rank's list (`n` words) checked in its node's cache directory `dirfd`: bad[f] set for each
+ * file with a piece that fails (the first failure per file logged, naming the file). CKPT_OK, or
+ * an error that stops the check (out of memory). */
+static int check_list(const ckpt_saver *s, const uint64_t *w, uint64_t n, const char *const *fname,
+                      size_t nf, uint8_t *bad, int dirfd)
+{
     int *fds = malloc((nf ? nf : 1) * sizeof *fds);
     uint64_t *sizes = calloc(nf ? nf : 1, sizeof *sizes);
     size_t cap = (size_t)256 << 10; /* ckpt__pread_crc's own chunk: checked while in cache */
     uint8_t *buf = malloc(cap);
-    int rc = CKPT_OK;
-    if (!names || !fds || !sizes || !buf)
-        rc = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory to check %s's files", s->rank,
-                         name);
-    for (size_t f = 0; rc == CKPT_OK && f < nf; f++) {
-        names[f].name = idx->files[f]->name;
-        names[f].f = f;
+    if (!fds || !sizes || !buf) {
+        free(fds);
+        free(sizes);
+        free(buf);
+        return ckpt__error(CKPT_ENOMEM, "rank %d: out of memory to check its node's cache files",
+                           s->rank);
+    }
+    for (size_t f = 0; f < nf; f++)
         fds[f] = -1;
-    }
-    if (rc == CKPT_OK)
-        qsort(names, nf, sizeof *names, cmp_name);
-    /* the runs: pass 0 counts the bytes, pass 1 checks this rank's run */
-    uint64_t total = 0, at = 0, per = 1;
-    for (int pass = 0; rc == CKPT_OK && pass < 2; pass++) {
-        for (size_t t = 0; t < idx->n_tensors; t++) {
-            const Mpickpt__Tensor *tn = idx->tensors[t];
-            for (size_t j = 0; j < tn->n_pieces; j++) {
-                const Mpickpt__Piece *p = tn->pieces[j];
-                rb_name key = { p->file, 0 };
-                const rb_name *hit = bsearch(&key, names, nf, sizeof *names, cmp_name);
-                /* a piece without a recorded offset is reached through HDF5 only: the restore's
-                 * read checks it (the saver records every offset, docs/format.md) */
-                if (!hit || held[hit->f] != RB_INTACT || !p->bytes || !p->file_offset)
-                    continue;
-                uint64_t mine = at / per;
-                at += p->bytes;
-                if (pass == 0) {
-                    total += p->bytes;
-                    continue;
-                }
-                size_t f = hit->f;
-                if (mine != (uint64_t)s->node_rank || bad[f])
-                    continue;
-                int st = CKPT_OK;
-                if (fds[f] < 0)
-                    st = ckpt__file_open(&fds[f], &sizes[f], dirfd, p->file, O_RDONLY,
-                                         s->cache.dir);
-                if (st == CKPT_OK)
-                    st = check_piece(fds[f], sizes[f], tn->name, p, buf, cap);
-                if (st != CKPT_OK) { /* damage (or a file that went away): not an error here */
-                    bad[f] = 1;
-                    const ckpt_error *e = ckpt_error_last();
-                    ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s",
-                              s->node, p->file, s->cache.dir, e ? e->message : ckpt_strerror(st));
-                    ckpt_error_clear();
-                }
-            }
+    for (uint64_t i = 0; i + C_N <= n; i += piece_words(w[i + C_NBLOCKS])) {
+        const uint64_t *q = w + i;
+        size_t f = (size_t)q[C_FILE];
+        if (f >= nf || bad[f] || i + piece_words(q[C_NBLOCKS]) > n)
+            continue;
+        int st = CKPT_OK;
+        if (fds[f] < 0)
+            st = ckpt__file_open(&fds[f], &sizes[f], dirfd, fname[f], O_RDONLY, s->cache.dir);
+        if (st == CKPT_OK)
+            st = check_piece(fds[f], sizes[f], q, buf, cap);
+        if (st != CKPT_OK) { /* damage (or a file that went away): not an error here */
+            bad[f] = 1;
+            const ckpt_error *e = ckpt_error_last();
+            ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s", s->node,
+                      fname[f], s->cache.dir, e ? e->message : ckpt_strerror(st));
+            ckpt_error_clear();
         }
-        per = total / (uint64_t)s->node_size + 1;
-        at = 0;
     }
-    for (size_t f = 0; fds && f < nf; f++)
+    for (size_t f = 0; f < nf; f++)
         ckpt__close(fds[f]);
-    free(names);
     free(fds);
     free(sizes);
     free(buf);
-    return rc;
+    return CKPT_OK;
 }
 
 /*
  * The check of the node's data files, collective over s->node_comm (with partner redundancy
  * only: without another copy a damaged file cannot be repaired, and the restore's own read finds
  * the damage). The leader passes `ok` (0: it failed before, and the node's other ranks return at
- * once), the index (its payload, `plen` bytes, parsed as `lidx`) and held[]: what its node holds
- * at the recorded size. It broadcasts them; the other ranks pass NULLs and parse the payload (the
- * leader validated it). Every rank checks its share (check_share); a byte-wise maximum over the
- * node gives the leader the damaged files, which become RB_DAMAGED in held[], and whether a rank
- * failed (out of memory). Returns this rank's status; damage is not an error.
+ * once), the index and held[] (what its node holds at the recorded size); the others pass NULLs.
+ * The leader lists each rank's run of pieces (list_checks) and sends it with the names of the
+ * files; every rank, the leader too, checks its run; a byte-wise maximum over the node gives the
+ * leader the damaged files, which become RB_DAMAGED in held[], and whether a rank failed (out of
+ * memory). Every rank takes part in every step whatever its status, and no bytes are sent before
+ * the node agreed that every rank can hold them. Returns this rank's status; damage is no error.
  */
-static int check_node(ckpt_saver *s, const char *name, int ok, const uint8_t *payload,
-                      size_t plen, const Mpickpt__Index *lidx, uint8_t *held)
+static int check_node(ckpt_saver *s, const char *name, int ok, const Mpickpt__Index *idx,
+                      uint8_t *held)
 {
     MPI_Comm nc = s->node_comm;
     int leader = s->node_rank == 0, local = CKPT_OK, dirfd = -1;
-    int64_t head[3] = { ok, (int64_t)plen, lidx ? (int64_t)lidx->n_files : 0 };
-    if (MPI_Bcast(head, 3, MPI_INT64_T, 0, nc) != MPI_SUCCESS)
-        return ckpt__error(CKPT_EMPI, "MPI_Bcast of the check of %s's files failed", name);
+    size_t k = (size_t)s->node_size;
+    uint64_t **work = NULL, *len = NULL, nlen = 0, mine = 0;
+    char *names = NULL;
+    const char **fname = NULL;
+    uint8_t *bad = NULL;
+    if (leader && ok) {
+        if (!(len = calloc(k, sizeof *len)))
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+        else
+            local = list_checks(s, idx, held, &work, len, &names, &nlen);
+        ok = local == CKPT_OK;
+    }
+    uint64_t head[3] = { (uint64_t)ok, nlen, leader && idx ? idx->n_files : 0 };
+    if (MPI_Bcast(head, 3, MPI_UINT64_T, 0, nc) != MPI_SUCCESS) {
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the check of %s's files failed", name);
+        goto out;
+    }
     if (!head[0])
-        return CKPT_OK; /* the leader failed: its error reaches every rank at the agreement */
+        goto out; /* the leader failed: its error reaches every rank at the agreement */
     size_t nf = (size_t)head[2];
-    uint8_t *pay = leader ? (uint8_t *)payload : malloc(head[1] ? (size_t)head[1] : 1);
-    uint8_t *hb = leader ? held : malloc(nf ? nf : 1);
-    uint8_t *bad = calloc(nf + 1, 1);
-    Mpickpt__Index *idx = NULL;
-    int can = pay && hb && bad, all = 0;
-    if (!can)
+    nlen = head[1];
+    if (MPI_Scatter(len, 1, MPI_UINT64_T, &mine, 1, MPI_UINT64_T, 0, nc) != MPI_SUCCESS) {
+        local = ckpt__error(CKPT_EMPI, "MPI_Scatter of the check of %s's files failed", name);
+        goto out;
+    }
+    if (!leader) {
+        names = malloc(nlen ? (size_t)nlen : 1);
+        if (!(work = calloc(1, sizeof *work)) ||
+            !(work[0] = malloc(mine ? (size_t)mine * sizeof **work : 1)))
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory to check %s's files",
+                                s->rank, name);
+    }
+    bad = calloc(nf + 1, 1);
+    fname = malloc((nf ? nf : 1) * sizeof *fname);
+    if ((!names || !bad || !fname) && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory to check %s's files", s->rank,
                             name);
+    int can = local == CKPT_OK, all = 0;
     if (MPI_Allreduce(&can, &all, 1, MPI_INT, MPI_MIN, nc) != MPI_SUCCESS) {
         local = ckpt__error(CKPT_EMPI, "MPI_Allreduce of the check of %s's files failed", name);
         goto out;
@@ -241,19 +333,22 @@ static int check_node(ckpt_saver *s, const char *name, int ok, const uint8_t *pa
                                 name);
         goto out;
     }
-    int rc = ckpt__bcast_bytes(nc, 0, pay, (uint64_t)head[1], s->chunk);
-    if (rc == CKPT_OK)
-        rc = ckpt__bcast_bytes(nc, 0, hb, nf, s->chunk);
+    int rc = ckpt__bcast_bytes(nc, 0, names, nlen, s->chunk);
+    for (size_t r = 1; leader && rc == CKPT_OK && r < k; r++)
+        rc = ckpt__send_bytes(nc, (int)r, TAG_CHECK, work[r], len[r] * sizeof **work, s->chunk);
+    if (!leader && rc == CKPT_OK)
+        rc = ckpt__recv_bytes(nc, 0, TAG_CHECK, work[0], mine * sizeof **work, s->chunk);
     if (rc != CKPT_OK) {
         local = rc;
         goto out;
     }
-    if (!leader)
-        local = ckpt__index_parse(&idx, pay, (size_t)head[1], name, NULL, 0);
+    for (size_t f = 0, at = 0; f < nf; f++) { /* the names, by file number */
+        fname[f] = at < nlen ? names + at : "";
+        at += strnlen(fname[f], (size_t)(nlen - (at < nlen ? at : nlen))) + 1;
+    }
+    local = ckpt__dir_open(&dirfd, s->cache.dir);
     if (local == CKPT_OK)
-        local = ckpt__dir_open(&dirfd, s->cache.dir);
-    if (local == CKPT_OK)
-        local = check_share(s, name, leader ? lidx : idx, hb, bad, dirfd);
+        local = check_list(s, work[0], leader ? len[0] : mine, fname, nf, bad, dirfd);
     bad[nf] = local != CKPT_OK;
     if (MPI_Allreduce(MPI_IN_PLACE, bad, (int)nf + 1, MPI_UNSIGNED_CHAR, MPI_MAX, nc) !=
         MPI_SUCCESS) {
@@ -270,12 +365,12 @@ static int check_node(ckpt_saver *s, const char *name, int ok, const uint8_t *pa
                                 s->node, name);
     }
 out:
-    if (idx)
-        mpickpt__index__free_unpacked(idx, NULL);
-    if (!leader) {
-        free(pay);
-        free(hb);
-    }
+    for (size_t r = 0; work && r < (leader ? k : 1); r++)
+        free(work[r]);
+    free(work);
+    free(len);
+    free(names);
+    free(fname);
     free(bad);
     ckpt__close(dirfd);
     return local;
@@ -423,7 +518,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
     /* the bytes of what looks whole, against the index's checksums, by the node's ranks */
     if (check) {
         checked = 1;
-        local = check_node(s, name, 1, payload, plen, idx, held);
+        local = check_node(s, name, 1, idx, held);
     }
     if (MPI_Allgather(held, (int)(nf ? nf : 1), MPI_BYTE, all, (int)(nf ? nf : 1), MPI_BYTE, lc) !=
         MPI_SUCCESS) {
@@ -533,7 +628,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         local = ckpt__fsync_fd(dirfd, s->cache.dir);
 out:
     if (check && !checked) /* its node's ranks wait for the check: told there is none */
-        (void)check_node(s, name, 0, NULL, 0, NULL, NULL);
+        (void)check_node(s, name, 0, NULL, NULL);
     for (size_t f = 0; maps && f < nf; f++)
         if (maps[f])
             munmap(maps[f], (size_t)idx->files[f]->bytes);
@@ -564,7 +659,7 @@ int ckpt__cache_rebuild(ckpt_saver *s, const char *name)
     if (s->nnodes > 1 && s->node_rank == 0)
         local = rebuild_leader(s, name, &rebuilt);
     else if (s->nnodes > 1 && s->cache.pnode) /* its share of the check of its node's files */
-        local = check_node(s, name, 0, NULL, 0, NULL, NULL);
+        local = check_node(s, name, 0, NULL, NULL);
     if (rebuilt)
         ckpt__log(CKPT_LOG_INFO, "node %d: %d files of %s rebuilt in its cache %s", s->node,
                   rebuilt, name, s->cache.dir);

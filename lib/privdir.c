@@ -118,7 +118,8 @@ static int open_component(int *fd, struct stat *st, int dirfd, const char *name,
     return CKPT_OK;
 }
 
-int ckpt__private_dir_open(int *fd, const char *path)
+int ckpt__private_dir_open(int *fd, const char *path, const struct stat *avoid,
+                           const char *avoid_shown)
 {
     *fd = -1;
     char buf[4096], shown[4096];
@@ -172,6 +173,13 @@ int ckpt__private_dir_open(int *fd, const char *path)
         cur = next;
         if (rc != CKPT_OK)
             break;
+        if (avoid && st.st_dev == avoid->st_dev && st.st_ino == avoid->st_ino) {
+            rc = ckpt__error(CKPT_EINVAL,
+                             "refusing cache directory %s: it is %s the persistent directory %s; "
+                             "a node-local cache must be a directory of its own",
+                             path, i + 1 == n ? "the same as" : "inside", avoid_shown);
+            break;
+        }
     }
     if (rc == CKPT_OK)
         rc = check_private(&st, path);

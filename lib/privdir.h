@@ -26,8 +26,11 @@
  * the components that are missing with mode 0700. On success *fd is the held descriptor. A
  * directory that fails a check is CKPT_EINVAL naming the path, what failed, its owner and mode;
  * nothing in it has been read, created or removed then (components made on the way stay: they are
- * this user's empty directories). */
-int ckpt__private_dir_open(int *fd, const char *path);
+ * this user's empty directories). When `avoid` is not NULL, reaching that directory (device and
+ * inode; `avoid_shown` in messages) on the way is CKPT_EINVAL too, before anything is made below
+ * it: the cache may not be it or inside it. */
+int ckpt__private_dir_open(int *fd, const char *path, const struct stat *avoid,
+                           const char *avoid_shown);
 
 /* Entry `name` of the private directory `parentfd`, created 0700 when missing, with the same
  * checks (`shown` names the parent in messages). */

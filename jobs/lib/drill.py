@@ -8,6 +8,7 @@ MPICKPT_DRILL_MOUNTS names a file where each tmpfs mount point is recorded (dril
 is left of them on exit). The options and the environment are those of jobs/drill.sh --help.
 """
 import fnmatch
+import glob
 import json
 import os
 import re
@@ -163,6 +164,8 @@ LEVELS = {
     "level-kill-drain": "SIGKILL of rank 0 as the drain of a checkpoint to the persistent "
                         "directory starts",
     "level-full-cache": "the cache on a tmpfs too small for a checkpoint",
+    "level-flip-own": "a byte flipped in node 1's own cache data file of the newest checkpoint "
+                      "(its partner holds an intact copy)",
 }
 DRILLS += [(n, "level", n) for n in LEVELS]
 DESCR.update(LEVELS)
@@ -565,12 +568,17 @@ def drill_emulated(d, kind):
     check_restart(d, r, expected, epochs=EPOCHS + 1)
 
 
-def flip_byte(prefix, nrank):
-    import h5py  # noqa: E402 (only this drill needs it)
+def flip_byte(prefix, nrank, in_file=None):
+    """Flips a byte in the middle of a piece of model/dense/kernel (the middle rank's, or with
+    `in_file` the middle one of the pieces in that data file); says where."""
+    import h5py  # noqa: E402 (only these drills need it)
     rc, so, se = cli("inspect", "--json", prefix)
     idx = json.loads(so)
     t = next(t for t in idx["tensors"] if t["name"] == "model/dense/kernel")
-    pieces = sorted(t["pieces"], key=lambda p: p["rank"])
+    pieces = sorted((p for p in t["pieces"] if in_file in (None, p["file"])),
+                    key=lambda p: p["rank"])
+    if not pieces:
+        raise SetupError(f"{prefix}: no piece of model/dense/kernel in {in_file}")
     piece = pieces[len(pieces) // 2]
     path = os.path.join(os.path.dirname(prefix), piece["file"])
     with h5py.File(path, "r") as f:
@@ -768,6 +776,18 @@ def cache_debris(cache):
     return found
 
 
+def cache_data_files(cache, node, name):
+    """Node `node`'s data files of checkpoint `name`: the regular files named
+    <name>.data-* anywhere below its cache directory (where the library keeps them there is its
+    business), as {file name: path}."""
+    found = {}
+    for p in glob.glob(os.path.join(cache, str(node), "**", f"{name}.data-*"), recursive=True):
+        if os.path.isfile(p) and not os.path.islink(p) and \
+                re.fullmatch(re.escape(name) + r"\.data-\d+-of-\d+", os.path.basename(p)):
+            found[os.path.basename(p)] = p
+    return found
+
+
 def check_level_restart(d, r, name, step, from_cache, cache, what="restart"):
     """The restart resumed from checkpoint `name` at `step`, from the cache (its path under
     `cache`) or from DIR/chief, verified every value, finished, left no debris."""
@@ -859,6 +879,31 @@ def drill_level(d, kind):
                       f"DIR/chief/{name}.index after the restart")
         elif kind == "level-kill-drain":
             d.actual += f", {name} drained at the restart"
+    elif kind == "level-flip-own":
+        try:
+            import h5py  # noqa: F401
+        except ImportError:
+            return "SKIPPED", "needs python3-h5py in /usr/bin/python3 (jobs/deps.sh test)"
+        # node 1's own file: per rank, the file of its first rank (nodes of NP/2 ranks)
+        rpn = max(NP // 2, 1)
+        own = f"{newest}.data-{rpn:05d}-of-{NP:05d}"
+        mine, held = cache_data_files(cache, 1, newest), cache_data_files(cache, 0, newest)
+        if own not in mine or own not in held:
+            raise SetupError(f"node 1's {own} or its partner copy on node 0 is not in the caches "
+                             f"(node 1: {sorted(mine)}, node 0: {sorted(held)})")
+        path = mine[own]
+        where = flip_byte(os.path.join(os.path.dirname(path), newest), NP, in_file=own)
+        d.broken += f": node 1's {where}"
+        d.expected = f"{newest} (step {S}) from the cache, {own} replaced by node 0's copy"
+        r = level_demo(d, "restart", EPOCHS, cache)
+        check_level_restart(d, r, newest, S, True, cache)
+        fixed = [l for l in r.se.splitlines() if f"damaged copy of {own} replaced" in l]
+        if not fixed:
+            d.problem(f"no warning that node 1's damaged {own} was replaced (log {r.log})")
+        else:
+            d.actual += ", repaired"
+        if [l for l in r.se.splitlines() if "cannot be restored from the cache" in l]:
+            d.problem(f"{newest} was reported as not restorable from the cache (log {r.log})")
     elif kind == "level-full-cache":
         mnt = os.path.join(d.home, "mnt")
         os.makedirs(mnt)

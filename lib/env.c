@@ -43,19 +43,34 @@ int ckpt__env_bool(int *out, const char *name, int dflt)
     return ckpt__error(CKPT_EINVAL, "%s='%.100s' is not a boolean (use 1 or 0)", name, v);
 }
 
+int ckpt__parse_int64(int64_t *out, const char *s, int64_t lo, int64_t hi)
+{
+    /* strtoll alone would take " 3", "+3" and "3\n": a value that is not what was meant to be
+     * typed is refused, not read as something close to it */
+    const char *d = s[0] == '-' ? s + 1 : s;
+    if (*d < '0' || *d > '9')
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (errno || *end || n < lo || n > hi)
+        return -1;
+    *out = (int64_t)n;
+    return 0;
+}
+
 int ckpt__env_int64(int64_t *out, const char *name, int64_t lo, int64_t hi, int64_t dflt)
 {
     const char *v = env_value(name);
     *out = dflt;
     if (!v)
         return CKPT_OK;
-    char *end = NULL;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi)
-        return ckpt__error(CKPT_EINVAL, "%s='%.100s' is not an integer in %lld..%lld", name, v,
-                           (long long)lo, (long long)hi);
-    *out = (int64_t)n;
+    int64_t n;
+    if (ckpt__parse_int64(&n, v, lo, hi) != 0)
+        return ckpt__error(CKPT_EINVAL, "%s='%.100s' is not an integer in %lld..%lld (digits only, "
+                                        "no spaces or signs)",
+                           name, v, (long long)lo, (long long)hi);
+    *out = n;
     return CKPT_OK;
 }
 

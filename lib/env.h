@@ -14,7 +14,12 @@
 /* 1/true/yes/on or 0/false/no/off (case-insensitive). */
 int ckpt__env_bool(int *out, const char *name, int dflt);
 
-/* A decimal integer in [lo, hi]. */
+/* A decimal integer in [lo, hi], spelled exactly: an optional '-' and digits, nothing else (no
+ * blanks before or after, no '+', no other base). 0, or -1 (*out untouched) when it is not one. */
+int ckpt__parse_int64(int64_t *out, const char *s, int64_t lo, int64_t hi);
+
+/* Variable `name` as ckpt__parse_int64 reads it (unset or empty: dflt); CKPT_EINVAL naming the
+ * variable and its value otherwise. */
 int ckpt__env_int64(int64_t *out, const char *name, int64_t lo, int64_t hi, int64_t dflt);
 
 /* One of `words` (exactly), giving the matching entry of `values`. */

@@ -9,6 +9,7 @@
 static _Thread_local char tl_message[CKPT__MSG_MAX];
 static _Thread_local ckpt_error tl_error;
 static _Thread_local int tl_set;
+static _Thread_local int tl_agreed; /* ckpt__error_agreed() */
 
 const char *ckpt_strerror(int code)
 {
@@ -37,6 +38,7 @@ int ckpt__verror(int code, const char *fmt, va_list ap)
     tl_error.code = code;
     tl_error.message = tl_message;
     tl_set = 1;
+    tl_agreed = 0;
     return code;
 }
 
@@ -57,10 +59,12 @@ int ckpt__error_wrap(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    if (tl_set)
+    if (tl_set) {
         memcpy(old, tl_message, sizeof old);
-    else
+    } else {
         snprintf(old, sizeof old, "%s", ckpt_strerror(code));
+        tl_agreed = 0;
+    }
     snprintf(tl_message, sizeof tl_message, "%s: %s", prefix, old);
     tl_error.code = code;
     tl_error.message = tl_message;
@@ -76,7 +80,18 @@ const ckpt_error *ckpt_error_last(void)
 void ckpt_error_clear(void)
 {
     tl_set = 0;
+    tl_agreed = 0;
     tl_message[0] = '\0';
+}
+
+int ckpt__error_agreed(void)
+{
+    return tl_set && tl_agreed;
+}
+
+void ckpt__error_mark_agreed(void)
+{
+    tl_agreed = tl_set;
 }
 
 const char *ckpt_version(void)

@@ -19,8 +19,16 @@
 int ckpt__error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
 int ckpt__verror(int code, const char *fmt, va_list ap) CKPT_PRINTF(2, 0);
 
-/* Prefixes the current error message with `fmt` (context such as a rank or path); returns code. */
+/* Prefixes the current error message with `fmt` (context such as a rank or path); returns code.
+ * A message that ckpt_mpi_agree() made stays marked as one (ckpt__error_agreed). */
 int ckpt__error_wrap(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+
+/* 1 when the calling thread's current message is an agreed one: ckpt_mpi_agree() made it (with its
+ * "rank R (host H): " prefix), perhaps wrapped since. A new ckpt__error() or ckpt_error_clear()
+ * ends that; ckpt__error_mark_agreed() starts it. Agreeing on such a message again keeps it as it
+ * is, so that a status that passes through several agreements names its rank once, the right one. */
+int ckpt__error_agreed(void);
+void ckpt__error_mark_agreed(void);
 
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 static inline int ckpt__mul_size(size_t *out, size_t a, size_t b)

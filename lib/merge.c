@@ -26,6 +26,7 @@
 #include "strhash.h"
 #include "validate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,6 +196,17 @@ fail:
  * *ntensors merged entries sorted by name, *files the fragments' files in order. On error, what
  * is set is still freed by freeing both arrays.
  */
+/* "float64 [3,4] replicated": a registration as a person compares two of them (every dimension,
+ * not only how many there are). */
+static void describe_reg(char *out, size_t size, const Mpickpt__Tensor *t)
+{
+    size_t n = (size_t)snprintf(out, size, "%s [", ckpt_dtype_name((ckpt_dtype)t->dtype));
+    for (size_t d = 0; d < t->n_shape && n < size; d++)
+        n += (size_t)snprintf(out + n, size - n, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    if (n < size)
+        snprintf(out + n, size - n, "] %s", ckpt_kind_name((ckpt_kind)t->kind));
+}
+
 static int merge_core(Mpickpt__Tensor ***tensors, size_t *ntensors, Mpickpt__DataFile ***files,
                       size_t *nfiles, Mpickpt__Fragment *const *frags, size_t n)
 {
@@ -224,7 +236,7 @@ static int merge_core(Mpickpt__Tensor ***tensors, size_t *ntensors, Mpickpt__Dat
         for (size_t i = 0; i < frags[f]->n_files; i++)
             (*files)[(*nfiles)++] = frags[f]->files[i];
     }
-    size_t npm;
+    size_t npm = 0; /* set by group_entries (GCC may not see it through the error paths) */
     if ((rc = group_entries(&g, &ng, &npm, all, nt, frags)) != CKPT_OK)
         goto done;
 
@@ -261,15 +273,21 @@ static int merge_core(Mpickpt__Tensor ***tensors, size_t *ntensors, Mpickpt__Dat
                              (t->n_shape == 0 ||
                               memcmp(t->shape, t0->shape, t->n_shape * sizeof *t->shape) == 0);
             if (t->dtype != t0->dtype || !same_shape || t->kind != t0->kind) {
+                char a[400], b[400], what[64] = "";
+                describe_reg(a, sizeof a, t0);
+                describe_reg(b, sizeof b, t);
+                const char *parts[3] = { t->dtype != t0->dtype ? "dtypes" : NULL,
+                                         !same_shape ? "shapes" : NULL,
+                                         t->kind != t0->kind ? "kinds" : NULL };
+                for (int j = 0; j < 3; j++)
+                    if (parts[j])
+                        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s",
+                                 what[0] ? " and " : "", parts[j]);
                 rc = ckpt__error(CKPT_EMISMATCH,
-                                 "tensor '%s': rank %d registered %s/%zu-d/%s but rank %d "
-                                 "registered %s/%zu-d/%s",
-                                 t0->name, entry_rank(t0, frags[x->ffrag]),
-                                 ckpt_dtype_name((ckpt_dtype)t0->dtype), t0->n_shape,
-                                 ckpt_kind_name((ckpt_kind)t0->kind),
-                                 entry_rank(t, frags[all[e].frag]),
-                                 ckpt_dtype_name((ckpt_dtype)t->dtype), t->n_shape,
-                                 ckpt_kind_name((ckpt_kind)t->kind));
+                                 "tensor '%s': rank %d registered %s but rank %d registered %s "
+                                 "(the %s differ)",
+                                 t0->name, entry_rank(t0, frags[x->ffrag]), a,
+                                 entry_rank(t, frags[all[e].frag]), b, what);
                 goto done;
             }
         }

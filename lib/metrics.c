@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,9 +158,13 @@ static int hex4(const char *p, const char *end, unsigned *out)
  * quote. Returns 0, or -1 with a reason in *why (out of memory is a reason too). */
 static int parse_string(const char **pp, const char *end, char **out, const char **why)
 {
-    const char *p = *pp + 1;
-    /* The decoded string is never longer than its source. */
-    char *s = malloc((size_t)(end - p) + 1), *o = s;
+    const char *p = *pp + 1, *q = p;
+    /* The decoded string is never longer than its source: room for the source up to the closing
+     * quote, not for the rest of the line (a line of many strings would otherwise allocate, and
+     * under a sanitizer touch, a quadratic number of bytes). */
+    while (q < end && *q != '"')
+        q += *q == '\\' && q + 1 < end ? 2 : 1;
+    char *s = malloc((size_t)(q - p) + 1), *o = s;
     if (!s) {
         *why = reason_oom;
         return -1;
@@ -501,4 +507,29 @@ void ckpt__metrics_record_clear(ckpt__metrics_record *m)
         return;
     free((void *)m->prefix);
     m->prefix = NULL;
+}
+
+int ckpt__metrics_read_line(FILE *f, char *buf, size_t *len)
+{
+    size_t n = 0;
+    int c = EOF;
+    /* getc_unlocked under one lock: a byte at a time at memory speed, and no line-sized buffer
+     * such as getline() grows to whatever one line holds */
+    flockfile(f);
+    while ((c = getc_unlocked(f)) != EOF) {
+        if (n < CKPT__METRICS_MAX_LINE)
+            buf[n] = (char)c;
+        if (n < SIZE_MAX)
+            n++;
+        if (c == '\n')
+            break;
+    }
+    int err = ferror_unlocked(f);
+    funlockfile(f);
+    *len = n;
+    if (err)
+        return -1;
+    if (n == 0)
+        return CKPT__LINE_EOF;
+    return n >= CKPT__METRICS_MAX_LINE ? CKPT__LINE_TOO_LONG : CKPT__LINE_OK;
 }

@@ -110,6 +110,28 @@ int ckpt__metrics_line_blank(const char *line, size_t len);
 int ckpt__metrics_parse_line(ckpt__metrics_record *out, const char *line, size_t len, char *reason,
                              size_t reason_size);
 
+/*
+ * The longest line a reader takes, newline included: the writer's lines are under 1 KiB plus the
+ * prefix, which, escaped, is at most 6 bytes per byte of a path of 4096 (about 25 KiB). A reader
+ * holds one line at a time, so this bounds its memory whatever the file holds.
+ */
+#define CKPT__METRICS_MAX_LINE ((size_t)64 << 10)
+
+/* What ckpt__metrics_read_line() found. */
+enum {
+    CKPT__LINE_EOF = 0,     /* the end of the file: no line */
+    CKPT__LINE_OK = 1,      /* a line in buf[0..*len), its '\n' included when it has one */
+    CKPT__LINE_TOO_LONG = 2 /* a line of CKPT__METRICS_MAX_LINE bytes or more, read to its end
+                             * and dropped; *len its length (saturated at SIZE_MAX) */
+};
+
+/*
+ * Reads the next line of f into buf[0..CKPT__METRICS_MAX_LINE) (NUL bytes included; no NUL is
+ * appended). Never holds more than that buffer: an over-long line is consumed in place, not
+ * stored. Returns a CKPT__LINE_* value, or -1 on a read error (ferror(f) is set; errno says why).
+ */
+int ckpt__metrics_read_line(FILE *f, char *buf, size_t *len);
+
 /* Frees what ckpt__metrics_parse_line() allocated in m and sets m->prefix to NULL. NULL is a
  * no-op. */
 void ckpt__metrics_record_clear(ckpt__metrics_record *m);

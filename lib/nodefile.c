@@ -341,7 +341,7 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
         const ckpt__reg *g = &in->regs->v[p->reg];
         const void *bytes;
         size_t len;
-        uint64_t at;
+        uint64_t at = 0; /* set by next_off(); GCC 12 -O3 cannot see it (maybe-uninitialized) */
         if ((rc = ckpt__piece_bytes(g, in->src[p->reg], p, &bufs->scratch, &bytes, &len)))
             break;
         if (total > 0 && ckpt__shard_packs(in, len)) {
@@ -373,7 +373,7 @@ static int write_all(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard
         const ckpt__reg *g = &in->regs->v[i];
         if (g->kind != CKPT_KIND_BLOB)
             continue;
-        uint64_t at;
+        uint64_t at = 0; /* as above */
         ckpt__written w = {.name = g->stored,
                            .dtype = CKPT_UINT8,
                            .kind = CKPT_KIND_BLOB,

@@ -117,11 +117,13 @@ static int box_run(const hsize_t *d, const ckpt_slice *sel, size_t esize, uint64
     for (int i = 0; i < j; i++)
         if (sel->count[i] != 1)
             return 0;
+    /* the extent comes from the data file: a product that overflows is no run of this file */
     uint64_t o = 0;
     for (int i = 0; i < nd; i++)
-        o = o * (uint64_t)d[i] + (uint64_t)sel->start[i];
-    *off = o * esize;
-    return 1;
+        if (__builtin_mul_overflow(o, (uint64_t)d[i], &o) ||
+            __builtin_add_overflow(o, (uint64_t)sel->start[i], &o))
+            return 0;
+    return !__builtin_mul_overflow(o, (uint64_t)esize, off);
 }
 
 static void fill_header(ckpt_reader *r)
@@ -605,12 +607,14 @@ static int reader_read_impl(ckpt_reader *r, const char *name, ckpt_dtype dtype,
         ckpt_slice_full(&want, &shape);
     }
     int64_t n;
-    ckpt_slice_num_elements(&n, &want);
     size_t esize = ckpt_dtype_size(dtype);
     uint64_t want_bytes;
-    if (__builtin_mul_overflow((uint64_t)n, (uint64_t)esize, &want_bytes) || want_bytes != out_size)
-        return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice holds %lld bytes, buffer has %zu",
-                           name, (long long)((uint64_t)n * esize), out_size);
+    if (ckpt_slice_num_elements(&n, &want) != CKPT_OK ||
+        __builtin_mul_overflow((uint64_t)n, (uint64_t)esize, &want_bytes))
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice's size in bytes overflows", name);
+    if (want_bytes != out_size)
+        return ckpt__error(CKPT_EINVAL, "tensor '%s': the slice holds %llu bytes, buffer has %zu",
+                           name, (unsigned long long)want_bytes, out_size);
 
     for (size_t j = 0; j < t->n_pieces && rc == CKPT_OK; j++) {
         const Mpickpt__Piece *p = t->pieces[j];

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,72 +45,176 @@ static int good_name(const char *s)
     return 1;
 }
 
-int ckpt__restart_add_drop(ckpt__restart *c, const char *name, int64_t counter)
+/* Order of drop records: by counter, then by name. */
+static int drop_cmp(int64_t counter, const char *name, const ckpt__restart_drop *d)
 {
-    for (size_t i = 0; i < c->num_drops; i++)
-        if (c->drops[i].counter == counter && strcmp(c->drops[i].name, name) == 0)
-            return CKPT_OK;
-    if (!good_name(name))
-        return ckpt__error(CKPT_EINVAL, "'%s' is not a checkpoint name", name);
-    ckpt__restart_drop *d = realloc(c->drops, (c->num_drops + 1) * sizeof *d);
+    if (counter != d->counter)
+        return counter < d->counter ? -1 : 1;
+    return strcmp(name, d->name);
+}
+
+static int drop_qsort_cmp(const void *a, const void *b)
+{
+    const ckpt__restart_drop *x = a;
+    return drop_cmp(x->counter, x->name, b);
+}
+
+/* The position of (counter, name) among the sorted drops: *found says whether it is there;
+ * otherwise the result is where it belongs. */
+static size_t drop_find(const ckpt__restart *c, const char *name, int64_t counter, int *found)
+{
+    size_t lo = 0, hi = c->num_drops;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int k = drop_cmp(counter, name, &c->drops[mid]);
+        if (k == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (k < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *found = 0;
+    return lo;
+}
+
+/* Room for one more drop; the capacity doubles, so n appends copy O(n) records in all. */
+static int drop_reserve(ckpt__restart *c)
+{
+    if (c->num_drops < c->cap_drops)
+        return CKPT_OK;
+    size_t cap = c->cap_drops ? 2 * c->cap_drops : 16;
+    if (cap > SIZE_MAX / sizeof *c->drops)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    ckpt__restart_drop *d = realloc(c->drops, cap * sizeof *d);
     if (!d)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     c->drops = d;
-    snprintf(d[c->num_drops].name, sizeof d->name, "%s", name);
-    d[c->num_drops].counter = counter;
+    c->cap_drops = cap;
+    return CKPT_OK;
+}
+
+int ckpt__restart_add_drop(ckpt__restart *c, const char *name, int64_t counter)
+{
+    int found;
+    size_t at = drop_find(c, name, counter, &found);
+    if (found)
+        return CKPT_OK;
+    if (!good_name(name))
+        return ckpt__error(CKPT_EINVAL, "'%s' is not a checkpoint name", name);
+    int rc = drop_reserve(c);
+    if (rc != CKPT_OK)
+        return rc;
+    memmove(&c->drops[at + 1], &c->drops[at], (c->num_drops - at) * sizeof *c->drops);
+    snprintf(c->drops[at].name, sizeof c->drops->name, "%s", name);
+    c->drops[at].counter = counter;
     c->num_drops++;
     return CKPT_OK;
 }
 
 int ckpt__restart_remove_drop(ckpt__restart *c, const char *name, int64_t counter)
 {
-    for (size_t i = 0; i < c->num_drops; i++)
-        if (c->drops[i].counter == counter && strcmp(c->drops[i].name, name) == 0) {
-            memmove(&c->drops[i], &c->drops[i + 1], (c->num_drops - i - 1) * sizeof *c->drops);
-            c->num_drops--;
-            return 1;
+    int found;
+    size_t i = drop_find(c, name, counter, &found);
+    if (!found)
+        return 0;
+    memmove(&c->drops[i], &c->drops[i + 1], (c->num_drops - i - 1) * sizeof *c->drops);
+    c->num_drops--;
+    return 1;
+}
+
+/* Sorts the drops appended by the parser and removes repeated records (a file may list one
+ * twice: the same meaning as once). n log n, where inserting each in place would be quadratic. */
+static void drop_sort_unique(ckpt__restart *c)
+{
+    if (c->num_drops < 2)
+        return;
+    qsort(c->drops, c->num_drops, sizeof *c->drops, drop_qsort_cmp);
+    size_t k = 1;
+    for (size_t i = 1; i < c->num_drops; i++)
+        if (drop_qsort_cmp(&c->drops[i], &c->drops[k - 1]) != 0)
+            c->drops[k++] = c->drops[i];
+    c->num_drops = k;
+}
+
+/* The whitespace-separated fields of s[0..n) (at most `max`; one more is counted, not stored,
+ * so a caller sees that there were too many). Returns the count. */
+static int split_fields(const char *s, size_t n, const char **f, size_t *flen, int max)
+{
+    int k = 0;
+    for (size_t i = 0; i < n && k <= max;) {
+        while (i < n && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+            i++;
+        if (i == n)
+            break;
+        size_t start = i;
+        while (i < n && !(s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+            i++;
+        if (k < max) {
+            f[k] = s + start;
+            flen[k] = i - start;
         }
-    return 0;
+        k++;
+    }
+    return k;
+}
+
+/* Field i as a NUL-terminated string in out[size]; 0 when it does not fit. */
+static int field(char *out, size_t size, const char *const *f, const size_t *flen, int i)
+{
+    if (flen[i] >= size)
+        return 0;
+    memcpy(out, f[i], flen[i]);
+    out[flen[i]] = '\0';
+    return 1;
 }
 
 int ckpt__restart_parse(ckpt__restart *c, const char *buf, size_t len, const char *shown)
 {
     ckpt__restart_clear(c);
     size_t lineno = 0;
+    /* One pass, each line split by hand (no copy of the line, no sscanf): linear in len. */
     for (size_t pos = 0; pos < len;) {
-        const char *nl = memchr(buf + pos, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - (buf + pos)) : len - pos;
-        char line[600];
+        const char *line = buf + pos;
+        const char *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
         lineno++;
         int rc = CKPT_OK;
-        if (n >= sizeof line || memchr(buf + pos, '\0', n)) {
-            rc = ckpt__error(CKPT_ECORRUPT, "%s: line %zu is not a restart record", shown, lineno);
-        } else {
-            memcpy(line, buf + pos, n);
-            line[n] = '\0';
-            char kind[16], name[300], a[32], b[32], extra[2];
-            int k = line[0] == '#' || n == 0
-                        ? 0
-                        : sscanf(line, "%15s %299s %31s %31s %1s", kind, name, a, b, extra);
-            int64_t x = 0, y = 0;
-            if (k == 0) {
-                /* a comment or an empty line */
-            } else if (k == 4 && strcmp(kind, "pin") == 0 && good_name(name) &&
-                       parse_counter(a, &x) && parse_counter(b, &y) && y >= x && !c->pinned) {
-                c->pinned = 1;
-                snprintf(c->pin, sizeof c->pin, "%s", name);
-                c->pin_counter = x;
-                c->pin_through = y;
-            } else if (k == 3 && strcmp(kind, "drop") == 0 && good_name(name) &&
-                       parse_counter(a, &x)) {
-                rc = ckpt__restart_add_drop(c, name, x);
-            } else {
-                rc = ckpt__error(CKPT_ECORRUPT,
-                                 "%s: line %zu is not a restart record (\"pin NAME COUNTER "
-                                 "THROUGH\" once, or \"drop NAME COUNTER\"): change it with "
-                                 "mpickpt pin/drop, or remove the file",
-                                 shown, lineno);
+        const char *f[4];
+        size_t flen[4];
+        /* a comment or an empty line: no fields; a line of blanks only is not a record */
+        int nul = memchr(line, '\0', n) != NULL;
+        int blank = !nul && (n == 0 || line[0] == '#');
+        int k = blank ? 0 : split_fields(line, n, f, flen, 4);
+        char kind[16], name[256], a[17], b[17];
+        int64_t x = 0, y = 0;
+        int ok = !nul && k >= 3 && k <= 4 && field(kind, sizeof kind, f, flen, 0) &&
+                 field(name, sizeof name, f, flen, 1) &&
+                 field(a, sizeof a, f, flen, 2) && (k == 3 || field(b, sizeof b, f, flen, 3));
+        if (blank) {
+            /* nothing to do */
+        } else if (ok && k == 4 && strcmp(kind, "pin") == 0 && good_name(name) &&
+                   parse_counter(a, &x) && parse_counter(b, &y) && y >= x && !c->pinned) {
+            c->pinned = 1;
+            snprintf(c->pin, sizeof c->pin, "%s", name);
+            c->pin_counter = x;
+            c->pin_through = y;
+        } else if (ok && k == 3 && strcmp(kind, "drop") == 0 && good_name(name) &&
+                   parse_counter(a, &x)) {
+            /* appended here, sorted once at the end (drop_sort_unique) */
+            rc = drop_reserve(c);
+            if (rc == CKPT_OK) {
+                memcpy(c->drops[c->num_drops].name, name, flen[1] + 1);
+                c->drops[c->num_drops++].counter = x;
             }
+        } else {
+            rc = ckpt__error(CKPT_ECORRUPT,
+                             "%s: line %zu is not a restart record (\"pin NAME COUNTER "
+                             "THROUGH\" once, or \"drop NAME COUNTER\"): change it with "
+                             "mpickpt pin/drop, or remove the file",
+                             shown, lineno);
         }
         if (rc != CKPT_OK) {
             ckpt__restart_clear(c);
@@ -117,6 +222,7 @@ int ckpt__restart_parse(ckpt__restart *c, const char *buf, size_t len, const cha
         }
         pos += n + (nl ? 1 : 0);
     }
+    drop_sort_unique(c);
     return CKPT_OK;
 }
 
@@ -193,6 +299,12 @@ int ckpt__restart_write(const ckpt__restart *c, const char *dir)
     char *text = NULL;
     size_t len = 0;
     rc = ckpt__restart_format(&text, &len, c);
+    /* never write what the next reader must refuse (ckpt__restart_read) */
+    if (rc == CKPT_OK && len > CKPT__RESTART_MAX_BYTES)
+        rc = ckpt__error(CKPT_EINVAL,
+                         "%s would be %zu bytes, more than the %u mpickpt reads: remove the "
+                         "records of checkpoints that are gone (they match nothing), or the file",
+                         shown, len, CKPT__RESTART_MAX_BYTES);
     if (rc == CKPT_OK)
         rc = ckpt__write_file_atomic_at(dfd, CKPT__RESTART_FILE, text, len, shown, NULL);
     free(text);
@@ -204,9 +316,10 @@ int ckpt__restart_status(const ckpt__restart *c, const char *name, int64_t count
 {
     if (c->pinned && counter == c->pin_counter && strcmp(name, c->pin) == 0)
         return CKPT__RS_PINNED;
-    for (size_t i = 0; i < c->num_drops; i++)
-        if (c->drops[i].counter == counter && strcmp(c->drops[i].name, name) == 0)
-            return CKPT__RS_DROPPED;
+    int found;
+    drop_find(c, name, counter, &found);
+    if (found)
+        return CKPT__RS_DROPPED;
     if (c->pinned && counter > c->pin_counter && counter <= c->pin_through)
         return CKPT__RS_ASIDE;
     return CKPT__RS_NORMAL;

@@ -39,8 +39,11 @@ typedef struct ckpt__restart {
     char pin[256];
     int64_t pin_counter;
     int64_t pin_through; /* set aside: pin_counter < counter <= pin_through */
+    /* Sorted by (counter, name), each once: lookups are binary searches, so a control file of
+     * CKPT__RESTART_MAX_BYTES of records is read, checked and consulted in n log n. */
     ckpt__restart_drop *drops;
     size_t num_drops;
+    size_t cap_drops; /* allocated slots of drops */
 } ckpt__restart;
 
 /* What a state entry is under the control. */
@@ -63,16 +66,17 @@ int ckpt__restart_parse(ckpt__restart *c, const char *buf, size_t len, const cha
 /* Writes `<dir>/restart` atomically; an empty control removes the file. */
 int ckpt__restart_write(const ckpt__restart *c, const char *dir);
 
-/* Serializes into a malloc'd NUL-terminated text (for the broadcast and the file). */
+/* Serializes into a malloc'd NUL-terminated text (for the broadcast and the file); the drops in
+ * (counter, name) order. */
 int ckpt__restart_format(char **out, size_t *len, const ckpt__restart *c);
 
 /* Frees the drops; the control is empty afterwards. */
 void ckpt__restart_clear(ckpt__restart *c);
 
-/* CKPT__RS_* of a checkpoint with this name and counter. */
+/* CKPT__RS_* of a checkpoint with this name and counter (a binary search). */
 int ckpt__restart_status(const ckpt__restart *c, const char *name, int64_t counter);
 
-/* Adds a drop record (no duplicate); removes one (returns 1 when it existed). */
+/* Adds a drop record in its place (no duplicate); removes one (returns 1 when it existed). */
 int ckpt__restart_add_drop(ckpt__restart *c, const char *name, int64_t counter);
 int ckpt__restart_remove_drop(ckpt__restart *c, const char *name, int64_t counter);
 

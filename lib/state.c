@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,15 @@ int ckpt__state_unpack(ckpt_state **out, const uint8_t *buf, size_t len, const c
         return ckpt__error(CKPT_ECORRUPT, "%s: the state does not parse", what);
     ckpt_state *st;
     int rc = ckpt_state_new(&st);
+    /* Every entry's room at once: growing by one per entry copies the array each time under
+     * allocators that do not grow in place (a sanitizer's), quadratic in a large state file. */
+    if (rc == CKPT_OK && msg->n_checkpoints > 0) {
+        st->entries = msg->n_checkpoints <= SIZE_MAX / sizeof *st->entries
+                          ? malloc(msg->n_checkpoints * sizeof *st->entries)
+                          : NULL;
+        if (!st->entries)
+            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
     for (size_t i = 0; rc == CKPT_OK && i < msg->n_checkpoints; i++) {
         const Mpickpt__StateEntry *m = msg->checkpoints[i];
         if (!ckpt__safe_filename(m->prefix) || strlen(m->prefix) >= sizeof st->entries->prefix) {
@@ -187,7 +197,9 @@ int ckpt__state_unpack(ckpt_state **out, const uint8_t *buf, size_t len, const c
                              m->prefix, (unsigned)m->levels);
             break;
         }
-        rc = ckpt_state_append(st, &e);
+        st->entries[st->num_entries++] = e; /* the room is there; latest and counter below */
+        if (e.save_counter > st->save_counter)
+            st->save_counter = e.save_counter;
     }
     if (rc == CKPT_OK) {
         const char *latest = msg->model_checkpoint_path ? msg->model_checkpoint_path : "";
@@ -422,7 +434,7 @@ static int scan(ckpt_state **out, const char *dir, const char *name, int64_t aft
     DIR *d;
     if ((rc = ckpt__listing_or_close(&d, fd, dir)) != CKPT_OK)
         return rc;
-    size_t nlen = name ? strlen(name) : 0;
+    size_t nlen = name ? strlen(name) : 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL && rc == CKPT_OK) {
         const char *n = e->d_name;
@@ -461,12 +473,18 @@ static int scan(ckpt_state **out, const char *dir, const char *name, int64_t aft
             ckpt_error_clear();
             continue; /* damaged: not a committed checkpoint */
         }
-        ckpt_state_entry *grown = realloc(st->entries, (st->num_entries + 1) * sizeof *grown);
-        if (!grown) {
-            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-            break;
+        if (st->num_entries == cap) { /* doubling: linear in the number of checkpoints */
+            size_t ncap = cap ? 2 * cap : 16;
+            ckpt_state_entry *grown = ncap <= SIZE_MAX / sizeof *grown
+                                          ? realloc(st->entries, ncap * sizeof *grown)
+                                          : NULL;
+            if (!grown) {
+                rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+                break;
+            }
+            st->entries = grown;
+            cap = ncap;
         }
-        st->entries = grown;
         st->entries[st->num_entries++] = ent;
     }
     closedir(d);

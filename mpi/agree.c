@@ -7,6 +7,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A message that starts the way an agreed one does, "rank R (host H): ": one agreed on another
+ * thread or copied (an async save's error, reported by the next call) has lost the mark of
+ * ckpt__error_agreed() but not its prefix. */
+static int agreed_text(const char *m)
+{
+    if (strncmp(m, "rank ", 5) != 0)
+        return 0;
+    m += 5;
+    if (*m < '0' || *m > '9')
+        return 0;
+    while (*m >= '0' && *m <= '9')
+        m++;
+    if (strncmp(m, " (host ", 7) != 0)
+        return 0;
+    const char *close = strchr(m + 7, ')');
+    return close && strncmp(close, "): ", 3) == 0;
+}
+
 int ckpt_mpi_agree(MPI_Comm comm, int local_status)
 {
     int rank = 0;
@@ -26,18 +44,27 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
     char msg[1536];
     if (rank == out.rank) {
         const ckpt_error *e = ckpt_error_last();
-        char host[64] = "?";
-        gethostname(host, sizeof host - 1);
-        host[sizeof host - 1] = '\0';
-        snprintf(msg, sizeof msg, "rank %d (host %s): %s", rank, host,
-                 (e && e->code == out.code) ? e->message : ckpt_strerror(out.code));
+        int mine = e && e->code == out.code;
+        if (mine && (ckpt__error_agreed() || agreed_text(e->message))) {
+            /* agreed before (the status of an inner collective, passed on): it names the rank
+             * that failed first; this one, the lowest now holding the code, may be another */
+            snprintf(msg, sizeof msg, "%s", e->message);
+        } else {
+            char host[64] = "?";
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = '\0';
+            snprintf(msg, sizeof msg, "rank %d (host %s): %s", rank, host,
+                     mine ? e->message : ckpt_strerror(out.code));
+        }
     }
     rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, out.rank, comm);
     if (rc != MPI_SUCCESS)
         return ckpt__error(CKPT_EMPI, "rank %d failed (%s); broadcasting its message failed too",
                            out.rank, ckpt_strerror(out.code));
     msg[sizeof msg - 1] = '\0';
-    return ckpt__error(out.code, "%s", msg);
+    ckpt__error(out.code, "%s", msg);
+    ckpt__error_mark_agreed();
+    return out.code;
 }
 
 /* A status and maxima in one MPI_Allreduce (MAX): the status travels negated, so the maximum is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what is missing, builds build/ and runs every
-# test, then does the same with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan/.
+# test, then does the same with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan/, and
+# compiles a Release build in build-release/ (no tests run there). Warnings are errors in all three.
 #   CTEST_ARGS="-L unit"   extra ctest arguments (both variants)
 #   MPICKPT_SKIP_ASAN=1    skip the sanitizer variant (local iteration only; CI runs both)
 set -uo pipefail
@@ -30,9 +31,22 @@ run_variant() { # name builddir cmake-args...
   [ "$rc" -eq 0 ] || status=1
 }
 
-run_variant default "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# Warnings are errors in the project's own builds only (MPICKPT_WERROR; a user's build has it off).
+run_variant default "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMPICKPT_WERROR=ON
 if [ "${MPICKPT_SKIP_ASAN:-0}" != 1 ]; then
-  run_variant asan "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DMPICKPT_SANITIZE=ON
+  run_variant asan "$root/build-asan" -DCMAKE_BUILD_TYPE=Debug -DMPICKPT_SANITIZE=ON \
+    -DMPICKPT_WERROR=ON
+fi
+
+# A user's Release build (-O3, where GCC warns of things -O2 does not see) must compile cleanly:
+# the libraries, the programs and the Python module, warnings as errors; no tests are built.
+echo "== [release] compile check in build-release"
+rstart=$(date +%s)
+if BUILD_DIR=$root/build-release "$root/jobs/build.sh" -DCMAKE_BUILD_TYPE=Release \
+     -DMPICKPT_WERROR=ON -DMPICKPT_BUILD_TESTS=OFF; then
+  summary+=("release: compiled without warnings ($(( $(date +%s) - rstart )) s)")
+else
+  echo "== [release] BUILD FAILED"; status=1; summary+=("release: build failed")
 fi
 
 echo "== summary ($(( $(date +%s) - start )) s)"

@@ -18,7 +18,10 @@ extern "C" {
  *
  * Returns CKPT_OK on every rank when every rank passed CKPT_OK. Otherwise every rank returns the
  * same error code (the most negative one passed), and ckpt_error_last() on every rank holds the
- * same message: that of the lowest rank which passed that code, prefixed with its rank and host.
+ * same message: that of the lowest rank which passed that code, prefixed with its rank and host
+ * ("rank R (host H): "). A message that is already an agreed one (this rank's status came from
+ * an earlier agreement, say of an inner collective) is passed on as it is: it names the rank that
+ * failed first, once.
  *
  * Collective: every rank of @p comm must call it, whatever its local status.
  *

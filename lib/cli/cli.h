@@ -91,6 +91,14 @@ void cli_format_dims(char *buf, size_t size, int ndims, const int64_t *dims);
 /* The dimensions as a JSON array of integers. */
 void cli_json_dims(ckpt__json_writer *w, int ndims, const int64_t *dims);
 
+/* ---- growing arrays ---- */
+
+/* Room for element n of the array at *(T **)arr_ptr, which holds n elements of `size` bytes and
+ * only grows: its allocation doubles when n is 0 or a power of two, so n appends copy O(n)
+ * elements in all (one realloc per element would copy O(n^2) where realloc cannot grow in place,
+ * as under the sanitizers). 0, or -1 when out of memory (the array is left as it was). */
+int cli_grow(void *arr_ptr, size_t n, size_t size);
+
 /* ---- paths and directories ---- */
 
 /* "dir/name", without doubling a trailing slash of dir. malloc'd; NULL when out of memory. */

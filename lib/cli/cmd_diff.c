@@ -32,21 +32,17 @@ typedef struct diff_result {
 
 static int push_name(const char ***list, size_t *n, const char *name)
 {
-    const char **grown = realloc(*list, (*n + 1) * sizeof *grown);
-    if (!grown)
+    if (cli_grow(list, *n, sizeof **list) != 0)
         return -1;
-    grown[(*n)++] = name;
-    *list = grown;
+    (*list)[(*n)++] = name;
     return 0;
 }
 
 static int push_change(diff_result *res, const diff_change *c)
 {
-    diff_change *grown = realloc(res->changed, (res->n_changed + 1) * sizeof *grown);
-    if (!grown)
+    if (cli_grow(&res->changed, res->n_changed, sizeof *res->changed) != 0)
         return -1;
-    grown[res->n_changed++] = *c;
-    res->changed = grown;
+    res->changed[res->n_changed++] = *c;
     return 0;
 }
 

@@ -3,7 +3,9 @@
 #include "cli.h"
 
 #include "mpickpt/state.h"
+#include "strhash.h" /* lib/strhash.h */
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +14,51 @@ typedef struct gc_report_state {
     ckpt__json_writer *json; /* --json: the paths go into its "removed" array */
     char **seen; /* canonical paths reported so far: DIR and DIR/chief share workertemp_* */
     size_t count;
+    /* a hash set of seen[] (open addressing: index + 1, 0 empty; at most half full), so that
+     * a directory with many removed paths is not checked in quadratic time */
+    size_t *slots, nslots;
     int oom;
 } gc_report_state;
+
+/* The slot of `path` in the set: where it is, or the empty one where it belongs. */
+static size_t seen_slot(const gc_report_state *st, const char *path)
+{
+    size_t mask = st->nslots - 1, i = (size_t)ckpt__strhash(path, strlen(path)) & mask;
+    while (st->slots[i] && strcmp(st->seen[st->slots[i] - 1], path) != 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Adds `path` (malloc'd, taken) unless seen: 1 added, 0 seen before (freed), -1 out of memory
+ * (freed). */
+static int seen_add(gc_report_state *st, char *path)
+{
+    if (2 * (st->count + 1) > st->nslots) {
+        size_t n = st->nslots ? 2 * st->nslots : 64;
+        size_t *slots = n <= SIZE_MAX / sizeof *slots ? calloc(n, sizeof *slots) : NULL;
+        if (!slots) {
+            free(path);
+            return -1;
+        }
+        free(st->slots);
+        st->slots = slots;
+        st->nslots = n;
+        for (size_t k = 0; k < st->count; k++)
+            st->slots[seen_slot(st, st->seen[k])] = k + 1;
+    }
+    size_t i = seen_slot(st, path);
+    if (st->slots[i]) {
+        free(path);
+        return 0;
+    }
+    if (cli_grow(&st->seen, st->count, sizeof *st->seen) != 0) {
+        free(path);
+        return -1;
+    }
+    st->seen[st->count++] = path;
+    st->slots[i] = st->count;
+    return 1;
+}
 
 /* The real path of path's parent joined with its base name (the path itself may be gone),
  * or a copy of path when the parent cannot be resolved. malloc'd; NULL when out of memory. */
@@ -47,20 +92,11 @@ static void gc_report(const char *path, const char *why, void *payload)
         st->oom = 1;
         return;
     }
-    for (size_t i = 0; i < st->count; i++) {
-        if (strcmp(st->seen[i], canon) == 0) {
-            free(canon);
-            return;
-        }
-    }
-    char **grown = realloc(st->seen, (st->count + 1) * sizeof *grown);
-    if (!grown) {
-        free(canon);
+    int added = seen_add(st, canon);
+    if (added < 0)
         st->oom = 1;
+    if (added <= 0)
         return;
-    }
-    st->seen = grown;
-    st->seen[st->count++] = canon;
     if (st->json) {
         ckpt__json_object_begin(st->json);
         ckpt__json_key(st->json, "path");
@@ -96,7 +132,7 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     }
 
     ckpt__json_writer w;
-    gc_report_state st = {dry_run, json ? &w : NULL, NULL, 0, 0};
+    gc_report_state st = {dry_run, json ? &w : NULL, NULL, 0, NULL, 0, 0};
     if (json) {
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
@@ -141,6 +177,7 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     for (size_t i = 0; i < st.count; i++)
         free(st.seen[i]);
     free(st.seen);
+    free(st.slots);
     free(chief);
     free(dir);
     return rc == CKPT_OK && !st.oom ? EXIT_OK : EXIT_BAD;

@@ -33,19 +33,13 @@ static void on_item(const ckpt_interop_item *item, void *payload)
         if (!rep->json)
             return;
         size_t n = rep->nskipped + 1;
-        char **a = realloc(rep->skipped_names, n * sizeof *a);
-        if (a)
-            rep->skipped_names = a;
-        char **b = a ? realloc(rep->skipped_dtypes, n * sizeof *b) : NULL;
-        if (b)
-            rep->skipped_dtypes = b;
-        char **c = b ? realloc(rep->skipped_reasons, n * sizeof *c) : NULL;
-        if (c)
-            rep->skipped_reasons = c;
-        if (!c) {
+        if (cli_grow(&rep->skipped_names, n - 1, sizeof *rep->skipped_names) != 0 ||
+            cli_grow(&rep->skipped_dtypes, n - 1, sizeof *rep->skipped_dtypes) != 0 ||
+            cli_grow(&rep->skipped_reasons, n - 1, sizeof *rep->skipped_reasons) != 0) {
             rep->oom = 1;
             return;
         }
+        char **a = rep->skipped_names, **b = rep->skipped_dtypes, **c = rep->skipped_reasons;
         a[n - 1] = dup_or_null(item->name);
         b[n - 1] = dup_or_null(item->dtype);
         c[n - 1] = dup_or_null(item->reason);

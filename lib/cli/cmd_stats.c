@@ -339,18 +339,31 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
     ckpt__metrics_record *rows = NULL;
     size_t n = 0, cap = 0, skipped = 0, lineno = 0;
     double *scratch = NULL;
-    char *line = NULL;
-    size_t line_cap = 0;
-    ssize_t len;
+    /* one line at a time in a buffer of bounded size (lib/metrics.h) */
+    char *line = malloc(CKPT__METRICS_MAX_LINE);
+    size_t len;
+    int got;
+    if (!line) {
+        fclose(f);
+        free(path);
+        return cli_oom(cmd);
+    }
     rc = EXIT_OK;
     errno = 0;
-    while ((len = getline(&line, &line_cap, f)) >= 0) {
+    while ((got = ckpt__metrics_read_line(f, line, &len)) > 0) {
         lineno++;
-        if (ckpt__metrics_line_blank(line, (size_t)len))
+        if (got == CKPT__LINE_TOO_LONG) {
+            fprintf(stderr, "mpickpt: %s: %s:%zu: line of %zu bytes skipped: longer than %zu "
+                            "(no save's line is)\n",
+                    cmd->name, path, lineno, len, CKPT__METRICS_MAX_LINE - 1);
+            skipped++;
+            continue;
+        }
+        if (ckpt__metrics_line_blank(line, len))
             continue;
         ckpt__metrics_record row;
         char why[128];
-        int prc = ckpt__metrics_parse_line(&row, line, (size_t)len, why, sizeof why);
+        int prc = ckpt__metrics_parse_line(&row, line, len, why, sizeof why);
         if (prc == CKPT_ENOMEM)
             goto oom;
         if (prc != CKPT_OK) {
@@ -371,7 +384,7 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         }
         rows[n++] = row;
     }
-    if (ferror(f)) {
+    if (got < 0) {
         fprintf(stderr, "mpickpt: %s: cannot read %s: %s\n", cmd->name, path, strerror(errno));
         rc = EXIT_BAD;
         goto out;
@@ -431,7 +444,8 @@ const cli_command cli_cmd_stats = {
     "  by async saves, and the straggler: the rank slowest to write most often, and its write\n"
     "  time over the median (median and max over saves). Lines of older writers\n"
     "  lack the ranks: '-'. A malformed line is reported on stderr with its line number and\n"
-    "  skipped; exits 1 when no line is valid.\n"
+    "  skipped, as is a line of 64 KiB or more (read through, never held); exits 1 when no\n"
+    "  line is valid.\n"
     "  --json   one object: {\"path\",\"saves\",\"sync_saves\",\"async_saves\",\n"
     "           \"skipped_lines\",\"bytes\",\"blocking_s_median\",\"blocking_s_max\",\n"
     "           \"background_s_median\",\"background_s_max\",\"training_time_saved_s\",\n"

@@ -196,14 +196,12 @@ static int add_checkpoint(const cli_command *cmd, const char *dir, const char *n
         free(path); /* vanished, or a directory named *.index: not a checkpoint */
         return 0;
     }
-    char **grown = path ? realloc(*list, (*count + 1) * sizeof **list) : NULL;
-    if (!grown) {
+    if (!path || cli_grow(list, *count, sizeof **list) != 0) {
         free(path);
         cli_oom(cmd);
         return -1;
     }
     path[strlen(path) - strlen(".index")] = '\0';
-    *list = grown;
     (*list)[(*count)++] = path;
     return 0;
 }
@@ -246,13 +244,11 @@ static void run_error(verify_run *run, const char *dir, const char *what)
         return;
     size_t len = strlen(dir) + strlen(what) + 3;
     char *msg = malloc(len);
-    char **grown = msg ? realloc(run->errors, (run->nerrors + 1) * sizeof *grown) : NULL;
-    if (!grown) {
+    if (!msg || cli_grow(&run->errors, run->nerrors, sizeof *run->errors) != 0) {
         free(msg);
         return;
     }
     snprintf(msg, len, "%s: %s", dir, what);
-    run->errors = grown;
     run->errors[run->nerrors++] = msg;
 }
 

@@ -255,3 +255,18 @@ int cli_read_state(const cli_command *cmd, const char *dir, ckpt_state **out)
     *out = st;
     return 0;
 }
+
+int cli_grow(void *arr_ptr, size_t n, size_t size)
+{
+    if (n != 0 && (n & (n - 1)) != 0)
+        return 0; /* not a power of two: the last doubling left room */
+    size_t cap = n ? 2 * n : 1;
+    if (cap > SIZE_MAX / size)
+        return -1;
+    void **arr = arr_ptr;
+    void *grown = realloc(*arr, cap * size);
+    if (!grown)
+        return -1;
+    *arr = grown;
+    return 0;
+}

@@ -130,14 +130,13 @@ static void log_sink(ckpt_log_level level, const char *message, void *payload)
     say("%s: %s", level == CKPT_LOG_ERROR ? "error" : "warning", message);
 }
 
+/* The library's strict rule (lib/env.h), as for MPICKPT_RUNS: digits only, no blanks. */
 static int parse_long(long *out, const char *s, long lo, long hi)
 {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    int64_t v;
+    if (ckpt__parse_int64(&v, s, lo, hi) != 0)
         return -1;
-    *out = v;
+    *out = (long)v;
     return 0;
 }
 

@@ -51,6 +51,13 @@
  *       ill-formed UTF-8 tensor names are refused (CKPT_EINVAL naming the name with its bad bytes
  *       escaped as \xHH) at registration or, at the latest, by the first save on every rank;
  *       valid multi-byte names save and restore byte-exact.
+ *   messages
+ *       (issue 29) what a failed collective says: a replicated tensor registered with shape [3]
+ *       on every rank but the last, [4] there -> CKPT_EMISMATCH on every rank showing both shapes
+ *       and saying the shapes differ (it read "float64/1-d/replicated" twice); a manager's
+ *       restore that fails on the last rank (a name the checkpoint lacks) -> the message names
+ *       that rank with its host once: it passed through two agreements and read "rank 0 (host
+ *       H): rank 0 (host H): ..." at 1 rank, "rank 0 (host H): rank 1 (host H): ..." at 2.
  *
  * Every library call's status is compared over the ranks of its communicator (same code and same
  * message everywhere) and with the expected one; every check runs on every rank. No duration is
@@ -1205,6 +1212,9 @@ static void case_settings(void)
         { "MPICKPT_FAULT", "x:write" },   { "MPICKPT_LOG", "verbose" },
         { "MPICKPT_RANKS_PER_NODE", "0" }, { "MPICKPT_RANKS_PER_NODE", "two" },
         { "MPICKPT_LAYOUT", "pernode" },  { "MPICKPT_HIER_MERGE", "yes please" },
+        /* integers with anything around them (issue 29: ' 3' was read as 3) */
+        { "MPICKPT_PACK_BYTES", " 4096" }, { "MPICKPT_PACK_BYTES", "4096 " },
+        { "MPICKPT_PACK_BYTES", "+4096" }, { "MPICKPT_RANKS_PER_NODE", "2\n" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         settings_bad(bad[i][0], bad[i][1], -1);
@@ -1475,6 +1485,88 @@ static void case_utf8_names(void)
 
 /* ======================================================================================== */
 
+/* ======================================================================================== */
+/* messages                                                                                  */
+
+/* How often `needle` occurs in `hay`. */
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+static void case_messages(void)
+{
+    char dir[2200], prefix[2400];
+    snprintf(dir, sizeof dir, "%s/messages", g_out);
+    make_dir(dir);
+    int last = g_size - 1;
+    static double w[4], x[4];
+    int64_t three = 3, four = 4;
+    ckpt_shape s3, s4;
+    ckpt_shape_init(&s3, 1, &three);
+    ckpt_shape_init(&s4, 1, &four);
+
+    /* a shape that differs across ranks: both shapes shown */
+    if (g_size >= 2) {
+        begin_case("messages: 'w' replicated as [3], and [4] on rank %d", last);
+        snprintf(prefix, sizeof prefix, "%s/shape", dir);
+        ckpt_saver *s = NULL;
+        if (coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "shape: create")) {
+            CHECK_OK(ckpt_saver_add_replicated(s, "w", CKPT_FLOAT64, g_rank == last ? &s4 : &s3,
+                                               w, CKPT_REPLICA_PRIMARY));
+            if (coll(ckpt_saver_write(s, prefix, NULL), CKPT_EMISMATCH, "shape: a save")) {
+                char want[128];
+                snprintf(want, sizeof want, "rank %d registered float64 [4] replicated", last);
+                CHECK_MSG(strstr(g_msg, "registered float64 [3] replicated but rank") &&
+                              strstr(g_msg, want) && strstr(g_msg, "(the shapes differ)"),
+                          "shape: the message does not show both shapes: %s", g_msg);
+                CHECK_MSG(occurrences(g_msg, " (host ") == 1,
+                          "shape: the rank prefix is not there once: %s", g_msg);
+            }
+            CHECK_MSG(!index_exists(prefix), "shape: %s was committed", prefix);
+            close_if_all(s, "shape");
+        }
+    } else if (g_rank == 0) {
+        printf("messages: one rank: no shape can differ across ranks\n");
+    }
+
+    /* a restore that fails on the last rank, through the manager (two agreements) */
+    begin_case("messages: a restore fails on rank %d: its prefix once", last);
+    snprintf(dir, sizeof dir, "%s/messages/twice", g_out);
+    make_dir(dir);
+    for (int pass = 0; pass < 2; pass++) {
+        ckpt_saver *s = NULL;
+        if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "twice: create"))
+            break;
+        CHECK_OK(ckpt_saver_add_replicated(s, "w", CKPT_FLOAT64, &s3, w, CKPT_REPLICA_PRIMARY));
+        if (pass == 1 && g_rank == last) /* a name ckpt-1 lacks, on the last rank only */
+            CHECK_OK(ckpt_saver_add_replicated(s, "not_in_ckpt", CKPT_FLOAT64, &s3, x,
+                                               CKPT_REPLICA_PRIMARY));
+        ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 3, 0);
+        if (pass == 0) {
+            ckpt_manager_save_info si = { 0, 1, 0, 0 };
+            coll(ckpt_manager_save(mg, &si, NULL, 0), CKPT_OK, "twice: the save");
+        } else {
+            ckpt_manager_restored r;
+            int rc = ckpt_manager_restore_or_initialize(mg, &r);
+            if (coll(rc, CKPT_ERROR, "twice: the restore")) {
+                char want[64];
+                snprintf(want, sizeof want, "rank %d (host ", last);
+                CHECK_MSG(strncmp(g_msg, want, strlen(want)) == 0 &&
+                              occurrences(g_msg, " (host ") == 1 &&
+                              strstr(g_msg, "not_in_ckpt") != NULL,
+                          "twice: the message does not name rank %d with its host once, first: "
+                          "%s", last, g_msg);
+            }
+        }
+        ckpt_manager_free(mg);
+        close_if_all(s, "twice");
+    }
+}
+
 int main(int argc, char **argv)
 {
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
@@ -1486,14 +1578,15 @@ int main(int argc, char **argv)
               (strcmp(argv[4], "reserve") == 0 || strcmp(argv[4], "noreserve") == 0)) ||
              (strcmp(c, "dir") == 0 && nargs == 1 && tm_layout(argv[3])) ||
              ((strcmp(c, "async_lifetime") == 0 || strcmp(c, "settings") == 0 ||
-               strcmp(c, "utf8_names") == 0) &&
+               strcmp(c, "utf8_names") == 0 || strcmp(c, "messages") == 0) &&
               nargs == 0);
     if (!ok) {
         if (g_rank == 0)
             fprintf(stderr, "usage: test_hostile_mpi OUTDIR CASE [ARG...]\n"
                             "  fallback_per_rank sync|async\n  async_lifetime\n"
                             "  enospc_sync shared|per-rank|per-node reserve|noreserve\n"
-                            "  settings\n  utf8_names\n  dir shared|per-rank|per-node\n");
+                            "  settings\n  utf8_names\n  messages\n"
+                            "  dir shared|per-rank|per-node\n");
         MPI_Finalize();
         return 2;
     }
@@ -1527,6 +1620,9 @@ int main(int argc, char **argv)
     } else if (strcmp(c, "settings") == 0) {
         case_settings();
         snprintf(title, sizeof title, "test_hostile_mpi settings");
+    } else if (strcmp(c, "messages") == 0) {
+        case_messages();
+        snprintf(title, sizeof title, "test_hostile_mpi messages");
     } else {
         case_utf8_names();
         snprintf(title, sizeof title, "test_hostile_mpi utf8_names");

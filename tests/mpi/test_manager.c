@@ -45,6 +45,11 @@
  *               ones, a checkpoint behind the pin is restored when asked for, ranks asking for
  *               different steps get CKPT_EINVAL, a damaged chosen one is CKPT_ECORRUPT naming it
  *               (no other restored), every value exact on every rank.
+ *   pin_big     (issue 29) a control of 1 MiB of distinct drop records, one of them dropping the
+ *               newest checkpoint: the manager's creation skips it (latest, restore), a save
+ *               deletes it by retention. Every rank parses the control at creation and before
+ *               each save: that was quadratic (minutes under the sanitizers), now n log n; the
+ *               TIMEOUT catches the old code, nothing here measures time.
  * Every check runs on every rank; every collective must return the same status everywhere.
  * A watchdog aborts the job (naming the case) when a collective call does not return. */
 #include "mpi_check.h"
@@ -2180,6 +2185,71 @@ out:
 
 /* ---- main ---- */
 
+/* A control of at most 1 MiB (CKPT__RESTART_MAX_BYTES): distinct drop records that match no
+ * checkpoint ("drop q N"), with `extra` in the middle. malloc'd. */
+static char *big_control(const char *extra, size_t *records)
+{
+    size_t cap = (size_t)1 << 20, n = 0, k = 0;
+    char *text = malloc(cap + 1);
+    if (!text)
+        return NULL;
+    for (;; k++) {
+        char line[64];
+        int len = k == 40000 ? snprintf(line, sizeof line, "%s\n", extra)
+                             : snprintf(line, sizeof line, "drop q %zu\n", k + 10);
+        if (n + (size_t)len > cap)
+            break;
+        memcpy(text + n, line, (size_t)len);
+        n += (size_t)len;
+    }
+    text[n] = '\0';
+    *records = k;
+    return text;
+}
+
+static void test_pin_big(void)
+{
+    alarm(600); /* a watchdog for hangs only; the TIMEOUT is what catches slowness */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/pin_big", g_out);
+    tm_model m;
+    ckpt_saver *s = new_saver(&m, TM_REG_OK);
+    static const meta mt[5] = { { 0, 0, 0 }, { 0, 11, 0 }, { 0, 22, 1 }, { 1, 33, 0 },
+                                { 1, 44, 1 } };
+    begin_case("pin_big: ckpt-3 dropped among 1 MiB of drop records");
+    ckpt_manager *mg = new_manager(s, dir, 5, 0, 0, NULL, "pin_big: setup");
+    if (!mg)
+        goto out;
+    for (int i = 1; i <= 3; i++)
+        msave(mg, &m, &mt[i], 0, "ckpt", i, "pin_big: setup");
+    ckpt_manager_free(mg);
+    size_t records = 0;
+    char *text = big_control("drop ckpt-3 3", &records);
+    CHECK_MSG(text && strlen(text) > 1000000 && records > 70000,
+              "pin_big: the control has %zu records", records);
+    if (!text)
+        goto out;
+    put_control(dir, text, "pin_big: 1 MiB control");
+    free(text);
+    logs_clear();
+    mg = new_manager(s, dir, 5, 0, 0, NULL, "pin_big: creation");
+    if (!mg)
+        goto out;
+    expect_latest(mg, 2, "pin_big: latest skips the dropped ckpt-3");
+    restored_want r2 = { 1, 2, 0, 22, 1, 0 };
+    mrestore(mg, &m, &r2, "pin_big: restores ckpt-2");
+    msave(mg, &m, &mt[4], 0, "ckpt", 4, "pin_big: a save (the control read again)");
+    expect_indexes(dir, "1101", "pin_big: the dropped ckpt-3 deleted by retention");
+    expect_latest(mg, 4, "pin_big: latest after the save");
+    ckpt_manager_free(mg);
+    put_control(dir, "", "pin_big: removed");
+out:
+    ckpt_saver_free(s);
+    alarm(0);
+}
+
+/* ---- main ---- */
+
 typedef struct test_case {
     const char *name;
     void (*fn)(void);
@@ -2191,6 +2261,7 @@ static const test_case cases[] = {
     { "initial", test_initial },     { "delete", test_delete },
     { "gc", test_gc },               { "workertemp", test_workertemp },
     { "pin", test_pin },             { "chosen", test_chosen },
+    { "pin_big", test_pin_big },
 };
 
 int main(int argc, char **argv)

@@ -22,7 +22,7 @@ static const char *last_msg(void)
 }
 
 /* The faults a test can plant in rank `fault_rank`'s fragment. */
-enum fault { NONE, DTYPE, OVERLAP, GAP, EMPTY_NAME };
+enum fault { NONE, DTYPE, OVERLAP, GAP, EMPTY_NAME, SHAPE };
 
 static void add(Mpickpt__Fragment *f, size_t *cap, const char *name, ckpt_dtype dt, int nd,
                 const int64_t *dims, ckpt_kind kind, const int64_t *st, const int64_t *ct,
@@ -82,7 +82,8 @@ static void make_fragment(Mpickpt__Fragment *f, int r, enum fault fault, int fau
     }
     /* a 4x4 grid over ranks 0..15 */
     if (r < 16) {
-        int64_t dims[2] = { 16, 20 }, st[2] = { (r / 4) * 4, (r % 4) * 5 }, ct[2] = { 4, 5 };
+        int64_t dims[2] = { 16, faulty && fault == SHAPE ? 21 : 20 },
+                st[2] = { (r / 4) * 4, (r % 4) * 5 }, ct[2] = { 4, 5 };
         add(f, &cap, "model/layer_01/attn/qkv", CKPT_BFLOAT16, 2, dims, CKPT_KIND_PARTITIONED, st,
             ct, file, "/tensors/model%2Flayer_01%2Fattn%2Fqkv");
     }
@@ -395,6 +396,11 @@ static void test_faults(void)
     } cases[] = {
         { DTYPE, 6, CKPT_EMISMATCH, "but rank 6 registered float64", "rank 6 registered float64" },
         { DTYPE, 0, CKPT_EMISMATCH, "rank 0 registered float64", "rank 0 registered float64" },
+        /* every dimension shown, and what differs (issue 29: "float64/1-d/replicated" twice) */
+        { SHAPE, 5, CKPT_EMISMATCH,
+          "registered bfloat16 [16,20] partitioned but rank 5 registered bfloat16 [16,21] "
+          "partitioned (the shapes differ)",
+          "rank 5 registered bfloat16 [16,21] partitioned" },
         { OVERLAP, 12, CKPT_EMISMATCH, "(rank 12)", "(rank 12)" },
         { GAP, 20, CKPT_EMISMATCH, "(gap)", "(gap)" },
         { EMPTY_NAME, 13, CKPT_EINVAL, "rank 13 registered a tensor with an empty name",

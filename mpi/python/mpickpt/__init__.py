@@ -23,8 +23,8 @@ import numpy as np
 from . import _mpickpt as _C
 from ._mpickpt import (CorruptError, Error, ExistsError, InvalidArgumentError, MismatchError,
                        MPIError, NoSpaceError, NotFoundError, TimeoutError, VersionError)
-from ._state import (Registered, agree, collective, restore_finish, restore_prepare, save_prepare,
-                     uninterruptible)
+from ._state import (Registered, agree, collective, load_record, restore_finish, restore_prepare,
+                     save_prepare, uninterruptible)
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
 from . import preemption
 
@@ -335,8 +335,22 @@ class Array:
             raise TypeError("len() of a scalar")
         return self.shape[0]
 
+    def _empty(self, shape: Sequence[int]) -> np.ndarray:
+        """An array of `shape` to read into; an InvalidArgumentError naming the tensor when NumPy
+        cannot have one (the product of the nonzero extents, in bytes, past the address space:
+        a shape such as [0, 2**62, 2**62] holds no element, and still no array has it)."""
+        size = self.dtype.itemsize
+        for n in shape:
+            size *= n or 1
+        if size > np.iinfo(np.intp).max:
+            raise InvalidArgumentError(
+                f"tensor '{self.name}': no NumPy array can have the shape {list(shape)} of "
+                f"{self.dtype_name} (its extents other than 0 make {size} bytes, more than "
+                f"{np.iinfo(np.intp).max}); index a part of it instead, such as a[:, :2]")
+        return np.empty(shape, dtype=self.dtype)
+
     def read(self) -> np.ndarray:
-        out = np.empty(self.shape, dtype=self.dtype)
+        out = self._empty(self.shape)
         self._r.read(self.name, out, self._code)
         return out
 
@@ -349,7 +363,7 @@ class Array:
         if box is None:  # steps, fancy indexing: read all, let NumPy index
             return self.read()[key]
         offsets, counts, squeeze = box
-        out = np.empty(counts, dtype=self.dtype)
+        out = self._empty(counts)
         if out.size:
             self._r.read(self.name, out, self._code, offsets, counts)
         return out.reshape([c for c, s in zip(counts, squeeze) if not s])
@@ -428,16 +442,19 @@ class Checkpoint(Mapping[str, Array]):
         return len(self._arrays)
 
     def _json(self, rank: int) -> Optional[Dict[str, Any]]:
-        import json
-
         name = f"{JSON_BLOB}/rank_{rank}"
         try:
             info = next(t for t in self._r.tensors() if t["name"] == name)
         except StopIteration:
             return None
-        raw = np.empty(info["shape"], dtype=np.uint8)
+        shape = info["shape"]
+        if info["dtype"] != _C.UINT8 or len(shape) != 1 or shape[0] > np.iinfo(np.intp).max:
+            raise CorruptError(f"{self.prefix}: the record of plain values of rank {rank} "
+                               f"('{name}') is {CODE_NAMES.get(info['dtype'], '?')} "
+                               f"{list(shape)}, not bytes")
+        raw = np.empty(shape[0], dtype=np.uint8)
         self._r.read(name, raw, _C.UINT8)
-        return json.loads(raw.tobytes())
+        return load_record(raw.tobytes(), self.prefix, rank)
 
     @property
     def json(self) -> Dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import signal
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
@@ -61,9 +62,16 @@ def uninterruptible(fn: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+# A message that already names the rank it comes from: the C library's agreed errors ("rank 2
+# (host h): ...") and this module's own ("rank 2: ..."), met again by a later agreement.
+_RANK_PREFIX = re.compile(r"rank \d+(?: \(host [^)]*\))?: ")
+
+
 def agree(comm: Any, exc: Optional[BaseException]) -> None:
     """Collective over comm: returns when no rank failed; otherwise every rank raises the same
-    mpickpt error, with the message of the lowest failing rank (prefixed with it)."""
+    mpickpt error, with the message of the lowest failing rank (prefixed with it, unless the
+    message names its rank already: an error agreed on before, by C or here, keeps the rank
+    that failed first, once)."""
     from mpi4py import MPI
 
     failed = comm.allreduce(0 if exc is None else 1, op=MPI.SUM)
@@ -75,7 +83,8 @@ def agree(comm: Any, exc: Optional[BaseException]) -> None:
         name = type(exc).__name__
         if name not in _ERRORS:
             name = "InvalidArgumentError" if isinstance(exc, (ValueError, TypeError)) else "Error"
-        payload = (name, f"rank {lowest}: {exc}")
+        text = str(exc)
+        payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}")
     name, msg = comm.bcast(payload, root=lowest)
     err = _ERRORS[name](msg)
     if exc is not None and comm.rank == lowest:
@@ -216,6 +225,56 @@ def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     collective(comm, local)
 
 
+# A record of plain values is 2 deep ({"replicated": {name: value}, ...}: values are None, bool,
+# int, float or str). Deeper nesting is refused before the JSON parser sees it: its recursion
+# would end in a RecursionError (200,000 levels), not an error naming the checkpoint.
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_NESTING = re.compile(rb"[\[\]{}]")
+_JSON_KINDS = {dict: "an object", list: "an array"}
+
+
+def _nesting_ok(raw: bytes) -> bool:
+    """Whether the JSON text `raw` nests at most MAX_JSON_DEPTH deep (brackets inside strings
+    do not count). Linear, stops at the first bracket too deep."""
+    depth = 0
+    for m in _JSON_NESTING.finditer(_JSON_STRING.sub(b'""', raw)):
+        if m.group() in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return False
+        else:
+            depth -= 1
+    return True
+
+
+def load_record(raw: bytes, where: str, rank: int) -> Dict[str, Dict[str, Any]]:
+    """Rank `rank`'s record of plain values in checkpoint `where`, checked: a JSON object whose
+    "replicated" and "per_rank" are objects of plain values. Anything else, nesting deeper than
+    MAX_JSON_DEPTH included, is a CorruptError naming the checkpoint and the record."""
+    what = f"{where}: the record of plain values of rank {rank} ('{JSON_BLOB}/rank_{rank}')"
+    if not _nesting_ok(raw):
+        raise _C.CorruptError(f"{what} is nested more than {MAX_JSON_DEPTH} deep (a record is "
+                              "2 deep)")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _C.CorruptError(f"{what} does not parse ({e})") from None
+    if not isinstance(doc, dict):
+        raise _C.CorruptError(f"{what} is {_JSON_KINDS.get(type(doc), 'a plain value')}, not "
+                              "an object")
+    for part in ("replicated", "per_rank"):
+        table = doc.get(part)
+        if not isinstance(table, dict):
+            raise _C.CorruptError(f"{what}: its \"{part}\" is "
+                                  f"{'missing' if table is None else 'not an object'}")
+        for name, value in table.items():
+            if isinstance(value, (dict, list)):
+                raise _C.CorruptError(f"{what}: '{name}' is {_JSON_KINDS[type(value)]}, not a "
+                                      "plain value (None, bool, int, float or str)")
+    return doc
+
+
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
                    where: str) -> None:
     """Collective, after a successful C restore: puts the plain values back into the state.
@@ -232,11 +291,8 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
             raise _C.NotFoundError(
                 f"{where} holds no plain values (it was not written by the Python package), but "
                 f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
-        try:
-            replicated = json.loads(first)["replicated"]
-            own = json.loads(mine)["per_rank"] if mine is not None else None
-        except (ValueError, KeyError, TypeError) as e:
-            raise _C.CorruptError(f"{where}: its record of plain values does not parse ({e})")
+        replicated = load_record(first, where, 0)["replicated"]
+        own = load_record(mine, where, comm.rank)["per_rank"] if mine is not None else None
         updates = []  # every value is found and checked before any is put back
         for leaf in leaves:
             if leaf.per_rank:

@@ -298,7 +298,7 @@ static int busy_error(const char *shown, const char *holder, double waited)
 {
     char w[64] = "";
     if (waited > 0)
-        snprintf(w, sizeof w, " (still, after waiting %.0f s)", waited);
+        snprintf(w, sizeof w, " (still, after waiting %.3g s)", waited);
     return ckpt__error(CKPT_EBUSY,
                        "checkpoint directory %s is in use by another job%s: %s. One job at a time "
                        "writes to a directory: wait for that job to end, or stop it (mpickpt halt "
@@ -374,7 +374,7 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
         if (!warned) {
             ckpt__log(CKPT_LOG_WARN,
                       "checkpoint directory %s is in use by another job: %s; "
-                      "waiting up to %.0f s for it",
+                      "waiting up to %g s for it",
                       shown, holder, wait_seconds);
             warned = 1;
         }

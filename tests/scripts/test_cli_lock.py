@@ -23,7 +23,7 @@ import time
 OUT = sys.argv[1]
 CLI, DEMO = os.environ["MPICKPT_CLI"], os.environ["MPICKPT_DEMO"]
 MPIEXEC = os.environ.get("MPIEXEC") or "mpirun"
-LIMIT = 120
+LIMIT = 25  # seconds for one wait: a hang guard (the ctest TIMEOUT is 60)
 RUN = os.path.join(OUT, "run")
 CHIEF = os.path.join(RUN, "chief")
 DEMO_ARGS = ["--dir", RUN, "--epochs", "2", "--steps-per-epoch", "4", "--ckpt-every", "2",

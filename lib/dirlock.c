@@ -30,6 +30,8 @@
 struct ckpt__dirlock {
     int fd;
     int locked; /* 0: the file system has no flock; nothing is held */
+    pid_t pid;  /* the taker: in a child made by fork() the descriptor is closed (below) and its
+                 * number may be another file's, so a release there touches nothing */
 };
 
 /* ---- descriptors closed in children made by fork() ------------------------------------------ */
@@ -337,6 +339,7 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
             }
             l->fd = fd;
             l->locked = 1;
+            l->pid = getpid();
             record_write(fd, shown);
             fork_track(fd, 1);
             *out = l;
@@ -356,6 +359,7 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
             }
             l->fd = fd;
             l->locked = 0;
+            l->pid = getpid();
             fork_track(fd, 1);
             *out = l;
             return CKPT_OK;
@@ -390,6 +394,10 @@ void ckpt__dirlock_release(ckpt__dirlock *l)
 {
     if (!l)
         return;
+    if (l->pid != getpid()) { /* a child of the taker: its copy was closed at the fork */
+        free(l);
+        return;
+    }
     fork_track(l->fd, 0);
     if (l->locked) {
         /* the record goes first: a job refused meanwhile reads no stale holder */

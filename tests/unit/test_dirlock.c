@@ -2,7 +2,8 @@
  * The lock of a directory (lib/dirlock.h), without MPI: other "jobs" are forked processes.
  *  - take/release: the record in the file names this process; a second take in the same process
  *    conflicts (flock locks belong to the open file description) and names "(this process)";
- *    after the release the record is cleared and the lock can be taken again.
+ *    after the release the record is cleared and the lock can be taken again; a forked child
+ *    that releases the parent's handle touches neither the parent's lock nor its own files.
  *  - another process holding it: CKPT_EBUSY at once naming its host, pid, uid and start, the
  *    directory and the ways out; with a wait, the take succeeds once the holder releases (the
  *    holder releases when our log sink reports that we wait: no timing involved), and a holder
@@ -159,6 +160,21 @@ static void test_basic(void)
                   strstr(last_msg(), "since ") && strstr(last_msg(), "mpickpt halt") &&
                   strstr(last_msg(), "MPICKPT_LOCK_WAIT"),
               "the message: %s", last_msg());
+    /* a child made by fork() that releases the parent's handle (a library's atexit, say): its
+     * copy of the descriptor was closed at the fork and the number may be another file's now;
+     * that file is left alone and the parent keeps its lock */
+    pid_t child = fork();
+    if (child == 0) {
+        char p[4200], buf[16] = "";
+        snprintf(p, sizeof p, "%s/child-file", g_out);
+        int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        int ok = fd >= 0 && write(fd, "keep", 4) == 4;
+        ckpt__dirlock_release(a);
+        ok = ok && pread(fd, buf, sizeof buf - 1, 0) == 4 && strcmp(buf, "keep") == 0;
+        _exit(ok ? 0 : 1);
+    }
+    CHECK_EQ_INT(reap(child), 0);
+    CHECK_RC(ckpt__dirlock_take(&b, dfd, "DIR-basic", 0), CKPT_EBUSY);
     ckpt__dirlock_release(a);
     CHECK_EQ_INT(read_lock(dfd, rec, sizeof rec), 0); /* the record cleared */
     CHECK_OK(ckpt__dirlock_take(&b, dfd, "DIR-basic", 0));

@@ -241,6 +241,13 @@ const ckpt__setting ckpt__settings[] = {
       .dflt = "(unset: none)", .scope = LOCAL, .read_by = "ckpt_manager_create (mpi/manager.c)",
       .meaning = "this node's failure group (a rack): partners are in another",
       .library = 1 },
+    { .name = "MPICKPT_LOCK_WAIT", .kind = CKPT__SETTING_INT, .lo = 0, .hi = 31536000,
+      .dflt = "0", .scope = COLLECTIVE,
+      .read_by = "ckpt_manager_create, ckpt_training_create (mpi/manager.c), ckpt_gc, "
+                 "mpickpt gc|pin|drop",
+      .meaning = "seconds a writer waits for a checkpoint directory another job holds (0: fail "
+                 "at once); lock_wait_seconds and --wait win",
+      .library = 1 },
     { .name = "MPICKPT_RUNS", .kind = CKPT__SETTING_INT, .lo = 1, .hi = 1000000, .dflt = "1",
       .scope = LOCAL, .read_by = "mpickpt-run (lib/cli/run.c); --max-runs wins",
       .meaning = "runs of the job mpickpt-run makes inside one allocation (1: no relaunch after a "

@@ -28,6 +28,7 @@ const char *ckpt_strerror(int code)
     case CKPT_EMPI: return "MPI error";
     case CKPT_EEXISTS: return "already exists";
     case CKPT_ETIMEDOUT: return "timed out";
+    case CKPT_EBUSY: return "in use by another job";
     default: return "unknown error";
     }
 }

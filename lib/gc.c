@@ -11,6 +11,7 @@
  */
 #include "mpickpt/state.h"
 
+#include "dirlock.h"
 #include "fsutil.h"
 #include "identity.h"
 #include "index.h"
@@ -164,13 +165,32 @@ static int gc_workertemp(gc_ctx *g, int workfd, const char *work)
     return rc;
 }
 
+static int gc_dir(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
+                  int refuse_foreign, double lock_wait);
+
 int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed)
 {
-    return ckpt__gc(dir, dry_run, cb, payload, removed, 1);
+    double wait = 0;
+    int rc = dry_run ? CKPT_OK : ckpt__dirlock_env_wait(&wait);
+    return rc == CKPT_OK ? ckpt__gc_locked(dir, dry_run, cb, payload, removed, wait) : rc;
 }
 
-int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
+int ckpt__gc_locked(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
+                    double lock_wait)
+{
+    return gc_dir(dir, dry_run, cb, payload, removed, 1, dry_run ? -1 : lock_wait);
+}
+
+int ckpt__gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
              int refuse_foreign)
+{
+    return gc_dir(dir, dry_run, cb, payload, removed, refuse_foreign, -1);
+}
+
+/* ckpt__gc, and with lock_wait >= 0 under the lock of the directory whose state file it serves
+ * (taken once the directory is known to be ours: nothing is made in a foreign one). */
+static int gc_dir(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, size_t *removed,
+                  int refuse_foreign, double lock_wait)
 {
     char dir[4096], work[4096], last[4096];
     if (removed)
@@ -190,15 +210,28 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         return rc;
     /* Only a directory that is recognisably ours: a state file or an index, by magic; or a work
      * directory whose chief/ is one (its workertemp_<r> are then ours). */
-    int ours = is_checkpoint_dir(fd), work_only = 0;
+    int ours = is_checkpoint_dir(fd), work_only = 0, cfd = -1;
     if (!ours && !is_chief) {
-        int cfd;
-        if (ckpt__subdir_open(&cfd, fd, CKPT__CHIEF_DIR, 0, dir) == CKPT_OK) {
+        if (ckpt__subdir_open(&cfd, fd, CKPT__CHIEF_DIR, 0, dir) == CKPT_OK)
             work_only = ours = is_checkpoint_dir(cfd);
-            close(cfd);
-        }
         ckpt_error_clear();
     }
+    /* A job writing here holds the lock of the state file's directory: that one, also for the
+     * workertemp_<r> of a work directory (they are its chief's job's). */
+    ckpt__dirlock *lock = NULL;
+    if (ours && lock_wait >= 0) {
+        char shown[4200];
+        rc = ckpt__path(shown, sizeof shown, work_only ? "%s/" CKPT__CHIEF_DIR : "%s", dir);
+        if (rc == CKPT_OK)
+            rc = ckpt__dirlock_take(&lock, work_only ? cfd : fd, shown, lock_wait);
+        if (rc != CKPT_OK) {
+            ckpt__close(cfd);
+            close(fd);
+            close(workfd);
+            return rc;
+        }
+    }
+    ckpt__close(cfd);
     if (!ours) {
         close(fd);
         close(workfd);
@@ -246,9 +279,30 @@ int ckpt__gc(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload, siz
         rc = r;
     close(fd);
     close(workfd);
+    ckpt__dirlock_release(lock);
     if (removed)
         *removed = g.count;
     return rc;
+}
+
+/* 1 when directory fd holds `name` and nothing else. */
+static int holds_only(int fd, const char *name)
+{
+    DIR *d = ckpt__listing(fd);
+    if (!d)
+        return 0;
+    int found = 0, other = 0;
+    struct dirent *e;
+    while (!other && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (strcmp(e->d_name, name) == 0)
+            found = 1;
+        else
+            other = 1;
+    }
+    closedir(d);
+    return found && !other;
 }
 
 /* Removes every checkpoint of dir (indexes by magic, with their data files), its state file,
@@ -264,6 +318,11 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     if (rc != CKPT_OK)
         return rc;
     if (!(*ours = is_checkpoint_dir(fd))) {
+        /* a training state that never backed up left only its lock (held by our caller) */
+        if (holds_only(fd, CKPT__LOCK_FILE) &&
+            ckpt__stat_regular(NULL, fd, CKPT__LOCK_FILE, dir) == CKPT_OK)
+            unlinkat(fd, CKPT__LOCK_FILE, 0);
+        ckpt_error_clear();
         close(fd);
         return CKPT_OK;
     }
@@ -284,8 +343,9 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     closedir(d);
     if (rc == CKPT_OK)
         rc = ckpt__gc(dir, 0, NULL, NULL, NULL, 0);
+    /* the lock too: delete_backup's caller holds it (its manager), and chief/ goes */
     static const char *const files[] = { CKPT__STATE_FILE, "metrics.jsonl", CKPT__RESTART_FILE,
-                                         CKPT__HALT_FILE, CKPT__IDENTITY_FILE };
+                                         CKPT__HALT_FILE, CKPT__IDENTITY_FILE, CKPT__LOCK_FILE };
     for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
         if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
             rc = ckpt__errno(errno, "unlink", files[i]);

@@ -89,11 +89,20 @@ int ckpt__state_unpack(struct ckpt_state **out, const uint8_t *buf, size_t len, 
 int ckpt__state_scan_newer(struct ckpt_state **out, const char *dir, const char *name,
                            int64_t after);
 
-/* ckpt_gc(); with refuse_foreign 0, a directory that is not recognisably a checkpoint directory is
- * left alone quietly (CKPT_OK, nothing removed) instead of being an error. */
+/* ckpt_gc() without the directory's lock (its caller, the manager or a cache, holds it); with
+ * refuse_foreign 0, a directory that is not recognisably a checkpoint directory is left alone
+ * quietly (CKPT_OK, nothing removed) instead of being an error. */
 int ckpt__gc(const char *dir, int dry_run, void (*cb)(const char *path, const char *why,
                                                       void *payload),
              void *payload, size_t *removed, int refuse_foreign);
+
+/* ckpt_gc() with the lock of the directory whose state file it serves (lib/dirlock.h: dir's own,
+ * or its chief/'s when dir is a training state's work directory) held while it removes anything,
+ * waiting up to lock_wait seconds for it (CKPT_EBUSY naming the holder then); dry_run takes no
+ * lock. */
+int ckpt__gc_locked(const char *dir, int dry_run, void (*cb)(const char *path, const char *why,
+                                                             void *payload),
+                    void *payload, size_t *removed, double lock_wait);
 
 /* delete_backup of a training-state directory <work>: every checkpoint, the state file, metrics
  * and garbage of <work>/chief, the workertemp_<r> of <work>, then chief/ and <work> themselves

@@ -17,6 +17,10 @@
  *   <name>.tmp-<16 hex>                a file being written atomically (ckpt__temp_name)
  *   <dir>/halt                         a halt request (`mpickpt halt`, lib/halt.h), next to the
  *                                      state file; kept by gc, removed by `mpickpt halt --clear`
+ *   <dir>/lock                         the lock of the directory (lib/dirlock.h), next to the
+ *                                      state file: a writer (manager, training state, `mpickpt
+ *                                      gc|pin|drop`) flocks it for its lifetime; never removed
+ *                                      (delete_backup excepted, by its holder)
  * The saver, the single-process writer, the manager and gc use these functions to make or
  * recognise those names (the "<prefix>.index" of a prefix is composed where a prefix is opened).
  */
@@ -35,6 +39,8 @@
 #define CKPT__STATE_FILE "checkpoint"
 /* A halt request in the state file's directory (lib/halt.h). */
 #define CKPT__HALT_FILE "halt"
+/* The lock of the directory, next to the state file (lib/dirlock.h). */
+#define CKPT__LOCK_FILE "lock"
 
 /* 1 when s ends with suffix. */
 int ckpt__ends_with(const char *s, const char *suffix);

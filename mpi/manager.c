@@ -5,6 +5,7 @@
  */
 #include "mpickpt/manager.h"
 
+#include "dirlock.h"
 #include "env.h"
 #include "fsutil.h"
 #include "identity.h"
@@ -46,6 +47,7 @@ struct ckpt_manager {
     /* The restart control (`mpickpt pin`/`drop`, lib/restart.h): rank 0's reading of
      * <dir>/restart, the same on every rank; read at creation and before each save. */
     ckpt__restart ctl;
+    ckpt__dirlock *dirlock; /* rank 0: the lock of `dir` (lib/dirlock.h), held until free */
 };
 
 /* What the restart control makes of entry `e` (CKPT__RS_*). */
@@ -277,6 +279,24 @@ static int drain(ckpt_manager *m, MPI_Comm comm, const char *name);
 static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                           const ckpt_manager_options *opts, int levels_from_env);
 
+/* How much of a caller's options struct its version has (0: a version this library lacks). */
+static size_t opts_size(unsigned version)
+{
+    return version == 1   ? offsetof(ckpt_manager_options, cache_dir)
+           : version == 2 ? offsetof(ckpt_manager_options, lock_wait_seconds)
+           : version == CKPT_MANAGER_OPTIONS_VERSION ? sizeof(ckpt_manager_options)
+                                                     : 0;
+}
+
+/* Rank 0: one job per directory (docs/operations.md), taken before anything in it is read; the
+ * wait is rank 0's (the option, else MPICKPT_LOCK_WAIT), as only rank 0 waits. */
+static int take_dirlock(ckpt_manager *m, int dirfd)
+{
+    double wait = m->opts.lock_wait_seconds;
+    int rc = wait == 0 ? ckpt__dirlock_env_wait(&wait) : CKPT_OK;
+    return rc == CKPT_OK ? ckpt__dirlock_take(&m->dirlock, dirfd, m->dir, wait) : rc;
+}
+
 int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                         const ckpt_manager_options *opts)
 {
@@ -289,8 +309,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     *out = NULL;
     if (!saver)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
-    if (opts && opts->version != 1 && opts->version != CKPT_MANAGER_OPTIONS_VERSION)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected 1 or %d",
+    if (opts && !opts_size(opts->version))
+        return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected 1 to %d",
                            opts->version, CKPT_MANAGER_OPTIONS_VERSION);
     ckpt_manager *m = calloc(1, sizeof *m);
     MPI_Comm comm = ckpt__saver_comm(saver);
@@ -306,9 +326,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     m->rank = ckpt__saver_rank(saver);
     ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
     m->opts = defaults;
-    if (opts) /* a version-1 caller's struct ends before cache_dir */
-        memcpy(&m->opts, opts,
-               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_manager_options, cache_dir));
+    if (opts) /* an older caller's struct ends before the fields its version lacks */
+        memcpy(&m->opts, opts, opts_size(opts->version));
     local = ckpt__path(m->name, sizeof m->name, "%s", m->opts.name ? m->opts.name : "ckpt");
     if (local == CKPT_OK && (!ckpt__safe_filename(m->name) || strchr(m->name, '.')))
         local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' must be a plain name without '.'",
@@ -319,6 +338,8 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
         local = ckpt__path(m->dir, sizeof m->dir, "%s", dir ? dir : "");
         if (local == CKPT_OK) /* makes it; a chief/ that is a link is refused */
             local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 1);
+        if (local == CKPT_OK)
+            local = take_dirlock(m, dfd);
         ckpt__close(dfd);
         if (local == CKPT_OK) {
             int r = ckpt_state_read(&m->state, m->dir);
@@ -413,6 +434,7 @@ void ckpt_manager_free(ckpt_manager *m)
     }
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
+    ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -1205,9 +1227,8 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
         return rc;
     }
     ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
-    if (opts && (opts->version == 1 || opts->version == CKPT_MANAGER_OPTIONS_VERSION))
-        memcpy(&o, opts,
-               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_manager_options, cache_dir));
+    if (opts && opts_size(opts->version))
+        memcpy(&o, opts, opts_size(opts->version));
     else if (opts)
         o.version = opts->version; /* refused by the manager, with its message */
     else

@@ -44,7 +44,9 @@ typedef enum ckpt_status {
     CKPT_EVERSION = -10, /**< written by an unknown (future) format version */
     CKPT_EMPI = -11,     /**< an MPI call failed or MPI is not usable as required */
     CKPT_EEXISTS = -12,  /**< the target already exists */
-    CKPT_ETIMEDOUT = -13 /**< gave up waiting (e.g. for a background save at close) */
+    CKPT_ETIMEDOUT = -13, /**< gave up waiting (e.g. for a background save at close) */
+    CKPT_EBUSY = -14      /**< the checkpoint directory is in use by another job (its lock is
+                           *   held; the message names the holder) */
 } ckpt_status;
 
 /** Detail of the last error raised on the calling thread. */

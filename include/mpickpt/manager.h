@@ -24,7 +24,7 @@ typedef enum ckpt_redundancy {
 
 /** Options of ckpt_manager_create(). Initialize with CKPT_MANAGER_OPTIONS_INIT. */
 typedef struct ckpt_manager_options {
-    unsigned int version;       /**< CKPT_MANAGER_OPTIONS_VERSION (1 is still accepted) */
+    unsigned int version;       /**< CKPT_MANAGER_OPTIONS_VERSION (1 and 2 are still accepted) */
     int max_to_keep;            /**< newest checkpoints kept (default 5); <= 0 keeps all */
     double keep_every_n_hours;  /**< also keep one checkpoint per this many hours (0: off) */
     int64_t min_step_interval;  /**< skip a save less than this many steps after the last (0: off) */
@@ -44,11 +44,17 @@ typedef struct ckpt_manager_options {
                                  *   else 2 (max_to_keep stays the persistent directory's) */
     const char *failure_group;  /**< this node's failure group (a rack): partners are in another;
                                  *   NULL: MPICKPT_FAILURE_GROUP, else every node its own */
+    /* ---- version 3: one job per directory (docs/operations.md) ---- */
+    /** How long creation waits for the directory when another job holds its lock (a requeued
+     *  job overlapping the old one's end), in seconds; 0: MPICKPT_LOCK_WAIT, else no wait;
+     *  < 0: no wait. A directory still held then is CKPT_EBUSY naming the holder. */
+    double lock_wait_seconds;
 } ckpt_manager_options;
 
-#define CKPT_MANAGER_OPTIONS_VERSION 2
+#define CKPT_MANAGER_OPTIONS_VERSION 3
 #define CKPT_MANAGER_OPTIONS_INIT                                                                 \
-    { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0, NULL, CKPT_REDUNDANCY_DEFAULT, 0, 0, NULL }
+    { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0, NULL, CKPT_REDUNDANCY_DEFAULT, 0, 0, NULL, \
+      0.0 }
 
 /** What a save records and how it is retained. */
 typedef struct ckpt_manager_save_info {
@@ -60,19 +66,23 @@ typedef struct ckpt_manager_save_info {
 
 /**
  * A manager of numbered checkpoints in @p dir (created if missing) using @p saver (borrowed; its
- * registrations are what gets saved). The chief reads the state file (or, when it is missing or
- * damaged, scans the directory) and broadcasts it, so every rank has the same view.
- * Collective over the saver's communicator.
+ * registrations are what gets saved). The chief takes the directory's lock (`DIR/lock`, flock;
+ * held until ckpt_manager_free() or the process's end) before it reads the state file (or, when
+ * it is missing or damaged, scans the directory) and broadcasts it, so every rank has the same
+ * view. A directory another job (or another manager of this process) holds is CKPT_EBUSY on every
+ * rank, naming the holder's host, pid and start, unless it is freed within
+ * `lock_wait_seconds`. Collective over the saver's communicator.
  */
 CKPT_EXTERN int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                                     const ckpt_manager_options *opts);
 
 /**
- * Frees the manager (not the saver). A save this manager started that is still in flight (async
- * mode) is waited for first, so that its commit is recorded in the state file and retention runs;
- * if the saver was already closed with that save still running (ckpt_saver_close() timed out), the
- * save's call back into the manager is withdrawn, or, when it is already running, the manager is
- * left allocated (a warning says so) for the process's exit. NULL is a no-op. Local.
+ * Frees the manager (not the saver) and releases the directory's lock. A save this manager
+ * started that is still in flight (async mode) is waited for first, so that its commit is recorded
+ * in the state file and retention runs; if the saver was already closed with that save still
+ * running (ckpt_saver_close() timed out), the save's call back into the manager is withdrawn, or,
+ * when it is already running, the manager is left allocated (a warning says so) for the process's
+ * exit, and the directory stays locked until then. NULL is a no-op. Local.
  */
 CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
 
@@ -198,7 +208,8 @@ typedef struct ckpt_training ckpt_training;
 /**
  * Training state under @p dir: committed checkpoints in `<dir>/chief/` (one kept, like the seed's
  * max_to_keep=1, unless @p opts says otherwise), non-chief ranks' in-flight parts in
- * `<dir>/workertemp_<rank>/`, emptied after each backup. Collective.
+ * `<dir>/workertemp_<rank>/`, emptied after each backup. Its manager holds the lock of
+ * `<dir>/chief/` (ckpt_manager_create) until ckpt_training_free(). Collective.
  */
 CKPT_EXTERN int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir,
                                      const ckpt_manager_options *opts);

@@ -87,7 +87,10 @@ typedef void (*ckpt_gc_cb)(const char *path, const char *why, void *payload);
  * `<name>.data-%05d-of-%05d` files whose `<name>.index` does not exist, temp files of index and
  * state writes (`<x>.index.tmp-<pid>`, `checkpoint.tmp-<pid>`), and the `workertemp_*`
  * directories next to @p dir (when @p dir is named "chief") or inside it. Nothing else is
- * touched; committed checkpoints never. Must not run while a save is writing into @p dir.
+ * touched; committed checkpoints never. Unless @p dry_run, it holds the lock of the directory
+ * (`lock` next to the state file: @p dir's, or its chief/'s) while it removes anything, so it
+ * never runs while a job's manager or training state uses the directory: that is CKPT_EBUSY
+ * naming the job (its host and pid), after waiting MPICKPT_LOCK_WAIT seconds when set.
  * @p cb is called for each path once it is removed; @p removed (may be NULL) receives their count.
  */
 CKPT_EXTERN int ckpt_gc(const char *dir, int dry_run, ckpt_gc_cb cb, void *payload,

@@ -141,7 +141,7 @@ for st, who in KILLS:
 DRILLS += [("index-without-state", "emulated", "state"), ("retention-interrupted", "emulated", "retention")]
 DRILLS += [(n, "damage", n) for n in DAMAGE]
 DRILLS += [("full-disk", "fulldisk", None), ("resume-4to3", "ranks", (4, 3)),
-           ("resume-2to4", "ranks", (2, 4))]
+           ("resume-2to4", "ranks", (2, 4)), ("two-jobs", "twojobs", None)]
 DESCR = {}
 for st, who in KILLS:
     r = "rank 0 (the chief)" if who == "chief" else f"rank {WORKER} (a non-chief rank)"
@@ -154,6 +154,8 @@ DESCR.update(DAMAGE)
 DESCR["full-disk"] = "the job's directory on a tmpfs too small for the third checkpoint (ENOSPC)"
 DESCR["resume-4to3"] = "4 ranks, rank 2 aborts mid-epoch; resume on 3 ranks"
 DESCR["resume-2to4"] = "2 ranks, rank 1 aborts mid-epoch; resume on 4 ranks"
+DESCR["two-jobs"] = ("a second job on the directory while the first runs (launched twice); a "
+                     "third, with MPICKPT_LOCK_WAIT, waits for the first's end (a requeue)")
 # The storage-level drills (docs/levels.md): the demo with a cache level in 2 simulated nodes
 # (MPICKPT_RANKS_PER_NODE = NP/2), partner copies, every 2nd checkpoint drained to DIR/chief.
 LEVELS = {
@@ -740,6 +742,135 @@ def drill_ranks(d, arg):
         d.problem("the verified line does not say which ranks start fresh")
 
 
+# ---- two jobs on one directory (lib/dirlock.h) ----
+def start_bg(d, what, cmd, env=None):
+    """A job in the background, its stdout and stderr in files: (Popen, out path, err path)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    log = d.log_path(what)[:-len(".log")]
+    out, err = log + ".out", log + ".err"
+    p = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=open(err, "w"), env=e,
+                         start_new_session=True)
+    RUNNING.add((p, d.run_dir))
+    return p, out, err
+
+
+def text(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def wait_for(d, what, cond, procs, limit=None):
+    """Polls cond() until it holds; False (a problem noted) when a job in procs ended first or
+    after `limit` seconds (a hang guard, not a measurement)."""
+    t0 = time.time()
+    while not cond():
+        for name, p in procs:
+            if p.poll() is not None:
+                d.problem(f"{name} ended (exit {p.returncode}) before {what}")
+                return False
+        if time.time() - t0 > (limit or RUN_TIMEOUT):
+            d.problem(f"no {what} after {limit or RUN_TIMEOUT:g}s")
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def finish_bg(d, what, p, out, err):
+    """Waits for a background job (stopped at the run timeout); a Run like run_cmd's."""
+    hung = False
+    try:
+        p.wait(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        hung = True
+        stop_job(p, d.run_dir, lambda: p.wait(timeout=10))
+        d.problem(f"{what}: hung, killed after {RUN_TIMEOUT:g}s (log {out})")
+    RUNNING.discard((p, d.run_dir))
+    r = Run(p.returncode, text(out), text(err), hung, out)
+    for s in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        if s in r.se:
+            d.problem(f"{what}: sanitizer report (log {err})")
+            break
+    return r
+
+
+def files_of(run_dir):
+    """{path: (size, mtime)} of every file under run_dir."""
+    res = {}
+    for dp, _, fs in os.walk(run_dir):
+        for n in fs:
+            st = os.lstat(os.path.join(dp, n))
+            res[os.path.relpath(os.path.join(dp, n), run_dir)] = (st.st_size, st.st_mtime_ns)
+    return res
+
+
+def drill_two_jobs(d, _):
+    demo = [MPIEXEC, "-np", str(NP), DEMO, "--dir", d.run_dir, "--layout", opt["layout"],
+            "--steps-per-epoch", str(S), "--ckpt-every", str(K), "--mb", str(MB),
+            "--keep", str(KEEP), *extra, "--epochs", str(EPOCHS)]
+    if d.mode == "async":
+        demo.append("--async")
+    # the first job: it holds at its first committed checkpoint until it is preempted
+    first, fout, ferr = start_bg(d, "first", demo + ["--hold"])
+    waiter = None
+    try:
+        if not wait_for(d, "first checkpoint of the first job",
+                        lambda: "checkpoint prefix=" in text(fout), [("the first job", first)]):
+            return
+        held = leftovers(d.run_dir)  # the first job's ranks
+        before, files = committed(d.run_dir), files_of(d.run_dir)
+        # the second job, launched by mistake: refused at once, on every rank, naming the first
+        r = d.demo(NP, "second", ["--epochs", str(EPOCHS)])
+        msg = r.error_line()
+        if r.rc == 0 or r.hung or r.lines("fresh start") or r.lines("resumed "):
+            d.problem(f"the second job was not refused: exit {r.rc} (log {r.log})")
+        elif ("is in use by another job" not in msg or
+              not any(f"pid {pid}," in msg for pid in held)):
+            d.problem(f"the second job's error does not name the first job's pid {held}: "
+                      f"{msg[:300]} (log {r.log})")
+        else:
+            d.actual = "second job refused (" + msg[msg.find("in use"):][:90] + "...)"
+        if first.poll() is not None:
+            d.problem(f"the first job ended (exit {first.returncode}) when the second started")
+        now = files_of(d.run_dir)
+        if now != files:
+            changed = sorted(k for k in set(now) | set(files) if now.get(k) != files.get(k))
+            d.problem("the second job changed the first job's directory: " +
+                      ", ".join(changed)[:300])
+        if not before or not all(e["valid"] for e in before):
+            d.problem(f"the first job's checkpoints do not all verify: {before}")
+        # a requeue that overlaps the first job's end: it waits for the directory
+        waiter, wout, werr = start_bg(d, "waiter", demo, env={"MPICKPT_LOCK_WAIT": str(
+            int(RUN_TIMEOUT * 2))})
+        if not wait_for(d, "'waiting up to' from the third job", lambda: "waiting up to" in
+                        text(werr), [("the third job", waiter), ("the first job", first)]):
+            return
+        os.kill(first.pid, signal.SIGUSR1)  # mpirun forwards it: a final checkpoint, exit 75
+        rf = finish_bg(d, "first", first, fout, ferr)
+        if rf.rc != 75 or not rf.lines("preempted "):
+            d.problem(f"the first job after SIGUSR1: exit {rf.rc} (log {fout})")
+        last = rf.lines("checkpoint prefix=")
+        m = re.match(r"^checkpoint prefix=(\S+) epoch=(\d+) step=(\d+) ",
+                     last[-1] if last else "")
+        expected = {"name": os.path.basename(m.group(1)), "epoch": int(m.group(2)),
+                    "step": int(m.group(3))} if m else None
+        d.expected = ("second refused; third waits, then resumes from the first's last: " +
+                      fmt(expected))
+        rw = finish_bg(d, "waiter", waiter, wout, werr)
+        waiter = None
+        actual = d.actual
+        check_restart(d, rw, expected, what="third job")
+        d.actual = actual + "; third: " + d.actual
+    finally:
+        for p in (first, waiter):
+            if p is not None and p.poll() is None:
+                stop_job(p, d.run_dir, lambda: p.wait(timeout=10))
+                RUNNING.discard((p, d.run_dir))
+
+
 # ---- the storage levels ----
 LEVEL_ARGS = ["--redundancy", "partner", "--persist-every", "2", "--cache-keep", "2"]
 
@@ -941,7 +1072,8 @@ def drill_level(d, kind):
 
 
 RUNNERS = {"kill": drill_kill, "emulated": drill_emulated, "damage": drill_damage,
-           "fulldisk": drill_fulldisk, "ranks": drill_ranks, "level": drill_level}
+           "fulldisk": drill_fulldisk, "ranks": drill_ranks, "level": drill_level,
+           "twojobs": drill_two_jobs}
 
 
 # ---- async: does this demo have it? ----

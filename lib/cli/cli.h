@@ -9,7 +9,8 @@
 #ifndef MPICKPT_CLI_CLI_H
 #define MPICKPT_CLI_CLI_H
 
-#include "json.h" /* lib/json.h */
+#include "dirlock.h" /* lib/dirlock.h */
+#include "json.h"    /* lib/json.h */
 #include "opts.h"
 #include "paths.h" /* lib/paths.h: chief/ and the other names mpickpt writes */
 
@@ -114,6 +115,18 @@ int cli_is_dir(const char *path);
 
 /* Checks that a DIR operand is an existing directory; prints why not. Returns 0 or EXIT_BAD. */
 int cli_check_dir(const cli_command *cmd, const char *dir);
+
+/* ---- the lock of a directory (lib/dirlock.h): gc, pin and drop hold it while they write ---- */
+
+/* The seconds a command waits for a directory another job holds: its --wait value (a number
+ * of seconds in 0..31536000), else MPICKPT_LOCK_WAIT, else 0. Returns 0, or EXIT_USAGE after
+ * printing a usage error for a bad --wait, or EXIT_BAD for a bad MPICKPT_LOCK_WAIT. */
+int cli_lock_wait(const cli_command *cmd, const char *arg, double *seconds);
+
+/* Takes the lock of directory dir (a state file's directory: DIR or DIR/chief), waiting up to
+ * `wait` seconds; *lock is released with ckpt__dirlock_release(). Returns 0, or EXIT_BAD after
+ * printing why (a job holding it: its host, pid and since when). */
+int cli_lock_dir(const cli_command *cmd, const char *dir, double wait, ckpt__dirlock **lock);
 
 /* ---- state files ---- */
 

@@ -1,7 +1,9 @@
 /* mpickpt gc: removes the debris of crashed or failed saves in DIR and DIR/chief/ (the library's
- * ckpt_gc), printing each path once. The only command that modifies anything. */
+ * ckpt_gc), printing each path once, under the lock of each directory it cleans (refused while a
+ * job holds it; --wait waits). */
 #include "cli.h"
 
+#include "index.h" /* lib/index.h: ckpt__gc_locked */
 #include "mpickpt/state.h"
 #include "strhash.h" /* lib/strhash.h */
 
@@ -119,10 +121,15 @@ static void gc_report(const char *path, const char *why, void *payload)
 static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 {
     int dry_run = 0, json = 0, nops = 0;
-    const cli_option opts[] = {{"--dry-run", &dry_run, NULL}, {"--json", &json, NULL}};
-    const cli_spec spec = {opts, 2, 1, 1, "missing DIR", "expected one DIR", 1};
+    const char *wait_arg = NULL;
+    const cli_option opts[] = {
+        {"--dry-run", &dry_run, NULL}, {"--json", &json, NULL}, {"--wait", NULL, &wait_arg}};
+    const cli_spec spec = {opts, 3, 1, 1, "missing DIR", "expected one DIR", 1};
     int rc = cli_parse(cmd, &spec, argc, argv, &nops);
     if (rc != CLI_GO)
+        return rc;
+    double wait = 0;
+    if ((rc = cli_lock_wait(cmd, wait_arg, &wait)) != 0)
         return rc;
     char *dir = cli_dir_operand(argv[0]);
     char *chief = dir ? cli_path_join(dir, CKPT__CHIEF_DIR) : NULL;
@@ -143,9 +150,9 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
         ckpt__json_key(&w, "removed");
         ckpt__json_array_begin(&w);
     }
-    rc = ckpt_gc(dir, dry_run, gc_report, &st, NULL);
+    rc = ckpt__gc_locked(dir, dry_run, gc_report, &st, NULL, wait);
     if (rc == CKPT_OK && cli_is_dir(chief))
-        rc = ckpt_gc(chief, dry_run, gc_report, &st, NULL);
+        rc = ckpt__gc_locked(chief, dry_run, gc_report, &st, NULL, wait);
     char error[1024] = "";
     if (rc != CKPT_OK) {
         const ckpt_error *e = ckpt_error_last();
@@ -184,13 +191,18 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
 }
 
 const cli_command cli_cmd_gc = {
-    "gc", "[--dry-run] [--json] DIR", "remove the debris of crashed or failed saves",
+    "gc", "[--dry-run] [--json] [--wait SECONDS] DIR",
+    "remove the debris of crashed or failed saves",
     "  Removes, in DIR and in DIR/chief/: *_temp/ directories, data files (*.data-*) whose\n"
     "  index does not exist, and temp files (*.tmp-PID); and the non-chief ranks'\n"
     "  workertemp_*/ directories (in DIR, or next to DIR when DIR is a chief/). Committed\n"
-    "  checkpoints are never touched. Do not run it while a job is saving into DIR.\n"
+    "  checkpoints are never touched. It holds the directory's lock while it removes: a job\n"
+    "  using DIR makes it fail, naming the job (host, pid); stop the job first (mpickpt halt).\n"
     "  Prints each path removed and why, then \"gc DIR: removed N path(s)\".\n"
-    "  --dry-run  only print what would be removed (\"would remove\")\n"
+    "  --dry-run  only print what would be removed (\"would remove\"; takes no lock, so with a\n"
+    "             job running it also lists that job's in-flight files)\n"
+    "  --wait S   wait up to S seconds for a job holding DIR to end (default:\n"
+    "             MPICKPT_LOCK_WAIT, else 0)\n"
     "  --json     one object: {\"dir\",\"dry_run\",\"removed\":[{\"path\",\"why\"}],\"count\",\n"
     "             \"ok\",\"error\"} (error: null, or the message also printed on stderr)\n",
     cmd_gc};

@@ -1,6 +1,8 @@
 /* mpickpt pin / mpickpt drop: choosing the restart point of a checkpoint directory. Both edit
  * the restart control next to the state file (lib/restart.h), which the manager's chief reads
- * when a job starts and before each save; neither touches a checkpoint or the state file. */
+ * when a job starts; neither touches a checkpoint or the state file. They edit it under the lock
+ * of that directory (lib/dirlock.h): refused while a job holds it (--wait waits), so a change
+ * never lands in the middle of a job's run. */
 #include "cli.h"
 
 #include "index.h"   /* lib/index.h: ckpt__state_scan_newer */
@@ -106,9 +108,10 @@ static void print_restart(const char *dir, const ckpt__restart *c, const ckpt_st
     fputc('\n', stdout);
 }
 
-/* The state directory, its state and its control, for a DIR operand. 0 or EXIT_BAD. */
+/* The state directory, its state and its control, for a DIR operand; with `lock`, read under
+ * the directory's lock (taken first, waiting up to `wait` seconds). 0 or EXIT_BAD. */
 static int load(const cli_command *cmd, const char *arg, char **dir, ckpt_state **st,
-                ckpt__restart *c)
+                ckpt__restart *c, ckpt__dirlock **lock, double wait)
 {
     *st = NULL;
     memset(c, 0, sizeof *c);
@@ -117,7 +120,10 @@ static int load(const cli_command *cmd, const char *arg, char **dir, ckpt_state 
     free(d);
     if (!*dir)
         return cli_oom(cmd);
-    int rc = cli_read_state(cmd, *dir, st);
+    int rc = lock ? cli_lock_dir(cmd, *dir, wait, lock) : 0;
+    if (rc != 0)
+        return rc;
+    rc = cli_read_state(cmd, *dir, st);
     if (rc != 0)
         return rc;
     int lrc = ckpt__restart_read(c, *dir);
@@ -135,17 +141,23 @@ static int save(const cli_command *cmd, const char *dir, const ckpt__restart *c)
 static int cmd_pin(const cli_command *cmd, int argc, char **argv)
 {
     int json = 0, clear = 0, nops = 0;
-    const cli_option opts[] = {{"--json", &json, NULL}, {"--clear", &clear, NULL}};
-    const cli_spec spec = {opts, 2, 1, 2, "missing DIR", "expected DIR and at most one NAME", 1};
+    const char *wait_arg = NULL;
+    const cli_option opts[] = {
+        {"--json", &json, NULL}, {"--clear", &clear, NULL}, {"--wait", NULL, &wait_arg}};
+    const cli_spec spec = {opts, 3, 1, 2, "missing DIR", "expected DIR and at most one NAME", 1};
     int rc = cli_parse(cmd, &spec, argc, argv, &nops);
     if (rc != CLI_GO)
         return rc;
     if (clear && nops > 1)
         return cli_usage_error(cmd, "--clear takes no NAME");
+    double wait = 0;
+    if ((rc = cli_lock_wait(cmd, wait_arg, &wait)) != 0)
+        return rc;
     char *dir = NULL;
     ckpt_state *st = NULL;
     ckpt__restart c;
-    rc = load(cmd, argv[0], &dir, &st, &c);
+    ckpt__dirlock *lock = NULL; /* only to write: showing the pin reads, like list */
+    rc = load(cmd, argv[0], &dir, &st, &c, clear || nops == 2 ? &lock : NULL, wait);
     if (rc == 0 && clear) {
         c.pinned = 0;
         rc = save(cmd, dir, &c);
@@ -200,6 +212,7 @@ static int cmd_pin(const cli_command *cmd, int argc, char **argv)
             rc = save(cmd, dir, &c);
         }
     }
+    ckpt__dirlock_release(lock);
     if (rc == 0)
         print_restart(dir, &c, st, json);
     ckpt__restart_clear(&c);
@@ -211,15 +224,21 @@ static int cmd_pin(const cli_command *cmd, int argc, char **argv)
 static int cmd_drop(const cli_command *cmd, int argc, char **argv)
 {
     int json = 0, undo = 0, nops = 0;
-    const cli_option opts[] = {{"--json", &json, NULL}, {"--undo", &undo, NULL}};
-    const cli_spec spec = {opts, 2, 2, -1, "expected DIR and at least one NAME", NULL, 1};
+    const char *wait_arg = NULL;
+    const cli_option opts[] = {
+        {"--json", &json, NULL}, {"--undo", &undo, NULL}, {"--wait", NULL, &wait_arg}};
+    const cli_spec spec = {opts, 3, 2, -1, "expected DIR and at least one NAME", NULL, 1};
     int rc = cli_parse(cmd, &spec, argc, argv, &nops);
     if (rc != CLI_GO)
+        return rc;
+    double wait = 0;
+    if ((rc = cli_lock_wait(cmd, wait_arg, &wait)) != 0)
         return rc;
     char *dir = NULL;
     ckpt_state *st = NULL;
     ckpt__restart c;
-    rc = load(cmd, argv[0], &dir, &st, &c);
+    ckpt__dirlock *lock = NULL;
+    rc = load(cmd, argv[0], &dir, &st, &c, &lock, wait);
     /* every NAME checked before anything is written */
     for (int k = 1; rc == 0 && k < nops; k++) {
         long i = find_entry(st, argv[k]);
@@ -246,6 +265,7 @@ static int cmd_drop(const cli_command *cmd, int argc, char **argv)
     }
     if (rc == 0)
         rc = save(cmd, dir, &c);
+    ckpt__dirlock_release(lock);
     if (rc == 0) {
         if (!undo && ckpt__restart_point(&c, st) < 0)
             fprintf(stderr, "mpickpt: %s: warning: no checkpoint of %s is left to restore: the "
@@ -259,7 +279,7 @@ static int cmd_drop(const cli_command *cmd, int argc, char **argv)
 }
 
 const cli_command cli_cmd_pin = {
-    "pin", "[--json] [--clear] DIR [NAME]",
+    "pin", "[--json] [--clear] [--wait SECONDS] DIR [NAME]",
     "choose the checkpoint the next restore starts from (or show or clear the pin)",
     "  Pins checkpoint NAME (ckpt-4, as `mpickpt list` shows it) of DIR: the next start of a job\n"
     "  in DIR restores it. The checkpoints newer than it that DIR lists now are set aside: never\n"
@@ -269,16 +289,21 @@ const cli_command cli_cmd_pin = {
     "  and data files read back is pinned. --clear removes the pin: what was set aside counts\n"
     "  again (retention, restores). Without NAME or --clear: shows the pin. The pin is kept in\n"
     "  DIR/restart (or DIR/chief/restart); no checkpoint and no state file is changed.\n"
+    "  Setting or clearing it is refused while a job holds DIR (its lock; the message names\n"
+    "  the job's host and pid): stop the job first. --wait S waits up to S seconds for it\n"
+    "  (default: MPICKPT_LOCK_WAIT, else 0).\n"
     "  --json   {\"dir\",\"pinned\":NAME|null,\"set_aside\":[NAME],\"dropped\":[NAME],\n"
     "           \"restart_from\":NAME|null}\n",
     cmd_pin};
 
 const cli_command cli_cmd_drop = {
-    "drop", "[--json] [--undo] DIR NAME...",
+    "drop", "[--json] [--undo] [--wait SECONDS] DIR NAME...",
     "retire checkpoints: never restored, deleted by the manager's next retention",
     "  Drops the named checkpoints of DIR (like scr_index --drop): a job never restores them\n"
-    "  again and its manager deletes them at its next save (the newest one only once a newer one\n"
-    "  exists). The pinned checkpoint cannot be dropped. --undo takes a drop back while the\n"
-    "  checkpoint still exists. Warns when no checkpoint is left to restore. Kept in DIR/restart\n"
-    "  with the pin; --json prints what `mpickpt pin --json` prints.\n",
+    "  again and the next job's manager deletes them at its first save (the newest one only once\n"
+    "  a newer one exists). The pinned checkpoint cannot be dropped. --undo takes a drop back\n"
+    "  while the checkpoint still exists. Warns when no checkpoint is left to restore. Kept in\n"
+    "  DIR/restart with the pin; --json prints what `mpickpt pin --json` prints. Refused while\n"
+    "  a job holds DIR (its lock; the message names the job's host and pid): stop the job\n"
+    "  first. --wait S waits up to S seconds for it (default: MPICKPT_LOCK_WAIT, else 0).\n",
     cmd_drop};

@@ -1,9 +1,12 @@
 /* Helpers shared by the mpickpt tool's commands (declared in cli.h). */
 #include "cli.h"
 
+#include "fsutil.h" /* lib/fsutil.h */
+
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -162,6 +165,35 @@ int cli_check_dir(const cli_command *cmd, const char *dir)
         return EXIT_BAD;
     }
     return 0;
+}
+
+/* ---- the lock of a directory ---- */
+
+int cli_lock_wait(const cli_command *cmd, const char *arg, double *seconds)
+{
+    *seconds = 0;
+    if (!arg) {
+        int rc = ckpt__dirlock_env_wait(seconds);
+        return rc == CKPT_OK ? 0 : cli_lib_error(cmd, rc);
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end || !isfinite(v) || v < 0 || v > 31536000)
+        return cli_usage_error(cmd, "--wait needs a number of seconds in 0..31536000, got '%s'",
+                               arg);
+    *seconds = v;
+    return 0;
+}
+
+int cli_lock_dir(const cli_command *cmd, const char *dir, double wait, ckpt__dirlock **lock)
+{
+    *lock = NULL;
+    int fd = -1, rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
+    if (rc == CKPT_OK)
+        rc = ckpt__dirlock_take(lock, fd, dir, wait);
+    ckpt__close(fd);
+    return rc == CKPT_OK ? 0 : cli_lib_error(cmd, rc);
 }
 
 /* ---- state directories ---- */

@@ -103,17 +103,17 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
                              "keep_every_n_hours", "min_step_interval", "name",
                              "skip_missing_per_rank", "cache_dir",      "redundancy",
                              "persist_every", "cache_max_to_keep",  "failure_group",
-                             NULL };
+                             "lock_wait",     NULL };
     PyObject *saver;
     PyObject *dir_obj, *cache_obj = NULL;
     int keep = 5, skip = 0, every = 0, cache_keep = 0;
-    double hours = 0;
+    double hours = 0, lock_wait = 0;
     long long minstep = 0;
     const char *name = NULL, *redundancy = NULL, *group = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|idLzpO&ziiz:Manager", names, &saver,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|idLzpO&ziizd:Manager", names, &saver,
                                      PyUnicode_FSConverter, &dir_obj, &keep, &hours, &minstep,
                                      &name, &skip, PyUnicode_FSConverter, &cache_obj, &redundancy,
-                                     &every, &cache_keep, &group))
+                                     &every, &cache_keep, &group, &lock_wait))
         return -1;
     int red = CKPT_REDUNDANCY_DEFAULT;
     if (redundancy && strcmp(redundancy, "none") == 0)
@@ -146,6 +146,7 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
     o.persist_every = every;
     o.cache_max_to_keep = cache_keep;
     o.failure_group = group;
+    o.lock_wait_seconds = lock_wait; /* 0: MPICKPT_LOCK_WAIT; < 0: no wait */
     const char *dir = PyBytes_AS_STRING(dir_obj);
     int rc;
     ckpt_manager *m = NULL;
@@ -332,7 +333,8 @@ PyTypeObject pyckpt_ManagerType = {
     .tp_dealloc = (destructor)Manager_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Manager(saver, directory, max_to_keep=5, keep_every_n_hours=0.0, "
-              "min_step_interval=0, name=None, skip_missing_per_rank=False); collective",
+              "min_step_interval=0, name=None, skip_missing_per_rank=False, ..., "
+              "lock_wait=0.0); collective",
     .tp_methods = Manager_methods,
     .tp_init = (initproc)Manager_init,
     .tp_new = PyType_GenericNew,
@@ -342,11 +344,13 @@ PyTypeObject pyckpt_ManagerType = {
 
 static int Training_init(TrainingObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "saver", "directory", "max_to_keep", "skip_missing_per_rank", NULL };
+    static char *names[] = { "saver", "directory", "max_to_keep", "skip_missing_per_rank",
+                             "lock_wait", NULL };
     PyObject *saver, *dir_obj;
     int keep = 1, skip = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|ip:Training", names, &saver,
-                                     PyUnicode_FSConverter, &dir_obj, &keep, &skip))
+    double lock_wait = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|ipd:Training", names, &saver,
+                                     PyUnicode_FSConverter, &dir_obj, &keep, &skip, &lock_wait))
         return -1;
     ckpt_saver *s = pyckpt_saver_get(saver);
     if (!s || self->t) {
@@ -358,6 +362,7 @@ static int Training_init(TrainingObject *self, PyObject *args, PyObject *kw)
     ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
     o.max_to_keep = keep;
     o.skip_missing_per_rank = skip;
+    o.lock_wait_seconds = lock_wait;
     const char *dir = PyBytes_AS_STRING(dir_obj);
     int rc;
     ckpt_training *t = NULL;

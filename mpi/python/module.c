@@ -6,8 +6,8 @@
 #include <signal.h>
 
 /* mpickpt.Error and its subclasses, one per status a caller acts on. */
-static PyObject *g_error, *g_notfound, *g_corrupt, *g_mismatch, *g_nospace, *g_invalid,
-    *g_version, *g_exists, *g_timedout, *g_mpi;
+static PyObject *g_error, *g_notfound, *g_corrupt, *g_mismatch, *g_nospace, *g_invalid, *g_version,
+    *g_exists, *g_timedout, *g_busy, *g_mpi;
 static int g_mpi4py_ready;
 
 PyObject *pyckpt_raise(int code, const char *fallback)
@@ -22,6 +22,9 @@ PyObject *pyckpt_raise(int code, const char *fallback)
     case CKPT_EVERSION: cls = g_version; break;
     case CKPT_EEXISTS: cls = g_exists; break;
     case CKPT_ETIMEDOUT: cls = g_timedout; break;
+    case CKPT_EBUSY:
+        cls = g_busy;
+        break;
     case CKPT_EMPI: cls = g_mpi; break;
     default: break;
     }
@@ -316,6 +319,9 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
         "The target already exists (CKPT_EEXISTS).");
     SUB(g_timedout, "TimeoutError", (PyObject *)NULL, CKPT_ETIMEDOUT,
         "Gave up waiting, e.g. for a background save at close (CKPT_ETIMEDOUT).");
+    SUB(g_busy, "BusyError", (PyObject *)NULL, CKPT_EBUSY,
+        "The checkpoint directory is in use by another job: its lock is held; the message names "
+        "the holder (CKPT_EBUSY).");
     SUB(g_mpi, "MPIError", (PyObject *)NULL, CKPT_EMPI,
         "An MPI call failed or MPI is not usable (CKPT_EMPI).");
 #undef SUB

@@ -623,6 +623,7 @@ static void run_manager(const char *tag)
      * not fall through to an older one, nor start fresh */
     snprintf(what, sizeof what, "%s: a tensor registered that ckpt-5 lacks", tag);
     begin_case("%s", what);
+    ckpt_manager_free(mg); /* one manager per directory at a time (its lock), in a process too */
     {
         ckpt_saver *s2 = new_saver();
         tm_model m2;
@@ -643,6 +644,9 @@ static void run_manager(const char *tag)
         ckpt_saver_free(s2);
         tm_free(&m2);
     }
+    mg = cache_manager(s, dir, pat);
+    if (!mg)
+        goto done;
     if (g_nnodes >= 2) {
         snprintf(what, sizeof what, "%s: node 1 lost, restore from the cache", tag);
         begin_case("%s", what);

@@ -307,8 +307,8 @@ static int num_data_files(void)
 }
 
 /* Files a checkpoint directory may hold besides checkpoints and the state file: the saver's
- * per-save metrics log. */
-static const char *const optional_files[] = { "metrics.jsonl", NULL };
+ * per-save metrics log, the directory's lock (made by the first manager on it). */
+static const char *const optional_files[] = { "metrics.jsonl", "lock", NULL };
 
 /* The directory holds exactly the files of checkpoints `ns` (stem `stem`), the state file and the
  * NULL-terminated `extra` names. Checked on every rank. */

@@ -289,8 +289,9 @@ for root, target in (("gcrun", "gcrun"), ("gcchief", "gcchief/chief"),
     check(so.splitlines()[-1] == f"gc {target.rstrip('/')}: removed {len(got)} path(s)",
           f"gc summary: {so!r}")
     after = tree(root)
-    # Exactly the garbage went (an emptied workertemp_3/ directory may stay).
-    check(after - {"workertemp_3"} == before - removed_set - {"workertemp_3"},
+    # Exactly the garbage went (an emptied workertemp_3/ directory may stay); gc made the lock
+    # of chief/, whose state file it served, and left it.
+    check(after - {"workertemp_3", "chief/lock"} == before - removed_set - {"workertemp_3"},
           f"gc {target}: removed {sorted(before - after)}, expected {sorted(removed_set)}; "
           f"added {sorted(after - before)}")
     rc, so, se = run("verify", root, rc=0)
@@ -313,7 +314,7 @@ rc, so, se = run("gc", "gcplain", rc=0)
 check(sorted(reported(so, "removed")) == ["gcplain/checkpoint.tmp-42",
                                           "gcplain/ckpt-1.index.tmp-99"]
       and so.endswith("gc gcplain: removed 2 path(s)\n"), f"gc plain: {so!r}")
-check(sorted(os.listdir("gcplain")) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index"],
+check(sorted(os.listdir("gcplain")) == ["ckpt-1.data-00000-of-00001", "ckpt-1.index", "lock"],
       f"gc plain left {os.listdir('gcplain')}")
 run("verify", "gcplain/ckpt-1", rc=0)
 

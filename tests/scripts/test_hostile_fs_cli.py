@@ -49,11 +49,14 @@ def run(*args, rc=None, names=(), what=""):
 
 
 def snapshot(top):
-    """Every entry under top, not followed: kind, link target or file bytes."""
+    """Every entry under top, not followed: kind, link target or file bytes; not the lock file
+    gc takes in a checkpoint directory (lib/dirlock.h)."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         for n in dirnames + filenames:
             p = os.path.join(dirpath, n)
+            if n == "lock" and os.path.isfile(p) and not os.path.islink(p):
+                continue
             st = os.lstat(p)
             if stat.S_ISLNK(st.st_mode):
                 out[p] = ("link", os.readlink(p))

@@ -71,7 +71,7 @@ else:
     check("MPICKPT(1)" in text and "command-line tool for mpickpt checkpoints" in text,
           f"rendered head: {text[:300]!r}")
     for c in ("mpickpt config [--json] [--all]", "mpickpt verify [--json] PREFIX|DIR...",
-              "mpickpt gc [--dry-run] [--json] DIR"):
+              "mpickpt gc [--dry-run] [--json] [--wait SECONDS] DIR"):
         check(c in text, f"rendered page lacks {c!r}")
 
 # installed to share/man/man1

@@ -412,7 +412,7 @@ static void after_crash(const char *dir, const char *work, int renamed)
     CHECK_EQ_INT(data_files(dir, "ckpt-2"), 0);
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-2_temp", dir)), 0);
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/workertemp_1", work)), 0);
-    CHECK_EQ_INT(count_entries(dir), 3); /* ckpt-1's index and two data files */
+    CHECK_EQ_INT(count_entries(dir), 4); /* ckpt-1's index and two data files, gc's lock */
     CHECK(reads_back(dir, "ckpt-1", 1));
 }
 

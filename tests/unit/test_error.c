@@ -21,7 +21,7 @@ int main(void)
     CHECK(strcmp(ckpt_strerror(CKPT_OK), "success") == 0);
     CHECK(strcmp(ckpt_strerror(CKPT_ECORRUPT), "corrupt data") == 0);
     CHECK(strcmp(ckpt_strerror(12345), "unknown error") == 0);
-    for (int c = CKPT_OK; c >= CKPT_ETIMEDOUT; c--)
+    for (int c = CKPT_OK; c >= CKPT_EBUSY; c--)
         CHECK_MSG(strcmp(ckpt_strerror(c), "unknown error") != 0, "code %d has no text", c);
 
     ckpt_error_clear();

@@ -13,6 +13,7 @@
 #include "fsutil.h"
 #include "index.h"
 #include "mpickpt.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1198,7 +1199,7 @@ static int race_once(const char *base, int it, int op, const uint8_t *index, siz
 
     /* without the race: our garbage goes, the checkpoint stays, the victim is still intact */
     CHECK_OK(ckpt_gc(dir, 0, NULL, NULL, NULL));
-    const char *want[] = {it % 2 ? "ck-1.index" : "checkpoint", NULL};
+    const char *want[] = {it % 2 ? "ck-1.index" : "checkpoint", CKPT__LOCK_FILE, NULL};
     CHECK(holds_exactly(dir, want));
     CHECK(victim_intact(&v, 0));
     close(dfd);
@@ -1359,7 +1360,8 @@ static void case_ownership(void)
         const char *want[] = {"ck-1.index", "ck-1.data-00000-of-00001", "build_temp",
                               "workertemp_logs", "corpus.data-00000-of-00010", "notes.txt",
                               "ck-7.data-00003-of-00002", "ck-6.data-00000-of-00001",
-                              "ck-5_temp", "ck-4_temp", "workertemp_2", NULL};
+                              "ck-5_temp", "ck-4_temp", "workertemp_2",
+                              CKPT__LOCK_FILE /* gc's lock, kept */, NULL};
         CHECK(holds_exactly(dir, want));
     }
     CHECK_EQ_INT(kind_of(PATHF(p, "%s/ck-6.data-00000-of-00001", dir)), S_IFIFO);

@@ -21,8 +21,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _mpickpt as _C
-from ._mpickpt import (CorruptError, Error, ExistsError, InvalidArgumentError, MismatchError,
-                       MPIError, NoSpaceError, NotFoundError, TimeoutError, VersionError)
+from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, InvalidArgumentError,
+                       MismatchError, MPIError, NoSpaceError, NotFoundError, TimeoutError,
+                       VersionError)
 from ._state import (Registered, agree, collective, load_record, restore_finish, restore_prepare,
                      save_prepare, uninterruptible)
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
@@ -33,7 +34,7 @@ __all__ = [
     "import_tf",
     "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
-    "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "MPIError",
+    "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "BusyError", "MPIError",
     "EXIT_PREEMPTED", "__version__", "set_log_level",
 ]
 
@@ -85,6 +86,17 @@ def _comm_of(comm: Any) -> Any:
         atexit.register(_close_all)
         _exit_hook = True
     return comm.Dup()
+
+
+def _lock_wait(lock_wait: Optional[float]) -> float:
+    """The C option lock_wait_seconds: None leaves MPICKPT_LOCK_WAIT in charge (0.0), 0 or less
+    never waits (-1.0)."""
+    if lock_wait is None:
+        return 0.0
+    w = float(lock_wait)
+    if w != w:
+        raise InvalidArgumentError("lock_wait is NaN")
+    return w if w > 0 else -1.0
 
 
 def _layout(layout: Optional[str]) -> int:
@@ -160,7 +172,11 @@ class CheckpointManager(_Base):
     e.g. '/dev/shm/ckpt/%n'), makes checkpoints go to the nodes' caches, and every
     persist_every-th (default 10) also to `directory`; redundancy='partner' copies each node's
     files to a partner node (in another failure_group, e.g. a rack name); cache_max_to_keep
-    (default 2) is the cache's retention. Unset, MPICKPT_CACHE_DIR and its family decide."""
+    (default 2) is the cache's retention. Unset, MPICKPT_CACHE_DIR and its family decide.
+
+    One job at a time uses a directory: its lock is held from here until close(); another job
+    holding it is BusyError on every rank naming that job (host, pid, since when), unless it ends
+    within lock_wait seconds (None: MPICKPT_LOCK_WAIT, else no wait)."""
 
     @uninterruptible
     def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,
@@ -169,7 +185,9 @@ class CheckpointManager(_Base):
                  name: str = "ckpt", cache_dir: Optional[str] = None,
                  redundancy: Optional[str] = None, persist_every: Optional[int] = None,
                  cache_max_to_keep: Optional[int] = None,
-                 failure_group: Optional[str] = None) -> None:
+                 failure_group: Optional[str] = None,
+                 lock_wait: Optional[float] = None) -> None:
+        wait = _lock_wait(lock_wait)
         super().__init__(comm, async_save, layout, skip_missing_per_rank)
         self._dir = os.fspath(directory)
         try:
@@ -182,7 +200,7 @@ class CheckpointManager(_Base):
                                    skip_missing_per_rank=self._skip,
                                    redundancy=redundancy, persist_every=persist_every or 0,
                                    cache_max_to_keep=cache_max_to_keep or 0,
-                                   failure_group=failure_group, **levels)
+                                   failure_group=failure_group, lock_wait=wait, **levels)
         except BaseException:
             self._close(None)
             raise
@@ -258,17 +276,21 @@ class CheckpointManager(_Base):
 class TrainingState(_Base):
     """The worker training state of TensorFlow's BackupAndRestore: backups of `state` in
     ``<directory>/chief`` (in-flight parts of other ranks in ``workertemp_<rank>``), one kept; the
-    chief's epoch and step broadcast at restore. Collective over `comm`."""
+    chief's epoch and step broadcast at restore. Collective over `comm`. Holds the lock of
+    ``<directory>/chief`` until close() (lock_wait: as CheckpointManager's)."""
 
     @uninterruptible
     def __init__(self, directory: str, state: Mapping[str, Any], comm: Any = None,
                  async_save: bool = False, layout: Optional[str] = None,
-                 skip_missing_per_rank: bool = False) -> None:
+                 skip_missing_per_rank: bool = False,
+                 lock_wait: Optional[float] = None) -> None:
+        wait = _lock_wait(lock_wait)
         super().__init__(comm, async_save, layout, skip_missing_per_rank)
         self._dir = os.fspath(directory)
         self._state = state
         try:
-            self._t = _C.Training(self._saver, self._dir, skip_missing_per_rank=self._skip)
+            self._t = _C.Training(self._saver, self._dir, skip_missing_per_rank=self._skip,
+                                  lock_wait=wait)
         except BaseException:
             self._close(None)
             raise

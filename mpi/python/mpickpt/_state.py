@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 _ERRORS = {cls.__name__: cls for cls in (
     _C.Error, _C.NotFoundError, _C.CorruptError, _C.MismatchError, _C.NoSpaceError,
-    _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.MPIError)}
+    _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.BusyError,
+    _C.MPIError)}
 
 
 @contextlib.contextmanager

@@ -272,9 +272,9 @@ static inline void make_dir(const char *dir)
 static const char *const DIR_STATE[] = { "checkpoint", NULL };
 
 /* Rank 0 lists `dir`: only committed checkpoints (an index; data files with their index),
- * metrics.jsonl, empty workertemp_* directories and the names in the NULL-terminated `allow` (may
- * be NULL; DIR_STATE for a manager's directory) may be there. Collective (barrier first: every
- * rank has returned from the call before). */
+ * metrics.jsonl, lock, identity, empty workertemp_* directories and the names in the
+ * NULL-terminated `allow` (may be NULL; DIR_STATE for a manager's directory) may be there.
+ * Collective (barrier first: every rank has returned from the call before). */
 static inline void check_dir_clean(const char *dir, const char *const *allow, const char *what)
 {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -308,8 +308,10 @@ static inline void check_dir_clean(const char *dir, const char *const *allow, co
             closedir(w);
         } else if (ends_with(n, "_temp")) {
             CHECK_MSG(0, "%s: temp directory left: %s", what, path);
-        } else if (ends_with(n, ".index") || strcmp(n, "metrics.jsonl") == 0) {
-            continue; /* committed checkpoints, and the per-save metrics log */
+        } else if (ends_with(n, ".index") || strcmp(n, "metrics.jsonl") == 0 ||
+                   strcmp(n, "lock") == 0 || strcmp(n, "identity") == 0) {
+            continue; /* committed checkpoints, the per-save metrics log, the directory's lock
+                       * (a manager held it) and identity (a cache level was set up) */
         } else if (strstr(n, ".data-") != NULL) {
             char base[4600];
             snprintf(base, sizeof base, "%s/%.*s", dir, (int)(strstr(n, ".data-") - n), n);

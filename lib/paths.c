@@ -211,3 +211,66 @@ void ckpt__temp_cleanup(const ckpt__save_names *c, int rank, int dirfd, int work
     }
 }
 
+/* The counter N when `name` is <stem>-<N>, <stem>-<N>.* or <stem>-<N>_* with N written as the
+ * manager writes it (decimal, no leading zero), else -1. */
+static int64_t name_counter(const char *name, const char *stem, size_t sl)
+{
+    if (strncmp(name, stem, sl) != 0 || name[sl] != '-')
+        return -1;
+    const char *p = name + sl + 1;
+    size_t d = strspn(p, "0123456789");
+    if (d == 0 || d > 18 || (p[0] == '0' && d > 1) || (p[d] && p[d] != '.' && p[d] != '_'))
+        return -1;
+    return (int64_t)strtoll(p, NULL, 10);
+}
+
+int ckpt__counter_free(int64_t *next, const int *dirfds, const char *const *shown, size_t n,
+                       const char *stem)
+{
+    enum { K = CKPT__COUNTER_SKIP_MAX };
+    /* what took each of the counters *next .. *next + K - 1: the first entry found, and where */
+    char (*taker)[256] = calloc(K, sizeof *taker);
+    int *where = calloc(K, sizeof *where);
+    int rc = taker && where ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    size_t sl = strlen(stem);
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        DIR *d = ckpt__listing(dirfds[i]);
+        if (!d) {
+            rc = ckpt__errno(errno, "opendir", shown[i]);
+            break;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            int64_t v = name_counter(e->d_name, stem, sl);
+            if (v < *next || v - *next >= K || taker[v - *next][0])
+                continue;
+            snprintf(taker[v - *next], sizeof taker[0], "%s", e->d_name);
+            where[v - *next] = (int)i;
+        }
+        closedir(d);
+    }
+    int64_t k = 0;
+    while (rc == CKPT_OK && k < K && taker[k][0])
+        k++;
+    if (rc == CKPT_OK && k == K)
+        rc = ckpt__error(CKPT_EEXISTS,
+                         "%s-%lld .. %s-%lld are all taken by entries this job did not make (the "
+                         "first: %s/%s); remove them or save into another directory",
+                         stem, (long long)*next, stem, (long long)(*next + K - 1),
+                         shown[where[0]], taker[0]);
+    for (int64_t j = 0; rc == CKPT_OK && j < k; j++) {
+        struct stat st;
+        const char *kind = fstatat(dirfds[where[j]], taker[j], &st, AT_SYMLINK_NOFOLLOW) == 0
+                               ? ckpt__file_kind(st.st_mode)
+                               : "an entry";
+        ckpt__log(CKPT_LOG_WARN,
+                  "%s-%lld is taken: %s/%s is %s this job did not make; saving as %s-%lld instead",
+                  stem, (long long)(*next + j), shown[where[j]], taker[j], kind, stem,
+                  (long long)(*next + k));
+    }
+    if (rc == CKPT_OK)
+        *next += k;
+    free(taker);
+    free(where);
+    return rc;
+}

@@ -120,6 +120,20 @@ int ckpt__temp_fresh(const ckpt__save_names *n, int dirfd, int *tempfd, int repl
 int ckpt__temp_open(const ckpt__save_names *n, int rank, int dirfd, int workfd, int *tempfd);
 void ckpt__temp_cleanup(const ckpt__save_names *n, int rank, int dirfd, int workfd, int tempfd);
 
+/* How many taken counters in a row a manager's save moves past (ckpt__counter_free). */
+#define CKPT__COUNTER_SKIP_MAX 100
+
+/*
+ * The first counter N >= *next such that no entry of any of the `n` directories dirfds[i] (shown
+ * as shown[i]) is named <stem>-<N> or starts with <stem>-<N>. or <stem>-<N>_ (an index, a data
+ * file, an in-flight directory, a temp file: anything, of any file type, found by listing, never
+ * followed or opened). Each counter passed over is a warning naming what took it. *next is set;
+ * CKPT_EEXISTS naming the first when CKPT__COUNTER_SKIP_MAX in a row are taken. Local (the
+ * manager's chief, lib-side so that tests reach it without MPI).
+ */
+int ckpt__counter_free(int64_t *next, const int *dirfds, const char *const *shown, size_t n,
+                       const char *stem);
+
 #pragma GCC visibility pop
 
 #endif

@@ -2,7 +2,8 @@
  * names carry the save's id), the prefixes refused, the data-file and temp-name recognisers gc and
  * the commit rely on (the old and the new in-flight names), the work directory of a checkpoint
  * directory, the in-flight directories (ckpt__temp_fresh/open/cleanup) among other saves'
- * directories, links and foreign files (never removed, never reused). */
+ * directories, links and foreign files (never removed, never reused), and the manager's choice of
+ * a free counter (ckpt__counter_free). */
 #include "phases.h"
 
 #include "paths.h"
@@ -581,6 +582,102 @@ static void test_temp_cleanup(void)
     ckpt__close(workfd);
 }
 
+/* ---- the manager's free counter -------------------------------------------------------------- */
+
+#define MAX_WARN 256
+static char g_warn[MAX_WARN][512];
+static int g_nwarn;
+
+static void warn_capture(ckpt_log_level level, const char *message, void *payload)
+{
+    (void)payload;
+    if (level <= CKPT_LOG_WARN && g_nwarn < MAX_WARN)
+        snprintf(g_warn[g_nwarn++], sizeof g_warn[0], "%s", message);
+}
+
+static int warned(const char *a, const char *b)
+{
+    for (int i = 0; i < g_nwarn; i++)
+        if (strstr(g_warn[i], a) && (!b || strstr(g_warn[i], b)))
+            return 1;
+    return 0;
+}
+
+static void test_counter_free(void)
+{
+    char d1[4200], d2[4200], p[4400];
+    case_dir(d1, sizeof d1, "counter/dir");
+    case_dir(d2, sizeof d2, "counter/cache");
+    /* in d1: 5 an index FIFO, 6 an in-flight directory of an older version, 7 a link under a data
+     * file's name, 8 free; names that only look alike: 05, 8x, ckptx-8, ckpt8, 80 */
+    CHECK(mkfifo(pathf(p, sizeof p, "%s/ckpt-5.index", d1), 0644) == 0);
+    CHECK(mkdir(pathf(p, sizeof p, "%s/ckpt-6_temp", d1), 0755) == 0);
+    CHECK(symlink("/nowhere", pathf(p, sizeof p, "%s/ckpt-7.data-00002-of-00003", d1)) == 0);
+    static const char *const alike[] = { "ckpt-08.index", "ckpt-8x", "ckptx-8.index",
+                                         "ckpt8.index",   "ckpt-80.index", "ckpt-" };
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(alike); i++)
+        CHECK(put_text(pathf(p, sizeof p, "%s/%s", d1, alike[i]), "x") == 0);
+    int fds[2] = { -1, -1 };
+    CHECK_OK(ckpt__dir_open(&fds[0], d1));
+    CHECK_OK(ckpt__dir_open(&fds[1], d2));
+    const char *shown[2] = { d1, d2 };
+    ckpt_log_set(warn_capture, CKPT_LOG_WARN, NULL);
+
+    int64_t next = 5;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 8);
+    CHECK_EQ_INT(g_nwarn, 3);
+    CHECK_MSG(warned("ckpt-5.index", "FIFO") && warned("ckpt-6_temp", "directory") &&
+                  warned("ckpt-7.data-00002-of-00003", "symbolic link") && warned("ckpt-8", NULL),
+              "warnings: %s | %s | %s", g_warn[0], g_warn[1], g_warn[2]);
+    /* free: unchanged, no warning */
+    next = 8;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 8);
+    CHECK_EQ_INT(g_nwarn, 0);
+    next = 1;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 1);
+    /* a second directory: its names count too (the exact name, a new in-flight directory) */
+    CHECK(put_text(pathf(p, sizeof p, "%s/ckpt-8", d2), "x") == 0);
+    CHECK(mkdir(pathf(p, sizeof p, "%s/ckpt-9." IDS "_temp", d2), 0755) == 0);
+    next = 5;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ckpt"));
+    CHECK_EQ_INT(next, 10);
+    CHECK_EQ_INT(g_nwarn, 5);
+    CHECK(warned("ckpt-8 is taken", d2) && warned("ckpt-9." IDS "_temp", d2));
+    /* another stem sees none of them */
+    next = 5;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ck"));
+    CHECK_EQ_INT(next, 5);
+
+    /* CKPT__COUNTER_SKIP_MAX taken in a row: CKPT_EEXISTS naming the first, next unchanged */
+    for (int k = 100; k < 100 + CKPT__COUNTER_SKIP_MAX; k++)
+        CHECK(put_text(pathf(p, sizeof p, "%s/ckpt-%d.index", d1, k), "x") == 0);
+    next = 100;
+    g_nwarn = 0;
+    ckpt_error_clear();
+    CHECK_RC(ckpt__counter_free(&next, fds, shown, 2, "ckpt"), CKPT_EEXISTS);
+    CHECK_EQ_INT(next, 100);
+    CHECK_EQ_INT(g_nwarn, 0);
+    CHECK_MSG(strstr(last_msg(), "ckpt-100.index") && strstr(last_msg(), d1), "message: %s",
+              last_msg());
+    /* one freed: taken, every one before it named */
+    CHECK(unlink(pathf(p, sizeof p, "%s/ckpt-%d.index", d1, 99 + CKPT__COUNTER_SKIP_MAX)) == 0);
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ckpt"));
+    CHECK_EQ_INT(next, 99 + CKPT__COUNTER_SKIP_MAX);
+    CHECK_EQ_INT(g_nwarn, CKPT__COUNTER_SKIP_MAX - 1);
+    ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
+    /* nothing was touched */
+    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-5.index", d1)), S_IFIFO);
+    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-7.data-00002-of-00003", d1)), S_IFLNK);
+    ckpt__close(fds[0]);
+    ckpt__close(fds[1]);
+}
+
 int main(void)
 {
     phases_init("test_paths");
@@ -591,5 +688,6 @@ int main(void)
     test_temp_fresh();
     test_temp_open();
     test_temp_cleanup();
+    test_counter_free();
     return CHECK_DONE();
 }

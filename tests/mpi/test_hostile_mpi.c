@@ -40,8 +40,8 @@
  *       links to a victim directory -> the save commits in its own in-flight directories (their
  *       names carry the save's id), the links and the victim untouched; links planted under the
  *       data files' final names -> CKPT_EEXISTS naming one on every rank, nothing committed, the
- *       links left as they are; once removed the save commits with a link under metrics.jsonl
- *       (left, never written through); a FIFO
+ *       links left as they are; the next numbered save moves past that number and commits with
+ *       a link under metrics.jsonl (left, never written through); a FIFO
  *       metrics.jsonl does not block the save; a chief/ that is a link -> ckpt_training_create
  *       fails naming it; a FIFO state file, a FIFO latest index -> the manager rebuilds its list
  *       and falls back (no hang); stray indexes (a FIFO, ".index", garbage, another manager's)
@@ -840,8 +840,9 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     rank0_unlink(tp);
 
     /* links under the data files' final names: never replaced nor written through (issue 29:
-     * the commit takes only a free name), CKPT_EEXISTS naming one, nothing committed; once they
-     * are gone the save commits, with a link under metrics.jsonl (left, never written through) */
+     * the commit takes only a free name), CKPT_EEXISTS naming one, nothing committed; the next
+     * numbered save moves past ck-2 and commits ck-3, with a link under metrics.jsonl (left,
+     * never written through) */
     begin_case("dir %s: links planted under the final names", layout_name);
     int nfiles = tm_data_files(layout, g_size);
     for (int r = 0; r < nfiles; r++) {
@@ -859,6 +860,9 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
               "the victim file changed");
     snprintf(p, sizeof p, "%s-2", prefix);
     CHECK_MSG(all_true(!index_exists(p)), "%s was committed", p);
+    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "the next save, past ck-2");
+    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+              "the victim file changed");
     for (int r = 0; r < nfiles; r++) {
         struct stat st;
         snprintf(p, sizeof p, "%s-2.data-%05d-of-%05d", prefix, r, nfiles);
@@ -866,13 +870,10 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
                   "%s is not the planted link", p);
         rank0_unlink(p);
     }
-    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save once the names are free");
-    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
-              "the victim file changed");
-    snprintf(p, sizeof p, "%s-2", prefix);
+    snprintf(p, sizeof p, "%s-3", prefix);
     tm_sentinel(&m);
-    if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-2"))
-        check_values(&m, 2, TM_RESTORED, "ck-2");
+    if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-3"))
+        check_values(&m, 2, TM_RESTORED, "ck-3");
     /* a FIFO metrics.jsonl: the save does not block on it (the watchdog would fire) */
     rank0_fifo(q);
     info.step = 3;

@@ -15,7 +15,8 @@
  *             the next save -> CKPT_EEXISTS on every rank naming it, no index, the FIFO untouched,
  *             nothing of the save left (no data file in place, no in-flight directory); a link
  *             under a data file's name likewise (never replaced); a planted index is refused
- *             before anything is written.
+ *             before anything is written; a numbered save (ckpt_saver_save) whose name is taken
+ *             fails, and the next numbered save moves past it.
  *   two       two savers of the same prefix in one directory at once (the job split into two
  *             sub-communicators, each with a plain ckpt_saver; one rank: two async savers over
  *             MPI_COMM_SELF), each job with its own values, several rounds with each split (halves;
@@ -25,8 +26,11 @@
  *             flight.
  *   cache     a manager with a cache level (per-rank, per-node): ckpt-2.index planted as a FIFO in
  *             the chief's node cache and ckpt-3.index as a file in the persistent directory: the
- *             save commits as ckpt-4 (drained: persist_every 2), both planted entries untouched,
- *             the next save is ckpt-5, restores give the saved values.
+ *             save commits as ckpt-4 (drained: persist_every 2), the directory's planted entry
+ *             untouched (the cache's sweep removes the other: another finding of issue 29), the
+ *             next save is ckpt-5, restores give the saved values. With two nodes or more,
+ *             ckpt-6.index taken on node 1 (whose cache the chief does not look at) fails that
+ *             save with CKPT_EEXISTS at its commit, untouched, and the next save moves past it.
  *
  * Every status is compared over the ranks of its communicator. No duration is compared.
  */
@@ -414,6 +418,25 @@ static void case_plain(void)
     const char *const allow[] = { "ckx.index", NULL };
     check_dir_clean(dir, allow, "after the refused save");
     unplant(p, P_FIFO);
+
+    /* numbered saves (ckpt_saver_save): a number whose data file name is taken fails at the
+     * commit, and the next numbered save moves past it */
+    check_case(1, "plain %s: a numbered save past a taken name", g_layout_name);
+    snprintf(prefix, sizeof prefix, "%s/ckn", dir);
+    snprintf(name, sizeof name, "ckn-1.data-%05d-of-%05d", nfiles - 1, nfiles);
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    plant(p, P_FIFO, NULL);
+    char out[4400] = "", want[4400];
+    tm_fill(&m, 7);
+    coll(ckpt_saver_save(s, prefix, &info, out, sizeof out), CKPT_EEXISTS, "ckn-1, name taken");
+    coll(ckpt_saver_save(s, prefix, &info, out, sizeof out), CKPT_OK, "the next, past ckn-1");
+    snprintf(want, sizeof want, "%s-2", prefix);
+    CHECK_MSG(strcmp(out, want) == 0, "saved as %s, want %s", out, want);
+    untouched(p, P_FIFO, NULL);
+    tm_sentinel(&m);
+    if (coll(ckpt_saver_restore(s, want, NULL, NULL), CKPT_OK, "restore ckn-2"))
+        check_values(&m, 7, TM_RESTORED, "restore ckn-2");
+    unplant(p, P_FIFO);
     ckpt_saver_free(s);
     tm_free(&m);
 }
@@ -564,9 +587,25 @@ static void case_cache(void)
     snprintf(q, sizeof q, "%s/ckpt-4", dir); /* persist_every 2: drained */
     CHECK_MSG(all_true(index_exists(q)), "ckpt-4 was not drained to %s", dir);
     mgr_save(mg, &m, 30, CKPT_OK, 5, "the save after");
+    int rpn = tm_ranks_per_node(), nnodes = rpn > 0 ? (g_size + rpn - 1) / rpn : 1;
+    int64_t newest = 5, newest_step = 30;
+    if (nnodes >= 2) {
+        /* ckpt-6.index taken on node 1, whose cache the chief does not look at: node 1's index
+         * copy cannot take its name, the save fails with CKPT_EEXISTS on every rank naming it,
+         * the entry untouched; the next save moves past ckpt-6 */
+        check_case(1, "cache %s: ckpt-6.index taken on node 1", g_layout_name);
+        snprintf(p, sizeof p, "%s/1/ckpt-6.index", cache);
+        plant(p, P_FIFO, NULL);
+        if (mgr_save(mg, &m, 40, CKPT_EEXISTS, 0, "a save whose index copy's name is taken"))
+            CHECK_MSG(strstr(g_msg, "ckpt-6.index"), "the error does not name it: %s", g_msg);
+        untouched(p, P_FIFO, NULL);
+        mgr_save(mg, &m, 50, CKPT_OK, 7, "the next save, past ckpt-6");
+        newest = 7;
+        newest_step = 50;
+    }
     ckpt_manager_free(mg);
     mg = manager(s, dir, pat);
-    mgr_restore(mg, &m, 5, 30, "restore the newest");
+    mgr_restore(mg, &m, newest, newest_step, "restore the newest");
     saver_restore(s, &m, dir, 4, 20, "restore ckpt-4 from the directory");
     ckpt_manager_free(mg);
     ckpt_saver_free(s);

@@ -56,10 +56,11 @@ static int writer_open_impl(ckpt_writer **out, const char *prefix, const ckpt_wr
     ckpt__record_init(&w->rec);
     char h5path[4800];
     int rc;
-    /* The checkpoint's names; a temp dir left by a crashed writer of the same prefix is garbage,
-     * anything else under that name (a planted link) is refused (ckpt__temp_fresh). The data file
-     * is created by us (O_EXCL) and reached by HDF5 through its descriptor. */
-    if ((rc = ckpt__save_names_init(&w->n, prefix, 0, 1, 0)) ||
+    /* The checkpoint's names, the in-flight directory's unique to this writer (a random save id:
+     * another writer of the same prefix never shares it; anything under it is refused,
+     * ckpt__temp_fresh). The data file is created by us (O_EXCL) and reached by HDF5 through its
+     * descriptor. */
+    if ((rc = ckpt__save_names_init(&w->n, prefix, 0, 1, 0, ckpt__random_u64())) ||
         (rc = ckpt__ckptdir_open(&w->dirfd, NULL, w->n.dir, 1)) ||
         (rc = ckpt__temp_fresh(&w->n, w->dirfd, &w->tempfd, w->opts.overwrite)) ||
         (rc = ckpt__file_create(&w->datafd, w->tempfd, w->n.data_name, O_RDWR,
@@ -196,7 +197,8 @@ static int writer_commit_impl(ckpt_writer *w)
     if ((rc = ckpt__index_validate(&idx, CKPT_EMISMATCH, index_path)) != CKPT_OK)
         goto out;
     /* the commit (lib/commit.c): an old index of that name goes first when overwriting, then the
-     * data file into place, then the index */
+     * data file into place, then the index; without overwrite, a final name that is taken is
+     * CKPT_EEXISTS and stays as it is */
     ckpt__commit_file file = { .from_fd = w->tempfd, .from_name = w->n.data_name,
                                .name = w->n.data_name };
     ckpt__commit_req q = { .dirfd = w->dirfd, .dir = w->n.dir, .index_name = w->n.index_name,

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 int ckpt__commit_move(int dirfd, const char *dir, const ckpt__commit_file *files, size_t n,
-                      size_t *done)
+                      size_t *done, int replace)
 {
     int rc = CKPT_OK;
     *done = 0;
@@ -23,11 +23,19 @@ int ckpt__commit_move(int dirfd, const char *dir, const ckpt__commit_file *files
                 break;
             from = opened;
         }
-        /* renameat moves the entry itself: a link planted under the target name is replaced */
-        if (renameat(from, f->from_name, dirfd, f->name) != 0) {
+        /* The entry itself moves (nothing is followed). A final name that is taken is not ours
+         * to replace (another job's file, or something planted): CKPT_EEXISTS naming it, left as
+         * it is. Only a writer that overwrites replaces (its old index went first). */
+        if (replace ? renameat(from, f->from_name, dirfd, f->name) != 0
+                    : ckpt__rename_noreplace(from, f->from_name, dirfd, f->name) != 0) {
             char shown[4600];
-            snprintf(shown, sizeof shown, "%s (from a temp dir)", f->name);
-            rc = ckpt__errno(errno, "rename into place", shown);
+            if (errno == EEXIST) {
+                snprintf(shown, sizeof shown, "%s/%s", dir, f->name);
+                rc = ckpt__name_taken(dirfd, f->name, shown);
+            } else {
+                snprintf(shown, sizeof shown, "%s (from a temp dir)", f->name);
+                rc = ckpt__errno(errno, "rename into place", shown);
+            }
         } else {
             (*done)++;
         }
@@ -50,7 +58,8 @@ int ckpt__commit_index(const ckpt__commit_req *q)
     /* the commit point (the index was validated by the merge) */
     int renamed = 0;
     if (rc == CKPT_OK)
-        rc = ckpt__index_store_merged_at(q->idx, q->dirfd, q->index_name, q->dir, &renamed);
+        rc = ckpt__index_store_merged_at(q->idx, q->dirfd, q->index_name, q->dir, &renamed,
+                                         q->replace);
     /* The index's rename may have happened before a later step failed (the directory's fsync):
      * then that index is ours, and it goes before its data files, so no index is ever left
      * without them. An index we did not rename into place is never touched. */
@@ -73,7 +82,7 @@ int ckpt__commit(const ckpt__commit_req *q)
         if ((rc = ckpt__fsync_fd(q->dirfd, q->dir)) != CKPT_OK)
             return rc;
     }
-    rc = ckpt__commit_move(q->dirfd, q->dir, q->files, q->nfiles, &done);
+    rc = ckpt__commit_move(q->dirfd, q->dir, q->files, q->nfiles, &done, q->replace);
     if (rc == CKPT_OK)
         rc = ckpt__commit_index(q);
     if (rc != CKPT_OK)

@@ -4,15 +4,18 @@
  * Not installed. No MPI.
  *
  * Contract of ckpt__commit(): every data file is renamed from its in-flight directory into the
- * checkpoint's directory (renameat: a link planted under the final name is replaced, never
- * followed), the directory is fsynced, the optional fault point runs, then the index — already
- * merged and validated — is written durably under <base>.index (temp name, fsync, rename, fsync
- * directory): that rename is the commit point. On any failure the data files renamed so far are
- * removed again, so no data file is left without its index, and an index whose rename happened
- * before a later step failed (the directory's fsync) is removed first, so no index is left
- * without its data; an index that already existed stays
- * untouched unless `replace` (the writer's overwrite), in which case it is removed (and the
- * directory fsynced) before any data file moves, so no reader sees the old index with new data.
+ * checkpoint's directory with a rename that never replaces (ckpt__rename_noreplace): a final name
+ * that is taken, by anything (another job's file, a planted link, FIFO or directory), is
+ * CKPT_EEXISTS naming it and is left exactly as it is. Then the directory is fsynced, the optional
+ * fault point runs, and the index — already merged and validated — is written durably under
+ * <base>.index (temp name, fsync, rename that never replaces, fsync directory): that rename is the
+ * commit point, and an index name taken by then is CKPT_EEXISTS too. On any failure the data
+ * files renamed so far (this commit's own) are removed again, so no data file is left without its
+ * index, and an index whose rename happened before a later step failed (the directory's fsync) is
+ * removed first, so no index is left without its data; nothing this commit did not put in place
+ * is touched. With `replace` (the writer's overwrite) an existing index is removed (and the
+ * directory fsynced) before any data file moves, so no reader sees the old index with new data,
+ * and the renames replace.
  * The in-flight directories are the caller's to remove (ckpt__temp_cleanup).
  */
 #ifndef MPICKPT_COMMIT_H
@@ -44,7 +47,8 @@ typedef struct ckpt__commit_req {
     const Mpickpt__Index *idx; /* merged and validated */
     const ckpt__commit_file *files;
     size_t nfiles;
-    int replace;               /* an index of that name may exist: it is replaced */
+    int replace;               /* an index of that name may exist: it is replaced (and so are
+                                * data files of the same names) */
     /* Runs after the data files are in place, before the index is written (fault injection: tests
      * and drills crash or fail here); NULL: none. */
     int (*before_index)(void *arg);
@@ -56,14 +60,15 @@ int ckpt__commit(const ckpt__commit_req *req);
 /*
  * The commit in its parts, for a commit whose data files are moved by their owners in parallel
  * (the collective saver: each rank moves the files it wrote, then the chief writes the index):
- *   ckpt__commit_move    renames files[0..n) into dirfd (as above); *done counts those moved
+ *   ckpt__commit_move    renames files[0..n) into dirfd (as above: never replacing unless
+ *                        `replace`); *done counts those moved
  *   ckpt__commit_unmove  removes the first `done` of them again (a save that is not committed)
  *   ckpt__commit_index   fsyncs the directory (every data file's entry), runs before_index, writes
  *                        the index durably; on failure an index it renamed into place is removed
  *                        (data files are the movers' to remove). req->files are not used.
  */
 int ckpt__commit_move(int dirfd, const char *dir, const ckpt__commit_file *files, size_t n,
-                      size_t *done);
+                      size_t *done, int replace);
 void ckpt__commit_unmove(int dirfd, const ckpt__commit_file *files, size_t done);
 int ckpt__commit_index(const ckpt__commit_req *req);
 

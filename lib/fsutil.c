@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,31 @@ int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const ch
                            "refusing to write into %s/%s: it belongs to uid %u, not to this "
                            "process (uid %u); remove it",
                            shown, name, (unsigned)st.st_uid, (unsigned)geteuid());
+    }
+    *fd = d;
+    return CKPT_OK;
+}
+
+int ckpt__subdir_create(int *fd, int dirfd, const char *name, const char *shown)
+{
+    *fd = -1;
+    if (mkdirat(dirfd, name, 0755) != 0) {
+        int err = errno;
+        if (err == EEXIST)
+            return ckpt__name_taken(dirfd, name, shown);
+        return ckpt__error(err == ENOSPC || err == EDQUOT ? CKPT_ENOSPC : CKPT_EIO,
+                           "mkdir %s: %s", shown, strerror(err));
+    }
+    /* made just now; still checked: the parent may be writable by others, who could have
+     * swapped it for something else since */
+    int d = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (d < 0 || fstat(d, &st) != 0 || st.st_uid != geteuid()) {
+        int err = errno;
+        ckpt__close(d);
+        return ckpt__error(CKPT_ECORRUPT, "refusing to use %s: it changed right after mpickpt "
+                                          "made it (%s)",
+                           shown, d < 0 ? strerror(err) : "another owner");
     }
     *fd = d;
     return CKPT_OK;
@@ -346,7 +372,7 @@ int ckpt__fd_path(char *out, size_t size, int fd, const char *fallback)
     return ckpt__path(out, size, "%s", fallback);
 }
 
-int ckpt__temp_name(char *out, size_t size, const char *name)
+uint64_t ckpt__random_u64(void)
 {
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
@@ -358,7 +384,44 @@ int ckpt__temp_name(char *out, size_t size, const char *name)
         r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ ((uint64_t)getpid() << 16) ^
             __atomic_add_fetch(&seq, 0x9e3779b97f4a7c15u, __ATOMIC_RELAXED);
     }
-    return ckpt__path(out, size, "%s.tmp-%016llx", name, (unsigned long long)r);
+    return r;
+}
+
+int ckpt__temp_name(char *out, size_t size, const char *name)
+{
+    return ckpt__path(out, size, "%s.tmp-%016llx", name, (unsigned long long)ckpt__random_u64());
+}
+
+/* Tests only (ckpt__noreplace_force_link): take the fallback as if the file system refused the
+ * flag. */
+static atomic_int g_force_link;
+
+void ckpt__noreplace_force_link(int on)
+{
+    atomic_store(&g_force_link, on);
+}
+
+int ckpt__rename_noreplace(int fromfd, const char *from, int tofd, const char *to)
+{
+    if (!atomic_load(&g_force_link)) {
+        if (renameat2(fromfd, from, tofd, to, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+            return -1;
+    }
+    /* The file system refuses the flag (NFS: EINVAL): a hard link takes the name only when it is
+     * free (EEXIST otherwise, whatever stands there: a link is not followed, flags 0), then the
+     * old name goes. Between the two, the file has both names; a crash there leaves the in-flight
+     * name for gc. */
+    if (linkat(fromfd, from, tofd, to, 0) != 0)
+        return -1;
+    if (unlinkat(fromfd, from, 0) != 0 && errno != ENOENT) {
+        int err = errno;
+        unlinkat(tofd, to, 0); /* ours: it was made just now */
+        errno = err;
+        return -1;
+    }
+    return 0;
 }
 
 int ckpt__is_temp_name(const char *name, const char *stem_suffix)
@@ -418,8 +481,9 @@ static int write_all(int fd, const void *data, size_t len, const char *shown)
     return CKPT_OK;
 }
 
-int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
-                               const char *shown, int *renamed)
+/* ckpt__write_file_atomic_at and ckpt__write_file_new_at: the final rename replaces, or not. */
+static int write_file_at(int dirfd, const char *name, const void *data, size_t len,
+                         const char *shown, int *renamed, int replace)
 {
     char tmp[512], where[4400];
     if (renamed)
@@ -443,10 +507,13 @@ int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, si
         goto fail;
     }
     fd = -1;
-    /* renameat replaces whatever entry `name` is (a planted link included) without following it */
-    if (renameat(dirfd, tmp, dirfd, name) != 0) {
+    /* renameat replaces whatever entry `name` is (a planted link included) without following
+     * it; without `replace`, a name taken by anything is CKPT_EEXISTS and stays as it is */
+    if (replace ? renameat(dirfd, tmp, dirfd, name) != 0
+                : ckpt__rename_noreplace(dirfd, tmp, dirfd, name) != 0) {
         snprintf(where, sizeof where, "%s/%s", shown, name);
-        rc = ckpt__errno(errno, "rename to", where);
+        rc = errno == EEXIST ? ckpt__name_taken(dirfd, name, where)
+                             : ckpt__errno(errno, "rename to", where);
         goto fail;
     }
     if (renamed)
@@ -456,6 +523,30 @@ fail:
     ckpt__close(fd);
     unlinkat(dirfd, tmp, 0);
     return rc;
+}
+
+int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
+                               const char *shown, int *renamed)
+{
+    return write_file_at(dirfd, name, data, len, shown, renamed, 1);
+}
+
+int ckpt__write_file_new_at(int dirfd, const char *name, const void *data, size_t len,
+                            const char *shown, int *renamed)
+{
+    return write_file_at(dirfd, name, data, len, shown, renamed, 0);
+}
+
+int ckpt__name_taken(int dirfd, const char *name, const char *shown)
+{
+    struct stat st;
+    const char *kind = fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
+                           ? ckpt__file_kind(st.st_mode)
+                           : "something";
+    return ckpt__error(CKPT_EEXISTS,
+                       "%s already exists (%s this save did not create: another job saving the "
+                       "same checkpoint?); it was left as it is",
+                       shown, kind);
 }
 
 int ckpt__read_file_at(uint8_t **out, size_t *len, int dirfd, const char *name, size_t max,

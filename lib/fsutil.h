@@ -64,6 +64,11 @@ int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const ch
  */
 int ckpt__ckptdir_open(int *dirfd, int *workfd, const char *path, int create);
 
+/* Makes entry `name` of dirfd as a new directory (mkdirat must create it: any existing entry is
+ * CKPT_EEXISTS, ckpt__name_taken) and opens it without following a link; `shown` is its path, for
+ * messages. For names unique to one save: what stands under such a name is not ours. */
+int ckpt__subdir_create(int *fd, int dirfd, const char *name, const char *shown);
+
 /* mkdir -p of a path the caller named (trusted). */
 int ckpt__mkdir_p(const char *path, unsigned mode);
 
@@ -117,6 +122,26 @@ int ckpt__is_temp_name(const char *name, const char *stem_suffix);
  * fsync) leaves the new file in place. */
 int ckpt__write_file_atomic_at(int dirfd, const char *name, const void *data, size_t len,
                                const char *shown, int *renamed);
+
+/* The same, except that the rename never replaces anything: when `name` exists (of any kind),
+ * CKPT_EEXISTS naming it (ckpt__name_taken), the entry untouched and the temp file removed. A
+ * commit point that must not take a name it did not create (lib/commit.c). */
+int ckpt__write_file_new_at(int dirfd, const char *name, const void *data, size_t len,
+                            const char *shown, int *renamed);
+
+/* renameat that never replaces: renameat2(RENAME_NOREPLACE), or, where the file system refuses
+ * the flag (EINVAL, ENOSYS, EOPNOTSUPP: NFS), linkat then unlinkat of the old name. 0, or -1 with
+ * errno (EEXIST: `to` is taken by an entry of any kind, which is neither followed nor touched).
+ * ckpt__noreplace_force_link(1) takes the fallback always (tests). */
+int ckpt__rename_noreplace(int fromfd, const char *from, int tofd, const char *to);
+void ckpt__noreplace_force_link(int on);
+
+/* CKPT_EEXISTS: entry `name` of dirfd (`shown` its path) stands where a save wanted to put its
+ * own, with what it is; the message says it was left alone. */
+int ckpt__name_taken(int dirfd, const char *name, const char *shown);
+
+/* 64 random bits (getrandom, else a mix of clock, pid and a counter). */
+uint64_t ckpt__random_u64(void);
 
 /* Reads a whole regular file of at most `max` bytes into a malloc'd buffer (freed by the caller).
  * CKPT_ENOTFOUND when missing, CKPT_ECORRUPT when larger than `max` or not a regular file. */

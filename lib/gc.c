@@ -4,10 +4,11 @@
  *
  * Takes a directory that may hold anything anyone wrote. Guarantees: only a recognisable checkpoint
  * directory is touched (an index or a state file of ours in it), and in it only names mpickpt
- * owns (lib/paths.h: <base>_temp dirs holding only our files, data files of no committed index,
- * temp files of atomic writes, workertemp_<r> next to a chief/ of ours); every entry is reached
- * by descriptor, links are removed as entries and never followed; a committed checkpoint is never
- * removed. Anything foreign leaves its directory alone, with a warning.
+ * owns (lib/paths.h): in-flight directories holding only our files (<base>.<id>_temp, and the
+ * <base>_temp of older versions), data files of no committed index, temp files of atomic writes,
+ * workertemp_<r>.<id> (and older versions' workertemp_<r>) next to a chief/ of ours. Every entry
+ * is reached by descriptor, links are removed as entries and never followed; a committed
+ * checkpoint is never removed. Anything foreign leaves its directory alone, with a warning.
  */
 #include "mpickpt/state.h"
 
@@ -143,7 +144,8 @@ static int gc_file(gc_ctx *g, int dirfd, const char *name, const char *why)
     return CKPT_OK;
 }
 
-/* Removes the workertemp_<rank> directories of work directory workfd. */
+/* Removes the workertemp_<rank>.<id> (and older versions' workertemp_<rank>) directories of work
+ * directory workfd that hold only our files. */
 static int gc_workertemp(gc_ctx *g, int workfd, const char *work)
 {
     DIR *d = ckpt__listing(workfd);
@@ -255,6 +257,7 @@ static int gc_dir(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload
             fstatat(fd, n, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         int r = CKPT_OK;
+        /* <base>.<id>_temp, or an older version's <base>_temp */
         if (S_ISDIR(st.st_mode) && ckpt__ends_with(n, "_temp") && strlen(n) > 5)
             r = gc_temp_dir(&g, fd, dir, n, "in-flight parts of an unfinished save");
         else if (S_ISREG(st.st_mode) &&

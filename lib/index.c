@@ -224,7 +224,7 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path)
 }
 
 int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
-                                const char *shown, int *renamed)
+                                const char *shown, int *renamed, int replace)
 {
     if (renamed)
         *renamed = 0;
@@ -233,7 +233,8 @@ int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char
     int rc = ckpt__container_pack(&buf, &len, CKPT__MAGIC_INDEX, &idx->base);
     if (rc != CKPT_OK)
         return rc;
-    rc = ckpt__write_file_atomic_at(dirfd, name, buf, len, shown, renamed);
+    rc = replace ? ckpt__write_file_atomic_at(dirfd, name, buf, len, shown, renamed)
+                 : ckpt__write_file_new_at(dirfd, name, buf, len, shown, renamed);
     free(buf);
     return rc;
 }

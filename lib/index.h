@@ -69,9 +69,10 @@ int ckpt__index_store(const Mpickpt__Index *idx, const char *path);
  * changes the timestamp): skips the second validation, which costs as much as the merge. */
 int ckpt__index_store_merged(const Mpickpt__Index *idx, const char *path);
 /* The same into entry `name` of directory dirfd (`shown` names the directory in messages);
- * *renamed as ckpt__write_file_atomic_at()'s. */
+ * *renamed as ckpt__write_file_atomic_at()'s. Without `replace`, an existing `name` (of any kind)
+ * is CKPT_EEXISTS and stays as it is (ckpt__write_file_new_at). */
 int ckpt__index_store_merged_at(const Mpickpt__Index *idx, int dirfd, const char *name,
-                                const char *shown, int *renamed);
+                                const char *shown, int *renamed, int replace);
 
 /* Fills a slice from a piece's (start, count) arrays; CKPT_ECORRUPT when lengths differ from nd. */
 int ckpt__piece_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);

@@ -4,6 +4,7 @@
 
 #include "fsutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -73,14 +74,29 @@ int ckpt__data_name_rank(const char *name, const char *base, int size)
     return n == (unsigned long long)size ? (int)r : -1; /* r < n: ckpt__data_file_base */
 }
 
-void ckpt__worker_temp_name(char *out, size_t size, int rank)
+void ckpt__worker_temp_name(char *out, size_t size, int rank, const char *save_id)
 {
-    snprintf(out, size, "workertemp_%d", rank);
+    snprintf(out, size, "workertemp_%d.%s", rank, save_id);
+}
+
+/* 1 when s is exactly 16 lowercase hex digits (a save id). */
+static int is_save_id(const char *s)
+{
+    size_t n = 0;
+    for (; (s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'); n++)
+        ;
+    return n == 16 && s[n] == '\0';
 }
 
 int ckpt__is_worker_temp_name(const char *name)
 {
-    return strncmp(name, "workertemp_", 11) == 0 && all_digits(name + 11);
+    if (strncmp(name, "workertemp_", 11) != 0)
+        return 0;
+    const char *r = name + 11, *dot = strchr(r, '.');
+    if (!dot) /* older versions: one per rank, shared by every save */
+        return all_digits(r);
+    size_t n = (size_t)(dot - r);
+    return n > 0 && strspn(r, "0123456789") == n && is_save_id(dot + 1);
 }
 
 int ckpt__is_temp_content_name(const char *n)
@@ -92,7 +108,7 @@ int ckpt__is_temp_content_name(const char *n)
 }
 
 int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int size,
-                          int shared)
+                          int shared, uint64_t save_id)
 {
     memset(c, 0, sizeof *c);
     char base[4096];
@@ -108,11 +124,13 @@ int ckpt__save_names_init(ckpt__save_names *c, const char *prefix, int rank, int
     c->node_leader = -1;
     snprintf(c->base, sizeof c->base, "%s", base);
     snprintf(c->index_name, sizeof c->index_name, "%s.index", base);
-    snprintf(c->temp_name, sizeof c->temp_name, "%s_temp", base);
-    ckpt__worker_temp_name(c->worker_temp, sizeof c->worker_temp, rank);
+    snprintf(c->save_id, sizeof c->save_id, "%016llx", (unsigned long long)save_id);
+    snprintf(c->temp_name, sizeof c->temp_name, "%s.%s_temp", base, c->save_id);
+    ckpt__worker_temp_name(c->worker_temp, sizeof c->worker_temp, rank, c->save_id);
     snprintf(c->reserve_name, sizeof c->reserve_name, ".reserve-%d", rank);
     snprintf(c->pad_name, sizeof c->pad_name, ".pad-%d", rank);
-    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s_temp", prefix)) ||
+    if ((rc = ckpt__path(c->chief_temp, sizeof c->chief_temp, "%s.%s_temp", prefix,
+                         c->save_id)) ||
         (rc = ckpt__work_dir(c->work, sizeof c->work, c->dir)))
         return rc;
     if (rank == 0 || shared) /* the shared file is made in the chief's temp dir */
@@ -138,7 +156,7 @@ int ckpt__save_names_node(ckpt__save_names *c, int node, int nnodes, int leader)
         rc = ckpt__path(c->node_temp, sizeof c->node_temp, "%s", c->chief_temp);
     } else {
         char wt[64];
-        ckpt__worker_temp_name(wt, sizeof wt, leader);
+        ckpt__worker_temp_name(wt, sizeof wt, leader, c->save_id);
         rc = ckpt__path(c->node_temp, sizeof c->node_temp, "%s/%s", c->work, wt);
     }
     if (rc || (rc = ckpt__data_name(c->data_name, sizeof c->data_name, c->base, node, nnodes)))
@@ -155,7 +173,7 @@ int ckpt__node_temp_open(const ckpt__save_names *c, int dirfd, int workfd, int *
     if (c->node_leader == 0)
         return ckpt__subdir_open(fd, dirfd, c->temp_name, 0, c->dir);
     char wt[64];
-    ckpt__worker_temp_name(wt, sizeof wt, c->node_leader);
+    ckpt__worker_temp_name(wt, sizeof wt, c->node_leader, c->save_id);
     return ckpt__subdir_open(fd, workfd, wt, 0, c->work);
 }
 
@@ -164,16 +182,9 @@ int ckpt__temp_fresh(const ckpt__save_names *c, int dirfd, int *tempfd, int repl
     *tempfd = -1;
     if (!replace && ckpt__exists_at(dirfd, c->index_name))
         return ckpt__error(CKPT_EEXISTS, "checkpoint %s.index already exists", c->prefix);
-    struct stat st;
-    if (fstatat(dirfd, c->temp_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
-        return ckpt__error(CKPT_ECORRUPT,
-                           "refusing to use %s: it is %s, not a directory (mpickpt never follows "
-                           "links inside a checkpoint directory; remove it)",
-                           c->chief_temp, ckpt__file_kind(st.st_mode));
-    int rc = ckpt__rmtree_at(dirfd, c->temp_name, c->dir);
-    if (rc != CKPT_OK)
-        return rc;
-    return ckpt__subdir_open(tempfd, dirfd, c->temp_name, 1, c->dir);
+    /* A name of this save only: whatever stands there is not ours, and nothing is removed (an
+     * in-flight directory of the same prefix may be another job's, alive) */
+    return ckpt__subdir_create(tempfd, dirfd, c->temp_name, c->chief_temp);
 }
 
 int ckpt__temp_open(const ckpt__save_names *c, int rank, int dirfd, int workfd, int *tempfd)
@@ -182,20 +193,84 @@ int ckpt__temp_open(const ckpt__save_names *c, int rank, int dirfd, int workfd, 
         return CKPT_OK;
     if (c->shared || rank == 0)
         return ckpt__subdir_open(tempfd, dirfd, c->temp_name, 0, c->dir);
-    return ckpt__subdir_open(tempfd, workfd, c->worker_temp, 1, c->work);
+    return ckpt__subdir_create(tempfd, workfd, c->worker_temp, c->my_temp);
 }
 
 void ckpt__temp_cleanup(const ckpt__save_names *c, int rank, int dirfd, int workfd, int tempfd)
 {
+    if (tempfd < 0) /* only an in-flight directory this save made or opened */
+        return;
     if (rank == 0) {
-        if (dirfd >= 0 && tempfd >= 0) /* only a temp dir this save made */
+        if (dirfd >= 0)
             ckpt__rmtree_at(dirfd, c->temp_name, c->dir);
-    } else if (!c->shared && tempfd >= 0) {
-        unlinkat(tempfd, c->data_name, 0);
-        unlinkat(tempfd, c->reserve_name, 0);
-        /* only if empty: never touch what is not ours */
-        unlinkat(workfd, c->worker_temp, AT_REMOVEDIR);
-    } else if (tempfd >= 0) {
+    } else if (!c->shared) {
+        if (workfd >= 0) /* its own, made by ckpt__temp_open */
+            ckpt__rmtree_at(workfd, c->worker_temp, c->work);
+    } else {
         unlinkat(tempfd, c->reserve_name, 0);
     }
+}
+
+/* The counter N when `name` is <stem>-<N>, <stem>-<N>.* or <stem>-<N>_* with N written as the
+ * manager writes it (decimal, no leading zero), else -1. */
+static int64_t name_counter(const char *name, const char *stem, size_t sl)
+{
+    if (strncmp(name, stem, sl) != 0 || name[sl] != '-')
+        return -1;
+    const char *p = name + sl + 1;
+    size_t d = strspn(p, "0123456789");
+    if (d == 0 || d > 18 || (p[0] == '0' && d > 1) || (p[d] && p[d] != '.' && p[d] != '_'))
+        return -1;
+    return (int64_t)strtoll(p, NULL, 10);
+}
+
+int ckpt__counter_free(int64_t *next, const int *dirfds, const char *const *shown, size_t n,
+                       const char *stem)
+{
+    enum { K = CKPT__COUNTER_SKIP_MAX };
+    /* what took each of the counters *next .. *next + K - 1: the first entry found, and where */
+    char (*taker)[256] = calloc(K, sizeof *taker);
+    int *where = calloc(K, sizeof *where);
+    int rc = taker && where ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    size_t sl = strlen(stem);
+    for (size_t i = 0; i < n && rc == CKPT_OK; i++) {
+        DIR *d = ckpt__listing(dirfds[i]);
+        if (!d) {
+            rc = ckpt__errno(errno, "opendir", shown[i]);
+            break;
+        }
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            int64_t v = name_counter(e->d_name, stem, sl);
+            if (v < *next || v - *next >= K || taker[v - *next][0])
+                continue;
+            snprintf(taker[v - *next], sizeof taker[0], "%s", e->d_name);
+            where[v - *next] = (int)i;
+        }
+        closedir(d);
+    }
+    int64_t k = 0;
+    while (rc == CKPT_OK && k < K && taker[k][0])
+        k++;
+    if (rc == CKPT_OK && k == K)
+        rc = ckpt__error(CKPT_EEXISTS,
+                         "%s-%lld .. %s-%lld are all taken by entries this job did not make (the "
+                         "first: %s/%s); remove them or save into another directory",
+                         stem, (long long)*next, stem, (long long)(*next + K - 1),
+                         shown[where[0]], taker[0]);
+    for (int64_t j = 0; rc == CKPT_OK && j < k; j++) {
+        struct stat st;
+        const char *kind = fstatat(dirfds[where[j]], taker[j], &st, AT_SYMLINK_NOFOLLOW) == 0
+                               ? ckpt__file_kind(st.st_mode)
+                               : "an entry";
+        ckpt__log(CKPT_LOG_WARN,
+                  "%s-%lld is taken: %s/%s is %s this job did not make; saving as %s-%lld instead",
+                  stem, (long long)(*next + j), shown[where[j]], taker[j], kind, stem,
+                  (long long)(*next + k));
+    }
+    if (rc == CKPT_OK)
+        *next += k;
+    free(taker);
+    free(where);
+    return rc;
 }

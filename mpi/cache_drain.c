@@ -1,13 +1,16 @@
 /*
  * The drain of a checkpoint from the cache level to the persistent directory (docs/levels.md),
- * with the save protocol's commit: the chief makes its in-flight directory <name>_temp there
+ * with the save protocol's commit: the chief makes its in-flight directory <name>.<id>_temp there
  * (a vote), every owner copies the data files it owns from its node's cache directory into its
- * in-flight directory (per-rank: rank r its <name>.data-r-of-N; per-node: the node's leader its
- * node's file) and fsyncs them, then moves them into place (a vote); the chief fsyncs the
- * directory and writes the cache's index, byte for byte, as the persistent index (the commit
- * point; a vote). A failure before the commit removes every moved file; in-flight files are
- * removed in every case. The index is the same bytes as the cache's, so the two copies are the
- * same checkpoint. Collective over `comm` (the caller's thread's communicator).
+ * own in-flight directory (per-rank: rank r its <name>.data-r-of-N in workertemp_<r>.<id>;
+ * per-node: the node's leader its node's file) and fsyncs them, then moves them into place with
+ * a rename that never replaces (a vote); the chief fsyncs the directory and writes the cache's
+ * index, byte for byte, as the persistent index, never replacing one (the commit point; a vote).
+ * A final name taken by anything is CKPT_EEXISTS naming it, left as it is. A failure before the
+ * commit removes every file this drain moved; in-flight files are removed in every case. The
+ * index is the same bytes as the cache's, so the two copies are the same checkpoint. No rank
+ * opens another's in-flight directory, so each draws its own id (no broadcast). Collective over
+ * `comm` (the caller's thread's communicator).
  */
 #include "saver_internal.h"
 
@@ -68,7 +71,7 @@ int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char
     if (local == CKPT_OK)
         local = ckpt__path(prefix, sizeof prefix, "%s/%s", dir, name);
     if (local == CKPT_OK)
-        local = ckpt__save_names_init(&n, prefix, s->rank, s->size, 0);
+        local = ckpt__save_names_init(&n, prefix, s->rank, s->size, 0, ckpt__random_u64());
     if (local == CKPT_OK && per_node)
         local = ckpt__save_names_node(&n, s->node, s->nnodes, s->node_leaders[s->node]);
     if (local == CKPT_OK)
@@ -95,7 +98,7 @@ int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char
         f.from_fd = tempfd;
         f.from_shown = n.my_temp;
         f.from_name = f.name = n.data_name;
-        local = ckpt__commit_move(dirfd, n.dir, &f, 1, &moved);
+        local = ckpt__commit_move(dirfd, n.dir, &f, 1, &moved, 0);
     }
     if ((rc = ckpt__mpi_vote(comm, local, NULL, 0)) == CKPT_OK) {
         /* 3. the commit point: the cache's index, the same bytes, in the persistent directory */
@@ -113,8 +116,8 @@ int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char
                 local = ckpt__fsync_fd(dirfd, n.dir);
             int renamed = 0;
             if (local == CKPT_OK)
-                local = ckpt__write_file_atomic_at(dirfd, n.index_name, buf, len, n.dir,
-                                                   &renamed);
+                local = ckpt__write_file_new_at(dirfd, n.index_name, buf, len, n.dir,
+                                                &renamed);
             if (local != CKPT_OK && renamed)
                 unlinkat(dirfd, n.index_name, 0);
             free(buf);

@@ -777,6 +777,7 @@ static void cache_retention(ckpt_manager *m)
 static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void *payload)
 {
     ckpt_manager *m = payload;
+    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
     const ckpt_manager_save_info *info = &m->pending;
     int local = CKPT_OK;
     if (m->rank == 0) {
@@ -877,6 +878,25 @@ static int drain_pending(ckpt_manager *m)
     return listed ? drain(m, m->comm, name) : CKPT_OK;
 }
 
+/* The chief: the first counter from *next whose names are free in the directory and, with a
+ * cache level, in its node's cache directory (ckpt__counter_free: warnings name what it passes). */
+static int free_counter(ckpt_manager *m, int64_t *next)
+{
+    int fds[2] = { -1, -1 };
+    const char *shown[2] = { m->dir, ckpt__saver_cache_dir(m->saver) };
+    int rc = ckpt__ckptdir_open(&fds[0], NULL, m->dir, 0);
+    if (rc == CKPT_OK && m->cache)
+        rc = ckpt__dir_open(&fds[1], shown[1]);
+    if (rc == CKPT_OK)
+        rc = ckpt__counter_free(next, fds, shown, m->cache ? 2 : 1, m->name);
+    if (rc == CKPT_OK && *next > CKPT__COUNTER_MAX)
+        rc = ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new directory",
+                         m->dir, (long long)*next);
+    ckpt__close(fds[0]);
+    ckpt__close(fds[1]);
+    return rc;
+}
+
 int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                       size_t out_size)
 {
@@ -938,27 +958,35 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         return ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new directory",
                            m->dir, (long long)next);
     next++;
+    /* A counter whose names are taken (planted, another job's) is passed, with a warning, instead
+     * of failing every save from now on; every rank adopts the chief's choice with the save's
+     * prefix (ckpt__save_bcast_prefix), and learns it back from the saver. */
+    if (m->rank == 0)
+        local = free_counter(m, &next);
 
     char name[4400];
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
-        if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s-%lld", m->name,
-                                                     (long long)next))) != CKPT_OK)
+        if ((rc = ckpt_mpi_agree(m->comm, local != CKPT_OK ? local
+                                          : ckpt__path(name, sizeof name, "%s-%lld", m->name,
+                                                       (long long)next))) != CKPT_OK)
             return rc;
         m->pending = *info;
-        m->pending_persist = next % m->persist_every == 0;
         rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, cache_commit_hook, m);
         if (rc == CKPT_OK && out && out_size)
-            snprintf(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), name);
+            snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
+                     (long long)ckpt__saver_prepared_counter(m->saver));
         return rc;
     }
-    if ((rc = ckpt_mpi_agree(m->comm, ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name,
-                                                 (long long)next))) != CKPT_OK)
+    if ((rc = ckpt_mpi_agree(m->comm, local != CKPT_OK ? local
+                                      : ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir,
+                                                   m->name, (long long)next))) != CKPT_OK)
         return rc;
     m->pending = *info;
     rc = ckpt__saver_save_hook(m->saver, name, &si, next, commit_hook, m);
     if (rc == CKPT_OK && out && out_size)
-        snprintf(out, out_size, "%s", name);
+        snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name,
+                 (long long)ckpt__saver_prepared_counter(m->saver));
     return rc;
 }
 

@@ -122,6 +122,10 @@ struct ckpt_save_info;
 int ckpt__saver_save_hook(struct ckpt_saver *s, const char *prefix,
                           const struct ckpt_save_info *info, int64_t counter,
                           ckpt__commit_hook hook, void *payload);
+/* Every rank adopts the chief's `prefix` and `counter` (the save's prefix broadcast): a caller
+ * whose chief chose another counter than the others learns it from
+ * ckpt__saver_prepared_counter() once the call returned. */
+int64_t ckpt__saver_prepared_counter(const struct ckpt_saver *s);
 /* The same to the cache level when `cache` (ckpt__saver_cache_init first): `prefix` is then the
  * checkpoint's name, which each rank puts in its node's cache directory. */
 int ckpt__saver_save_level(struct ckpt_saver *s, const char *prefix, int cache,

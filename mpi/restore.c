@@ -175,7 +175,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     double t0 = ckpt__mono_seconds(); /* the summary line's phases (save_summary.c) */
     uint64_t ckpt_bytes = 0;
     char prefix[4096], base[4096] = "";
-    int rc0 = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
+    int rc0 = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix, NULL, NULL);
     if (rc0 != CKPT_OK)
         return rc0;
     if (cache) { /* the name, in this rank's node's cache directory */

@@ -114,9 +114,9 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
     save_job *j = s->job;
     s->job = NULL;
     int rc = j->result;
-    if (rc == CKPT_OK) {
-        s->counter = j->counter > s->counter ? j->counter : s->counter;
-    } else {
+    if ((rc == CKPT_OK || rc == CKPT_EEXISTS) && j->counter > s->counter)
+        s->counter = j->counter; /* taken: not tried again (ckpt__save_start) */
+    if (rc != CKPT_OK) {
         /* a cache save's prefix is each node's own: its name says the same on every rank */
         ckpt__error(rc, "background save of %s%s failed: %s",
                     j->cache ? j->c.n.base : j->c.n.prefix, j->cache ? " to the cache" : "",
@@ -133,7 +133,9 @@ int ckpt__save_start(ckpt_saver *s, save_job *j)
     j->since_prev = s->last_save_start > 0 ? j->t_start - s->last_save_start : 0.0;
     if (!s->async) {
         int rc = ckpt__save_run(j);
-        if (rc == CKPT_OK && j->counter > s->counter)
+        /* A counter whose names were taken at the commit (another job's files, something
+         * planted, on any node) is not tried again: the next numbered save moves past it. */
+        if ((rc == CKPT_OK || rc == CKPT_EEXISTS) && j->counter > s->counter)
             s->counter = j->counter;
         j->t_block = ckpt__mono_seconds() - j->t_start;
         s->last_save_start = j->t_start;

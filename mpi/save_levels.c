@@ -9,8 +9,9 @@
  *                            files it owns to its partner rank (nonblocking sends from a read-only
  *                            mapping, so a ring of partners cannot deadlock), and receives those
  *                            of the ranks it protects into its node's directory (temp name, fsync,
- *                            rename)
- *   ckpt__cache_index_copies the chief's packed index to the node leaders, which write it
+ *                            a rename that never replaces: a name taken is CKPT_EEXISTS)
+ *   ckpt__cache_index_copies the chief's packed index to the node leaders, which write it (never
+ *                            over an existing index)
  *   ckpt__cache_undo         a save that is not committed: the partner copies and the index copy
  *                            this rank placed are removed
  * None of these agrees: a failure stays in the failing rank's status and reaches every rank at the
@@ -327,9 +328,12 @@ void ckpt__saver_cache_free(ckpt_saver *s)
 
 /* ---- partner copies ---------------------------------------------------------------------- */
 
-int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
-                          const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
-                          int *local, const char *what)
+/* ckpt__cache_recv_file, whose final rename replaces what stands under `name` (`replace`: the
+ * rebuild, which fills in a name its node lacks) or never does (a partner copy: a name taken is
+ * not this save's, CKPT_EEXISTS naming it). */
+static int recv_into(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd, const char *name,
+                     uint64_t bytes, uint8_t *buf, uint64_t chunk, int *local, const char *what,
+                     int replace)
 {
     char tmp[400];
     int fd = -1, rc = CKPT_OK;
@@ -347,11 +351,24 @@ int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int di
         *local = ckpt__fsync_fd(fd, name);
     ckpt__close(fd);
     /* only a file received whole takes its name */
-    if (*local == CKPT_OK && rc == CKPT_OK && renameat(dirfd, tmp, dirfd, name) != 0)
-        *local = ckpt__errno(errno, what, name);
+    if (*local == CKPT_OK && rc == CKPT_OK &&
+        (replace ? renameat(dirfd, tmp, dirfd, name) : ckpt__rename_noreplace(dirfd, tmp, dirfd,
+                                                                               name)) != 0) {
+        char shown[4600];
+        snprintf(shown, sizeof shown, "%s/%s", s->cache.dir, name);
+        *local = errno == EEXIST ? ckpt__name_taken(dirfd, name, shown)
+                                 : ckpt__errno(errno, what, name);
+    }
     if ((*local != CKPT_OK || rc != CKPT_OK) && fd >= 0)
         unlinkat(dirfd, tmp, 0);
     return rc;
+}
+
+int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
+                          const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
+                          int *local, const char *what)
+{
+    return recv_into(s, comm, src, tag, dirfd, name, bytes, buf, chunk, local, what, 1);
 }
 
 /* A partner copy: its name checked (a data file of this checkpoint), then received (above);
@@ -373,9 +390,8 @@ static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint
                                  "not its data file of %s (%s)",
                                  s->rank, src, h->name, (long long)h->size, c->n.base, want);
     }
-    int rc = ckpt__cache_recv_file(s, c->comm, src, TAG_CP_DATA, c->dirfd, h->name,
-                                   (uint64_t)(h->size > 0 ? h->size : 0), buf, chunk, local,
-                                   "partner copy");
+    int rc = recv_into(s, c->comm, src, TAG_CP_DATA, c->dirfd, h->name,
+                       (uint64_t)(h->size > 0 ? h->size : 0), buf, chunk, local, "partner copy", 0);
     if (*local == CKPT_OK) {
         if (!(placed[*nplaced] = strdup(h->name)))
             *local = ckpt__error(CKPT_ENOMEM, "out of memory");
@@ -546,8 +562,9 @@ int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_
     }
     if (s->rank != 0 && buf && local == CKPT_OK && rc == CKPT_OK) {
         int renamed = 0;
-        local = ckpt__write_file_atomic_at(c->dirfd, c->n.index_name, buf, (size_t)total,
-                                           s->cache.dir, &renamed);
+        /* never over an index this save did not write (lib/commit.c) */
+        local = ckpt__write_file_new_at(c->dirfd, c->n.index_name, buf, (size_t)total,
+                                        s->cache.dir, &renamed);
         *wrote = renamed;
     }
     if (s->rank != 0)

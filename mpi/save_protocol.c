@@ -3,9 +3,9 @@
  * function, and every exit after the first collective goes through ckpt_mpi_agree(), so all ranks
  * return the same status and nobody is left waiting in a collective:
  *
- *   0. prefix   save_prepare: every rank adopts the chief's prefix (bcast_prefix), opens the
- *               directories (init_ctx), runs its registered savers; the chief makes a fresh
- *               <base>_temp (ckpt__temp_fresh)
+ *   0. prefix   save_prepare: every rank adopts the chief's prefix, counter and the save's id
+ *               (bcast_prefix), opens the directories (init_ctx), runs its registered savers;
+ *               the chief makes its in-flight directory <base>.<id>_temp (ckpt__temp_fresh)
  *   1. plan     make_plan: allgather of every rank's registrations, merged and validated the same
  *               way on every rank; cached while no rank changes its registrations
  *   2. write    save_run: in-flight directories and space reservation agreed first
@@ -37,35 +37,49 @@
 /* ---- 0. prefix, directories --------------------------------------------------------------------- */
 
 /* Every rank adopts the chief's prefix: ranks whose own view of the path differs (a stale mount,
- * a relative path from another working directory) still write and read the same checkpoint. */
-int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size)
+ * a relative path from another working directory) still write and read the same checkpoint. A
+ * save also adopts the chief's counter (a manager's chief may have moved past a taken name) and
+ * the save's id, which the chief draws here: every in-flight name of the save carries it
+ * (lib/paths.h), so no other job's save shares one. save_id and counter may be NULL (a restore). */
+int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size,
+                            uint64_t *save_id, int64_t *counter)
 {
-    /* {status, path} in one broadcast; a failure costs the agreement that carries its message */
+    /* {status, id, counter, path} in one broadcast; a failure costs the agreement that carries
+     * its message */
     struct {
         int64_t status;
+        uint64_t save_id;
+        int64_t counter;
         char path[4096];
     } msg;
     memset(&msg, 0, sizeof msg);
     int local = CKPT_OK;
-    if (s->rank == 0)
+    if (s->rank == 0) {
         local = ckpt__path(msg.path, size < sizeof msg.path ? size : sizeof msg.path, "%s",
                            prefix ? prefix : "");
+        msg.save_id = save_id ? ckpt__random_u64() : 0;
+        msg.counter = counter ? *counter : 0;
+    }
     msg.status = local;
     if (MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, s->comm) != MPI_SUCCESS && local == CKPT_OK)
         local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the prefix failed");
     if (msg.status != CKPT_OK)
         return ckpt_mpi_agree(s->comm, local);
     msg.path[sizeof msg.path - 1] = '\0';
+    if (save_id)
+        *save_id = msg.save_id;
+    if (counter)
+        *counter = msg.counter;
     return ckpt__path(out, size, "%s", msg.path);
 }
 
-static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix)
+static int init_ctx(ckpt_saver *s, save_ctx *c, const char *prefix, uint64_t save_id)
 {
     memset(c, 0, sizeof *c);
     c->dirfd = c->workfd = c->tempfd = -1;
     ckpt__record_init(&c->rec);
     int rc = ckpt__save_names_init(&c->n, prefix, s->rank, s->size,
-                                   s->layout == CKPT_LAYOUT_SHARED);
+                                   s->layout == CKPT_LAYOUT_SHARED, save_id);
     /* The directories exist from here on; a chief/ that is a link is refused. */
     if (rc != CKPT_OK || (rc = ckpt__ckptdir_open(&c->dirfd, &c->workfd, c->n.dir, 1)) != CKPT_OK)
         return rc;
@@ -349,7 +363,8 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
 {
     *out = NULL;
     char prefix[4096], name[4096];
-    int rc = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix);
+    uint64_t save_id = 0;
+    int rc = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix, &save_id, &counter);
     if (rc != CKPT_OK)
         return rc;
     save_job *j = calloc(1, sizeof *j);
@@ -367,7 +382,7 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
             local = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.at, name);
     }
     if (local == CKPT_OK)
-        local = init_ctx(s, &j->c, prefix);
+        local = init_ctx(s, &j->c, prefix, save_id);
     if (j)
         j->cache = j->c.cache = cache;
     if (local == CKPT_OK)
@@ -379,11 +394,11 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         return rc;
     }
     j->s = s;
-    j->counter = counter;
+    j->counter = s->prepared_counter = counter; /* the chief's (ckpt__save_bcast_prefix) */
     if (info)
         j->info = *info;
-    /* Registered savers run first (TensorFlow's contract), then the chief prepares its temp dir:
-     * leftovers of a crashed save with the same prefix are garbage. */
+    /* Registered savers run first (TensorFlow's contract), then the chief makes its in-flight
+     * directory, a name of this save only (leftovers of crashed saves are gc's). */
     for (size_t i = 0; i < s->regs.n && local == CKPT_OK; i++) {
         const ckpt__reg *g = &s->regs.v[i];
         if (g->kind != CKPT_KIND_BLOB)
@@ -607,7 +622,7 @@ static int move_own(save_ctx *c, ckpt__commit_file *files, size_t *done)
         files[i].from_shown = c->n.my_temp;
         files[i].from_name = files[i].name = c->rec.files[i].name;
     }
-    return ckpt__commit_move(c->dirfd, c->n.dir, files, c->rec.nfiles, done);
+    return ckpt__commit_move(c->dirfd, c->n.dir, files, c->rec.nfiles, done, 0);
 }
 
 /* The chief's commit point once every data file is in place: the directory fsynced, then the

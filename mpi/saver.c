@@ -254,6 +254,11 @@ int ckpt__saver_rank(const ckpt_saver *s)
     return s->rank;
 }
 
+int64_t ckpt__saver_prepared_counter(const ckpt_saver *s)
+{
+    return s->prepared_counter;
+}
+
 void ckpt__saver_set_counter(ckpt_saver *s, int64_t counter)
 {
     s->counter = counter;

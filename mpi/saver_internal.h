@@ -61,6 +61,7 @@ struct ckpt_saver {
     ckpt__pieces pieces;
     ckpt__shard_bufs bufs; /* scratch and pack staging, kept across saves */
     int64_t counter;
+    int64_t prepared_counter; /* the counter of the save prepared last (the chief's) */
     /* Borrowers (managers) told when the saver is freed; hook_running is set (under lock) while
      * a commit hook runs on the writer thread. */
     struct borrower {
@@ -169,7 +170,8 @@ void ckpt__restore_log_summary(const ckpt_saver *s, const char *prefix, uint64_t
                                const int *ranks, double mine_index, double mine_read);
 
 /* save_protocol.c */
-int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size);
+int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size,
+                            uint64_t *save_id, int64_t *counter);
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
                        int64_t counter, int cache, save_job **out);
 int ckpt__save_run(save_job *j);
@@ -207,9 +209,10 @@ int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_
 void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index);
 void ckpt__cache_placed_free(char **placed, size_t nplaced);
 /* Receives `bytes` from rank `src` (`tag` on `comm`, chunks of at most `chunk` through `buf`)
- * into a new temp file of dirfd, fsynced and renamed to `name` (a partner copy, a rebuilt file:
- * `what`). While *local is not CKPT_OK the bytes are received and dropped, so the messages match;
- * the file's outcome is *local's, an MPI failure the return value. */
+ * into a new temp file of dirfd, fsynced and renamed to `name`, replacing what stood there (a
+ * rebuilt file fills in a name its node lacked: `what`; partner copies take a name only when it
+ * is free, save_levels.c). While *local is not CKPT_OK the bytes are received and dropped, so the
+ * messages match; the file's outcome is *local's, an MPI failure the return value. */
 int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
                           const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
                           int *local, const char *what);

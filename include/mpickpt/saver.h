@@ -185,7 +185,8 @@ typedef struct ckpt_save_metrics {
  */
 CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out);
 
-/** Current save counter. Local. */
+/** Current save counter: the highest of the saves this saver committed or found taken (a save
+ *  that failed with CKPT_EEXISTS at its commit: the next numbered save moves past it). Local. */
 CKPT_EXTERN int64_t ckpt_saver_counter(const ckpt_saver *s);
 
 /** Options of ckpt_saver_restore(). Initialize with CKPT_RESTORE_OPTIONS_INIT. */

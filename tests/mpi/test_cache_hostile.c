@@ -10,10 +10,12 @@
  * each, the victim holds exactly its file with its own bytes; the values read back with the
  * tm_model helpers):
  *   partner   before a save with partner copies, every data file's partner copy name on its
- *             partner node planted: a link or a FIFO is replaced by the copy (a regular file,
- *             byte for byte the owner's) and the save commits; a directory fails the save on
- *             every rank naming the file, nothing of the save stays; the older committed
- *             checkpoint restores exactly after each
+ *             partner node planted: a link, a FIFO or a directory is never replaced (issue 29: a
+ *             copy takes only a free name): the save fails with CKPT_EEXISTS on every rank naming
+ *             the file, nothing of the save stays, the planted entries are left as they were,
+ *             and once they are gone the same save commits with whole copies (regular files,
+ *             byte for byte the owner's); the older committed checkpoint restores exactly after
+ *             each
  *   index     the same for the index copy's name <name>.index on every non-chief node
  *   temp      the temp names of the partner copy's receive and of the index copy
  *             (<name>.tmp-<16 hex digits>, 64 random bits: this test makes getrandom(2) return
@@ -366,44 +368,36 @@ static void planted_save(ckpt_saver *s, tm_model *m, const char *cache, int wher
     g_zero_random = where >= 2;
     int rc = save_cache(s, m, base, step);
     g_zero_random = 0;
-    /* a link or a FIFO under the final name is replaced (renameat); a directory cannot be, and a
-     * planted temp name is never opened (O_EXCL): the save fails on every rank */
-    int replaced = where < 2 && kind != P_DIR;
-    int expected = replaced ? CKPT_OK : where >= 2 ? CKPT_EEXISTS : CKPT_ERROR;
-    if (coll(rc, expected, what) && !replaced) {
+    /* a final name is taken only when free (a rename that never replaces), and a planted temp
+     * name is never opened (O_EXCL): the save fails on every rank, whatever was planted */
+    if (coll(rc, CKPT_EEXISTS, what)) {
         char want[320]; /* the failing rank's file (whichever rank the vote reports) */
         snprintf(want, sizeof want, "%s%s", base, where % 2 ? ".index" : ".data-");
         CHECK_MSG(strstr(g_msg, want) != NULL, "%s: the message does not name a %s...: %s", what,
                   want, g_msg);
     }
     victim_untouched(what);
-    if (replaced) {
-        CHECK_MSG(rank0_says(copies_whole(cache, base)), "%s: the copies are not whole", what);
-        char w[320];
-        snprintf(w, sizeof w, "%s: restore it from the cache", what);
-        restore_cache(s, m, base, step, CKPT_OK, w);
-    } else {
-        CHECK_MSG(rank0_says(nothing_of(cache, base)), "%s: the failed save left files", what);
-        if (g_rank == 0) /* the planted entries are left as they were */
-            for (int i = 0; i < np; i++)
-                CHECK_MSG(kind_of(planted[i]) == (kind == P_LINK   ? S_IFLNK
-                                                  : kind == P_FIFO ? S_IFIFO
-                                                                   : S_IFDIR),
-                          "%s: %s is no longer what was planted", what, planted[i]);
-    }
+    CHECK_MSG(rank0_says(nothing_of(cache, base)), "%s: the failed save left files", what);
+    if (g_rank == 0) /* the planted entries are left as they were */
+        for (int i = 0; i < np; i++)
+            CHECK_MSG(kind_of(planted[i]) == (kind == P_LINK   ? S_IFLNK
+                                              : kind == P_FIFO ? S_IFIFO
+                                                               : S_IFDIR),
+                      "%s: %s is no longer what was planted", what, planted[i]);
     if (g_rank == 0)
         for (int i = 0; i < np; i++)
-            if (kind_of(planted[i]) != S_IFREG)
-                rm_any(planted[i]);
+            rm_any(planted[i]);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (!replaced) { /* once they are gone, the same save commits */
-        char w[320];
-        snprintf(w, sizeof w, "%s: the same save once they are gone", what);
-        g_zero_random = where >= 2;
-        rc = save_cache(s, m, base, step);
-        g_zero_random = 0;
-        if (coll(rc, CKPT_OK, w))
-            CHECK_MSG(rank0_says(copies_whole(cache, base)), "%s: the copies are not whole", w);
+    /* once they are gone, the same save commits, its copies whole, and restores */
+    char w[320];
+    snprintf(w, sizeof w, "%s: the same save once they are gone", what);
+    g_zero_random = where >= 2;
+    rc = save_cache(s, m, base, step);
+    g_zero_random = 0;
+    if (coll(rc, CKPT_OK, w)) {
+        CHECK_MSG(rank0_says(copies_whole(cache, base)), "%s: the copies are not whole", w);
+        snprintf(w, sizeof w, "%s: restore it from the cache", what);
+        restore_cache(s, m, base, step, CKPT_OK, w);
     }
     older_restores(s, m, what);
 }

@@ -36,10 +36,12 @@
  *       CKPT_EMISMATCH on every rank; a valid MPICKPT_FAULT still injects.
  *   dir per-rank|shared|per-node
  *       a checkpoint directory others wrote into, under a collective saver and a manager:
- *       workertemp_1 (N >= 2; per-node: the second node's leader's) and <base>_temp planted as links to a victim directory -> the save
- *       fails with CKPT_ECORRUPT naming them on every rank, the victim is untouched, nothing is
- *       committed; links planted under the data files' final names and under metrics.jsonl ->
- *       the save commits, the link is replaced or left, never written through; a FIFO
+ *       workertemp_1 (N >= 2; per-node: the second node's leader's) and <base>_temp planted as
+ *       links to a victim directory -> the save commits in its own in-flight directories (their
+ *       names carry the save's id), the links and the victim untouched; links planted under the
+ *       data files' final names -> CKPT_EEXISTS naming one on every rank, nothing committed, the
+ *       links left as they are; the next numbered save moves past that number and commits with
+ *       a link under metrics.jsonl (left, never written through); a FIFO
  *       metrics.jsonl does not block the save; a chief/ that is a link -> ckpt_training_create
  *       fails naming it; a FIFO state file, a FIFO latest index -> the manager rebuilds its list
  *       and falls back (no hang); stray indexes (a FIFO, ".index", garbage, another manager's)
@@ -808,67 +810,81 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
     ckpt_save_info info = { 0, 1, 0 };
     snprintf(prefix, sizeof prefix, "%s/ck", dir);
 
-    /* planted workertemp_<r> (the temp dir of a non-chief rank that makes a data file: rank 1, or
-     * per-node the leader of node 1) */
+    /* planted workertemp_<r> (the temp dir older versions gave a non-chief rank that makes a
+     * data file: rank 1, or per-node the leader of node 1) and <base>_temp (the chief's) as links
+     * to a victim directory: a save's in-flight names are its own now (<base>.<id>_temp,
+     * workertemp_<r>.<id>, issue 29), so the save commits without touching or following them */
     int rpn = tm_ranks_per_node(), wr = layout == CKPT_LAYOUT_PER_RANK ? 1
                                         : layout == CKPT_LAYOUT_PER_NODE && rpn > 0 ? rpn
                                                                                   : g_size;
-    if (wr < g_size) {
-        char wt[64];
-        snprintf(wt, sizeof wt, "workertemp_%d", wr);
-        begin_case("dir %s: %s is a link to a victim directory", layout_name, wt);
-        snprintf(p, sizeof p, "%s/%s", dir, wt);
+    char wt[64], tp[2800];
+    snprintf(wt, sizeof wt, "workertemp_%d", wr);
+    begin_case("dir %s: %s and ck-1_temp are links to a victim directory", layout_name, wt);
+    snprintf(p, sizeof p, "%s/%s", dir, wt);
+    if (wr < g_size)
         rank0_link(victim, p);
-        tm_fill(&m, 1);
-        if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
-                 "save through a planted workertemp_<r>"))
-            CHECK_MSG(strstr(g_msg, wt) && contains_ci(g_msg, "link"),
-                      "the message does not name %s as a link: %s", wt, g_msg);
-        CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
-                  "the victim directory changed");
-        snprintf(q, sizeof q, "%s-1", prefix);
-        CHECK_MSG(all_true(!index_exists(q)), "%s was committed", q);
-        rank0_unlink(p);
-    }
-    /* planted <base>_temp (the chief's temp dir) */
-    begin_case("dir %s: ck-1_temp is a link to a victim directory", layout_name);
-    snprintf(p, sizeof p, "%s-1_temp", prefix);
-    rank0_link(victim, p);
+    snprintf(tp, sizeof tp, "%s-1_temp", prefix);
+    rank0_link(victim, tp);
     tm_fill(&m, 1);
-    if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_ECORRUPT,
-             "save through a planted ck-1_temp"))
-        CHECK_MSG(strstr(g_msg, "ck-1_temp") && contains_ci(g_msg, "link"),
-                  "the message does not name ck-1_temp as a link: %s", g_msg);
+    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save next to planted links");
     CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
               "the victim directory changed");
-    rank0_unlink(p);
+    if (g_rank == 0) {
+        char t[2800];
+        ssize_t n = readlink(tp, t, sizeof t - 1);
+        CHECK_MSG(n > 0 && (size_t)n == strlen(victim) && memcmp(t, victim, (size_t)n) == 0,
+                  "%s is no longer the planted link", tp);
+        n = wr < g_size ? readlink(p, t, sizeof t - 1) : 0;
+        CHECK_MSG(wr >= g_size || (n > 0 && (size_t)n == strlen(victim)),
+                  "%s is no longer the planted link", p);
+    }
+    snprintf(q, sizeof q, "%s-1", prefix);
+    tm_sentinel(&m);
+    if (coll(ckpt_saver_restore(s, q, NULL, NULL), CKPT_OK, "restore ck-1"))
+        check_values(&m, 1, TM_RESTORED, "ck-1");
+    if (wr < g_size)
+        rank0_unlink(p);
+    rank0_unlink(tp);
 
-    /* links under the data files' final names and under metrics.jsonl: replaced or left, never
-     * written through */
+    /* links under the data files' final names: never replaced nor written through (issue 29:
+     * the commit takes only a free name), CKPT_EEXISTS naming one, nothing committed; the next
+     * numbered save moves past ck-2 and commits ck-3, with a link under metrics.jsonl (left,
+     * never written through) */
     begin_case("dir %s: links planted under the final names", layout_name);
     int nfiles = tm_data_files(layout, g_size);
     for (int r = 0; r < nfiles; r++) {
-        snprintf(p, sizeof p, "%s-1.data-%05d-of-%05d", prefix, r, nfiles);
+        snprintf(p, sizeof p, "%s-2.data-%05d-of-%05d", prefix, r, nfiles);
         rank0_link(vfile, p);
     }
     snprintf(q, sizeof q, "%s/metrics.jsonl", dir);
     rank0_link(vfile, q);
-    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save with planted links");
-    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
-              "the victim file changed");
-    for (int r = 0; g_rank == 0 && r < nfiles; r++) {
-        struct stat st;
-        snprintf(p, sizeof p, "%s-1.data-%05d-of-%05d", prefix, r, nfiles);
-        CHECK_MSG(lstat(p, &st) == 0 && S_ISREG(st.st_mode), "%s is not the data file", p);
-    }
-    snprintf(p, sizeof p, "%s-1", prefix);
-    tm_sentinel(&m);
-    if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-1"))
-        check_values(&m, 1, TM_RESTORED, "ck-1");
-    /* a FIFO metrics.jsonl: the save does not block on it (the watchdog would fire) */
-    rank0_fifo(q);
     info.step = 2;
     tm_fill(&m, 2);
+    if (coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_EEXISTS, "save with planted links"))
+        CHECK_MSG(strstr(g_msg, "ck-2.data-") && contains_ci(g_msg, "symbolic link"),
+                  "the message does not name a data file as a link: %s", g_msg);
+    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+              "the victim file changed");
+    snprintf(p, sizeof p, "%s-2", prefix);
+    CHECK_MSG(all_true(!index_exists(p)), "%s was committed", p);
+    coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "the next save, past ck-2");
+    CHECK_MSG(entries(victim) == 1 && has_text(vfile, "the victim's own bytes\n"),
+              "the victim file changed");
+    for (int r = 0; r < nfiles; r++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s-2.data-%05d-of-%05d", prefix, r, nfiles);
+        CHECK_MSG(g_rank != 0 || (lstat(p, &st) == 0 && S_ISLNK(st.st_mode)),
+                  "%s is not the planted link", p);
+        rank0_unlink(p);
+    }
+    snprintf(p, sizeof p, "%s-3", prefix);
+    tm_sentinel(&m);
+    if (coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "restore ck-3"))
+        check_values(&m, 2, TM_RESTORED, "ck-3");
+    /* a FIFO metrics.jsonl: the save does not block on it (the watchdog would fire) */
+    rank0_fifo(q);
+    info.step = 3;
+    tm_fill(&m, 3);
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "save with a FIFO metrics.jsonl");
     rank0_unlink(q);
     ckpt_saver_free(s);

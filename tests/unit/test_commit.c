@@ -12,14 +12,22 @@
  *   replace           the old index gone before any data file moves, the new values read back;
  *                     without replace an existing index is ckpt__temp_fresh's CKPT_EEXISTS;
  *   rename fails      a data file missing in its temp dir: nothing left renamed;
- *   planted entries   a link under a data file's name replaced, never followed; a directory
- *                     under the index's name: the commit fails cleanly;
+ *   planted entries   a link under a data file's name, a directory under the index's name: the
+ *                     commit fails with CKPT_EEXISTS naming it, never replaces or follows it;
+ *   names taken       (issue 29) another save of the same prefix commits first, between this
+ *                     one's ckpt__temp_fresh and its commit: CKPT_EEXISTS, the other checkpoint
+ *                     reads back with its own values, nothing of this one is left; an index
+ *                     name taken at commit time (a file, FIFO, link, directory) likewise: this
+ *                     save's data files removed, the planted entry exactly as it was. Each case
+ *                     also with the link-then-unlink fallback of file systems without
+ *                     RENAME_NOREPLACE (ckpt__noreplace_force_link);
  *   fsync fails       the directory fsync before the index (data files removed), and after the
  *                     index's rename, the commit point (see the marked assertion).
  * fsync() is interposed by this program to inject the failures; it is the real fsync otherwise. */
 #include "phases.h"
 
 #include "commit.h"
+#include "fsutil.h"
 #include "index.h"
 #include "paths.h"
 #include "plan.h"
@@ -99,8 +107,9 @@ static int sim_prepare(sim *s, const char *dir, const char *base, int seed, int 
     pathf(s->dir, sizeof s->dir, "%s", dir);
     pathf(s->prefix, sizeof s->prefix, "%s/%s", dir, base);
     int rc = ckpt__ckptdir_open(&s->dirfd, &s->workfd, dir, 1);
+    uint64_t id = ckpt__random_u64(); /* the chief's, every rank's */
     for (int r = 0; r < SIZE && rc == CKPT_OK; r++)
-        rc = ckpt__save_names_init(&s->n[r], s->prefix, r, SIZE, 0);
+        rc = ckpt__save_names_init(&s->n[r], s->prefix, r, SIZE, 0, id);
     if (rc == CKPT_OK)
         pathf(s->work, sizeof s->work, "%s", s->n[0].work);
     if (rc == CKPT_OK)
@@ -305,8 +314,8 @@ static void test_success(void)
     case_dirs(dir, sizeof dir, "success");
     sim *s = calloc(1, sizeof *s);
     CHECK_OK(sim_prepare(s, dir, "ckpt-1", 1, 0));
-    /* before the commit the data files are in flight: rank 0's in ckpt-1_temp, rank 1's in
-     * <work>/workertemp_1 */
+    /* before the commit the data files are in flight: rank 0's in ckpt-1.<id>_temp, rank 1's in
+     * <work>/workertemp_1.<id> */
     CHECK_EQ_INT(kind_at(s->n[0].my_file), S_IFREG);
     CHECK_EQ_INT(kind_at(s->n[1].my_file), S_IFREG);
     CHECK_EQ_INT(data_files(dir, "ckpt-1"), 0);
@@ -325,8 +334,9 @@ static void test_success(void)
     CHECK_EQ_INT(kind_at(s->n[1].my_file), 0);
     /* the in-flight directories are the caller's: cleanup removes them (they are empty now) */
     sim_free(s, 1);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-1_temp", dir)), 0);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/workertemp_1", s->work)), 0);
+    CHECK_EQ_INT(kind_at(s->n[0].chief_temp), 0);
+    CHECK_EQ_INT(kind_at(s->n[1].my_temp), 0);
+    CHECK_EQ_INT(count_prefixed(s->work, "workertemp_"), 0);
     CHECK_EQ_INT(count_entries(dir), 3);
     CHECK(reads_back(dir, "ckpt-1", 1));
     free(s);
@@ -394,10 +404,12 @@ static int commit_in_child(sim *s, size_t nfiles)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* After a crash of save ckpt-2: nothing committed; gc removes its leftovers (and nothing of
- * ckpt-1); ckpt-1 still reads back. */
+/* After a crash of save ckpt-2: nothing committed; gc removes its leftovers (the in-flight
+ * directories of this version's names, and nothing of ckpt-1); ckpt-1 still reads back. */
 static void after_crash(const char *dir, const char *work, int renamed)
 {
+    CHECK_EQ_INT(count_prefixed(dir, "ckpt-2."), renamed + 1); /* + ckpt-2.<id>_temp */
+    CHECK_EQ_INT(count_prefixed(work, "workertemp_1."), 1);
     char p[4600];
     ckpt_reader *r = NULL;
     CHECK_EQ_INT(index_entries(dir, "ckpt-2"), 0);
@@ -410,8 +422,8 @@ static void after_crash(const char *dir, const char *work, int renamed)
     CHECK_MSG(removed >= (size_t)renamed + 1, "gc removed %zu entries", removed);
     CHECK_EQ_INT(g.touched_old, 0);
     CHECK_EQ_INT(data_files(dir, "ckpt-2"), 0);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-2_temp", dir)), 0);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/workertemp_1", work)), 0);
+    CHECK_EQ_INT(count_prefixed(dir, "ckpt-2."), 0);
+    CHECK_EQ_INT(count_prefixed(work, "workertemp_"), 0);
     CHECK_EQ_INT(count_entries(dir), 4); /* ckpt-1's index and two data files, gc's lock */
     CHECK(reads_back(dir, "ckpt-1", 1));
 }
@@ -537,32 +549,129 @@ static void test_planted(void)
     case_dirs(dir, sizeof dir, "planted");
     pathf(victim, sizeof victim, "%s/../../victim", dir);
     CHECK(put_text(victim, "victim") == 0);
-    /* a link under rank 1's final data file name: replaced by the data file, not followed */
+    /* a link under rank 1's final data file name: the commit never replaces it (nor follows it):
+     * CKPT_EEXISTS naming it, rank 0's file that moved in is removed again, no index */
     sim *s = calloc(1, sizeof *s);
     CHECK_OK(sim_prepare(s, dir, "ckpt-1", 1, 0));
     pathf(p, sizeof p, "%s/%s", dir, s->n[1].data_name);
     CHECK(symlink(victim, p) == 0);
     ckpt__commit_req q = sim_req(s, 0, NULL, NULL);
-    CHECK_OK(ckpt__commit(&q));
+    ckpt_error_clear();
+    CHECK_RC(ckpt__commit(&q), CKPT_EEXISTS);
+    CHECK_MSG(strstr(last_msg(), s->n[1].data_name) && strstr(last_msg(), "symbolic link"),
+              "message: %s", last_msg());
     sim_free(s, 1);
-    CHECK_EQ_INT(kind_at(p), S_IFREG);
+    CHECK_EQ_INT(kind_at(p), S_IFLNK);
     CHECK(has_text(victim, "victim"));
+    CHECK_EQ_INT(data_files(dir, "ckpt-1"), 1); /* the link */
+    CHECK_EQ_INT(index_entries(dir, "ckpt-1"), 0);
+    CHECK(unlink(p) == 0);
+    commit_one(dir, "ckpt-1", 1);
     CHECK(reads_back(dir, "ckpt-1", 1));
 
-    /* a directory under the index's name: the index cannot be renamed into place; the commit
-     * fails, its data files go, the directory and what is in it stay */
+    /* a directory under the index's name: the index cannot take it; the commit fails, its data
+     * files go, the directory and what is in it stay */
     CHECK(mkdir(pathf(p, sizeof p, "%s/ckpt-2.index", dir), 0755) == 0);
     CHECK(put_text(pathf(p, sizeof p, "%s/ckpt-2.index/x", dir), "x") == 0);
     CHECK_OK(sim_prepare(s, dir, "ckpt-2", 2, 1)); /* replace: ckpt__temp_fresh lets it pass */
     q = sim_req(s, 0, NULL, NULL);
-    int rc = ckpt__commit(&q);
-    CHECK_MSG(rc != CKPT_OK, "commit over a directory named ckpt-2.index succeeded");
+    CHECK_RC(ckpt__commit(&q), CKPT_EEXISTS);
     CHECK_EQ_INT(data_files(dir, "ckpt-2"), 0);
     CHECK_EQ_INT(index_entries(dir, "ckpt-2"), 1); /* the directory, no temp file of the index */
     CHECK(has_text(pathf(p, sizeof p, "%s/ckpt-2.index/x", dir), "x"));
     sim_free(s, 1);
     free(s);
     CHECK(reads_back(dir, "ckpt-1", 1));
+}
+
+/* ---- names taken at commit time (issue 29) --------------------------------------------------- */
+
+/* Another save of ckpt-2 (values of seed 7) prepares and commits while this one (seed 2) is
+ * prepared: this one's commit is CKPT_EEXISTS and removes nothing of the other's. */
+static void race_once(const char *dir)
+{
+    sim *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    CHECK_OK(sim_prepare(a, dir, "ckpt-2", 2, 0));
+    CHECK_OK(sim_prepare(b, dir, "ckpt-2", 7, 0)); /* its own in-flight names: both prepared */
+    ckpt__commit_req qb = sim_req(b, 0, NULL, NULL);
+    CHECK_OK(ckpt__commit(&qb));
+    sim_free(b, 1);
+    ckpt__commit_req qa = sim_req(a, 0, NULL, NULL);
+    ckpt_error_clear();
+    CHECK_RC(ckpt__commit(&qa), CKPT_EEXISTS);
+    CHECK_MSG(strstr(last_msg(), "ckpt-2.data-00000-of-00002") &&
+                  strstr(last_msg(), "already exists"),
+              "message: %s", last_msg());
+    /* this save's files are not in place; its in-flight ones go with its cleanup */
+    CHECK_EQ_INT(kind_at(a->n[0].my_file), S_IFREG);
+    CHECK_EQ_INT(kind_at(a->n[1].my_file), S_IFREG);
+    sim_free(a, 1);
+    CHECK_EQ_INT(kind_at(a->n[0].chief_temp), 0);
+    CHECK_EQ_INT(kind_at(a->n[1].my_temp), 0);
+    CHECK(reads_back(dir, "ckpt-2", 7));
+    CHECK_EQ_INT(count_entries(dir), 6); /* ckpt-1's and ckpt-2's index and two data files */
+    free(a);
+    free(b);
+}
+
+/* Something planted under ckpt-3.index after this save's checks: the data files move in, the
+ * index cannot take its name; CKPT_EEXISTS naming it, the data files removed, the entry as it
+ * was. */
+static void index_taken_once(const char *dir, const char *victim, int kind)
+{
+    static const char *const kinds[] = { "regular file", "FIFO", "symbolic link", "directory" };
+    char p[4600];
+    sim *s = calloc(1, sizeof *s);
+    CHECK_OK(sim_prepare(s, dir, "ckpt-3", 3, 0));
+    pathf(p, sizeof p, "%s/ckpt-3.index", dir);
+    CHECK(kind == 0   ? put_text(p, "someone's index") == 0
+          : kind == 1 ? mkfifo(p, 0644) == 0
+          : kind == 2 ? symlink(victim, p) == 0
+                      : mkdir(p, 0755) == 0);
+    hook_ctx hc = { dir, "ckpt-3", 0, 0, 0, 0, 0, 0 };
+    ckpt__commit_req q = sim_req(s, 0, hook, &hc);
+    ckpt_error_clear();
+    CHECK_RC(ckpt__commit(&q), CKPT_EEXISTS);
+    CHECK_MSG(strstr(last_msg(), "ckpt-3.index") && strstr(last_msg(), kinds[kind]),
+              "%s: message: %s", kinds[kind], last_msg());
+    CHECK_EQ_INT(hc.calls, 1);
+    CHECK_EQ_INT(hc.data_at_hook, 2); /* they were in place ... */
+    CHECK_EQ_INT(data_files(dir, "ckpt-3"), 0); /* ... and are gone again */
+    CHECK_EQ_INT(index_entries(dir, "ckpt-3"), 1); /* the planted entry, no temp file */
+    static const unsigned want[] = { S_IFREG, S_IFIFO, S_IFLNK, S_IFDIR };
+    CHECK_EQ_INT(kind_at(p), want[kind]);
+    if (kind == 0)
+        CHECK(has_text(p, "someone's index"));
+    CHECK(has_text(victim, "victim"));
+    sim_free(s, 1);
+    free(s);
+    if (kind == 3)
+        CHECK(rmdir(p) == 0);
+    else
+        CHECK(unlink(p) == 0);
+}
+
+static void test_names_taken(void)
+{
+    char dir[4400], victim[4600];
+    for (int fallback = 0; fallback < 2; fallback++) {
+        ckpt__noreplace_force_link(fallback);
+        case_dirs(dir, sizeof dir, fallback ? "taken_link" : "taken");
+        pathf(victim, sizeof victim, "%s/../../victim", dir);
+        CHECK(put_text(victim, "victim") == 0);
+        commit_one(dir, "ckpt-1", 1);
+        race_once(dir);
+        for (int kind = 0; kind < 4; kind++)
+            index_taken_once(dir, victim, kind);
+        CHECK(reads_back(dir, "ckpt-1", 1));
+        CHECK(reads_back(dir, "ckpt-2", 7));
+        CHECK_EQ_INT(count_entries(dir), 6);
+        /* ckpt-3 once the name is free: committed, in either mode */
+        commit_one(dir, "ckpt-3", 3);
+        CHECK(reads_back(dir, "ckpt-3", 3));
+        CHECK_EQ_INT(index_entries(dir, "ckpt-3"), 1); /* no temp file of the index left */
+    }
+    ckpt__noreplace_force_link(0);
 }
 
 /* ---- an fsync of the directory fails --------------------------------------------------------- */
@@ -630,6 +739,7 @@ int main(void)
     test_replace();
     test_rename_fails();
     test_planted();
+    test_names_taken();
     test_fsync_fails();
     return CHECK_DONE();
 }

@@ -426,7 +426,9 @@ static void case_writer(void)
     long pid = (long)getpid();
 
     /* (a) links under every temp name the old code used (<file>.tmp-<pid>) and under the data
-     * file's final name: written into, they would overwrite the victim's files. */
+     * file's final name: written into, they would overwrite the victim's files. The final name
+     * is not the writer's to take (issue 29): CKPT_EEXISTS naming it, the link left as it is;
+     * once it is gone, the same save commits. */
     PATHF(dir, "%s/a", base);
     mkdir_or_die(dir);
     char tmp_index[8400], tmp_state[8400];
@@ -435,6 +437,14 @@ static void case_writer(void)
     CHECK(symlink(vindex, tmp_index) == 0);
     CHECK(symlink(vstate, tmp_state) == 0);
     CHECK(symlink(vdata, PATHF(p, "%s/ck.data-00000-of-00001", dir)) == 0);
+    ckpt_error_clear();
+    CHECK_RC(write_ck(PATHF(prefix, "%s/ck", dir), 3, 0), CKPT_EEXISTS);
+    CHECK_MSG(strstr(last_msg(), "ck.data-00000-of-00001") && strstr(last_msg(), "symbolic link"),
+              "the refusal should name the data file and say it is a symbolic link: %s",
+              last_msg());
+    CHECK(is_link_to(p, vdata));
+    CHECK_EQ_INT(kind_of(PATHF(q, "%s/ck.index", dir)), 0);
+    CHECK(unlink(p) == 0);
     CHECK_OK(write_ck(PATHF(prefix, "%s/ck", dir), 3, 0));
     CHECK_EQ_INT(kind_of(PATHF(p, "%s/ck.index", dir)), S_IFREG);
     CHECK_EQ_INT(kind_of(PATHF(p, "%s/ck.data-00000-of-00001", dir)), S_IFREG);
@@ -478,19 +488,17 @@ static void case_writer(void)
         CHECK(holds_exactly(dir, want));
     }
 
-    /* (b) <base>_temp is a link to the victim directory: refused, nothing written into it */
+    /* (b) <base>_temp (an older version's in-flight name) is a link to the victim directory:
+     * not used at all (this writer's in-flight directory is ck.<id>_temp, its own), left as it
+     * was, nothing written through it */
     PATHF(dir, "%s/b", base);
     mkdir_or_die(dir);
     CHECK(symlink(v.dir, PATHF(p, "%s/ck_temp", dir)) == 0);
-    ckpt_writer *w = NULL;
-    CHECK_RC(ckpt_writer_open(&w, PATHF(prefix, "%s/ck", dir), NULL), CKPT_ECORRUPT);
-    CHECK(w == NULL);
-    CHECK_MSG(strstr(last_msg(), "ck_temp") && strstr(last_msg(), "symbolic link"),
-              "the refusal should name ck_temp and say it is a symbolic link: %s", last_msg());
-    ckpt_writer_free(w);
+    CHECK_OK(write_ck(PATHF(prefix, "%s/ck", dir), 4, 0));
+    CHECK(reads_back(prefix, 4));
     CHECK(is_link_to(p, v.dir)); /* left as it was */
     {
-        const char *want[] = {"ck_temp", NULL};
+        const char *want[] = {"ck_temp", "ck.index", "ck.data-00000-of-00001", NULL};
         CHECK(holds_exactly(dir, want));
     }
 
@@ -500,7 +508,7 @@ static void case_writer(void)
     mkdir_or_die(dir);
     PATHF(q, "%s/created-through-link", v.dir);
     CHECK(symlink(q, PATHF(p, "%s/ck.index", dir)) == 0);
-    w = NULL;
+    ckpt_writer *w = NULL;
     CHECK_RC(ckpt_writer_open(&w, PATHF(prefix, "%s/ck", dir), NULL), CKPT_EEXISTS);
     CHECK(w == NULL);
     CHECK_MSG(strstr(last_msg(), "ck.index") != NULL, "should name ck.index: %s", last_msg());
@@ -1340,6 +1348,26 @@ static void case_ownership(void)
                   PATHF(p, "%s/ck-5_temp/part-00000-of-00001", dir)) == 0);
     CHECK(symlink(v.dir, PATHF(p, "%s/ck-4_temp", dir)) == 0);
     CHECK(symlink(v.dir, PATHF(p, "%s/workertemp_2", dir)) == 0);
+    /* this version's in-flight names (issue 29: <base>.<id>_temp, workertemp_<r>.<id>): ours
+     * when they hold only our files ... */
+    mkdir_or_die(PATHF(p, "%s/ck-9.0123456789abcdef_temp", dir));
+    CHECK(put_text(PATHF(p, "%s/ck-9.0123456789abcdef_temp/ck-9.data-00000-of-00002", dir),
+                   HDF5_SIGNATURE) == 0);
+    CHECK(put_text(PATHF(p, "%s/ck-9.0123456789abcdef_temp/.reserve-0", dir), "") == 0);
+    mkdir_or_die(PATHF(p, "%s/workertemp_1.0123456789abcdef", dir));
+    CHECK(put_text(PATHF(p, "%s/workertemp_1.0123456789abcdef/ck-9.data-00001-of-00002", dir),
+                   "y") == 0);
+    mkdir_or_die(PATHF(p, "%s/workertemp_3.fedcba9876543210", dir));
+    /* ... and look-alikes that are not: a link, a name that is not an id, someone's file or a
+     * link inside */
+    CHECK(symlink(v.dir, PATHF(p, "%s/workertemp_2.0123456789abcdef", dir)) == 0);
+    mkdir_or_die(PATHF(p, "%s/workertemp_4.0123456789ABCDEF", dir));
+    CHECK(put_text(PATHF(p, "%s/workertemp_4.0123456789ABCDEF/.pad-4", dir), "") == 0);
+    mkdir_or_die(PATHF(p, "%s/workertemp_5.0123456789abcdef", dir));
+    CHECK(put_text(PATHF(p, "%s/workertemp_5.0123456789abcdef/notes.txt", dir), "mine") == 0);
+    mkdir_or_die(PATHF(p, "%s/ck-3.0123456789abcdef_temp", dir));
+    CHECK(symlink(victim_file(q, sizeof q, &v, 1),
+                  PATHF(p, "%s/ck-3.0123456789abcdef_temp/.pad-0", dir)) == 0);
 
     logcap cap;
     memset(&cap, 0, sizeof cap);
@@ -1347,23 +1375,31 @@ static void case_ownership(void)
     ckpt_log_set(log_capture, CKPT_LOG_WARN, &cap);
     CHECK_OK(ckpt_gc(dir, 0, gc_collect, &seen, &removed));
     ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
-    CHECK_EQ_INT(removed, 6);
-    CHECK_EQ_INT(seen.n, 6);
+    CHECK_EQ_INT(removed, 9);
+    CHECK_EQ_INT(seen.n, 9);
     for (int i = 0; i < seen.n; i++)
         printf("  removed %s\n", seen.path[i]);
     for (int i = 0; i < cap.n; i++)
         printf("  warning: %s\n", cap.msg[i]);
     CHECK_MSG(log_count(&cap, "build_temp") == 1, "expected a warning naming build_temp");
     CHECK_MSG(log_count(&cap, "ck-5_temp") == 1, "expected a warning naming ck-5_temp");
+    CHECK_MSG(log_count(&cap, "workertemp_5.0123456789abcdef") == 1,
+              "expected a warning naming workertemp_5.0123456789abcdef");
+    CHECK_MSG(log_count(&cap, "ck-3.0123456789abcdef_temp") == 1,
+              "expected a warning naming ck-3.0123456789abcdef_temp");
     check_project_files(dir);
     {
         const char *want[] = {"ck-1.index", "ck-1.data-00000-of-00001", "build_temp",
                               "workertemp_logs", "corpus.data-00000-of-00010", "notes.txt",
                               "ck-7.data-00003-of-00002", "ck-6.data-00000-of-00001",
                               "ck-5_temp", "ck-4_temp", "workertemp_2",
+                              "workertemp_2.0123456789abcdef", "workertemp_4.0123456789ABCDEF",
+                              "workertemp_5.0123456789abcdef", "ck-3.0123456789abcdef_temp",
                               CKPT__LOCK_FILE /* gc's lock, kept */, NULL};
         CHECK(holds_exactly(dir, want));
     }
+    CHECK(is_link_to(PATHF(p, "%s/workertemp_2.0123456789abcdef", dir), v.dir));
+    CHECK(file_equals(PATHF(p, "%s/workertemp_5.0123456789abcdef/notes.txt", dir), "mine", 4));
     CHECK_EQ_INT(kind_of(PATHF(p, "%s/ck-6.data-00000-of-00001", dir)), S_IFIFO);
     CHECK(is_link_to(PATHF(p, "%s/ck-4_temp", dir), v.dir));
     CHECK(is_link_to(PATHF(p, "%s/workertemp_2", dir), v.dir));

@@ -1,13 +1,14 @@
 /* lib/nodefile.h without mpirun: a per-node save of four simulated ranks in two nodes ({0, 1}, led
- * by rank 0 in <base>_temp, and {2, 3}, led by rank 2 in workertemp_2), made with the library's
- * MPI-free phases as mpi/save_node.c drives them (each rank's list packed and unpacked as on the
- * wire, the leaders' files, every rank's pwrite through its own descriptor), merged, committed and
- * read back:
+ * by rank 0 in <base>.<id>_temp, and {2, 3}, led by rank 2 in workertemp_2.<id>), made with the
+ * library's MPI-free phases as mpi/save_node.c drives them (each rank's list packed and unpacked
+ * as on the wire, the leaders' files, every rank's pwrite through its own descriptor), merged,
+ * committed and read back:
  *   save          two data files; every value read back by ckpt_reader (a piece over 1 MiB with
  *                 block checksums, packed pieces, a replicated scalar, an empty tensor, blobs of
  *                 which one is empty), verify, row windows inside blocks, the node files' HDF5
  *                 datasets (each rank's pack under /packs/rank-<r>), the header's layout;
- *   leftover      a node file left by a crashed save is replaced;
+ *   leftover      a node file left by a crashed save (older workertemp_2, another save's
+ *                 workertemp_2.<id>) is neither used nor removed;
  *   hostile lists a peer's list with a dataset path of two components, outside /tensors and
  *                 /packs, "..", a byte count that does not fit its box, two pieces, 17 dimensions,
  *                 an invalid dtype, a box outside its shape: CKPT_ECORRUPT naming the rank, nothing
@@ -20,6 +21,7 @@
 #include "arena.h"
 #include "commit.h"
 #include "fragment.h"
+#include "fsutil.h"
 #include "h5io.h"
 #include "index.h"
 #include "nodefile.h"
@@ -229,8 +231,9 @@ static int sim_prepare(sim *s, const char *dir, const char *base, int seed)
     pathf(s->dir, sizeof s->dir, "%s", dir);
     pathf(s->prefix, sizeof s->prefix, "%s/%s", dir, base);
     int rc = ckpt__ckptdir_open(&s->dirfd, &s->workfd, dir, 1);
+    uint64_t id = ckpt__random_u64(); /* the save's id, the chief's for every rank */
     for (int r = 0; r < SIZE && rc == CKPT_OK; r++)
-        if ((rc = ckpt__save_names_init(&s->n[r], s->prefix, r, SIZE, 0)) == CKPT_OK)
+        if ((rc = ckpt__save_names_init(&s->n[r], s->prefix, r, SIZE, 0, id)) == CKPT_OK)
             rc = ckpt__save_names_node(&s->n[r], node_of(r), NODES, leader_of(r));
     if (rc == CKPT_OK)
         rc = ckpt__temp_fresh(&s->n[0], s->dirfd, &s->tempfd[0], 0);
@@ -281,7 +284,8 @@ static int sim_commit(sim *s)
         files[i] = (ckpt__commit_file){.from_fd = s->tempfd[0], .from_name = name, .name = name};
         if (2 * k != 0) {
             files[i].from_fd = s->workfd;
-            ckpt__worker_temp_name(files[i].from_subdir, sizeof files[i].from_subdir, 2 * k);
+            ckpt__worker_temp_name(files[i].from_subdir, sizeof files[i].from_subdir, 2 * k,
+                                   s->n[0].save_id);
         }
     }
     ckpt__commit_req q = {.dirfd = s->dirfd,
@@ -421,18 +425,26 @@ static void test_save(void)
     CHECK_EQ_INT(count_prefixed(dir, "ck-1.data-"), NODES);
     check_reads_back(dir, "ck-1", 1);
 
-    /* a node file left by a crashed save of the same name is replaced */
-    char p[4400];
+    /* a node file left by a crashed save of the same name (an older version's workertemp_2, or
+     * another save's workertemp_2.<id>) is neither used nor removed: this save has its own */
+    char p[4400], q[4400];
     memset(s, 0, sizeof *s);
     CHECK_OK(sim_prepare(s, dir, "ck-2", 2));
+    CHECK(mkdir(pathf(p, sizeof p, "%s/workertemp_2", dir), 0755) == 0);
     CHECK(put_text(pathf(p, sizeof p, "%s/workertemp_2/ck-2.data-00001-of-00002", dir),
                    "left by a crash") == 0);
+    CHECK(mkdir(pathf(q, sizeof q, "%s/workertemp_2.0123456789abcdef", dir), 0755) == 0);
+    CHECK(put_text(pathf(q, sizeof q, "%s/workertemp_2.0123456789abcdef/ck-2.data-00001-of-00002",
+                         dir),
+                   "another save's") == 0);
     CHECK_OK(sim_write(s, 2));
     CHECK_OK(sim_commit(s));
     sim_free(s);
     free(s);
     check_reads_back(dir, "ck-2", 2);
-    CHECK_EQ_INT(count_entries(pathf(p, sizeof p, "%s/workertemp_2", dir)), -1); /* removed */
+    CHECK(has_text(p, "left by a crash"));
+    CHECK(has_text(q, "another save's"));
+    CHECK_EQ_INT(count_prefixed(dir, "workertemp_"), 2); /* this save's went */
 }
 
 /* ---- hostile lists and placements ------------------------------------------------------------ */
@@ -498,7 +510,7 @@ static void test_hostile_lists(void)
     int dirfd = -1, workfd = -1, tempfd = -1;
     ckpt__save_names n;
     CHECK_OK(ckpt__ckptdir_open(&dirfd, &workfd, dir, 1));
-    CHECK_OK(ckpt__save_names_init(&n, prefix, 0, 2, 0));
+    CHECK_OK(ckpt__save_names_init(&n, prefix, 0, 2, 0, ckpt__random_u64()));
     CHECK_OK(ckpt__save_names_node(&n, 0, 1, 0));
     CHECK_OK(ckpt__temp_fresh(&n, dirfd, &tempfd, 0));
     int ranks[2] = {0, 1};

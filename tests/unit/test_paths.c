@@ -1,13 +1,20 @@
-/* lib/paths.h without mpirun: the names of one save for several ranks and both layouts, the
- * prefixes refused, the data-file and temp-name recognisers gc and the commit rely on, the work
- * directory of a checkpoint directory, and the in-flight directories
- * (ckpt__temp_fresh/open/cleanup) among leftovers, links and foreign files. */
+/* lib/paths.h without mpirun: the names of one save for several ranks and both layouts (in-flight
+ * names carry the save's id), the prefixes refused, the data-file and temp-name recognisers gc and
+ * the commit rely on (the old and the new in-flight names), the work directory of a checkpoint
+ * directory, the in-flight directories (ckpt__temp_fresh/open/cleanup) among other saves'
+ * directories, links and foreign files (never removed, never reused), and the manager's choice of
+ * a free counter (ckpt__counter_free). */
 #include "phases.h"
 
 #include "paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
+
+#define ID 0x0123456789abcdefULL /* a save id, and how names show it */
+#define IDS "0123456789abcdef"
+#define ID2 0xfedcba9876543210ULL
+#define ID2S "fedcba9876543210"
 
 /* ---- names of a save ------------------------------------------------------------------------- */
 
@@ -19,15 +26,16 @@ static void check_names(const char *prefix, int rank, int size, int shared, cons
 {
     ckpt__save_names n;
     char want[8192], temp[4200], data[512];
-    CHECK_OK(ckpt__save_names_init(&n, prefix, rank, size, shared));
+    CHECK_OK(ckpt__save_names_init(&n, prefix, rank, size, shared, ID));
     CHECK_STR(n.prefix, prefix);
     CHECK_STR(n.dir, dir);
     CHECK_STR(n.work, work);
     CHECK_STR(n.base, base);
+    CHECK_STR(n.save_id, IDS);
     CHECK_STR(n.index_name, pathf(want, sizeof want, "%s.index", base));
-    CHECK_STR(n.temp_name, pathf(want, sizeof want, "%s_temp", base));
-    CHECK_STR(n.chief_temp, pathf(temp, sizeof temp, "%s_temp", prefix));
-    CHECK_STR(n.worker_temp, pathf(want, sizeof want, "workertemp_%d", rank));
+    CHECK_STR(n.temp_name, pathf(want, sizeof want, "%s." IDS "_temp", base));
+    CHECK_STR(n.chief_temp, pathf(temp, sizeof temp, "%s." IDS "_temp", prefix));
+    CHECK_STR(n.worker_temp, pathf(want, sizeof want, "workertemp_%d." IDS, rank));
     CHECK_STR(n.reserve_name, pathf(want, sizeof want, ".reserve-%d", rank));
     CHECK_STR(n.pad_name, pathf(want, sizeof want, ".pad-%d", rank));
     CHECK_EQ_INT(n.shared, shared);
@@ -36,14 +44,21 @@ static void check_names(const char *prefix, int rank, int size, int shared, cons
     else
         pathf(data, sizeof data, "%s.data-%05d-of-%05d", base, rank, size);
     CHECK_STR(n.data_name, data);
-    /* the chief works in <base>_temp, the others in <work>/workertemp_<r> (per-rank layout; in
-     * the shared layout my_temp of a non-chief rank is used in no message, so not checked) */
+    /* the chief works in <base>.<id>_temp, the others in <work>/workertemp_<r>.<id> (per-rank
+     * layout; in the shared layout my_temp of a non-chief rank is used in no message) */
     if (rank == 0)
         CHECK_STR(n.my_temp, temp);
     else if (!shared)
-        CHECK_STR(n.my_temp, pathf(want, sizeof want, "%s/workertemp_%d", work, rank));
+        CHECK_STR(n.my_temp, pathf(want, sizeof want, "%s/workertemp_%d." IDS, work, rank));
     /* the shared file is in flight in the chief's temp dir whichever rank writes */
     CHECK_STR(n.my_file, pathf(want, sizeof want, "%s/%s", shared ? temp : n.my_temp, data));
+    /* another save's names differ in every in-flight name, and only there */
+    ckpt__save_names o;
+    CHECK_OK(ckpt__save_names_init(&o, prefix, rank, size, shared, ID2));
+    CHECK(strcmp(o.temp_name, n.temp_name) != 0 && strcmp(o.worker_temp, n.worker_temp) != 0 &&
+          strcmp(o.my_file, n.my_file) != 0);
+    CHECK_STR(o.data_name, n.data_name);
+    CHECK_STR(o.index_name, n.index_name);
 }
 
 static void test_save_names(void)
@@ -58,13 +73,24 @@ static void test_save_names(void)
         check_names("model", ranks[i], 8, 0, ".", ".", "model");
     }
     ckpt__save_names n;
-    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 3, 8, 0));
+    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 3, 8, 0, ID));
     CHECK_STR(n.data_name, "ckpt-3.data-00003-of-00008");
-    CHECK_STR(n.my_file, "run/workertemp_3/ckpt-3.data-00003-of-00008");
-    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 0, 8, 0));
-    CHECK_STR(n.my_file, "run/chief/ckpt-3_temp/ckpt-3.data-00000-of-00008");
+    CHECK_STR(n.my_file, "run/workertemp_3." IDS "/ckpt-3.data-00003-of-00008");
+    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 0, 8, 0, ID));
+    CHECK_STR(n.my_file, "run/chief/ckpt-3." IDS "_temp/ckpt-3.data-00000-of-00008");
+    /* the id is always 16 digits */
+    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 2, 8, 0, 0x2a));
+    CHECK_STR(n.worker_temp, "workertemp_2.000000000000002a");
+    CHECK_STR(n.temp_name, "ckpt-3.000000000000002a_temp");
+    /* per-node: a member's file is in flight in its leader's directory of this save */
+    CHECK_OK(ckpt__save_names_init(&n, "run/chief/ckpt-3", 3, 8, 0, ID));
+    CHECK_OK(ckpt__save_names_node(&n, 1, 4, 2));
+    CHECK_STR(n.node_temp, "run/workertemp_2." IDS);
+    CHECK_STR(n.my_file, "run/workertemp_2." IDS "/ckpt-3.data-00001-of-00004");
+    CHECK_OK(ckpt__save_names_node(&n, 0, 4, 0));
+    CHECK_STR(n.node_temp, "run/chief/ckpt-3." IDS "_temp");
     /* more than 99999 ranks: the numbers grow past five digits */
-    CHECK_OK(ckpt__save_names_init(&n, "d/x", 123456, 200000, 0));
+    CHECK_OK(ckpt__save_names_init(&n, "d/x", 123456, 200000, 0, ID));
     CHECK_STR(n.data_name, "x.data-123456-of-200000");
     /* a directory named chief at the root, and a base that looks like a data file */
     check_names("/chief/a.data-00001-of-00002", 1, 2, 0, "/chief", "/",
@@ -75,7 +101,7 @@ static void test_save_names(void)
     memcpy(lng, "dir/", 4);
     memset(lng + 4, 'b', 200);
     lng[204] = '\0'; /* "dir/" + 200 bytes */
-    CHECK_OK(ckpt__save_names_init(&n, lng, 0, 1, 0));
+    CHECK_OK(ckpt__save_names_init(&n, lng, 0, 1, 0, ID));
     CHECK_EQ_INT(strlen(n.base), 200);
     lng[204] = 'b';
     lng[205] = '\0'; /* 201 */
@@ -83,17 +109,17 @@ static void test_save_names(void)
                                        "run/.", NULL };
     for (int i = 0; bad[i]; i++) {
         ckpt_error_clear();
-        CHECK_RC(ckpt__save_names_init(&n, bad[i], 0, 2, 0), CKPT_EINVAL);
+        CHECK_RC(ckpt__save_names_init(&n, bad[i], 0, 2, 0, ID), CKPT_EINVAL);
         CHECK_MSG(strstr(last_msg(), "1..200"), "'%s': message: %s", bad[i], last_msg());
     }
-    CHECK_RC(ckpt__save_names_init(&n, lng, 0, 1, 0), CKPT_EINVAL);
+    CHECK_RC(ckpt__save_names_init(&n, lng, 0, 1, 0, ID), CKPT_EINVAL);
     CHECK_MSG(strstr(last_msg(), "1..200"), "message: %s", last_msg());
     /* a prefix longer than the buffers: refused, never truncated */
     char huge[5000];
     memset(huge, 'a', sizeof huge - 1);
     huge[sizeof huge - 1] = '\0';
     huge[100] = '/';
-    CHECK_RC(ckpt__save_names_init(&n, huge, 0, 1, 0), CKPT_EINVAL);
+    CHECK_RC(ckpt__save_names_init(&n, huge, 0, 1, 0, ID), CKPT_EINVAL);
 }
 
 static void test_work_dir(void)
@@ -204,6 +230,20 @@ static void test_temp_names(void)
         { "xworkertemp_3", 0, 0 },
         { "workertemp_3/", 0, 0 },
         { "workertemp3", 0, 0 },
+        /* this version's: workertemp_<r>.<16 lowercase hex digits> */
+        { "workertemp_3." IDS, 1, 0 },
+        { "workertemp_0.0000000000000000", 1, 0 },
+        { "workertemp_123456.ffffffffffffffff", 1, 0 },
+        { "workertemp_3.0123456789ABCDEF", 0, 0 },
+        { "workertemp_3.0123456789abcde", 0, 0 },
+        { "workertemp_3.0123456789abcdef0", 0, 0 },
+        { "workertemp_3.0123456789abcdeg", 0, 0 },
+        { "workertemp_3.", 0, 0 },
+        { "workertemp_." IDS, 0, 0 },
+        { "workertemp_3a." IDS, 0, 0 },
+        { "workertemp_3." IDS "/", 0, 0 },
+        { "workertemp_3." IDS ".x", 0, 0 },
+        { "workertemp_3.." IDS, 0, 0 },
         { "part-00000-of-00001", 0, 1 },
         { "part-00001-of-00002", 0, 0 },
         { ".reserve-3", 0, 1 },
@@ -229,8 +269,8 @@ static void test_temp_names(void)
                   "ckpt__is_temp_content_name('%s') != %d", t[i].name, t[i].content);
     }
     char w[64];
-    ckpt__worker_temp_name(w, sizeof w, 42);
-    CHECK_STR(w, "workertemp_42");
+    ckpt__worker_temp_name(w, sizeof w, 42, IDS);
+    CHECK_STR(w, "workertemp_42." IDS);
     CHECK_EQ_INT(ckpt__is_worker_temp_name(w), 1);
 }
 
@@ -256,12 +296,13 @@ static void test_temp_fresh(void)
     case_dir(d, sizeof d, "fresh");
     make_victim(vdir, sizeof vdir, "fresh_victim");
     pathf(prefix, sizeof prefix, "%s/ck", d);
-    ckpt__save_names n;
-    CHECK_OK(ckpt__save_names_init(&n, prefix, 0, 2, 0));
-    int dirfd = -1, tempfd = -1;
+    ckpt__save_names n, n2;
+    CHECK_OK(ckpt__save_names_init(&n, prefix, 0, 2, 0, ID));
+    CHECK_OK(ckpt__save_names_init(&n2, prefix, 0, 2, 0, ID2));
+    int dirfd = -1, tempfd = -1, tempfd2 = -1;
     CHECK_OK(ckpt__dir_open(&dirfd, d));
 
-    /* nothing there: a new empty <base>_temp, and tempfd is that directory */
+    /* nothing there: a new empty <base>.<id>_temp, and tempfd is that directory */
     CHECK_OK(ckpt__temp_fresh(&n, dirfd, &tempfd, 0));
     CHECK(tempfd >= 0);
     CHECK_EQ_INT(kind_at(n.chief_temp), S_IFDIR);
@@ -272,17 +313,36 @@ static void test_temp_fresh(void)
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/probe", n.chief_temp)), S_IFREG);
     ckpt__close(tempfd);
 
-    /* leftovers of a crashed save with the same prefix: removed, the new temp dir is empty */
-    CHECK(put_text(pathf(p, sizeof p, "%s/%s", n.chief_temp, n.data_name), "old data") == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/.pad-0", n.chief_temp), "pad") == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/.reserve-0", n.chief_temp), "res") == 0);
-    CHECK(mkdir(pathf(p, sizeof p, "%s/sub", n.chief_temp), 0755) == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/sub/x", n.chief_temp), "x") == 0);
-    tempfd = -1;
+    /* another save of the same prefix (another job's, alive or crashed): its own directory, and
+     * the first one's is neither removed nor emptied */
+    CHECK(put_text(pathf(p, sizeof p, "%s/%s", n.chief_temp, n.data_name), "job 1's data") == 0);
+    CHECK_OK(ckpt__temp_fresh(&n2, dirfd, &tempfd2, 0));
+    CHECK(tempfd2 >= 0);
+    CHECK_EQ_INT(count_entries(n2.chief_temp), 0);
+    CHECK(has_text(p, "job 1's data"));
+    CHECK_EQ_INT(count_entries(n.chief_temp), 2);
+    ckpt__close(tempfd2);
+    /* the same save's name again (it exists): CKPT_EEXISTS naming it, its content untouched */
+    tempfd = 123;
+    ckpt_error_clear();
+    CHECK_RC(ckpt__temp_fresh(&n, dirfd, &tempfd, 0), CKPT_EEXISTS);
+    CHECK_EQ_INT(tempfd, -1);
+    CHECK_MSG(strstr(last_msg(), n.temp_name) && strstr(last_msg(), "directory"), "message: %s",
+              last_msg());
+    CHECK(has_text(p, "job 1's data"));
+    CHECK_OK(ckpt__rmtree(n.chief_temp));
+    CHECK_OK(ckpt__rmtree(n2.chief_temp));
+
+    /* an older version's <base>_temp (with leftovers, or a link to a victim): left as it is */
+    CHECK(mkdir(pathf(p, sizeof p, "%s/ck_temp", d), 0755) == 0);
+    CHECK(put_text(pathf(p, sizeof p, "%s/ck_temp/%s", d, n.data_name), "old") == 0);
+    CHECK(symlink(vdir, pathf(p, sizeof p, "%s/ck-2_temp", d)) == 0);
     CHECK_OK(ckpt__temp_fresh(&n, dirfd, &tempfd, 0));
-    CHECK(tempfd >= 0);
-    CHECK_EQ_INT(count_entries(n.chief_temp), 0);
     ckpt__close(tempfd);
+    CHECK(has_text(pathf(p, sizeof p, "%s/ck_temp/%s", d, n.data_name), "old"));
+    CHECK_OK(ckpt__rmtree(n.chief_temp));
+    CHECK_OK(ckpt__rmtree(pathf(p, sizeof p, "%s/ck_temp", d)));
+    CHECK(unlink(pathf(p, sizeof p, "%s/ck-2_temp", d)) == 0);
 
     /* a committed checkpoint of that name: CKPT_EEXISTS unless replace; the index untouched */
     pathf(p, sizeof p, "%s/%s", d, n.index_name);
@@ -292,14 +352,17 @@ static void test_temp_fresh(void)
     CHECK_EQ_INT(tempfd, -1);
     CHECK_MSG(strstr(last_msg(), "ck.index"), "message: %s", last_msg());
     CHECK(has_text(p, "committed"));
+    CHECK_EQ_INT(kind_at(n.chief_temp), 0);
     /* (the commit, not ckpt__temp_fresh, removes the old index when replacing) */
     CHECK_OK(ckpt__temp_fresh(&n, dirfd, &tempfd, 1));
     CHECK(tempfd >= 0);
     CHECK(has_text(p, "committed"));
     ckpt__close(tempfd);
     CHECK(unlink(p) == 0);
+    CHECK_OK(ckpt__rmtree(n.chief_temp));
 
-    /* <base>_temp not a directory: refused, nothing followed or removed */
+    /* this save's name taken by anything (a link, a file, a FIFO): CKPT_EEXISTS naming it and
+     * what it is, nothing followed or removed */
     static const struct {
         const char *what, *kind;
     } bad[] = { { "link to a directory", "symbolic link" },
@@ -308,7 +371,6 @@ static void test_temp_fresh(void)
                 { "file", "regular file" },
                 { "fifo", "FIFO" } };
     for (size_t i = 0; i < CKPT__ARRAY_LEN(bad); i++) {
-        CHECK_OK(ckpt__rmtree(n.chief_temp));
         char target[4400];
         if (i == 0)
             pathf(target, sizeof target, "%s", vdir);
@@ -325,16 +387,16 @@ static void test_temp_fresh(void)
         unsigned before = kind_at(n.chief_temp);
         tempfd = 77;
         ckpt_error_clear();
-        CHECK_RC(ckpt__temp_fresh(&n, dirfd, &tempfd, 0), CKPT_ECORRUPT);
+        CHECK_RC(ckpt__temp_fresh(&n, dirfd, &tempfd, 0), CKPT_EEXISTS);
         CHECK_EQ_INT(tempfd, -1);
-        CHECK_MSG(strstr(last_msg(), bad[i].kind) && strstr(last_msg(), "ck_temp"),
+        CHECK_MSG(strstr(last_msg(), bad[i].kind) && strstr(last_msg(), n.temp_name),
                   "%s: message: %s", bad[i].what, last_msg());
-        CHECK_MSG(kind_at(n.chief_temp) == before, "%s: ck_temp changed", bad[i].what);
+        CHECK_MSG(kind_at(n.chief_temp) == before, "%s: the planted entry changed", bad[i].what);
         CHECK_MSG(victim_intact(vdir), "%s: the victim changed", bad[i].what);
         if (i == 3)
             CHECK(has_text(n.chief_temp, "a file"));
+        CHECK(unlink(n.chief_temp) == 0);
     }
-    CHECK(unlink(n.chief_temp) == 0);
     ckpt__close(dirfd);
 }
 
@@ -353,12 +415,13 @@ static void test_temp_open(void)
     pathf(prefix, sizeof prefix, "%s/chief/ck", d);
     int dirfd = -1, workfd = -1, tempfd = -1;
     open_work(d, &dirfd, &workfd);
-    ckpt__save_names n3, n0;
-    CHECK_OK(ckpt__save_names_init(&n3, prefix, 3, 8, 0));
-    CHECK_OK(ckpt__save_names_init(&n0, prefix, 0, 8, 0));
-    CHECK_STR(n3.my_temp, pathf(p, sizeof p, "%s/workertemp_3", d));
+    ckpt__save_names n3, n0, o3;
+    CHECK_OK(ckpt__save_names_init(&n3, prefix, 3, 8, 0, ID));
+    CHECK_OK(ckpt__save_names_init(&n0, prefix, 0, 8, 0, ID));
+    CHECK_OK(ckpt__save_names_init(&o3, prefix, 3, 8, 0, ID2));
+    CHECK_STR(n3.my_temp, pathf(p, sizeof p, "%s/workertemp_3." IDS, d));
 
-    /* rank 3: workertemp_3 in the work directory, created */
+    /* rank 3: workertemp_3.<id> in the work directory, created */
     CHECK_OK(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd));
     CHECK(tempfd >= 0);
     CHECK_EQ_INT(kind_at(n3.my_temp), S_IFDIR);
@@ -371,30 +434,50 @@ static void test_temp_open(void)
     CHECK_OK(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd));
     CHECK_EQ_INT(tempfd, before);
     ckpt__close(tempfd);
-    /* an existing workertemp_3 is reused, its content kept */
+    /* another save's rank 3 (another job) has its own, next to it */
     tempfd = -1;
-    CHECK_OK(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd));
-    CHECK(tempfd >= 0);
+    CHECK_OK(ckpt__temp_open(&o3, 3, dirfd, workfd, &tempfd));
+    CHECK_EQ_INT(count_entries(o3.my_temp), 0);
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/probe", n3.my_temp)), S_IFREG);
     ckpt__close(tempfd);
+    /* an existing workertemp_3.<id> is never reused: CKPT_EEXISTS, its content kept */
+    tempfd = -1;
+    ckpt_error_clear();
+    CHECK_RC(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd), CKPT_EEXISTS);
+    CHECK_EQ_INT(tempfd, -1);
+    CHECK_MSG(strstr(last_msg(), n3.worker_temp), "message: %s", last_msg());
+    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/probe", n3.my_temp)), S_IFREG);
+    CHECK_OK(ckpt__rmtree(n3.my_temp));
+    CHECK_OK(ckpt__rmtree(o3.my_temp));
 
-    /* workertemp_5 a link to a victim directory, or a file: refused, nothing followed */
+    /* workertemp_5.<id> a link to a victim directory, or a file: CKPT_EEXISTS, nothing followed;
+     * an older version's workertemp_5 that is a link: not used at all */
     ckpt__save_names n5;
-    CHECK_OK(ckpt__save_names_init(&n5, prefix, 5, 8, 0));
+    CHECK_OK(ckpt__save_names_init(&n5, prefix, 5, 8, 0, ID));
     CHECK(symlink(vdir, n5.my_temp) == 0);
     tempfd = -1;
-    CHECK_RC(ckpt__temp_open(&n5, 5, dirfd, workfd, &tempfd), CKPT_ECORRUPT);
+    CHECK_RC(ckpt__temp_open(&n5, 5, dirfd, workfd, &tempfd), CKPT_EEXISTS);
     CHECK_EQ_INT(tempfd, -1);
-    CHECK_MSG(strstr(last_msg(), "symbolic link") && strstr(last_msg(), "workertemp_5"),
+    CHECK_MSG(strstr(last_msg(), "symbolic link") && strstr(last_msg(), n5.worker_temp),
               "message: %s", last_msg());
     CHECK_EQ_INT(kind_at(n5.my_temp), S_IFLNK);
     CHECK(victim_intact(vdir));
     CHECK(unlink(n5.my_temp) == 0);
     CHECK(put_text(n5.my_temp, "a file") == 0);
-    CHECK_RC(ckpt__temp_open(&n5, 5, dirfd, workfd, &tempfd), CKPT_ECORRUPT);
+    CHECK_RC(ckpt__temp_open(&n5, 5, dirfd, workfd, &tempfd), CKPT_EEXISTS);
     CHECK(has_text(n5.my_temp, "a file"));
+    CHECK(unlink(n5.my_temp) == 0);
+    CHECK(symlink(vdir, pathf(p, sizeof p, "%s/workertemp_5", d)) == 0);
+    CHECK_OK(ckpt__temp_open(&n5, 5, dirfd, workfd, &tempfd));
+    CHECK(tempfd >= 0);
+    ckpt__close(tempfd);
+    CHECK_EQ_INT(kind_at(p), S_IFLNK);
+    CHECK(victim_intact(vdir));
+    CHECK(unlink(p) == 0);
+    CHECK_OK(ckpt__rmtree(n5.my_temp));
 
-    /* the chief opens <base>_temp, made by ckpt__temp_fresh: missing is an error, not created */
+    /* the chief opens <base>.<id>_temp, made by ckpt__temp_fresh: missing is an error, not
+     * created; a link is refused */
     tempfd = -1;
     CHECK_RC(ckpt__temp_open(&n0, 0, dirfd, workfd, &tempfd), CKPT_ENOTFOUND);
     CHECK_EQ_INT(kind_at(n0.chief_temp), 0);
@@ -409,9 +492,9 @@ static void test_temp_open(void)
     CHECK(tempfd >= 0);
     ckpt__close(tempfd);
 
-    /* shared layout: every rank writes into the chief's <base>_temp, no workertemp_<r> */
+    /* shared layout: every rank writes into the chief's <base>.<id>_temp, no workertemp */
     ckpt__save_names s6;
-    CHECK_OK(ckpt__save_names_init(&s6, prefix, 6, 8, 1));
+    CHECK_OK(ckpt__save_names_init(&s6, prefix, 6, 8, 1, ID));
     tempfd = -1;
     CHECK_OK(ckpt__temp_open(&s6, 6, dirfd, workfd, &tempfd));
     CHECK(tempfd >= 0);
@@ -419,7 +502,7 @@ static void test_temp_open(void)
     CHECK(fd >= 0);
     ckpt__close(fd);
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/probe6", n0.chief_temp)), S_IFREG);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/workertemp_6", d)), 0);
+    CHECK_EQ_INT(count_prefixed(d, "workertemp_6"), 0);
     ckpt__close(tempfd);
     ckpt__close(dirfd);
     ckpt__close(workfd);
@@ -431,48 +514,44 @@ static void test_temp_cleanup(void)
     case_dir(d, sizeof d, "cleanup/run");
     make_victim(vdir, sizeof vdir, "cleanup_victim");
     pathf(prefix, sizeof prefix, "%s/chief/ck", d);
-    int dirfd = -1, workfd = -1, tempfd = -1;
+    int dirfd = -1, workfd = -1, tempfd = -1, otherfd = -1;
     open_work(d, &dirfd, &workfd);
-    ckpt__save_names n3, n0, s3;
-    CHECK_OK(ckpt__save_names_init(&n3, prefix, 3, 8, 0));
-    CHECK_OK(ckpt__save_names_init(&n0, prefix, 0, 8, 0));
-    CHECK_OK(ckpt__save_names_init(&s3, prefix, 3, 8, 1));
+    ckpt__save_names n3, n0, s3, o3;
+    CHECK_OK(ckpt__save_names_init(&n3, prefix, 3, 8, 0, ID));
+    CHECK_OK(ckpt__save_names_init(&n0, prefix, 0, 8, 0, ID));
+    CHECK_OK(ckpt__save_names_init(&s3, prefix, 3, 8, 1, ID));
+    CHECK_OK(ckpt__save_names_init(&o3, prefix, 3, 8, 0, ID2));
 
-    /* a worker: its data file and reservation go, then the empty workertemp_3 */
+    /* a worker: its whole workertemp_3.<id> goes (a link in it as an entry, its target kept);
+     * another save's workertemp_3.<id2> and an older version's workertemp_3 stay as they are */
+    CHECK_OK(ckpt__temp_open(&o3, 3, dirfd, workfd, &otherfd));
+    CHECK(put_text(o3.my_file, "the other job's data") == 0);
+    CHECK(mkdir(pathf(p, sizeof p, "%s/workertemp_3", d), 0755) == 0);
+    CHECK(put_text(pathf(p, sizeof p, "%s/workertemp_3/%s", d, n3.data_name), "old") == 0);
     CHECK_OK(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd));
     CHECK(put_text(n3.my_file, "data") == 0);
     CHECK(put_text(pathf(p, sizeof p, "%s/%s", n3.my_temp, n3.reserve_name), "r") == 0);
+    char q[4400];
+    CHECK(symlink(pathf(q, sizeof q, "%s/keep", vdir),
+                  pathf(p, sizeof p, "%s/.pad-3", n3.my_temp)) == 0);
     ckpt__temp_cleanup(&n3, 3, dirfd, workfd, tempfd);
     ckpt__close(tempfd);
     CHECK_EQ_INT(kind_at(n3.my_temp), 0);
-
-    /* ... but nothing that is not its own: another rank's file, a foreign file, stay (and so does
-     * the directory); a link under its data file's name is removed, its target kept */
-    tempfd = -1;
-    CHECK_OK(ckpt__temp_open(&n3, 3, dirfd, workfd, &tempfd));
-    CHECK(symlink(pathf(p, sizeof p, "%s/keep", vdir), n3.my_file) == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/%s", n3.my_temp, n3.reserve_name), "r") == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/notes.txt", n3.my_temp), "mine") == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/ck.data-00004-of-00008", n3.my_temp), "r4") == 0);
-    CHECK(put_text(pathf(p, sizeof p, "%s/.reserve-4", n3.my_temp), "r4") == 0);
-    ckpt__temp_cleanup(&n3, 3, dirfd, workfd, tempfd);
-    ckpt__close(tempfd);
-    CHECK_EQ_INT(kind_at(n3.my_temp), S_IFDIR);
-    CHECK_EQ_INT(kind_at(n3.my_file), 0);
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/%s", n3.my_temp, n3.reserve_name)), 0);
-    CHECK(has_text(pathf(p, sizeof p, "%s/notes.txt", n3.my_temp), "mine"));
-    CHECK(has_text(pathf(p, sizeof p, "%s/ck.data-00004-of-00008", n3.my_temp), "r4"));
-    CHECK(has_text(pathf(p, sizeof p, "%s/.reserve-4", n3.my_temp), "r4"));
-    CHECK_EQ_INT(count_entries(n3.my_temp), 3);
+    CHECK(has_text(o3.my_file, "the other job's data"));
+    CHECK(has_text(pathf(p, sizeof p, "%s/workertemp_3/%s", d, n3.data_name), "old"));
     CHECK(victim_intact(vdir));
+    ckpt__temp_cleanup(&o3, 3, dirfd, workfd, otherfd);
+    ckpt__close(otherfd);
+    CHECK_EQ_INT(kind_at(o3.my_temp), 0);
 
-    /* a worker that never opened its temp dir (tempfd < 0) removes nothing */
+    /* a worker that never made its temp dir (tempfd < 0) removes nothing */
+    CHECK(mkdir(n3.my_temp, 0755) == 0);
     CHECK(put_text(n3.my_file, "data") == 0);
     ckpt__temp_cleanup(&n3, 3, dirfd, workfd, -1);
     CHECK(has_text(n3.my_file, "data"));
     CHECK_OK(ckpt__rmtree(n3.my_temp));
 
-    /* the chief: its whole <base>_temp, but only one this save made (tempfd >= 0) */
+    /* the chief: its whole <base>.<id>_temp, but only one this save made (tempfd >= 0) */
     tempfd = -1;
     CHECK_OK(ckpt__temp_fresh(&n0, dirfd, &tempfd, 0));
     CHECK(put_text(n0.my_file, "data0") == 0);
@@ -497,10 +576,106 @@ static void test_temp_cleanup(void)
     CHECK(has_text(s3.my_file, "shared"));
     CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/.reserve-3", s3.chief_temp)), 0);
     CHECK(has_text(pathf(p, sizeof p, "%s/.reserve-4", s3.chief_temp), "r4"));
-    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/workertemp_3", d)), 0);
+    CHECK_EQ_INT(count_prefixed(d, "workertemp_3."), 0);
     CHECK(victim_intact(vdir));
     ckpt__close(dirfd);
     ckpt__close(workfd);
+}
+
+/* ---- the manager's free counter -------------------------------------------------------------- */
+
+#define MAX_WARN 256
+static char g_warn[MAX_WARN][512];
+static int g_nwarn;
+
+static void warn_capture(ckpt_log_level level, const char *message, void *payload)
+{
+    (void)payload;
+    if (level <= CKPT_LOG_WARN && g_nwarn < MAX_WARN)
+        snprintf(g_warn[g_nwarn++], sizeof g_warn[0], "%s", message);
+}
+
+static int warned(const char *a, const char *b)
+{
+    for (int i = 0; i < g_nwarn; i++)
+        if (strstr(g_warn[i], a) && (!b || strstr(g_warn[i], b)))
+            return 1;
+    return 0;
+}
+
+static void test_counter_free(void)
+{
+    char d1[4200], d2[4200], p[4400];
+    case_dir(d1, sizeof d1, "counter/dir");
+    case_dir(d2, sizeof d2, "counter/cache");
+    /* in d1: 5 an index FIFO, 6 an in-flight directory of an older version, 7 a link under a data
+     * file's name, 8 free; names that only look alike: 05, 8x, ckptx-8, ckpt8, 80 */
+    CHECK(mkfifo(pathf(p, sizeof p, "%s/ckpt-5.index", d1), 0644) == 0);
+    CHECK(mkdir(pathf(p, sizeof p, "%s/ckpt-6_temp", d1), 0755) == 0);
+    CHECK(symlink("/nowhere", pathf(p, sizeof p, "%s/ckpt-7.data-00002-of-00003", d1)) == 0);
+    static const char *const alike[] = { "ckpt-08.index", "ckpt-8x", "ckptx-8.index",
+                                         "ckpt8.index",   "ckpt-80.index", "ckpt-" };
+    for (size_t i = 0; i < CKPT__ARRAY_LEN(alike); i++)
+        CHECK(put_text(pathf(p, sizeof p, "%s/%s", d1, alike[i]), "x") == 0);
+    int fds[2] = { -1, -1 };
+    CHECK_OK(ckpt__dir_open(&fds[0], d1));
+    CHECK_OK(ckpt__dir_open(&fds[1], d2));
+    const char *shown[2] = { d1, d2 };
+    ckpt_log_set(warn_capture, CKPT_LOG_WARN, NULL);
+
+    int64_t next = 5;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 8);
+    CHECK_EQ_INT(g_nwarn, 3);
+    CHECK_MSG(warned("ckpt-5.index", "FIFO") && warned("ckpt-6_temp", "directory") &&
+                  warned("ckpt-7.data-00002-of-00003", "symbolic link") && warned("ckpt-8", NULL),
+              "warnings: %s | %s | %s", g_warn[0], g_warn[1], g_warn[2]);
+    /* free: unchanged, no warning */
+    next = 8;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 8);
+    CHECK_EQ_INT(g_nwarn, 0);
+    next = 1;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 1, "ckpt"));
+    CHECK_EQ_INT(next, 1);
+    /* a second directory: its names count too (the exact name, a new in-flight directory) */
+    CHECK(put_text(pathf(p, sizeof p, "%s/ckpt-8", d2), "x") == 0);
+    CHECK(mkdir(pathf(p, sizeof p, "%s/ckpt-9." IDS "_temp", d2), 0755) == 0);
+    next = 5;
+    g_nwarn = 0;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ckpt"));
+    CHECK_EQ_INT(next, 10);
+    CHECK_EQ_INT(g_nwarn, 5);
+    CHECK(warned("ckpt-8 is taken", d2) && warned("ckpt-9." IDS "_temp", d2));
+    /* another stem sees none of them */
+    next = 5;
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ck"));
+    CHECK_EQ_INT(next, 5);
+
+    /* CKPT__COUNTER_SKIP_MAX taken in a row: CKPT_EEXISTS naming the first, next unchanged */
+    for (int k = 100; k < 100 + CKPT__COUNTER_SKIP_MAX; k++)
+        CHECK(put_text(pathf(p, sizeof p, "%s/ckpt-%d.index", d1, k), "x") == 0);
+    next = 100;
+    g_nwarn = 0;
+    ckpt_error_clear();
+    CHECK_RC(ckpt__counter_free(&next, fds, shown, 2, "ckpt"), CKPT_EEXISTS);
+    CHECK_EQ_INT(next, 100);
+    CHECK_EQ_INT(g_nwarn, 0);
+    CHECK_MSG(strstr(last_msg(), "ckpt-100.index") && strstr(last_msg(), d1), "message: %s",
+              last_msg());
+    /* one freed: taken, every one before it named */
+    CHECK(unlink(pathf(p, sizeof p, "%s/ckpt-%d.index", d1, 99 + CKPT__COUNTER_SKIP_MAX)) == 0);
+    CHECK_OK(ckpt__counter_free(&next, fds, shown, 2, "ckpt"));
+    CHECK_EQ_INT(next, 99 + CKPT__COUNTER_SKIP_MAX);
+    CHECK_EQ_INT(g_nwarn, CKPT__COUNTER_SKIP_MAX - 1);
+    ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
+    /* nothing was touched */
+    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-5.index", d1)), S_IFIFO);
+    CHECK_EQ_INT(kind_at(pathf(p, sizeof p, "%s/ckpt-7.data-00002-of-00003", d1)), S_IFLNK);
+    ckpt__close(fds[0]);
+    ckpt__close(fds[1]);
 }
 
 int main(void)
@@ -513,5 +688,6 @@ int main(void)
     test_temp_fresh();
     test_temp_open();
     test_temp_cleanup();
+    test_counter_free();
     return CHECK_DONE();
 }

@@ -161,7 +161,7 @@ int ckpt__subdir_open(int *fd, int dirfd, const char *name, int create, const ch
 int ckpt__subdir_create(int *fd, int dirfd, const char *name, const char *shown)
 {
     *fd = -1;
-    if (mkdirat(dirfd, name, 0755) != 0) {
+    if (mkdirat(dirfd, name, mode_in(dirfd, 0755)) != 0) {
         int err = errno;
         if (err == EEXIST)
             return ckpt__name_taken(dirfd, name, shown);

@@ -883,10 +883,10 @@ static int drain_pending(ckpt_manager *m)
 static int free_counter(ckpt_manager *m, int64_t *next)
 {
     int fds[2] = { -1, -1 };
-    const char *shown[2] = { m->dir, ckpt__saver_cache_dir(m->saver) };
+    const char *shown[2] = { m->dir, ckpt__saver_cache_shown(m->saver) };
     int rc = ckpt__ckptdir_open(&fds[0], NULL, m->dir, 0);
-    if (rc == CKPT_OK && m->cache)
-        rc = ckpt__dir_open(&fds[1], shown[1]);
+    if (rc == CKPT_OK && m->cache) /* the held directory, by descriptor */
+        rc = ckpt__dir_open(&fds[1], ckpt__saver_cache_dir(m->saver));
     if (rc == CKPT_OK)
         rc = ckpt__counter_free(next, fds, shown, m->cache ? 2 : 1, m->name);
     if (rc == CKPT_OK && *next > CKPT__COUNTER_MAX)

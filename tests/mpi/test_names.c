@@ -557,11 +557,24 @@ static void case_two(void)
 }
 
 /* ======================================================================================== */
+/* Node `node`'s cache of checkpoint directory `dir` under `cache` (the pattern CACHE/%n):
+ * CACHE/<node>/mpickpt-<the identity in dir/identity> (docs/levels.md "Whose cache it is"). */
+static void node_cache(char *out, size_t size, const char *cache, int node, const char *dir)
+{
+    char p[2800], id[128] = "";
+    snprintf(p, sizeof p, "%s/identity", dir);
+    FILE *f = fopen(p, "r");
+    CHECK_MSG(f && fscanf(f, "mpickpt-identity %64s", id) == 1, "no identity in %s", p);
+    if (f)
+        fclose(f);
+    snprintf(out, size, "%s/%d/mpickpt-%s", cache, node, id);
+}
+
 /* cache: the counter moves past names taken in the chief's node cache and in the directory  */
 
 static void case_cache(void)
 {
-    char dir[2400], cache[2400], pat[2600], p[2800], q[2800];
+    char dir[2400], cache[2400], pat[2600], p[2800], q[2800], nc[2800];
     snprintf(dir, sizeof dir, "%s/cache_dir", g_out);
     snprintf(cache, sizeof cache, "%s/cache", g_out);
     snprintf(pat, sizeof pat, "%s/%%n", cache);
@@ -573,7 +586,8 @@ static void case_cache(void)
     model_on(&m, s, MPI_COMM_WORLD);
     ckpt_manager *mg = manager(s, dir, pat);
     mgr_save(mg, &m, 10, CKPT_OK, 1, "ckpt-1 (cache)");
-    snprintf(p, sizeof p, "%s/0/ckpt-2.index", cache);
+    node_cache(nc, sizeof nc, cache, 0, dir);
+    snprintf(p, sizeof p, "%s/ckpt-2.index", nc);
     plant(p, P_FIFO, NULL);
     snprintf(q, sizeof q, "%s/ckpt-3.index", dir);
     plant(q, P_FILE, NULL);
@@ -581,8 +595,9 @@ static void case_cache(void)
     mgr_save(mg, &m, 20, CKPT_OK, 4, "the save past ckpt-2 and ckpt-3");
     CHECK_MSG(g_rank != 0 || (warned("ckpt-2", cache) && warned("ckpt-3", dir)),
               "no warnings name ckpt-2 in the cache and ckpt-3 in the directory");
-    /* (the entry planted in the cache is not asserted: the cache's sweep after the commit
-     * removes every <name>-<N>.* it does not keep, another finding of issue 29) */
+    /* (the entry planted in the cache is not asserted: in this directory's own subdirectory of
+     * the cache, which only its user can write, the sweep after the commit removes every
+     * <name>-<N>.* it does not keep) */
     untouched(q, P_FILE, NULL);
     snprintf(q, sizeof q, "%s/ckpt-4", dir); /* persist_every 2: drained */
     CHECK_MSG(all_true(index_exists(q)), "ckpt-4 was not drained to %s", dir);
@@ -594,7 +609,8 @@ static void case_cache(void)
          * copy cannot take its name, the save fails with CKPT_EEXISTS on every rank naming it,
          * the entry untouched; the next save moves past ckpt-6 */
         check_case(1, "cache %s: ckpt-6.index taken on node 1", g_layout_name);
-        snprintf(p, sizeof p, "%s/1/ckpt-6.index", cache);
+        node_cache(nc, sizeof nc, cache, 1, dir);
+        snprintf(p, sizeof p, "%s/ckpt-6.index", nc);
         plant(p, P_FIFO, NULL);
         if (mgr_save(mg, &m, 40, CKPT_EEXISTS, 0, "a save whose index copy's name is taken"))
             CHECK_MSG(strstr(g_msg, "ckpt-6.index"), "the error does not name it: %s", g_msg);

@@ -434,6 +434,8 @@ void ckpt_manager_free(ckpt_manager *m)
     }
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
+    if (m->saver && m->cache) /* its cache level: the held directories and their locks */
+        ckpt__saver_cache_free(m->saver);
     ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
     free(m);
@@ -658,6 +660,7 @@ static int levels_setup(ckpt_manager *m, int from_env)
 {
     struct {
         int64_t status, on, partner, every, keep;
+        double lock_wait; /* for each node cache's lock: the directory lock's (take_dirlock) */
         char pattern[4096];
         char identity[CKPT__IDENTITY_HEX + 8];
     } msg;
@@ -690,6 +693,10 @@ static int levels_setup(ckpt_manager *m, int from_env)
         if (local == CKPT_OK && pat && *pat)
             local = ckpt__path(msg.pattern, sizeof msg.pattern, "%s", pat);
         msg.on = local == CKPT_OK && pat && *pat;
+        msg.lock_wait = m->opts.lock_wait_seconds;
+        if (msg.on && msg.lock_wait == 0)
+            local = ckpt__dirlock_env_wait(&msg.lock_wait);
+        msg.on = msg.on && local == CKPT_OK;
         if (msg.on) { /* whose cache copies are this directory's (lib/identity.h) */
             int dfd = -1;
             local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 0);
@@ -718,6 +725,10 @@ static int levels_setup(ckpt_manager *m, int from_env)
     rc = ckpt__saver_cache_init(m->saver, msg.pattern,
                                 msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
                                 group && *group ? group : NULL, msg.identity, m->dir);
+    /* one job per node cache of this directory, as per directory (a copy of the directory keeps
+     * its identity, so a job on the copy would share the caches: it waits or is refused) */
+    if (rc == CKPT_OK && (rc = ckpt__cache_lock(m->saver, msg.lock_wait)) != CKPT_OK)
+        ckpt__saver_cache_free(m->saver);
     if (rc == CKPT_OK) {
         m->cache = 1;
         m->persist_every = msg.every;

@@ -65,6 +65,10 @@ enum { CKPT__REDUNDANCY_NONE = 0, CKPT__REDUNDANCY_PARTNER = 1 };
 int ckpt__saver_cache_init(struct ckpt_saver *s, const char *pattern, int redundancy,
                            const char *group, const char *identity, const char *persistent);
 void ckpt__saver_cache_free(struct ckpt_saver *s);
+/* Each node's leader takes the lock (lib/dirlock.h) of its node's cache directory of this
+ * checkpoint directory, waiting up to `wait_seconds`, and holds it until the cache level is freed
+ * (ckpt__saver_cache_free): one job per node cache, as per checkpoint directory. Collective. */
+int ckpt__cache_lock(struct ckpt_saver *s, double wait_seconds);
 /* Restores checkpoint `name` from the cache level (each rank's node's directory; pieces other
  * nodes hold fetched over MPI): ckpt_saver_restore's contract otherwise. `*unavailable` (may be
  * NULL), the same on every rank: 1 when it failed before reading the registered values (the

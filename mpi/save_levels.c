@@ -20,6 +20,7 @@
  */
 #include "saver_internal.h"
 
+#include "dirlock.h"
 #include "fsutil.h"
 #include "identity.h"
 #include "index.h"
@@ -316,6 +317,7 @@ done:
 
 void ckpt__saver_cache_free(ckpt_saver *s)
 {
+    ckpt__dirlock_release(s->cache.lock);
     ckpt__close(s->cache.fd);
     free(s->cache.rbuf);
     free(s->cache.from);
@@ -601,6 +603,32 @@ int ckpt__cache_dirfd(const ckpt_saver *s, int *fd)
     return CKPT_OK;
 }
 
+/* The node leader: the lock of the node's cache directory, held open as s->cache.fd. Local. */
+static int lock_cache_dir(ckpt_saver *s)
+{
+    if (s->node_rank != 0)
+        return CKPT_OK;
+    ckpt__dirlock *l = NULL;
+    int rc = ckpt__dirlock_take(&l, s->cache.fd, s->cache.dir, s->cache.lock_wait);
+    if (rc == CKPT_OK) {
+        ckpt__dirlock_release(s->cache.lock);
+        s->cache.lock = l;
+    }
+    return rc;
+}
+
+int ckpt__cache_lock(ckpt_saver *s, double wait_seconds)
+{
+    int local = CKPT_OK;
+    if (!s->cache.on)
+        local = ckpt__error(CKPT_EINVAL, "ckpt__cache_lock: no cache level");
+    else {
+        s->cache.lock_wait = wait_seconds;
+        local = lock_cache_dir(s);
+    }
+    return ckpt_mpi_agree(s->comm, local);
+}
+
 int ckpt__cache_reopen(ckpt_saver *s)
 {
     struct stat st;
@@ -612,8 +640,12 @@ int ckpt__cache_reopen(ckpt_saver *s)
     s->cache.fd = -1;
     int rc = open_cache_dir(s, s->cache.pattern, s->cache.identity,
                             s->cache.persistent[0] ? s->cache.persistent : NULL);
+    if (rc == CKPT_OK && s->cache.lock) /* the lock goes with the directory */
+        rc = lock_cache_dir(s);
     if (rc != CKPT_OK) {
+        ckpt__close(s->cache.fd);
         s->cache.fd = old; /* still the one held: what uses it fails, naming it */
+        (void)ckpt__fd_path(s->cache.at, sizeof s->cache.at, old, s->cache.dir);
         return rc;
     }
     close(old);

@@ -104,6 +104,9 @@ struct ckpt_saver {
         char persistent[4096]; /* the persistent directory: the metrics of cache saves go there */
         char pattern[4096];    /* what the directory was made from, to make it again (reopen) */
         char identity[40];
+        /* the node leader's lock of the directory (ckpt__cache_lock: a manager's), or NULL */
+        struct ckpt__dirlock *lock;
+        double lock_wait;
         int partner;     /* the rank that holds this rank's partner copies; -1: none */
         int *from;       /* the ranks whose copies this rank holds */
         int nfrom;

@@ -24,6 +24,9 @@
  *               retention removes the other's copies, a user's file named like a checkpoint in
  *               the node's cache directory survives every sweep, and the metrics of cache saves
  *               are in each persistent directory's metrics.jsonl, none in the caches
+ *   copy        a copy of a checkpoint directory keeps its identity: a job on the copy while the
+ *               original's job holds the same node caches is refused (CKPT_EBUSY naming the
+ *               holder's pid), and starts once that job is gone
  */
 
 #include "mpi_check.h"
@@ -503,6 +506,53 @@ out:
     ckpt_manager_free(b);
 }
 
+/* ---- copy -------------------------------------------------------------------------------- */
+
+static void test_copy(ckpt_saver *s, ckpt_saver *s2, tm_model *m)
+{
+    char d1[4200], d2[4200], pat[4300], what[300];
+    snprintf(d1, sizeof d1, "%s/copy-a", g_out);
+    snprintf(d2, sizeof d2, "%s/copy-b", g_out);
+    snprintf(pat, sizeof pat, "%s/copy-cache/%%n", g_out);
+    begin_case("copy: %s, then its copy %s, on the cache %s", d1, d2, pat);
+    ckpt_manager *a = NULL, *b = NULL;
+    if (!coll(new_manager(&a, s, d1, pat, 0, NULL), CKPT_OK, "the original's job") ||
+        !coll(save_steps(a, s, m, 10, 1), CKPT_OK, "a save"))
+        goto out;
+    make_dir(d2);
+    if (g_rank == 0) { /* cp -a of the directory, as far as the identity goes */
+        char from[4400], to[4400];
+        snprintf(from, sizeof from, "%s/identity", d1);
+        snprintf(to, sizeof to, "%s/identity", d2);
+        unsigned char *buf = NULL;
+        long n = slurp(from, &buf);
+        int fd = open(to, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        CHECK_MSG(n > 0 && fd >= 0 && write(fd, buf, (size_t)n) == n, "copy %s", from);
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(what, sizeof what, "copy: a job on the copy while the original's runs");
+    begin_case("%s", what);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
+    MPI_Bcast(pid, sizeof pid, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_EBUSY, what))
+        CHECK_MSG(strstr(g_msg, "mpickpt-") != NULL && strstr(g_msg, pid) != NULL,
+                  "%s: message: %s", what, g_msg);
+    ckpt_manager_free(b);
+    b = NULL;
+    ckpt_manager_free(a);
+    a = NULL;
+    snprintf(what, sizeof what, "copy: the job on the copy once the original's is gone");
+    begin_case("%s", what);
+    coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_OK, what);
+out:
+    ckpt_manager_free(a);
+    ckpt_manager_free(b);
+}
+
 int main(int argc, char **argv)
 {
     if (!cache_test_start(&argc, &argv, "test_cache_owner", &g_rank, &g_size, &g_out, &g_layout,
@@ -518,6 +568,7 @@ int main(int argc, char **argv)
     test_link_same(s, &m);
     test_foreign(s, &m);
     test_two_jobs(s, s2, &m, &m2);
+    test_copy(s, s2, &m);
     ckpt_saver_free(s);
     ckpt_saver_free(s2);
     tm_free(&m);

@@ -1,9 +1,19 @@
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #define CKPT__MSG_MAX 2048
+#define ALIAS_MAX 64
+
+/* ckpt__error_alias(): paths by descriptor and the names they are shown by */
+static struct {
+    char at[64];
+    char shown[1024];
+} g_alias[ALIAS_MAX];
+static int g_naliases;
+static pthread_mutex_t g_alias_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One slot per thread: the library never shares error state between threads. */
 static _Thread_local char tl_message[CKPT__MSG_MAX];
@@ -33,9 +43,55 @@ const char *ckpt_strerror(int code)
     }
 }
 
+void ckpt__error_alias(const char *at, const char *shown)
+{
+    if (!at || !*at || strlen(at) >= sizeof g_alias[0].at)
+        return;
+    pthread_mutex_lock(&g_alias_lock);
+    int i = 0;
+    while (i < g_naliases && strcmp(g_alias[i].at, at) != 0)
+        i++;
+    if (!shown) { /* forget it */
+        if (i < g_naliases)
+            g_alias[i] = g_alias[--g_naliases];
+    } else if (i < g_naliases || g_naliases < ALIAS_MAX) {
+        if (i == g_naliases)
+            g_naliases++;
+        snprintf(g_alias[i].at, sizeof g_alias[i].at, "%s", at);
+        snprintf(g_alias[i].shown, sizeof g_alias[i].shown, "%s", shown);
+    }
+    pthread_mutex_unlock(&g_alias_lock);
+}
+
+/* tl_message with every alias's `at` (not followed by another digit) read as its name */
+static void apply_aliases(void)
+{
+    pthread_mutex_lock(&g_alias_lock);
+    for (int i = 0; i < g_naliases; i++) {
+        size_t n = strlen(g_alias[i].at);
+        char *p = tl_message;
+        while ((p = strstr(p, g_alias[i].at)) != NULL) {
+            if (p[n] >= '0' && p[n] <= '9') {
+                p += n;
+                continue;
+            }
+            char rest[CKPT__MSG_MAX];
+            snprintf(rest, sizeof rest, "%s", p + n);
+            size_t at = (size_t)(p - tl_message);
+            int w = snprintf(p, sizeof tl_message - at, "%s%s", g_alias[i].shown, rest);
+            size_t step = strlen(g_alias[i].shown);
+            if (w < 0 || at + step >= sizeof tl_message - 1)
+                break;
+            p += step;
+        }
+    }
+    pthread_mutex_unlock(&g_alias_lock);
+}
+
 int ckpt__verror(int code, const char *fmt, va_list ap)
 {
     vsnprintf(tl_message, sizeof tl_message, fmt, ap);
+    apply_aliases();
     tl_error.code = code;
     tl_error.message = tl_message;
     tl_set = 1;
@@ -67,6 +123,7 @@ int ckpt__error_wrap(int code, const char *fmt, ...)
         tl_agreed = 0;
     }
     snprintf(tl_message, sizeof tl_message, "%s: %s", prefix, old);
+    apply_aliases();
     tl_error.code = code;
     tl_error.message = tl_message;
     tl_set = 1;

@@ -511,9 +511,10 @@ static int write_file_at(int dirfd, const char *name, const void *data, size_t l
      * it; without `replace`, a name taken by anything is CKPT_EEXISTS and stays as it is */
     if (replace ? renameat(dirfd, tmp, dirfd, name) != 0
                 : ckpt__rename_noreplace(dirfd, tmp, dirfd, name) != 0) {
+        int err = errno; /* before snprintf, which may change it */
         snprintf(where, sizeof where, "%s/%s", shown, name);
-        rc = errno == EEXIST ? ckpt__name_taken(dirfd, name, where)
-                             : ckpt__errno(errno, "rename to", where);
+        rc = err == EEXIST ? ckpt__name_taken(dirfd, name, where)
+                           : ckpt__errno(err, "rename to", where);
         goto fail;
     }
     if (renamed)

@@ -30,6 +30,12 @@ int ckpt__error_wrap(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
 int ckpt__error_agreed(void);
 void ckpt__error_mark_agreed(void);
 
+/* Messages name a directory held open by its name, not by the path that reaches it through its
+ * descriptor: every `at` ("/proc/self/fd/<n>", lib/fsutil.h ckpt__fd_path) in a message recorded
+ * from now on reads `shown` instead (a node cache directory, mpi/save_levels.c). `shown` NULL
+ * forgets `at`. At most 64 at once (more are not translated). Thread-safe. */
+void ckpt__error_alias(const char *at, const char *shown);
+
 /* Overflow-checked size arithmetic: return 0 on success, -1 on overflow. */
 static inline int ckpt__mul_size(size_t *out, size_t a, size_t b)
 {

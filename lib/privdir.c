@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* How many components (and links followed) one walk takes before giving up. */
+/* How many components, links' included, one walk takes before giving up. */
 #define WALK_MAX 256
 
 /* 1 when root or this process's user owns it. */
@@ -63,12 +63,15 @@ static int check_private(const struct stat *st, const char *shown)
     return CKPT_OK;
 }
 
-/* Opens entry `name` of `dirfd` as a directory, creating it 0700 when missing: `last` refuses a
- * link, otherwise a link that root or this user owns is followed. *st is what was opened. */
-static int open_component(int *fd, struct stat *st, int dirfd, const char *name, int last,
-                          const char *path, const char *shown)
+/* Opens entry `name` of `dirfd` as a directory, creating it 0700 when missing. A link is refused as
+ * the `last` component; elsewhere one that root or this user owns is not opened but read into
+ * link[lsize] (the walk then goes on through its target, checked step by step), and *fd is -1.
+ * Otherwise *st is what was opened and link[0] is '\0'. */
+static int open_component(int *fd, struct stat *st, char *link, size_t lsize, int dirfd,
+                          const char *name, int last, const char *path, const char *shown)
 {
     *fd = -1;
+    link[0] = '\0';
     struct stat lst;
     if (fstatat(dirfd, name, &lst, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno != ENOENT)
@@ -79,7 +82,6 @@ static int open_component(int *fd, struct stat *st, int dirfd, const char *name,
         if (fstatat(dirfd, name, &lst, AT_SYMLINK_NOFOLLOW) != 0)
             return ckpt__errno(errno, "stat", shown);
     }
-    int follow = 0;
     if (S_ISLNK(lst.st_mode)) {
         if (last)
             return ckpt__error(CKPT_EINVAL,
@@ -91,12 +93,20 @@ static int open_component(int *fd, struct stat *st, int dirfd, const char *name,
                                "refusing cache directory %s: %s is a symbolic link that uid %u "
                                "made (neither root nor this user)",
                                path, shown, (unsigned)lst.st_uid);
-        follow = 1;
-    } else if (!S_ISDIR(lst.st_mode)) {
+        ssize_t n = readlinkat(dirfd, name, link, lsize);
+        if (n <= 0 || (size_t)n >= lsize) {
+            link[0] = '\0';
+            return ckpt__error(CKPT_EINVAL, "refusing cache directory %s: the link %s cannot be "
+                                            "read whole",
+                               path, shown);
+        }
+        link[n] = '\0';
+        return CKPT_OK;
+    }
+    if (!S_ISDIR(lst.st_mode))
         return ckpt__error(CKPT_EINVAL, "refusing cache directory %s: %s is %s, not a directory",
                            path, shown, ckpt__file_kind(lst.st_mode));
-    }
-    int f = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+    int f = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (f < 0) /* ELOOP/ENOTDIR: swapped since the fstatat */
         return ckpt__error(errno == ENOENT ? CKPT_ENOTFOUND : CKPT_EINVAL,
                            "refusing cache directory %s: %s: %s (it changed while mpickpt "
@@ -107,80 +117,130 @@ static int open_component(int *fd, struct stat *st, int dirfd, const char *name,
         close(f);
         return rc;
     }
-    if (!follow && (st->st_dev != lst.st_dev || st->st_ino != lst.st_ino)) {
+    if (st->st_dev != lst.st_dev || st->st_ino != lst.st_ino) {
         close(f);
-        return ckpt__error(CKPT_EINVAL,
-                           "refusing cache directory %s: %s changed while mpickpt "
-                           "opened it",
+        return ckpt__error(CKPT_EINVAL, "refusing cache directory %s: %s changed while mpickpt "
+                                        "opened it",
                            path, shown);
     }
     *fd = f;
     return CKPT_OK;
 }
 
+/* The next component of the path at *p (skipping "/" and "."), NUL-terminated in place, or NULL;
+ * *last says whether any other follows. */
+static char *next_component(char **p, int *last)
+{
+    char *c = *p;
+    for (;;) {
+        while (*c == '/')
+            c++;
+        if (c[0] == '.' && (c[1] == '/' || c[1] == '\0')) {
+            c++;
+            continue;
+        }
+        break;
+    }
+    if (!*c)
+        return NULL;
+    char *end = c + strcspn(c, "/");
+    char *q = end;
+    for (;;) { /* does anything but "/" and "." follow? */
+        while (*q == '/')
+            q++;
+        if (q[0] == '.' && (q[1] == '/' || q[1] == '\0')) {
+            q++;
+            continue;
+        }
+        break;
+    }
+    *last = *q == '\0';
+    if (*end)
+        *end++ = '\0';
+    *p = end;
+    return c;
+}
+
 int ckpt__private_dir_open(int *fd, const char *path, const struct stat *avoid,
                            const char *avoid_shown)
 {
     *fd = -1;
-    char buf[4096], shown[4096];
-    int rc = ckpt__path(buf, sizeof buf, "%s", path ? path : "");
+    /* rest: what is left to walk; a link's target is put in front of it */
+    char rest[8192], link[4096], shown[4096];
+    int rc = ckpt__path(rest, sizeof rest, "%s", path ? path : "");
     if (rc != CKPT_OK)
         return rc;
-    if (!buf[0])
+    if (!rest[0])
         return ckpt__error(CKPT_EINVAL, "empty cache directory");
-    int cur = open(buf[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *start = rest[0] == '/' ? "/" : ".";
+    int cur = open(start, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (cur < 0)
-        return ckpt__errno(errno, "open directory", buf[0] == '/' ? "/" : ".");
-    snprintf(shown, sizeof shown, "%s", buf[0] == '/' ? "/" : ".");
+        return ckpt__errno(errno, "open directory", start);
+    snprintf(shown, sizeof shown, "%s", start);
     struct stat st;
     if (fstat(cur, &st) != 0) {
         rc = ckpt__errno(errno, "stat", shown);
         close(cur);
         return rc;
     }
-    /* the components, in place; the last one is the directory itself */
-    char *comp[WALK_MAX];
-    size_t n = 0;
-    for (char *p = strtok(buf, "/"); p; p = strtok(NULL, "/")) {
-        if (strcmp(p, ".") == 0)
-            continue;
-        if (n == WALK_MAX) {
-            close(cur);
-            return ckpt__error(CKPT_EINVAL, "cache directory %s: more than %d components", path,
-                               WALK_MAX);
+    char *p = rest;
+    int last = 0, reached = 0, steps = 0;
+    char *comp;
+    while (rc == CKPT_OK && (comp = next_component(&p, &last)) != NULL) {
+        if (++steps > WALK_MAX) {
+            rc = ckpt__error(CKPT_EINVAL, "cache directory %s: more than %d components and links",
+                             path, WALK_MAX);
+            break;
         }
-        comp[n++] = p;
-    }
-    if (n == 0) {
-        close(cur);
-        return ckpt__error(CKPT_EINVAL, "refusing cache directory %s: it is %s itself", path,
-                           shown);
-    }
-    size_t at = strlen(shown);
-    for (size_t i = 0; i < n; i++) {
         /* what holds the next component must be trusted (an ancestor) */
         if ((rc = check_ancestor(&st, path, shown)) != CKPT_OK)
             break;
-        int r = snprintf(shown + at, sizeof shown - at, "%s%s", at > 1 ? "/" : "", comp[i]);
+        size_t at = strlen(shown);
+        int r = snprintf(shown + at, sizeof shown - at, "%s%s",
+                         shown[at - 1] == '/' ? "" : "/", comp);
         if (r < 0 || (size_t)r >= sizeof shown - at) {
-            rc = ckpt__error(CKPT_EINVAL, "cache directory path too long");
+            rc = ckpt__error(CKPT_EINVAL, "cache directory %s: path too long", path);
             break;
         }
-        at += (size_t)r;
         int next = -1;
-        rc = open_component(&next, &st, cur, comp[i], i + 1 == n, path, shown);
+        rc = open_component(&next, &st, link, sizeof link, cur, comp, last, path, shown);
+        if (rc == CKPT_OK && link[0]) {
+            /* a trusted link: its target's components are walked next, each checked */
+            char tail[8192];
+            if (ckpt__path(tail, sizeof tail, "%s", p) != CKPT_OK ||
+                (rc = ckpt__path(rest, sizeof rest, "%s/%s", link, tail)) != CKPT_OK)
+                break;
+            p = rest;
+            if (link[0] == '/') {
+                int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (root < 0 || fstat(root, &st) != 0) {
+                    rc = ckpt__errno(errno, "open directory", "/");
+                    ckpt__close(root);
+                    break;
+                }
+                close(cur);
+                cur = root;
+                snprintf(shown, sizeof shown, "/");
+            } else {
+                shown[at] = '\0';
+            }
+            continue;
+        }
         close(cur);
         cur = next;
         if (rc != CKPT_OK)
             break;
-        if (avoid && st.st_dev == avoid->st_dev && st.st_ino == avoid->st_ino) {
+        reached = last;
+        if (avoid && st.st_dev == avoid->st_dev && st.st_ino == avoid->st_ino)
             rc = ckpt__error(CKPT_EINVAL,
                              "refusing cache directory %s: it is %s the persistent directory %s; "
                              "a node-local cache must be a directory of its own",
-                             path, i + 1 == n ? "the same as" : "inside", avoid_shown);
-            break;
-        }
+                             path, last ? "the same as" : "inside", avoid_shown);
     }
+    if (rc == CKPT_OK && !reached)
+        rc = ckpt__error(CKPT_EINVAL, "refusing cache directory %s: it names no directory below "
+                                      "%s",
+                         path, start);
     if (rc == CKPT_OK)
         rc = check_private(&st, path);
     if (rc != CKPT_OK) {
@@ -206,7 +266,9 @@ int ckpt__private_subdir_open(int *fd, int parentfd, const char *name, const cha
     if ((rc = check_ancestor(&st, full, shown)) != CKPT_OK)
         return rc;
     int f = -1;
-    if ((rc = open_component(&f, &st, parentfd, name, 1, full, full)) != CKPT_OK)
+    char link[8];
+    if ((rc = open_component(&f, &st, link, sizeof link, parentfd, name, 1, full, full)) !=
+        CKPT_OK)
         return rc;
     if ((rc = check_private(&st, full)) != CKPT_OK) {
         close(f);

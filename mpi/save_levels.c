@@ -207,11 +207,12 @@ static void report_foreign(const ckpt_saver *s, int basefd, const char *base, co
 
 /* This rank's view of its node's cache directory (pattern and node given): the directory held
  * open and checked (lib/privdir.h), not the persistent directory nor inside or above it, and its
- * subdirectory for this checkpoint directory's identity, held open in s->cache.fd. The node's
- * leader reports, once, what else the node's cache directory holds (other directories' caches,
- * files of an older mpickpt or of others): it is never read or touched. Local. */
+ * subdirectory for this checkpoint directory's identity, held open in s->cache.fd. With `report`
+ * (at the set-up, not when it is made again) the node's leader says what else the node's cache
+ * directory holds (other directories' caches, files of an older mpickpt or of others): it is
+ * never read or touched. Local. */
 static int open_cache_dir(ckpt_saver *s, const char *pattern, const char *identity,
-                          const char *persistent)
+                          const char *persistent, int report)
 {
     char base[4096], shown[4096];
     int basefd = -1, pfd = -1;
@@ -229,13 +230,20 @@ static int open_cache_dir(ckpt_saver *s, const char *pattern, const char *identi
      * cache either. */
     if (rc == CKPT_OK)
         rc = ckpt__private_dir_open(&basefd, base, persistent ? &pst : NULL, work);
-    if (rc == CKPT_OK && persistent && fstat(basefd, &bst) == 0) {
-        int below = ckpt__dir_within(basefd, &pst), above = ckpt__dir_within(pfd, &bst);
+    if (rc == CKPT_OK && persistent) {
+        /* (a walk that cannot be made is a refusal too: the check must not fail open) */
+        int below = fstat(basefd, &bst) == 0 ? ckpt__dir_within(basefd, &pst) : -1;
+        int above = below >= 0 ? ckpt__dir_within(pfd, &bst) : -1;
         if (below == 1 || above == 1)
             rc = ckpt__error(CKPT_EINVAL,
                              "refusing cache directory %s: it is %s the persistent directory %s; "
                              "a node-local cache must be a directory of its own",
                              base, below == 1 ? "inside" : "above", work);
+        else if (below != 0 || above != 0)
+            rc = ckpt__error(CKPT_EINVAL,
+                             "refusing cache directory %s: whether it lies inside or above the "
+                             "persistent directory %s cannot be told (%s)",
+                             base, work, strerror(errno));
     }
     ckpt__close(pfd);
     char sub[64];
@@ -251,7 +259,9 @@ static int open_cache_dir(ckpt_saver *s, const char *pattern, const char *identi
         memcpy(s->cache.dir, shown, sizeof s->cache.dir);
     if (rc == CKPT_OK)
         rc = ckpt__fd_path(s->cache.at, sizeof s->cache.at, s->cache.fd, s->cache.dir);
-    if (rc == CKPT_OK && s->node_rank == 0)
+    if (rc == CKPT_OK) /* messages name it, not /proc/self/fd/<n> */
+        ckpt__error_alias(s->cache.at, s->cache.dir);
+    if (rc == CKPT_OK && s->node_rank == 0 && report)
         report_foreign(s, basefd, base, sub);
     ckpt__close(basefd);
     return rc;
@@ -283,7 +293,7 @@ int ckpt__saver_cache_init(ckpt_saver *s, const char *pattern, int redundancy, c
     if (local == CKPT_OK)
         local = ckpt__path(s->cache.identity, sizeof s->cache.identity, "%s", identity);
     if (local == CKPT_OK)
-        local = open_cache_dir(s, pattern, identity, persistent);
+        local = open_cache_dir(s, pattern, identity, persistent, 1);
     struct statfs sf;
     if (local == CKPT_OK && fstatfs(s->cache.fd, &sf) == 0)
         s->cache.tmpfs = sf.f_type == TMPFS_MAGIC;
@@ -317,6 +327,8 @@ done:
 
 void ckpt__saver_cache_free(ckpt_saver *s)
 {
+    if (s->cache.fd >= 0)
+        ckpt__error_alias(s->cache.at, NULL);
     ckpt__dirlock_release(s->cache.lock);
     ckpt__close(s->cache.fd);
     free(s->cache.rbuf);
@@ -356,10 +368,11 @@ static int recv_into(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd, 
     if (*local == CKPT_OK && rc == CKPT_OK &&
         (replace ? renameat(dirfd, tmp, dirfd, name) : ckpt__rename_noreplace(dirfd, tmp, dirfd,
                                                                                name)) != 0) {
+        int err = errno; /* before snprintf, which may change it */
         char shown[4600];
         snprintf(shown, sizeof shown, "%s/%s", s->cache.dir, name);
-        *local = errno == EEXIST ? ckpt__name_taken(dirfd, name, shown)
-                                 : ckpt__errno(errno, what, name);
+        *local = err == EEXIST ? ckpt__name_taken(dirfd, name, shown)
+                               : ckpt__errno(err, what, name);
     }
     if ((*local != CKPT_OK || rc != CKPT_OK) && fd >= 0)
         unlinkat(dirfd, tmp, 0);
@@ -613,6 +626,14 @@ static int lock_cache_dir(ckpt_saver *s)
     if (rc == CKPT_OK) {
         ckpt__dirlock_release(s->cache.lock);
         s->cache.lock = l;
+    } else if (rc == CKPT_EBUSY) { /* maybe this very job: say what that would mean */
+        char m[1400];
+        snprintf(m, sizeof m, "%s", ckpt_error_last()->message);
+        rc = ckpt__error(CKPT_EBUSY,
+                         "%s (node %d's cache; when the holder is another node of this job, the "
+                         "cache directory is shared between nodes: give each node its own, e.g. "
+                         "with %%n in the pattern)",
+                         m, s->node);
     }
     return rc;
 }
@@ -637,17 +658,22 @@ int ckpt__cache_reopen(ckpt_saver *s)
     ckpt__log(CKPT_LOG_INFO, "node %d: the cache directory %s was removed; making it again",
               s->node, s->cache.dir);
     int old = s->cache.fd;
+    char old_at[sizeof s->cache.at];
+    memcpy(old_at, s->cache.at, sizeof old_at);
     s->cache.fd = -1;
     int rc = open_cache_dir(s, s->cache.pattern, s->cache.identity,
-                            s->cache.persistent[0] ? s->cache.persistent : NULL);
+                            s->cache.persistent[0] ? s->cache.persistent : NULL, 0);
     if (rc == CKPT_OK && s->cache.lock) /* the lock goes with the directory */
         rc = lock_cache_dir(s);
     if (rc != CKPT_OK) {
+        if (s->cache.fd >= 0)
+            ckpt__error_alias(s->cache.at, NULL);
         ckpt__close(s->cache.fd);
         s->cache.fd = old; /* still the one held: what uses it fails, naming it */
-        (void)ckpt__fd_path(s->cache.at, sizeof s->cache.at, old, s->cache.dir);
+        memcpy(s->cache.at, old_at, sizeof old_at);
         return rc;
     }
+    ckpt__error_alias(old_at, NULL);
     close(old);
     return CKPT_OK;
 }

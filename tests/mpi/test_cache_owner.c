@@ -24,9 +24,10 @@
  *               retention removes the other's copies, a user's file named like a checkpoint in
  *               the node's cache directory survives every sweep, and the metrics of cache saves
  *               are in each persistent directory's metrics.jsonl, none in the caches
- *   copy        a copy of a checkpoint directory keeps its identity: a job on the copy while the
- *               original's job holds the same node caches is refused (CKPT_EBUSY naming the
- *               holder's pid), and starts once that job is gone
+ *   copy        a copy of a checkpoint directory (its identity file names the original's inode)
+ *               gets an identity of its own: its job starts beside the original's and restores
+ *               nothing of its caches; two directories given one identity by hand cannot use the
+ *               node caches at once (CKPT_EBUSY naming the holder's pid), one after the other can
  */
 
 #include "mpi_check.h"
@@ -508,11 +509,24 @@ out:
 
 /* ---- copy -------------------------------------------------------------------------------- */
 
+/* Rank 0: `dir`/identity holds `text` (created). */
+static void write_identity(const char *dir, const char *text)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/identity", dir);
+    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    CHECK_MSG(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "write %s", p);
+    if (fd >= 0)
+        close(fd);
+}
+
 static void test_copy(ckpt_saver *s, ckpt_saver *s2, tm_model *m)
 {
-    char d1[4200], d2[4200], pat[4300], what[300];
+    char d1[4200], d2[4200], d3[4200], d4[4200], pat[4300], what[300];
     snprintf(d1, sizeof d1, "%s/copy-a", g_out);
     snprintf(d2, sizeof d2, "%s/copy-b", g_out);
+    snprintf(d3, sizeof d3, "%s/copy-c", g_out);
+    snprintf(d4, sizeof d4, "%s/copy-d", g_out);
     snprintf(pat, sizeof pat, "%s/copy-cache/%%n", g_out);
     begin_case("copy: %s, then its copy %s, on the cache %s", d1, d2, pat);
     ckpt_manager *a = NULL, *b = NULL;
@@ -521,33 +535,71 @@ static void test_copy(ckpt_saver *s, ckpt_saver *s2, tm_model *m)
         goto out;
     make_dir(d2);
     if (g_rank == 0) { /* cp -a of the directory, as far as the identity goes */
-        char from[4400], to[4400];
+        char from[4400];
         snprintf(from, sizeof from, "%s/identity", d1);
-        snprintf(to, sizeof to, "%s/identity", d2);
         unsigned char *buf = NULL;
+        char text[512];
         long n = slurp(from, &buf);
-        int fd = open(to, O_WRONLY | O_CREAT | O_EXCL, 0644);
-        CHECK_MSG(n > 0 && fd >= 0 && write(fd, buf, (size_t)n) == n, "copy %s", from);
-        if (fd >= 0)
-            close(fd);
+        CHECK_MSG(n > 0 && n < (long)sizeof text, "read %s", from);
+        if (n > 0 && n < (long)sizeof text) {
+            memcpy(text, buf, (size_t)n);
+            text[n] = '\0';
+            write_identity(d2, text);
+        }
         free(buf);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    snprintf(what, sizeof what, "copy: a job on the copy while the original's runs");
+    /* the copy's identity names another directory's inode: it gets its own, and its job neither
+     * restores nor waits for the original's cache copies */
+    snprintf(what, sizeof what, "copy: a job on a copy while the original's runs");
+    begin_case("%s", what);
+    if (coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_OK, what)) {
+        ckpt_manager_restored res;
+        if (coll(ckpt_manager_restore_or_initialize(b, &res), CKPT_OK, what))
+            CHECK_MSG(!res.restored, "%s: the copy restored %s", what, res.prefix);
+        if (g_rank == 0) {
+            char p1[4400], p2[4400];
+            unsigned char *x = NULL, *y = NULL;
+            snprintf(p1, sizeof p1, "%s/identity", d1);
+            snprintf(p2, sizeof p2, "%s/identity", d2);
+            long nx = slurp(p1, &x), ny = slurp(p2, &y);
+            CHECK_MSG(nx > 40 && ny > 40 && memcmp(x, y, 40) != 0,
+                      "%s: the copy kept the identity", what);
+            free(x);
+            free(y);
+        }
+    }
+    ckpt_manager_free(b);
+    b = NULL;
+    /* two directories given one identity by hand (no inode recorded): one job at a time may use
+     * its node caches (CKPT_EBUSY naming the holder's pid), the other once it is gone */
+    static const char id[] = "mpickpt-identity 0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f\n";
+    make_dir(d3);
+    make_dir(d4);
+    if (g_rank == 0) {
+        write_identity(d3, id);
+        write_identity(d4, id);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    ckpt_manager_free(a);
+    a = NULL;
+    snprintf(what, sizeof what, "copy: two directories of one identity at once");
     begin_case("%s", what);
     char pid[32];
     snprintf(pid, sizeof pid, "pid %ld", (long)getpid());
     MPI_Bcast(pid, sizeof pid, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_EBUSY, what))
-        CHECK_MSG(strstr(g_msg, "mpickpt-") != NULL && strstr(g_msg, pid) != NULL,
+    if (!coll(new_manager(&a, s, d3, pat, 0, NULL), CKPT_OK, "the first of one identity"))
+        goto out;
+    if (coll(new_manager(&b, s2, d4, pat, 0, NULL), CKPT_EBUSY, what))
+        CHECK_MSG(strstr(g_msg, "mpickpt-0f0f") != NULL && strstr(g_msg, pid) != NULL,
                   "%s: message: %s", what, g_msg);
     ckpt_manager_free(b);
     b = NULL;
     ckpt_manager_free(a);
     a = NULL;
-    snprintf(what, sizeof what, "copy: the job on the copy once the original's is gone");
+    snprintf(what, sizeof what, "copy: the second of one identity once the first is gone");
     begin_case("%s", what);
-    coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_OK, what);
+    coll(new_manager(&b, s2, d4, pat, 0, NULL), CKPT_OK, what);
 out:
     ckpt_manager_free(a);
     ckpt_manager_free(b);

@@ -43,6 +43,18 @@ int main(void)
     e = ckpt_error_last();
     CHECK(e != NULL && e->code == CKPT_ECORRUPT); /* untouched by the other thread */
 
+    /* a held directory is named in messages by its name, not by /proc/self/fd/<n> */
+    ckpt__error_alias("/proc/self/fd/12", "/dev/shm/u/ckpt/0/mpickpt-ab");
+    ckpt__error(CKPT_EIO, "open /proc/self/fd/12/x and /proc/self/fd/123/y, /proc/self/fd/12");
+    e = ckpt_error_last();
+    CHECK_MSG(e && strcmp(e->message, "open /dev/shm/u/ckpt/0/mpickpt-ab/x and "
+                                      "/proc/self/fd/123/y, /dev/shm/u/ckpt/0/mpickpt-ab") == 0,
+              "message: %s", e ? e->message : "");
+    ckpt__error_alias("/proc/self/fd/12", NULL);
+    ckpt__error(CKPT_EIO, "open /proc/self/fd/12/x");
+    e = ckpt_error_last();
+    CHECK(e && strcmp(e->message, "open /proc/self/fd/12/x") == 0);
+
     size_t s;
     CHECK(ckpt__mul_size(&s, SIZE_MAX / 2, 3) == -1);
     CHECK(ckpt__mul_size(&s, 1000, 1000) == 0 && s == 1000000);

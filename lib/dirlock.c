@@ -328,9 +328,14 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
         while (flock(fd, LOCK_EX | LOCK_NB) != 0 && (err = errno) == EINTR)
             err = 0;
         if (err == 0) {
-            if (!still_named(fd, dirfd) && ++renamed < 16) {
+            if (!still_named(fd, dirfd)) {
                 close(fd); /* we locked a file that lost its name: take the one named now */
-                continue;
+                if (++renamed < 16)
+                    continue;
+                return ckpt__error(CKPT_EIO,
+                                   "%s/" CKPT__LOCK_FILE " keeps being replaced; cannot lock the "
+                                   "directory",
+                                   shown);
             }
             ckpt__dirlock *l = malloc(sizeof *l);
             if (!l) {

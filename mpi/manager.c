@@ -693,6 +693,14 @@ static int levels_setup(ckpt_manager *m, int from_env)
         if (local == CKPT_OK && pat && *pat)
             local = ckpt__path(msg.pattern, sizeof msg.pattern, "%s", pat);
         msg.on = local == CKPT_OK && pat && *pat;
+        /* a saver's cache level belongs to the manager that set it up (until it is freed):
+         * a second one would take it over, and its saves would go into the other's caches */
+        if (msg.on && ckpt__saver_has_cache(m->saver))
+            local = ckpt__error(CKPT_EINVAL,
+                                "%s: the saver already has a cache level (of another manager, "
+                                "in %s); give each manager with a cache level its own saver",
+                                m->dir, ckpt__saver_cache_shown(m->saver));
+        msg.on = msg.on && local == CKPT_OK;
         msg.lock_wait = m->opts.lock_wait_seconds;
         if (msg.on && msg.lock_wait == 0)
             local = ckpt__dirlock_env_wait(&msg.lock_wait);
@@ -725,8 +733,8 @@ static int levels_setup(ckpt_manager *m, int from_env)
     rc = ckpt__saver_cache_init(m->saver, msg.pattern,
                                 msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
                                 group && *group ? group : NULL, msg.identity, m->dir);
-    /* one job per node cache of this directory, as per directory (a copy of the directory keeps
-     * its identity, so a job on the copy would share the caches: it waits or is refused) */
+    /* one job per node cache of this directory, as per directory (two directories can share an
+     * identity only when it was copied by hand without its inode: a job waits or is refused) */
     if (rc == CKPT_OK && (rc = ckpt__cache_lock(m->saver, msg.lock_wait)) != CKPT_OK)
         ckpt__saver_cache_free(m->saver);
     if (rc == CKPT_OK) {

@@ -108,8 +108,18 @@ static void print_restart(const char *dir, const ckpt__restart *c, const ckpt_st
     fputc('\n', stdout);
 }
 
+/* The restart control of the state directory `dir` into *c. 0 or EXIT_BAD. */
+static int load_control(const cli_command *cmd, const char *dir, ckpt__restart *c)
+{
+    int lrc = ckpt__restart_read(c, dir);
+    if (lrc != CKPT_OK)
+        return cli_lib_error(cmd, lrc);
+    return 0;
+}
+
 /* The state directory, its state and its control, for a DIR operand; with `lock`, read under
- * the directory's lock (taken first, waiting up to `wait` seconds). 0 or EXIT_BAD. */
+ * the directory's lock (taken once it is known to be a checkpoint directory, waiting up to `wait`
+ * seconds). 0 or EXIT_BAD. */
 static int load(const cli_command *cmd, const char *arg, char **dir, ckpt_state **st,
                 ckpt__restart *c, ckpt__dirlock **lock, double wait)
 {
@@ -120,16 +130,17 @@ static int load(const cli_command *cmd, const char *arg, char **dir, ckpt_state 
     free(d);
     if (!*dir)
         return cli_oom(cmd);
-    int rc = lock ? cli_lock_dir(cmd, *dir, wait, lock) : 0;
-    if (rc != 0)
+    /* first whether it is a checkpoint directory at all (no lock file is made in any other), then
+     * the state again under the lock */
+    int rc = cli_read_state(cmd, *dir, st);
+    if (rc != 0 || !lock)
+        return rc ? rc : load_control(cmd, *dir, c);
+    ckpt_state_free(*st);
+    *st = NULL;
+    if ((rc = cli_lock_dir(cmd, *dir, wait, lock)) != 0 ||
+        (rc = cli_read_state(cmd, *dir, st)) != 0)
         return rc;
-    rc = cli_read_state(cmd, *dir, st);
-    if (rc != 0)
-        return rc;
-    int lrc = ckpt__restart_read(c, *dir);
-    if (lrc != CKPT_OK)
-        return cli_lib_error(cmd, lrc);
-    return 0;
+    return load_control(cmd, *dir, c);
 }
 
 static int save(const cli_command *cmd, const char *dir, const ckpt__restart *c)

@@ -88,7 +88,13 @@ static PyObject *restorable_dict(const ckpt_manager_restorable_list *l)
             return NULL;
         }
     }
-    PyObject *start = l->start < l->num_entries ? PyLong_FromSize_t(l->start) : Py_NewRef(Py_None);
+    PyObject *start = NULL;
+    if (l->start < l->num_entries) {
+        start = PyLong_FromSize_t(l->start);
+    } else {
+        Py_INCREF(Py_None); /* (Py_NewRef is 3.10's) */
+        start = Py_None;
+    }
     PyObject *out = start ? Py_BuildValue("{s:O,s:O}", "entries", entries, "start", start) : NULL;
     Py_XDECREF(start);
     Py_DECREF(entries);

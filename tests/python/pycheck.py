@@ -138,3 +138,42 @@ def datasets(path):
     with h5py.File(path, "r") as f:
         f.visititems(lambda n, o: out.append("/" + n) if isinstance(o, h5py.Dataset) else None)
     return out
+
+
+# ---- a small sharded state, and the CLI between two jobs (test_pin, test_restorable, test_lock) --
+
+def shard_state(n=1000):
+    """A state of `n` elements of a sharded float64 array per rank, a replicated float32 array and
+    a plain value."""
+    return {"w": mpickpt.Shard(np.zeros(n, np.float64), (n * size,), (n * rank,)),
+            "b": np.zeros(7, np.float32), "step": 0}
+
+
+def shard_fill(state, step):
+    """The values of `step` into a shard_state()."""
+    state["w"].local[:] = np.arange(len(state["w"].local)) * step + rank * 0.5
+    state["b"][:] = step / 10
+    state["step"] = step
+
+
+def shard_expect(state, step, what):
+    """Every value of a shard_state() is the one of `step`, bit for bit."""
+    want = shard_state(len(state["w"].local))
+    shard_fill(want, step)
+    check_bits(state["w"].local, want["w"].local, f"{what}: w")
+    check_bits(state["b"], want["b"], f"{what}: b")
+    check(state["step"] == step, f"{what}: step {state['step']}")
+
+
+def run_cli(*args):
+    """Rank 0 runs `$MPICKPT_CLI ARGS` (an operator between two jobs), which must exit 0; every
+    rank waits for it and gets its standard output."""
+    import subprocess
+    comm.Barrier()
+    out = None
+    if rank == 0:
+        p = subprocess.run([os.environ["MPICKPT_CLI"], *args], capture_output=True, text=True)
+        check(p.returncode == 0, f"mpickpt {args}: exit {p.returncode}: {p.stderr}")
+        out = p.stdout
+    return comm.bcast(out)
+

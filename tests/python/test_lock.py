@@ -20,34 +20,20 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 import mpickpt
 import pycheck as pc
 from mpickpt import BusyError, InvalidArgumentError
-from pycheck import check, check_bits, expect_error, rank, size
+from pycheck import check, expect_error, rank, size
 
 CLI = os.environ["MPICKPT_CLI"]
 N = 500
 
 
 def make_state():
-    return {"w": mpickpt.Shard(np.zeros(N, np.float64), (N * size,), (N * rank,)),
-            "b": np.zeros(5, np.float32), "step": 0}
+    return pc.shard_state(N)
 
 
-def fill(state, step):
-    state["w"].local[:] = np.arange(N) * step + rank * 0.25
-    state["b"][:] = step / 4
-    state["step"] = step
-
-
-def expect(state, step, what):
-    want = make_state()
-    fill(want, step)
-    check_bits(state["w"].local, want["w"].local, f"{what}: w")
-    check_bits(state["b"], want["b"], f"{what}: b")
-    check(state["step"] == step, f"{what}: step {state['step']}")
+fill, expect = pc.shard_fill, pc.shard_expect
 
 
 def restores(d, step, what, **kw):

@@ -11,48 +11,21 @@ silent start from an older one; `mpickpt pin DIR --clear` then restores ckpt-4 (
 Usage: mpirun -np N python3 test_pin.py OUTDIR   (MPICKPT_CLI: the mpickpt program)"""
 import glob
 import os
-import subprocess
-
-import numpy as np
 
 import pycheck as pc
-from pycheck import check, check_bits, expect_error, rank, size
+from pycheck import check, expect_error, rank
 
 import mpickpt
 from mpickpt import NotFoundError
 
-CLI = os.environ["MPICKPT_CLI"]
 N = 1000
 
 
 def make_state():
-    return {"w": mpickpt.Shard(np.zeros(N, np.float64), (N * size,), (N * rank,)),
-            "b": np.zeros(7, np.float32), "step": 0}
+    return pc.shard_state(N)
 
 
-def fill(state, step):
-    state["w"].local[:] = np.arange(N) * step + rank * 0.5
-    state["b"][:] = step / 10
-    state["step"] = step
-
-
-def expect(state, step, what):
-    want = make_state()
-    fill(want, step)
-    check_bits(state["w"].local, want["w"].local, f"{what}: w")
-    check_bits(state["b"], want["b"], f"{what}: b")
-    check(state["step"] == step, f"{what}: step {state['step']}")
-
-
-def cli(*args):
-    """Rank 0 runs `mpickpt ARGS` (an operator between two jobs); every rank waits for it."""
-    pc.comm.Barrier()
-    out = None
-    if rank == 0:
-        p = subprocess.run([CLI, *args], capture_output=True, text=True)
-        check(p.returncode == 0, f"mpickpt {args}: exit {p.returncode}: {p.stderr}")
-        out = p.stdout
-    return pc.comm.bcast(out)
+fill, expect, cli = pc.shard_fill, pc.shard_expect, pc.run_cli
 
 
 def restored_step(d, what, want):

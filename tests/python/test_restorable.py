@@ -16,47 +16,22 @@ cache lists only 20 and refuses 30 naming the cache.
 Usage: mpirun -np N python3 test_restorable.py OUTDIR   (MPICKPT_CLI: the mpickpt program)"""
 import glob
 import os
-import subprocess
-
-import numpy as np
 
 import pycheck as pc
 from nompi import flip_byte
-from pycheck import check, check_bits, expect_error, rank, size
+from pycheck import check, expect_error, rank, size
 
 import mpickpt
 from mpickpt import CorruptError, NotFoundError
 
-CLI = os.environ["MPICKPT_CLI"]
 N = 1000
 
 
 def make_state():
-    return {"w": mpickpt.Shard(np.zeros(N, np.float64), (N * size,), (N * rank,)),
-            "b": np.zeros(7, np.float32), "step": 0}
+    return pc.shard_state(N)
 
 
-def fill(state, step):
-    state["w"].local[:] = np.arange(N) * step + rank * 0.5
-    state["b"][:] = step / 10
-    state["step"] = step
-
-
-def expect(state, step, what):
-    want = make_state()
-    fill(want, step)
-    check_bits(state["w"].local, want["w"].local, f"{what}: w")
-    check_bits(state["b"], want["b"], f"{what}: b")
-    check(state["step"] == step, f"{what}: step {state['step']}")
-
-
-def cli(*args):
-    """Rank 0 runs `mpickpt ARGS` (an operator between two jobs); every rank waits for it."""
-    pc.comm.Barrier()
-    if rank == 0:
-        p = subprocess.run([CLI, *args], capture_output=True, text=True)
-        check(p.returncode == 0, f"mpickpt {args}: exit {p.returncode}: {p.stderr}")
-    pc.comm.Barrier()
+fill, expect, cli = pc.shard_fill, pc.shard_expect, pc.run_cli
 
 
 def restore_at(mgr, step, what, where=None):

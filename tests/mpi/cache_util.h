@@ -16,14 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* 1 when v is true on every rank. Collective. */
-static inline int all_true(int v)
-{
-    int all = 0;
-    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
 /* The identity (lib/identity.h) the tests that set the cache level up on a saver themselves give
  * it (ckpt__saver_cache_init); a manager makes its directory's own. */
 #define CACHE_TEST_ID "0123456789abcdef0123456789abcdef"

@@ -30,6 +30,14 @@ static inline unsigned long hash_str(const char *p)
     return h;
 }
 
+/* 1 when v is true on every rank of MPI_COMM_WORLD. Collective. */
+static inline int all_true(int v)
+{
+    int all = 0;
+    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
 static inline int comm_rank(MPI_Comm comm)
 {
     int r = 0;

@@ -69,6 +69,7 @@
 #include "mpi_check.h"
 #include "tmpfs.h"
 #include "coll.h"
+#include "logcap.h"
 #include "mpickpt.h"
 
 #include <ctype.h>
@@ -91,41 +92,6 @@ static char g_out[2048];
 /* ---- status checks ---------------------------------------------------------------------- */
 
 /* 1 on every rank when `ok` holds on every rank. */
-static int all_true(int ok)
-{
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
-/* ---- log capture ---------------------------------------------------------------------------- */
-
-#define LOG_MAX 128
-static char g_logs[LOG_MAX][1024];
-static int g_nlogs;
-
-static void log_cb(ckpt_log_level level, const char *message, void *payload)
-{
-    (void)payload;
-    if (getenv("MPICKPT_TEST_VERBOSE"))
-        fprintf(stderr, "[rank %d] log %d: %s\n", g_rank, (int)level, message);
-    if (level <= CKPT_LOG_WARN && g_nlogs < LOG_MAX)
-        snprintf(g_logs[g_nlogs++], sizeof g_logs[0], "%s", message ? message : "");
-}
-
-/* The first captured warning containing every one of the NULL-terminated `words`, or NULL. */
-static const char *logs_find(const char *const *words)
-{
-    for (int i = 0; i < g_nlogs; i++) {
-        int all = 1;
-        for (const char *const *w = words; *w; w++)
-            all &= contains_ci(g_logs[i], *w);
-        if (all)
-            return g_logs[i];
-    }
-    return NULL;
-}
-
 /* ---- files ---------------------------------------------------------------------------------- */
 
 /* Number of "<stem>-<N>.index" files in `dir` (rank 0's view). */
@@ -1617,7 +1583,7 @@ int main(int argc, char **argv)
     }
     snprintf(g_out, sizeof g_out, "%s", argv[1]);
     unset_all(); /* only what this test sets */
-    ckpt_log_set(log_cb, CKPT_LOG_WARN, NULL);
+    ckpt_log_set(logcap_cb, CKPT_LOG_WARN, NULL);
     make_dir(g_out);
 
     char title[256];

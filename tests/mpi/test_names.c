@@ -36,6 +36,7 @@
  */
 #include "mpi_check.h"
 #include "coll.h"
+#include "logcap.h"
 #include "mpickpt.h"
 
 #include <dirent.h>
@@ -55,25 +56,7 @@ static const char *g_layout_name;
 #define SKIP_MAX 100 /* CKPT__COUNTER_SKIP_MAX (lib/paths.h) */
 
 /* 1 on every rank when `ok` holds on every rank. */
-static int all_true(int ok)
-{
-    int all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
-/* ---- warnings of rank 0 ------------------------------------------------------------------- */
-
-#define LOG_MAX 64
-static char g_logs[LOG_MAX][1024];
-static int g_nlogs;
-
-static void log_cb(ckpt_log_level level, const char *message, void *payload)
-{
-    (void)payload;
-    if (level <= CKPT_LOG_WARN && g_nlogs < LOG_MAX)
-        snprintf(g_logs[g_nlogs++], sizeof g_logs[0], "%s", message ? message : "");
-}
+/* ---- warnings of rank 0 (logcap.h) ---------------------------------------------------------- */
 
 /* 1 when a captured warning holds every NULL-terminated word. */
 static int warned(const char *w1, const char *w2)
@@ -643,7 +626,7 @@ int main(int argc, char **argv)
     g_layout_name = argv[3];
     g_layout = tm_layout(argv[3]);
     if (g_rank == 0) /* the chief warns */
-        ckpt_log_set(log_cb, CKPT_LOG_WARN, NULL);
+        ckpt_log_set(logcap_cb, CKPT_LOG_WARN, NULL);
     make_dir(g_out);
     if (strcmp(argv[2], "planted") == 0)
         case_planted();

@@ -1,5 +1,6 @@
 #include "internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -90,8 +91,18 @@ static void apply_aliases(void)
 
 int ckpt__verror(int code, const char *fmt, va_list ap)
 {
+    int err = errno; /* the failed call's, when the message shows its strerror() */
     vsnprintf(tl_message, sizeof tl_message, fmt, ap);
     apply_aliases();
+    tl_error.sys_errno = 0;
+    if (err > 0 && code != CKPT_OK) {
+        const char *text = strerror(err);
+        const char *at = text && *text ? strstr(tl_message, text) : NULL;
+        /* "...: <strerror>" ending the message or a clause of it */
+        if (at && at >= tl_message + 2 && at[-2] == ':' && at[-1] == ' ')
+            tl_error.sys_errno = err;
+    }
+    errno = err;
     tl_error.code = code;
     tl_error.message = tl_message;
     tl_set = 1;
@@ -130,6 +141,13 @@ int ckpt__error_wrap(int code, const char *fmt, ...)
     return code;
 }
 
+int ckpt__error_set_errno(int code, int err)
+{
+    if (tl_set && tl_error.code == code)
+        tl_error.sys_errno = err > 0 ? err : 0;
+    return code;
+}
+
 const ckpt_error *ckpt_error_last(void)
 {
     return tl_set ? &tl_error : NULL;
@@ -139,6 +157,7 @@ void ckpt_error_clear(void)
 {
     tl_set = 0;
     tl_agreed = 0;
+    tl_error.sys_errno = 0;
     tl_message[0] = '\0';
 }
 

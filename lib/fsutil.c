@@ -45,7 +45,8 @@ int ckpt__errno(int err, const char *what, const char *path)
                            what, path);
     default: code = CKPT_EIO; break;
     }
-    return ckpt__error(code, "%s %s: %s", what, path, strerror(err));
+    ckpt__error(code, "%s %s: %s", what, path, strerror(err));
+    return ckpt__error_set_errno(code, err);
 }
 
 int ckpt__path(char *out, size_t size, const char *fmt, ...)
@@ -678,12 +679,16 @@ int ckpt__pad_grow(int fd, uint64_t bytes, const char *shown)
                 off += (uint64_t)w;
         }
     }
-    if (err == ENOSPC || err == EDQUOT)
-        return ckpt__error(CKPT_ENOSPC, "no space left on device for this checkpoint in %s (%llu "
-                                        "bytes of room for HDF5's metadata)",
-                           shown, (unsigned long long)bytes);
-    if (err)
-        return ckpt__error(CKPT_EIO, "room for HDF5's metadata in %s: %s", shown, strerror(err));
+    if (err == ENOSPC || err == EDQUOT) {
+        ckpt__error(CKPT_ENOSPC, "no space left on device for this checkpoint in %s (%llu bytes "
+                                 "of room for HDF5's metadata)",
+                    shown, (unsigned long long)bytes);
+        return ckpt__error_set_errno(CKPT_ENOSPC, err);
+    }
+    if (err) {
+        ckpt__error(CKPT_EIO, "room for HDF5's metadata in %s: %s", shown, strerror(err));
+        return ckpt__error_set_errno(CKPT_EIO, err);
+    }
     return CKPT_OK;
 }
 

@@ -25,6 +25,15 @@ static int agreed_text(const char *m)
     return close && strncmp(close, "): ", 3) == 0;
 }
 
+/* m without a leading "rank R: " naming this rank (local messages of the save name their rank;
+ * the agreed prefix names it again, with the host): the rank is named once. */
+static const char *own_text(const char *m, int rank)
+{
+    char own[32];
+    int n = snprintf(own, sizeof own, "rank %d: ", rank);
+    return n > 0 && strncmp(m, own, (size_t)n) == 0 ? m + n : m;
+}
+
 int ckpt_mpi_agree(MPI_Comm comm, int local_status)
 {
     int rank = 0;
@@ -40,29 +49,34 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
     if (out.code == CKPT_OK)
         return CKPT_OK;
 
-    /* Every rank knows that out.rank failed, so all of them take this branch together. */
-    char msg[1536];
+    /* Every rank knows that out.rank failed, so all of them take this branch together. The
+     * failing rank's errno travels with its message (ckpt_error.sys_errno on every rank). */
+    struct { int sys_errno; char msg[1536]; } b;
+    char *msg = b.msg;
+    b.sys_errno = 0;
     if (rank == out.rank) {
         const ckpt_error *e = ckpt_error_last();
         int mine = e && e->code == out.code;
+        b.sys_errno = mine ? e->sys_errno : 0;
         if (mine && (ckpt__error_agreed() || agreed_text(e->message))) {
             /* agreed before (the status of an inner collective, passed on): it names the rank
              * that failed first; this one, the lowest now holding the code, may be another */
-            snprintf(msg, sizeof msg, "%s", e->message);
+            snprintf(msg, sizeof b.msg, "%s", e->message);
         } else {
             char host[64] = "?";
             gethostname(host, sizeof host - 1);
             host[sizeof host - 1] = '\0';
-            snprintf(msg, sizeof msg, "rank %d (host %s): %s", rank, host,
-                     mine ? e->message : ckpt_strerror(out.code));
+            const char *text = mine ? own_text(e->message, rank) : ckpt_strerror(out.code);
+            snprintf(msg, sizeof b.msg, "rank %d (host %s): %s", rank, host, text);
         }
     }
-    rc = MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, out.rank, comm);
+    rc = MPI_Bcast(&b, (int)sizeof b, MPI_BYTE, out.rank, comm);
     if (rc != MPI_SUCCESS)
         return ckpt__error(CKPT_EMPI, "rank %d failed (%s); broadcasting its message failed too",
                            out.rank, ckpt_strerror(out.code));
-    msg[sizeof msg - 1] = '\0';
-    ckpt__error(out.code, "%s", msg);
+    b.msg[sizeof b.msg - 1] = '\0';
+    ckpt__error(out.code, "%s", b.msg);
+    ckpt__error_set_errno(out.code, b.sys_errno);
     ckpt__error_mark_agreed();
     return out.code;
 }

@@ -3,36 +3,65 @@
 
 #include <mpi4py/mpi4py.h>
 
+#include <errno.h>
 #include <signal.h>
 
 /* mpickpt.Error and its subclasses, one per status a caller acts on. */
 static PyObject *g_error, *g_notfound, *g_corrupt, *g_mismatch, *g_nospace, *g_invalid, *g_version,
-    *g_exists, *g_timedout, *g_busy, *g_mpi;
+    *g_exists, *g_timedout, *g_busy, *g_mpi, *g_fs, *g_denied;
 static int g_mpi4py_ready;
+
+/* The class of a status and the errno behind it: a failed file-system call (CKPT_EIO) is a
+ * FileSystemError, a PermissionDeniedError when the file system refused the operation (read-only,
+ * EROFS; denied, EACCES or EPERM). */
+static PyObject *error_class(int code, int sys_errno)
+{
+    switch (code) {
+    case CKPT_ENOTFOUND: return g_notfound;
+    case CKPT_ECORRUPT: return g_corrupt;
+    case CKPT_EMISMATCH: return g_mismatch;
+    case CKPT_ENOSPC: return g_nospace;
+    case CKPT_EINVAL: return g_invalid;
+    case CKPT_EVERSION: return g_version;
+    case CKPT_EEXISTS: return g_exists;
+    case CKPT_ETIMEDOUT: return g_timedout;
+    case CKPT_EBUSY: return g_busy;
+    case CKPT_EMPI: return g_mpi;
+    case CKPT_EIO:
+        return sys_errno == EROFS || sys_errno == EACCES || sys_errno == EPERM ? g_denied : g_fs;
+    default: return g_error;
+    }
+}
 
 PyObject *pyckpt_raise(int code, const char *fallback)
 {
-    PyObject *cls = g_error;
-    switch (code) {
-    case CKPT_ENOTFOUND: cls = g_notfound; break;
-    case CKPT_ECORRUPT: cls = g_corrupt; break;
-    case CKPT_EMISMATCH: cls = g_mismatch; break;
-    case CKPT_ENOSPC: cls = g_nospace; break;
-    case CKPT_EINVAL: cls = g_invalid; break;
-    case CKPT_EVERSION: cls = g_version; break;
-    case CKPT_EEXISTS: cls = g_exists; break;
-    case CKPT_ETIMEDOUT: cls = g_timedout; break;
-    case CKPT_EBUSY:
-        cls = g_busy;
-        break;
-    case CKPT_EMPI: cls = g_mpi; break;
-    default: break;
-    }
     const ckpt_error *e = ckpt_error_last();
-    const char *msg = e && e->code == code && e->message && e->message[0] ? e->message
-                      : fallback                                          ? fallback
-                                                                          : ckpt_strerror(code);
-    PyErr_SetString(cls, msg); /* the class's `code` attribute is the status */
+    int mine = e && e->code == code;
+    int sys_errno = mine ? e->sys_errno : 0;
+    if (code == CKPT_ENOSPC && sys_errno == 0)
+        sys_errno = ENOSPC;
+    PyObject *cls = error_class(code, sys_errno);
+    const char *msg = mine && e->message && e->message[0] ? e->message
+                      : fallback                          ? fallback
+                                                          : ckpt_strerror(code);
+    /* the class's `code` attribute is the status; an OSError subclass's `errno` the errno (str()
+     * stays the message: `strerror` is left None, it would replace str()) */
+    PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+    PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
+    Py_XDECREF(text);
+    if (!exc)
+        return NULL;
+    if (sys_errno && PyObject_IsSubclass(cls, PyExc_OSError) == 1) {
+        PyObject *n = PyLong_FromLong(sys_errno);
+        int bad = !n || PyObject_SetAttrString(exc, "errno", n) < 0;
+        Py_XDECREF(n);
+        if (bad) {
+            Py_DECREF(exc);
+            return NULL;
+        }
+    }
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
     return NULL;
 }
 
@@ -310,7 +339,17 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
     SUB(g_mismatch, "MismatchError", PyExc_ValueError, CKPT_EMISMATCH,
         "A dtype, shape, slice or registration disagrees with the checkpoint (CKPT_EMISMATCH).");
     SUB(g_nospace, "NoSpaceError", PyExc_OSError, CKPT_ENOSPC,
-        "No space left on the device (CKPT_ENOSPC).");
+        "No space left on the device (CKPT_ENOSPC); an OSError with errno ENOSPC (or EDQUOT).");
+    SUB(g_fs, "FileSystemError", PyExc_OSError, CKPT_EIO,
+        "A file-system or I/O call failed (CKPT_EIO); an OSError whose errno is the failed "
+        "call's (None when unknown).");
+    b = PyTuple_Pack(2, g_fs, PyExc_PermissionError);
+    if (!b || !(g_denied = new_error(m, "PermissionDeniedError", b, CKPT_EIO,
+                                     "The file system refused: a read-only file system (EROFS) "
+                                     "or permission denied (EACCES, EPERM); a FileSystemError "
+                                     "and a builtins.PermissionError with errno set (CKPT_EIO).")))
+        goto fail;
+    Py_CLEAR(b);
     SUB(g_invalid, "InvalidArgumentError", PyExc_ValueError, CKPT_EINVAL,
         "An invalid argument or usage (CKPT_EINVAL).");
     SUB(g_version, "VersionError", (PyObject *)NULL, CKPT_EVERSION,

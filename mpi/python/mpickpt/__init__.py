@@ -21,9 +21,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _mpickpt as _C
-from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, InvalidArgumentError,
-                       MismatchError, MPIError, NoSpaceError, NotFoundError, TimeoutError,
-                       VersionError)
+from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, FileSystemError,
+                       InvalidArgumentError, MismatchError, MPIError, NoSpaceError, NotFoundError,
+                       PermissionDeniedError, TimeoutError, VersionError)
 from ._state import (Registered, agree, collective, load_record, restore_finish, restore_prepare,
                      save_prepare, uninterruptible)
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
@@ -35,6 +35,7 @@ __all__ = [
     "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
     "InvalidArgumentError", "VersionError", "ExistsError", "TimeoutError", "BusyError", "MPIError",
+    "FileSystemError", "PermissionDeniedError",
     "EXIT_PREEMPTED", "__version__", "set_log_level",
 ]
 

@@ -8,6 +8,7 @@ back until a collective call is over (uninterruptible).
 from __future__ import annotations
 
 import contextlib
+import errno as _errno
 import functools
 import json
 import re
@@ -23,7 +24,7 @@ T = TypeVar("T")
 _ERRORS = {cls.__name__: cls for cls in (
     _C.Error, _C.NotFoundError, _C.CorruptError, _C.MismatchError, _C.NoSpaceError,
     _C.InvalidArgumentError, _C.VersionError, _C.ExistsError, _C.TimeoutError, _C.BusyError,
-    _C.MPIError)}
+    _C.MPIError, _C.FileSystemError, _C.PermissionDeniedError)}
 
 
 @contextlib.contextmanager
@@ -82,12 +83,23 @@ def agree(comm: Any, exc: Optional[BaseException]) -> None:
     payload = None
     if comm.rank == lowest:
         name = type(exc).__name__
+        # an OSError's errno reaches every rank (mpickpt's file-system errors are OSErrors)
+        errno = exc.errno if isinstance(exc, OSError) and isinstance(exc.errno, int) else None
         if name not in _ERRORS:
-            name = "InvalidArgumentError" if isinstance(exc, (ValueError, TypeError)) else "Error"
+            if isinstance(exc, OSError):
+                name = ("NoSpaceError" if errno in (_errno.ENOSPC, _errno.EDQUOT) else
+                        "PermissionDeniedError"
+                        if errno in (_errno.EROFS, _errno.EACCES, _errno.EPERM) else
+                        "FileSystemError")
+            else:
+                name = ("InvalidArgumentError" if isinstance(exc, (ValueError, TypeError))
+                        else "Error")
         text = str(exc)
-        payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}")
-    name, msg = comm.bcast(payload, root=lowest)
+        payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}", errno)
+    name, msg, errno = comm.bcast(payload, root=lowest)
     err = _ERRORS[name](msg)
+    if errno is not None and isinstance(err, OSError):
+        err.errno = errno
     if exc is not None and comm.rank == lowest:
         raise err from exc
     raise err

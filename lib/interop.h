@@ -8,6 +8,7 @@
 #define MPICKPT_INTEROP_INTERNAL_H
 
 #include "internal.h"
+#include "json.h"
 
 #include "mpickpt/checkpoint.h"
 #include "mpickpt/interop.h"
@@ -56,7 +57,33 @@ int ckpt__export_read(ckpt_reader *r, size_t i, ckpt_tensor_info *info, void **d
 void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *totals,
                          const ckpt_tensor_info *info, uint64_t bytes);
 
-#pragma GCC visibility push(default) /* for the CLI (lib/cli/cmd_import.c) */
+#pragma GCC visibility push(default) /* for the CLI (lib/cli/cmd_import.c, cmd_dump.c) */
+
+/* The Python package's record of plain values (lib/export_record.c): one JSON document per rank
+ * in the blob tensor `__mpickpt__/json/rank_<r>`, versions 1 and 2 (/docs/python.md). */
+typedef struct ckpt__record {
+    int rank;
+    int version;              /* "mpickpt_json" */
+    char name[64];            /* the tensor */
+    ckpt__json_doc *doc;
+    const ckpt__jv *replicated; /* objects NAME -> value, or NULL when absent */
+    const ckpt__jv *per_rank;
+    const ckpt__jv *aliases;  /* version 2: NAME -> {"of": TARGET, ...} (each "of" a string) */
+} ckpt__record;
+
+typedef struct ckpt__records {
+    size_t n;
+    ckpt__record *r; /* by rank */
+} ckpt__records;
+
+/* Reads and parses every record of r (none: n = 0). A record that is not a 1-d uint8 tensor, not
+ * JSON (lib/json.h's reader: depth, UTF-8, trailing bytes), not an object with an integer
+ * "mpickpt_json", or whose "replicated", "per_rank" or "aliases" is not an object, is
+ * CKPT_ECORRUPT naming the checkpoint (`shown`) and the record; a version above 2 CKPT_EVERSION. */
+int ckpt__records_load(ckpt__records *out, ckpt_reader *r, const char *shown);
+void ckpt__records_free(ckpt__records *recs);
+/* 1 for the names mpickpt keeps for itself ("__mpickpt__/..."): the records and other blobs. */
+int ckpt__is_internal_name(const char *name);
 /* The bundle prefix ckpt_import_tf() reads for the operand `tf_prefix`: a directory's TensorFlow
  * `checkpoint` file resolved (its model_checkpoint_path, last component, in that directory),
  * anything else as given. `mpickpt import-tf` reports it as "bundle". */

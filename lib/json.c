@@ -7,9 +7,15 @@
 
 void ckpt__json_write_string(FILE *out, const char *s)
 {
+    ckpt__json_write_string_n(out, s, strlen(s));
+}
+
+void ckpt__json_write_string_n(FILE *out, const char *s, size_t len)
+{
     static const char hex[] = "0123456789abcdef";
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    const unsigned char *end = (const unsigned char *)s + len;
+    for (const unsigned char *p = (const unsigned char *)s; p < end;) {
         if (*p == '"' || *p == '\\') {
             fputc('\\', out);
             fputc(*p++, out);
@@ -21,7 +27,7 @@ void ckpt__json_write_string(FILE *out, const char *s)
         } else if (*p < 0x80) {
             fputc(*p++, out);
         } else {
-            size_t n = ckpt__utf8_seq_len(p, SIZE_MAX);
+            size_t n = ckpt__utf8_seq_len(p, (size_t)(end - p));
             if (n == 0) {
                 /* One replacement per byte: the next byte may start a good sequence. */
                 fputs("\\ufffd", out);
@@ -89,6 +95,26 @@ void ckpt__json_string(ckpt__json_writer *w, const char *s)
 {
     json_separate(w);
     ckpt__json_write_string(w->out, s);
+}
+
+void ckpt__json_string_n(ckpt__json_writer *w, const char *s, size_t len)
+{
+    json_separate(w);
+    ckpt__json_write_string_n(w->out, s, len);
+}
+
+void ckpt__json_key_n(ckpt__json_writer *w, const char *key, size_t len)
+{
+    json_separate(w);
+    ckpt__json_write_string_n(w->out, key, len);
+    fputc(':', w->out);
+    w->after_key = 1;
+}
+
+void ckpt__json_raw(ckpt__json_writer *w, const char *text, size_t len)
+{
+    json_separate(w);
+    fwrite(text, 1, len, w->out);
 }
 
 void ckpt__json_int(ckpt__json_writer *w, int64_t v)

@@ -1,5 +1,8 @@
-/* mpickpt dump: the values of one tensor, or of a block of it (--slice), as text or JSON. */
+/* mpickpt dump: the values of one tensor, or of a block of it (--slice), as text or JSON; the
+ * plain values of the Python package's record (all of them, or one by name). */
 #include "cli.h"
+
+#include "interop.h" /* lib/interop.h: the records of plain values */
 
 #include <inttypes.h>
 #include <math.h>
@@ -118,6 +121,85 @@ static void value_text(FILE *out, value v)
     }
 }
 
+/* One bound of a start:stop slice: empty (the default), or a decimal integer, negative counting
+ * from the end as in Python; clamped to [0, dim] as Python clamps. Returns 0, or -1 when it is not
+ * an integer. */
+static int slice_bound(int64_t *out, const char *s, size_t len, int64_t dim, int64_t dflt)
+{
+    if (len == 0) {
+        *out = dflt;
+        return 0;
+    }
+    size_t i = 0;
+    int neg = 0;
+    if (s[0] == '-' || s[0] == '+') {
+        neg = s[0] == '-';
+        i = 1;
+    }
+    if (i == len)
+        return -1;
+    int64_t v = 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        if (v > (INT64_MAX - 9) / 10)
+            v = INT64_MAX / 2; /* clamped below anyway */
+        else
+            v = v * 10 + (s[i] - '0');
+    }
+    if (neg)
+        v = v > dim ? 0 : dim - v;
+    *out = v > dim ? dim : v;
+    return 0;
+}
+
+/* --slice "start:stop" per axis, axes separated by ',' ("0:4", "1:3,:", ":-1"), as Python and
+ * NumPy slice: open ends, negative bounds from the end, clamped, no step; axes not given are
+ * whole. Every part must hold exactly one ':' (so no spec is both this and an extent spec, whose
+ * first part is "-" or "start,length"). Returns 0, or -1 after recording why (CKPT_EINVAL). */
+static int python_slice(ckpt_slice *slice, const ckpt_shape *shape, const char *spec)
+{
+    ckpt_slice_full(slice, shape);
+    int axis = 0;
+    for (const char *p = spec;; axis++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', len);
+        if (!colon || memchr(colon + 1, ':', len - (size_t)(colon + 1 - p)))
+            return ckpt__error(CKPT_EINVAL,
+                               "axis %d: '%.*s' is not start:stop (a step is not supported)",
+                               axis, (int)len, p);
+        if (axis >= shape->ndims)
+            return ckpt__error(CKPT_EINVAL, "%d axes given, the tensor has %d", axis + 1,
+                               shape->ndims);
+        int64_t dim = shape->dims[axis], a, b;
+        if (slice_bound(&a, p, (size_t)(colon - p), dim, 0) != 0 ||
+            slice_bound(&b, colon + 1, len - (size_t)(colon + 1 - p), dim, dim) != 0)
+            return ckpt__error(CKPT_EINVAL, "axis %d: '%.*s': bounds are integers", axis,
+                               (int)len, p);
+        slice->start[axis] = a;
+        slice->count[axis] = b > a ? b - a : 0;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return 0;
+}
+
+/* 1 when every ','-separated part of spec holds a ':' (a start:stop spec, not extents). */
+static int looks_python(const char *spec)
+{
+    for (const char *p = spec;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (!memchr(p, ':', len))
+            return 0;
+        if (!end)
+            return 1;
+        p = end + 1;
+    }
+}
+
 /* Parses --slice against the tensor's shape: a full TensorFlow spec (it has a space between the
  * shape and the extents; the shape must be the tensor's) or only the extents. Returns 0 or
  * EXIT_USAGE after printing why. */
@@ -138,6 +220,10 @@ static int dump_parse_slice(const cli_command *cmd, const char *spec, const ckpt
         }
     } else {
         rc = ckpt_slice_parse_extent(slice, shape, spec);
+        if (rc != CKPT_OK && looks_python(spec) && python_slice(slice, shape, spec) == 0) {
+            ckpt_error_clear();
+            rc = CKPT_OK;
+        }
     }
     if (rc != CKPT_OK) {
         const ckpt_error *e = ckpt_error_last();
@@ -230,27 +316,244 @@ static int dump_tensor(const cli_command *cmd, ckpt_reader *r, const char *name,
     return rc == CKPT_OK ? EXIT_OK : EXIT_BAD;
 }
 
+/* ---- plain values (the Python package's record, lib/interop.h ckpt__records_load) ---- */
+
+/* A read value as text: compact JSON as Python's json writes it (NaN, Infinity as such). */
+static void value_line(const ckpt__jv *v)
+{
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    ckpt__json_value(&w, v, 1);
+}
+
+static int key_is(const ckpt__jv *obj, size_t i, const char *name)
+{
+    return obj->key_lens[i] == strlen(name) && memcmp(obj->keys[i], name, obj->key_lens[i]) == 0;
+}
+
+/* The replicated values (rank 0's record), then each rank's own, then the aliases; or only those
+ * named `name`. Returns the number of values shown. */
+static size_t values_text(const ckpt__records *recs, const char *name)
+{
+    size_t shown = 0;
+    const ckpt__record *r0 = recs->n && recs->r[0].rank == 0 ? &recs->r[0] : NULL;
+    if (r0 && r0->replicated)
+        for (size_t i = 0; i < r0->replicated->n; i++) {
+            if (name && !key_is(r0->replicated, i, name))
+                continue;
+            cli_text_name(stdout, r0->replicated->keys[i]);
+            fputs(" = ", stdout);
+            value_line(&r0->replicated->items[i]);
+            fputc('\n', stdout);
+            shown++;
+        }
+    for (size_t k = 0; k < recs->n; k++) {
+        const ckpt__jv *pr = recs->r[k].per_rank;
+        for (size_t i = 0; pr && i < pr->n; i++) {
+            if (name && !key_is(pr, i, name))
+                continue;
+            printf("[rank %d] ", recs->r[k].rank);
+            cli_text_name(stdout, pr->keys[i]);
+            fputs(" = ", stdout);
+            value_line(&pr->items[i]);
+            fputc('\n', stdout);
+            shown++;
+        }
+    }
+    for (size_t k = 0; k < recs->n; k++) {
+        const ckpt__jv *al = recs->r[k].aliases;
+        for (size_t i = 0; al && i < al->n; i++) {
+            if ((name && !key_is(al, i, name)) || (k > 0 && r0 && r0->aliases &&
+                                                   ckpt__jv_get(r0->aliases, al->keys[i])))
+                continue; /* a replicated alias is in every record: shown once, from rank 0 */
+            if (k > 0 || !r0)
+                printf("[rank %d] ", recs->r[k].rank);
+            cli_text_name(stdout, al->keys[i]);
+            fputs(" -> alias of ", stdout);
+            cli_text_name(stdout, ckpt__jv_get(&al->items[i], "of")->text);
+            fputc('\n', stdout);
+            shown++;
+        }
+    }
+    return shown;
+}
+
+/* {"prefix","records","versions","replicated":{NAME:VALUE},"per_rank":[{"rank","values"}],
+ *  "aliases":{NAME:TARGET}} (per-rank aliases under "per_rank_aliases": [{"rank","aliases"}]);
+ * with a name, only it: {"prefix","name","value"} or {"prefix","name","per_rank":[{"rank",
+ * "value"}]} or {"prefix","name","alias_of"}. Returns the number of values found. */
+static size_t values_json(const ckpt__records *recs, const char *prefix, const char *name)
+{
+    const ckpt__record *r0 = recs->n && recs->r[0].rank == 0 ? &recs->r[0] : NULL;
+    size_t found = 0;
+    ckpt__json_writer w;
+    ckpt__json_init(&w, stdout);
+    if (name) {
+        const ckpt__jv *rep = r0 ? ckpt__jv_get(r0->replicated, name) : NULL;
+        const ckpt__jv *al = r0 ? ckpt__jv_get(r0->aliases, name) : NULL;
+        size_t per = 0;
+        for (size_t k = 0; k < recs->n; k++)
+            per += ckpt__jv_get(recs->r[k].per_rank, name) != NULL;
+        if (!rep && !al && !per)
+            return 0;
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "prefix");
+        ckpt__json_string(&w, prefix);
+        ckpt__json_key(&w, "name");
+        ckpt__json_string(&w, name);
+        if (rep) {
+            ckpt__json_key(&w, "value");
+            ckpt__json_value(&w, rep, 0);
+        } else if (al) {
+            ckpt__json_key(&w, "alias_of");
+            ckpt__json_string(&w, ckpt__jv_get(al, "of")->text);
+        } else {
+            ckpt__json_key(&w, "per_rank");
+            ckpt__json_array_begin(&w);
+            for (size_t k = 0; k < recs->n; k++) {
+                const ckpt__jv *v = ckpt__jv_get(recs->r[k].per_rank, name);
+                if (!v)
+                    continue;
+                ckpt__json_object_begin(&w);
+                ckpt__json_key(&w, "rank");
+                ckpt__json_int(&w, recs->r[k].rank);
+                ckpt__json_key(&w, "value");
+                ckpt__json_value(&w, v, 0);
+                ckpt__json_object_end(&w);
+            }
+            ckpt__json_array_end(&w);
+        }
+        ckpt__json_object_end(&w);
+        fputc('\n', stdout);
+        return 1;
+    }
+    ckpt__json_object_begin(&w);
+    ckpt__json_key(&w, "prefix");
+    ckpt__json_string(&w, prefix);
+    ckpt__json_key(&w, "records");
+    ckpt__json_array_begin(&w);
+    for (size_t k = 0; k < recs->n; k++) {
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "rank");
+        ckpt__json_int(&w, recs->r[k].rank);
+        ckpt__json_key(&w, "version");
+        ckpt__json_int(&w, recs->r[k].version);
+        ckpt__json_object_end(&w);
+    }
+    ckpt__json_array_end(&w);
+    ckpt__json_key(&w, "replicated");
+    ckpt__json_object_begin(&w);
+    for (size_t i = 0; r0 && r0->replicated && i < r0->replicated->n; i++) {
+        ckpt__json_key_n(&w, r0->replicated->keys[i], r0->replicated->key_lens[i]);
+        ckpt__json_value(&w, &r0->replicated->items[i], 0);
+        found++;
+    }
+    ckpt__json_object_end(&w);
+    ckpt__json_key(&w, "per_rank");
+    ckpt__json_array_begin(&w);
+    for (size_t k = 0; k < recs->n; k++) {
+        const ckpt__jv *pr = recs->r[k].per_rank;
+        if (!pr || pr->n == 0)
+            continue;
+        ckpt__json_object_begin(&w);
+        ckpt__json_key(&w, "rank");
+        ckpt__json_int(&w, recs->r[k].rank);
+        ckpt__json_key(&w, "values");
+        ckpt__json_value(&w, pr, 0);
+        ckpt__json_object_end(&w);
+        found += pr->n;
+    }
+    ckpt__json_array_end(&w);
+    ckpt__json_key(&w, "aliases");
+    ckpt__json_object_begin(&w);
+    for (size_t i = 0; r0 && r0->aliases && i < r0->aliases->n; i++) {
+        ckpt__json_key_n(&w, r0->aliases->keys[i], r0->aliases->key_lens[i]);
+        ckpt__json_string(&w, ckpt__jv_get(&r0->aliases->items[i], "of")->text);
+    }
+    ckpt__json_object_end(&w);
+    ckpt__json_object_end(&w);
+    fputc('\n', stdout);
+    return found;
+}
+
+/* Shows the record's plain values (all, or `name`'s). *missing: 1 when `name` is none of them. */
+static int dump_values(const cli_command *cmd, ckpt_reader *r, const char *prefix,
+                       const char *name, int json, int *missing)
+{
+    ckpt__records recs;
+    int rc = ckpt__records_load(&recs, r, prefix);
+    *missing = 0;
+    if (rc != CKPT_OK)
+        return cli_lib_error(cmd, rc);
+    size_t n = json ? values_json(&recs, prefix, name) : values_text(&recs, name);
+    if (name && n == 0)
+        *missing = 1;
+    else if (!name && !json && n == 0)
+        printf("no plain values in %s (it has no record of them: __mpickpt__/json/rank_<r>)\n",
+               prefix);
+    ckpt__records_free(&recs);
+    return EXIT_OK;
+}
+
 static int cmd_dump(const cli_command *cmd, int argc, char **argv)
 {
     int json = 0, nops = 0;
     const char *spec = NULL;
     const cli_option opts[] = {{"--json", &json, NULL}, {"--slice", NULL, &spec}};
-    const cli_spec args = {opts, 2, 2, 2, "expected PREFIX and NAME", "too many arguments", 0};
+    const cli_spec args = {opts, 2, 1, 2, "expected PREFIX [NAME]", "too many arguments", 0};
     int rc = cli_parse(cmd, &args, argc, argv, &nops);
     if (rc != CLI_GO)
         return rc;
+    if (nops == 1 && spec)
+        return cli_usage_error(cmd, "--slice needs a tensor NAME");
     ckpt_reader *r = NULL;
     if ((rc = cli_open(cmd, argv[0], &r, 0)) != 0)
         return rc;
-    rc = dump_tensor(cmd, r, argv[1], spec, json);
+    char *prefix = cli_prefix(argv[0]);
+    if (!prefix) {
+        ckpt_reader_free(r);
+        return cli_oom(cmd);
+    }
+    size_t index;
+    if (nops == 1) {
+        int missing;
+        rc = dump_values(cmd, r, prefix, NULL, json, &missing);
+    } else if (spec || ckpt_reader_find(&index, r, argv[1]) == CKPT_OK) {
+        rc = dump_tensor(cmd, r, argv[1], spec, json);
+    } else {
+        /* not a tensor: a plain value of the record? */
+        int missing = 0;
+        ckpt_error_clear();
+        rc = dump_values(cmd, r, prefix, argv[1], json, &missing);
+        if (rc == EXIT_OK && missing) {
+            fprintf(stderr, "mpickpt: %s: ", cmd->name);
+            cli_text_name(stderr, prefix);
+            fputs(" has no tensor and no plain value named \"", stderr);
+            cli_text_name(stderr, argv[1]);
+            fputs("\"\n", stderr);
+            rc = EXIT_BAD;
+        }
+    }
+    free(prefix);
     ckpt_reader_free(r);
     return rc;
 }
 
 const cli_command cli_cmd_dump = {
-    "dump", "[--json] [--slice SPEC] PREFIX NAME", "print the values of one tensor",
-    "  --slice SPEC  only a sub-block: extents \"0,2:-\" (start,length or - per dimension)\n"
+    "dump", "[--json] [--slice SPEC] PREFIX [NAME]",
+    "print the values of one tensor, or the plain values of the Python package's record",
+    "  NAME          a tensor: its values; a plain value (or alias) of the record: its value\n"
+    "                (per-rank ones per rank); without NAME: every plain value, replicated\n"
+    "                ones as `name = value` (rank 0's record), per-rank ones as\n"
+    "                `[rank R] name = value`, aliases as `name -> alias of target`\n"
+    "                (values as Python's json writes them: NaN, Infinity, big integers whole)\n"
+    "  --slice SPEC  only a sub-block of a tensor: start:stop per axis, axes separated by ','\n"
+    "                (\"0:4\", \"1:3,:\", \"-2:\"; open ends, negative from the end, clamped,\n"
+    "                as in Python); extents \"0,2:-\" (start,length or - per dimension);\n"
     "                or a full TensorFlow slice spec \"4 10 0,2:-\" (shape must match)\n"
-    "  --json        {\"name\",\"dtype\",\"shape\",\"values\"} with values flattened row-major;\n"
-    "                NaN and infinities as the strings \"NaN\", \"Infinity\", \"-Infinity\"\n",
+    "  --json        a tensor: {\"name\",\"dtype\",\"shape\",\"values\"} with values flattened\n"
+    "                row-major; NaN and infinities as the strings \"NaN\", \"Infinity\",\n"
+    "                \"-Infinity\". Plain values: {\"prefix\",\"records\":[{\"rank\",\"version\"}],\n"
+    "                \"replicated\":{},\"per_rank\":[{\"rank\",\"values\"}],\"aliases\":{}};\n"
+    "                one: {\"prefix\",\"name\",\"value\"|\"per_rank\"|\"alias_of\"}\n",
     cmd_dump};

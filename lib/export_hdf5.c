@@ -42,41 +42,48 @@ static const char *name_problem(const char *name)
  * no name that is also the group of another ("a" and "a/b"). CKPT_EINVAL naming the first
  * offending tensor(s) and how many there are. Reads the index only, before anything is written.
  */
-static int check_names(ckpt_reader *r)
+static int by_name(const void *a, const void *b)
 {
-    size_t n = ckpt_reader_num_tensors(r), bad = 0;
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int check_names(const ckpt__export_sel *sel)
+{
+    size_t n = sel->n, bad = 0;
     char first[4096 + 256] = "";
     char prefix[4097];
+    char **sorted = malloc((n ? n : 1) * sizeof *sorted);
+    if (!sorted)
+        return ckpt__error(CKPT_ENOMEM, "export to HDF5: out of memory");
+    memcpy(sorted, sel->name, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, by_name);
     for (size_t i = 0; i < n; i++) {
-        ckpt_tensor_info t;
-        int rc = ckpt_reader_tensor(&t, r, i);
-        if (rc != CKPT_OK)
-            return rc;
-        const char *why = name_problem(t.name);
+        const char *name = sel->name[i];
+        const char *why = name_problem(name);
         if (why) {
             if (bad++ == 0)
-                snprintf(first, sizeof first, "tensor '%s': %s", t.name, why);
+                snprintf(first, sizeof first, "tensor '%s': %s", name, why);
             continue;
         }
         /* every group on the path ("a" and "a/b" of "a/b/c") must not be a tensor itself */
-        for (const char *s = strchr(t.name, '/'); s; s = strchr(s + 1, '/')) {
-            size_t len = (size_t)(s - t.name);
-            size_t j;
+        for (const char *s = strchr(name, '/'); s; s = strchr(s + 1, '/')) {
+            size_t len = (size_t)(s - name);
             if (len >= sizeof prefix)
                 break;
-            memcpy(prefix, t.name, len);
+            memcpy(prefix, name, len);
             prefix[len] = '\0';
-            if (ckpt_reader_find(&j, r, prefix) == CKPT_OK) {
+            char *key = prefix;
+            if (bsearch(&key, sorted, n, sizeof *sorted, by_name)) {
                 if (bad++ == 0)
                     snprintf(first, sizeof first,
                              "tensors '%s' and '%s': '%s' would have to be both a dataset and the "
                              "group that holds '%s'",
-                             prefix, t.name, prefix, t.name);
+                             prefix, name, prefix, name);
                 break;
             }
         }
     }
-    ckpt_error_clear(); /* the lookups' "not found" */
+    free(sorted);
     if (bad == 0)
         return CKPT_OK;
     char more[64] = "";
@@ -106,9 +113,13 @@ static int attr_int64(hid_t obj, const char *key, int64_t value)
 }
 
 /* The source's header on the root group. */
-static int write_header(hid_t file, const ckpt_header *h, const char *prefix)
+static int write_header(hid_t file, const ckpt_header *h, const char *prefix,
+                        const ckpt__export_sel *sel)
 {
     int rc;
+    if (sel->aliases_json &&
+        (rc = ckpt__h5_write_str_attr(file, "mpickpt_aliases", sel->aliases_json)) != CKPT_OK)
+        return rc;
     if ((rc = attr_int64(file, "epoch", h->epoch)) != CKPT_OK ||
         (rc = attr_int64(file, "step", h->step)) != CKPT_OK ||
         (rc = attr_int64(file, "save_counter", h->save_counter)) != CKPT_OK ||
@@ -192,15 +203,16 @@ cleanup:
  * closes the file (*padfd >= 0 then). The estimate: the values, plus per dataset its object
  * header, attribute and link (a few KiB, and the name in the group's heap and B-tree).
  */
-static int reserve(ckpt__outfile *o, ckpt_reader *r, int *padfd, char *padname, size_t padsize)
+static int reserve(ckpt__outfile *o, ckpt_reader *r, const ckpt__export_sel *sel, int *padfd,
+                   char *padname, size_t padsize)
 {
     uint64_t values = 0, meta = (uint64_t)256 << 10;
-    size_t n = ckpt_reader_num_tensors(r);
+    size_t n = sel->n;
     *padfd = -1;
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info t;
         int64_t elems = 0;
-        if (ckpt_reader_tensor(&t, r, i) != CKPT_OK ||
+        if (ckpt__export_tensor(r, sel, i, &t) != CKPT_OK ||
             ckpt_shape_num_elements(&elems, &t.shape) != CKPT_OK)
             continue;
         uint64_t esize = ckpt_dtype_size(t.dtype), room = (uint64_t)INT64_MAX - values - meta;
@@ -226,8 +238,9 @@ static int reserve(ckpt__outfile *o, ckpt_reader *r, int *padfd, char *padname, 
     return rc;
 }
 
-int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
-                      const ckpt_export_options *opts, ckpt_interop_totals *totals)
+int ckpt__export_hdf5(ckpt_reader *r, const ckpt__export_sel *sel, const char *prefix,
+                      const char *out, const ckpt_export_options *opts,
+                      ckpt_interop_totals *totals)
 {
     const ckpt_header *h = ckpt_reader_header(r);
     if (!h->little_endian)
@@ -235,7 +248,7 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
                            "export of %s: its data is big-endian; only "
                            "little-endian checkpoints can be exported",
                            prefix);
-    int rc = check_names(r);
+    int rc = check_names(sel);
     if (rc != CKPT_OK)
         return rc;
     ckpt__outfile o;
@@ -256,19 +269,18 @@ int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
     if (file < 0)
         rc = ckpt__h5_error(CKPT_EIO, "create %s", o.shown);
     if (rc == CKPT_OK)
-        rc = reserve(&o, r, &padfd, padname, sizeof padname);
-    if (rc == CKPT_OK && (rc = write_header(file, h, prefix)) != CKPT_OK)
+        rc = reserve(&o, r, sel, &padfd, padname, sizeof padname);
+    if (rc == CKPT_OK && (rc = write_header(file, h, prefix, sel)) != CKPT_OK)
         ckpt__error_wrap(rc, "%s", o.shown);
     ckpt__h5_unlock();
     if (rc != CKPT_OK)
         goto fail;
 
-    size_t n = ckpt_reader_num_tensors(r);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < sel->n; i++) {
         ckpt_tensor_info info;
         void *data = NULL;
         size_t bytes = 0;
-        if ((rc = ckpt__export_read(r, i, &info, &data, &bytes)) != CKPT_OK)
+        if ((rc = ckpt__export_read(r, sel, i, &info, &data, &bytes)) != CKPT_OK)
             goto fail;
         ckpt__h5_lock();
         rc = write_dataset(file, &info, data, bytes, o.shown);

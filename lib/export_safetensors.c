@@ -61,8 +61,9 @@ static int check_utf8(const char *s, const char *what)
 }
 
 /* The order of the values: larger elements first, by name (the reader's order) within a size. */
-static int *write_order(ckpt_reader *r, size_t n)
+static int *write_order(ckpt_reader *r, const ckpt__export_sel *sel)
 {
+    size_t n = sel->n;
     int *order = malloc((n ? n : 1) * sizeof *order);
     if (!order)
         return NULL;
@@ -70,7 +71,7 @@ static int *write_order(ckpt_reader *r, size_t n)
     for (size_t esize = 8; esize >= 1; esize /= 2)
         for (size_t i = 0; i < n; i++) {
             ckpt_tensor_info t;
-            if (ckpt_reader_tensor(&t, r, i) != CKPT_OK)
+            if (ckpt__export_tensor(r, sel, i, &t) != CKPT_OK)
                 t.dtype = CKPT_UINT8; /* cannot happen for i < n; keeps every index listed */
             size_t es = ckpt_dtype_size(t.dtype);
             if (es == esize || (esize == 1 && (es == 0 || es > 8 || (es & (es - 1)))))
@@ -92,12 +93,12 @@ static void meta_int(ckpt__json_writer *w, const char *key, int64_t v)
  * buffer (*head, *head_len, a multiple of 8), and each tensor's byte count (*sizes, n entries).
  * Every check on names happens here, before any file is created.
  */
-static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t *head_len,
-                        uint64_t **sizes)
+static int build_header(ckpt_reader *r, const ckpt__export_sel *sel, const int *order,
+                        uint8_t **head, size_t *head_len, uint64_t **sizes)
 {
     *head = NULL;
     *head_len = 0;
-    size_t n = ckpt_reader_num_tensors(r);
+    size_t n = sel->n;
     uint64_t *sz = calloc(n ? n : 1, sizeof *sz);
     char *json = NULL;
     size_t json_len = 0;
@@ -126,6 +127,10 @@ static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t
     meta_int(&w, "step", h->step);
     meta_int(&w, "save_counter", h->save_counter);
     meta_int(&w, "end_of_epoch", h->end_of_epoch ? 1 : 0);
+    if (sel->aliases_json) { /* {"alias": "target"}: tensors stored once (tied weights) */
+        ckpt__json_key(&w, "mpickpt_aliases");
+        ckpt__json_string(&w, sel->aliases_json);
+    }
     ckpt__json_object_end(&w);
 
     uint64_t offset = 0;
@@ -133,7 +138,7 @@ static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t
         size_t i = (size_t)order[k];
         ckpt_tensor_info t;
         int64_t elems = 0;
-        if ((rc = ckpt_reader_tensor(&t, r, i)) != CKPT_OK ||
+        if ((rc = ckpt__export_tensor(r, sel, i, &t)) != CKPT_OK ||
             (rc = ckpt_shape_num_elements(&elems, &t.shape)) != CKPT_OK)
             break;
         const char *code = st_dtype(t.dtype);
@@ -210,8 +215,8 @@ static int build_header(ckpt_reader *r, const int *order, uint8_t **head, size_t
     return rc;
 }
 
-int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
-                             ckpt_interop_totals *totals)
+int ckpt__export_safetensors(ckpt_reader *r, const ckpt__export_sel *sel, const char *out,
+                             const ckpt_export_options *opts, ckpt_interop_totals *totals)
 {
     if (!ckpt_reader_header(r)->little_endian)
         return ckpt__error(CKPT_EINVAL, "export to safetensors: the checkpoint's data is "
@@ -220,11 +225,11 @@ int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_
     uint8_t *head = NULL;
     size_t head_len = 0;
     uint64_t *sizes = NULL;
-    size_t n = ckpt_reader_num_tensors(r);
-    int *order = write_order(r, n);
+    size_t n = sel->n;
+    int *order = write_order(r, sel);
     if (!order)
         return ckpt__error(CKPT_ENOMEM, "export to safetensors: out of memory");
-    int rc = build_header(r, order, &head, &head_len, &sizes);
+    int rc = build_header(r, sel, order, &head, &head_len, &sizes);
     if (rc != CKPT_OK) {
         free(order);
         return rc;
@@ -243,7 +248,7 @@ int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_
         ckpt_tensor_info info;
         void *data = NULL;
         size_t bytes = 0;
-        if ((rc = ckpt__export_read(r, i, &info, &data, &bytes)) != CKPT_OK)
+        if ((rc = ckpt__export_read(r, sel, i, &info, &data, &bytes)) != CKPT_OK)
             break;
         if (bytes != sizes[i])
             rc = ckpt__error(CKPT_ECORRUPT, "tensor '%s': read %zu bytes, its shape says %llu",

@@ -47,7 +47,7 @@ static int entry_bytes(uint8_t **out, size_t *len, const ckpt_tensor_info *t, ui
     size_t n = tfbundle__bundle_entry_proto__get_packed_size(&e);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf)
-        return ckpt__error(CKPT_ENOMEM, "export: out of memory");
+        return ckpt__error(CKPT_ENOMEM, "out of memory for the export");
     tfbundle__bundle_entry_proto__pack(&e, buf);
     *out = buf;
     *len = n;
@@ -66,18 +66,18 @@ static int header_bytes(uint8_t **out, size_t *len)
     size_t n = tfbundle__bundle_header_proto__get_packed_size(&h);
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf)
-        return ckpt__error(CKPT_ENOMEM, "export: out of memory");
+        return ckpt__error(CKPT_ENOMEM, "out of memory for the export");
     tfbundle__bundle_header_proto__pack(&h, buf);
     *out = buf;
     *len = n;
     return CKPT_OK;
 }
 
-int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
-                    ckpt_interop_totals *totals)
+int ckpt__export_tf(ckpt_reader *r, const ckpt__export_sel *sel, const char *out,
+                    const ckpt_export_options *opts, ckpt_interop_totals *totals)
 {
     if (!ckpt_reader_header(r)->little_endian)
-        return ckpt__error(CKPT_EINVAL, "export: the checkpoint holds big-endian data");
+        return ckpt__error(CKPT_EINVAL, "export to a TensorFlow bundle: the checkpoint holds big-endian data");
     char data_path[4400], index_path[4400];
     int rc = ckpt__tf_data_name(data_path, sizeof data_path, out, 0, 1);
     if (rc == CKPT_OK)
@@ -107,12 +107,12 @@ int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *
         rc = ckpt__sst_add(sst, (const uint8_t *)"", 0, value, vlen);
     free(value);
     value = NULL;
-    size_t nt = ckpt_reader_num_tensors(r);
-    /* The reader lists tensors sorted by name (strcmp: bytewise), the table's order. */
-    for (size_t i = 0; rc == CKPT_OK && i < nt; i++) {
+    /* The reader lists tensors sorted by name (strcmp: bytewise), the table's order; the
+     * selection keeps it (a stripped prefix is common to every written name). */
+    for (size_t k = 0; rc == CKPT_OK && k < sel->n; k++) {
         ckpt_tensor_info t;
         size_t bytes = 0;
-        if ((rc = ckpt__export_read(r, i, &t, &buf, &bytes)) != CKPT_OK)
+        if ((rc = ckpt__export_read(r, sel, k, &t, &buf, &bytes)) != CKPT_OK)
             break;
         uint32_t crc = ckpt_crc32c(buf, bytes);
         rc = ckpt__pwrite_full(data.fd, buf, bytes, offset, "write", data.shown);

@@ -38,21 +38,36 @@ void ckpt__outfile_discard(ckpt__outfile *o);
 /* Closes what is open, keeping a committed file. */
 void ckpt__outfile_close(ckpt__outfile *o);
 
-/* Every tensor of `r` is read whole with ckpt_reader_read() (each piece's checksum checked), so
- * a format's memory peak is its largest tensor. Each writer reports every tensor through
- * opts->progress and fills totals (never NULL here). */
-int ckpt__export_tf(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
-                    ckpt_interop_totals *totals);
-/* `prefix` (the source, as the caller named it) goes into the HDF5 file's `source` attribute. */
-int ckpt__export_hdf5(ckpt_reader *r, const char *prefix, const char *out,
-                      const ckpt_export_options *opts, ckpt_interop_totals *totals);
-int ckpt__export_safetensors(ckpt_reader *r, const char *out, const ckpt_export_options *opts,
-                             ckpt_interop_totals *totals);
+/* What ckpt_export() writes: the selected tensors (opts->only; all without it) in the reader's
+ * order (by name; stripping a prefix common to all keeps that order), their written names, and the
+ * aliases among them (lib/export.c). */
+typedef struct ckpt__export_sel {
+    size_t n;
+    size_t *index;      /* the reader's index of each written tensor */
+    char **name;        /* its written name (opts->strip_prefix removed) */
+    char *aliases_json; /* {"alias":"target",...} of written names, or NULL when none */
+    size_t num_aliases;
+} ckpt__export_sel;
 
-/* Reads tensor i of r whole into a malloc'd buffer (*data, *bytes; a 0-byte tensor gives a
- * non-NULL 1-byte buffer) and describes it in *info. */
-int ckpt__export_read(ckpt_reader *r, size_t i, ckpt_tensor_info *info, void **data,
-                      size_t *bytes);
+/* Every selected tensor of `r` is read whole with ckpt_reader_read() (each piece's checksum
+ * checked), so a format's memory peak is its largest tensor. Each writer reports every tensor
+ * through opts->progress and fills totals (never NULL here). */
+int ckpt__export_tf(ckpt_reader *r, const ckpt__export_sel *sel, const char *out,
+                    const ckpt_export_options *opts, ckpt_interop_totals *totals);
+/* `prefix` (the source, as the caller named it) goes into the HDF5 file's `source` attribute. */
+int ckpt__export_hdf5(ckpt_reader *r, const ckpt__export_sel *sel, const char *prefix,
+                      const char *out, const ckpt_export_options *opts,
+                      ckpt_interop_totals *totals);
+int ckpt__export_safetensors(ckpt_reader *r, const ckpt__export_sel *sel, const char *out,
+                             const ckpt_export_options *opts, ckpt_interop_totals *totals);
+
+/* Describes selected tensor k: *info as ckpt_reader_tensor() gives it, its name the written one. */
+int ckpt__export_tensor(ckpt_reader *r, const ckpt__export_sel *sel, size_t k,
+                        ckpt_tensor_info *info);
+/* Reads selected tensor k whole into a malloc'd buffer (*data, *bytes; a 0-byte tensor gives a
+ * non-NULL 1-byte buffer) and describes it in *info (the written name). */
+int ckpt__export_read(ckpt_reader *r, const ckpt__export_sel *sel, size_t k,
+                      ckpt_tensor_info *info, void **data, size_t *bytes);
 /* Reports one written tensor through opts->progress and adds it to totals. */
 void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *totals,
                          const ckpt_tensor_info *info, uint64_t bytes);

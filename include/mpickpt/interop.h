@@ -60,15 +60,23 @@ typedef struct ckpt_interop_totals {
 
 /** Options of ckpt_export(). Initialize with CKPT_EXPORT_OPTIONS_INIT. */
 typedef struct ckpt_export_options {
-    unsigned int version;      /**< CKPT_EXPORT_OPTIONS_VERSION */
+    unsigned int version;      /**< CKPT_EXPORT_OPTIONS_VERSION (1 still accepted: no filter) */
     ckpt_export_format format;
     int overwrite;             /**< 1: replace existing output files; 0: CKPT_EEXISTS */
     ckpt_interop_cb progress;  /**< may be NULL */
     void *payload;             /**< passed to progress */
+    /* version 2 (issue 30) */
+    const char *const *only;   /**< num_only name prefixes: only tensors whose names start with
+                                    one of them are written, never mpickpt's own "__mpickpt__/"
+                                    blobs; NULL/0: every tensor (blobs included, as version 1) */
+    size_t num_only;
+    const char *strip_prefix;  /**< removed from the start of every written name (each written
+                                    name must start with it and be longer); NULL: none */
 } ckpt_export_options;
 
-#define CKPT_EXPORT_OPTIONS_VERSION 1
-#define CKPT_EXPORT_OPTIONS_INIT { CKPT_EXPORT_OPTIONS_VERSION, CKPT_EXPORT_HDF5, 0, NULL, NULL }
+#define CKPT_EXPORT_OPTIONS_VERSION 2
+#define CKPT_EXPORT_OPTIONS_INIT                                                                 \
+    { CKPT_EXPORT_OPTIONS_VERSION, CKPT_EXPORT_HDF5, 0, NULL, NULL, NULL, 0, NULL }
 
 /**
  * Exports the checkpoint at @p prefix (every tensor, assembled from its pieces, each piece's
@@ -78,9 +86,16 @@ typedef struct ckpt_export_options {
  *   bfloat16 stored as uint16 with attribute `dtype` = "bfloat16", bool as h5py's enum; epoch,
  *   step, save_counter and the source header as attributes of the root group.
  * - CKPT_EXPORT_SAFETENSORS: @p out is the file.
+ * opts->only and opts->strip_prefix (version 2) select tensors and rename them. Aliases of the
+ * Python package's record (version 2: leaves stored once, as another leaf's tensor, e.g. tied
+ * weights) whose name and target are both written go into the file's metadata as a JSON object
+ * {"alias": "target"} (written names): safetensors `__metadata__` key "mpickpt_aliases", HDF5
+ * root attribute "mpickpt_aliases" (a TensorFlow bundle has no place for them: none written).
  * @p totals may be NULL. Errors: those of ckpt_reader_open() and ckpt_reader_read(),
  * CKPT_EEXISTS (an output exists and opts->overwrite is 0), CKPT_EINVAL (a name the format cannot
- * hold, naming it), CKPT_EIO / CKPT_ENOSPC. On failure no output file is left behind.
+ * hold, naming it; an empty --only prefix; a selected name without strip_prefix), CKPT_ENOTFOUND
+ * (no tensor selected by opts->only), CKPT_ECORRUPT / CKPT_EVERSION (a record of plain values
+ * that cannot be read), CKPT_EIO / CKPT_ENOSPC. On failure no output file is left behind.
  */
 CKPT_EXTERN int ckpt_export(const char *prefix, const char *out, const ckpt_export_options *opts,
                             ckpt_interop_totals *totals);

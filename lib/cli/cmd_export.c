@@ -41,10 +41,16 @@ static void export_line(const ckpt_interop_item *item, void *payload)
 static int cmd_export(const cli_command *cmd, int argc, char **argv)
 {
     int nops = 0, json = 0, force = 0;
-    const char *format_name = NULL;
-    const cli_option opts[] = {
-        {"--format", NULL, &format_name}, {"--force", &force, NULL}, {"--json", &json, NULL}};
-    const cli_spec spec = {opts, 3, 2, 2, "expected PREFIX and OUT", "too many arguments", 0};
+    const char *format_name = NULL, *only = NULL, *strip = NULL;
+    const char *onlies[64];
+    size_t num_only = 0;
+    const cli_option opts[] = {{"--format", NULL, &format_name},
+                               {"--force", &force, NULL},
+                               {"--json", &json, NULL},
+                               {"--only", NULL, &only},
+                               {"--strip-prefix", NULL, &strip}};
+    const cli_spec spec = {opts, 5, 2, 2, "expected PREFIX and OUT", "too many arguments", 0};
+    cli_repeatable("--only", onlies, sizeof onlies / sizeof onlies[0], &num_only);
     int rc = cli_parse(cmd, &spec, argc, argv, &nops);
     if (rc != CLI_GO)
         return rc;
@@ -63,6 +69,15 @@ static int cmd_export(const cli_command *cmd, int argc, char **argv)
                                out);
     }
     eo.overwrite = force;
+    eo.only = onlies;
+    eo.num_only = num_only;
+    eo.strip_prefix = strip;
+    for (size_t i = 0; i < num_only; i++)
+        if (!onlies[i][0])
+            return cli_usage_error(cmd, "an empty --only prefix (leave --only out to export "
+                                        "every tensor)");
+    if (strip && !strip[0])
+        return cli_usage_error(cmd, "an empty --strip-prefix");
     if (!json)
         eo.progress = export_line;
 
@@ -123,7 +138,9 @@ static int cmd_export(const cli_command *cmd, int argc, char **argv)
 }
 
 const cli_command cli_cmd_export = {
-    "export", "[--format tf|hdf5|safetensors] [--force] [--json] PREFIX OUT",
+    "export",
+    "[--format tf|hdf5|safetensors] [--only PREFIX]... [--strip-prefix PREFIX] [--force] "
+    "[--json] PREFIX OUT",
     "write a checkpoint as a TensorFlow bundle, one HDF5 file or one safetensors file",
     "  Every tensor is assembled from its pieces (each piece's checksum checked) and written\n"
     "  whole; the output appears whole or not at all (a temp file, fsynced, renamed into place).\n"
@@ -131,6 +148,15 @@ const cli_command cli_cmd_export = {
     "                   hdf5: OUT is a file, a dataset per tensor, groups from '/' in names;\n"
     "                   safetensors: OUT is a file. Without --format, OUT ending in .h5, .hdf5\n"
     "                   or .he5 means hdf5 and .safetensors means safetensors.\n"
+    "  --only PREFIX    only the tensors whose names start with PREFIX (repeatable: any of\n"
+    "                   them), never mpickpt's own \"__mpickpt__/\" blobs (the record of plain\n"
+    "                   values); without --only every tensor is written, blobs included\n"
+    "  --strip-prefix PREFIX  removed from every written name; each must start with it\n"
+    "                   (\"--only model/ --strip-prefix model/\": a state dict for PyTorch's\n"
+    "                   load_state_dict). Tensors the Python package stored once for two names\n"
+    "                   (tied weights) are written once, the alias recorded in the metadata:\n"
+    "                   safetensors __metadata__ \"mpickpt_aliases\", HDF5 root attribute\n"
+    "                   \"mpickpt_aliases\", a JSON object {\"alias\": \"target\"}\n"
     "  --force          replace existing output files (never a link, directory or FIFO)\n"
     "  --json           one object instead of the lines: {\"input\",\"output\",\"format\",\n"
     "                   \"tensors\",\"bytes\",\"files\":[paths written]}\n"

@@ -22,6 +22,22 @@ int cli_usage_error(const cli_command *cmd, const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+static struct {
+    const char *name;
+    const char **values;
+    size_t max;
+    size_t *count;
+} g_repeat;
+
+void cli_repeatable(const char *name, const char **values, size_t max, size_t *count)
+{
+    g_repeat.name = name;
+    g_repeat.values = values;
+    g_repeat.max = max;
+    g_repeat.count = count;
+    *count = 0;
+}
+
 /* The options: moves the operands to the front of argv and counts them in *nops. Returns
  * CLI_GO, EXIT_USAGE after printing why, or EXIT_OK after printing the help of -h/--help. */
 static int parse_options(const cli_command *cmd, const cli_spec *spec, int argc, char **argv,
@@ -65,6 +81,12 @@ static int parse_options(const cli_command *cmd, const cli_spec *spec, int argc,
         } else {
             return cli_usage_error(cmd, "option '%s' needs a value", arg);
         }
+        if (opt->value && g_repeat.name && strcmp(opt->name, g_repeat.name) == 0) {
+            if (*g_repeat.count >= g_repeat.max)
+                return cli_usage_error(cmd, "option '%s' given more than %zu times", opt->name,
+                                       g_repeat.max);
+            g_repeat.values[(*g_repeat.count)++] = *opt->value;
+        }
     }
     *nops = n;
     return CLI_GO;
@@ -74,6 +96,7 @@ int cli_parse(const cli_command *cmd, const cli_spec *spec, int argc, char **arg
 {
     int n = 0;
     int rc = parse_options(cmd, spec, argc, argv, &n);
+    g_repeat.name = NULL;
     *nops = n;
     if (rc != CLI_GO)
         return rc;

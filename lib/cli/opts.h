@@ -45,6 +45,11 @@ typedef struct cli_spec {
  */
 int cli_parse(const cli_command *cmd, const cli_spec *spec, int argc, char **argv, int *nops);
 
+/* Makes the value option `name` of the next cli_parse() call repeatable: every value given is
+ * appended to values (at most max: more is a usage error), *count says how many; the option's
+ * own `value` gets the last one. The next cli_parse() call forgets it. */
+void cli_repeatable(const char *name, const char **values, size_t max, size_t *count);
+
 /* "usage: mpickpt NAME SYNOPSIS" and a newline on out. */
 void cli_print_usage(FILE *out, const cli_command *cmd);
 

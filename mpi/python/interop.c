@@ -33,23 +33,52 @@ static PyObject *written_files(ckpt_export_format format, PyObject *out_bytes)
 static PyObject *py_export(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *names[] = { "prefix", "out", "format", "overwrite", NULL };
-    PyObject *prefix = NULL, *out = NULL;
-    const char *format_name;
+    static char *names[] = { "prefix", "out", "format", "overwrite", "only", "strip_prefix",
+                             NULL };
+    PyObject *prefix = NULL, *out = NULL, *only_obj = Py_None;
+    const char *format_name, *strip = NULL;
     int overwrite = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&s|p:export", names, PyUnicode_FSConverter,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&s|pOz:export", names, PyUnicode_FSConverter,
                                      &prefix, PyUnicode_FSConverter, &out, &format_name,
-                                     &overwrite)) {
+                                     &overwrite, &only_obj, &strip)) {
         Py_XDECREF(prefix);
         Py_XDECREF(out);
         return NULL;
     }
-    PyObject *result = NULL;
+    PyObject *result = NULL, *only = NULL;
+    const char **onlies = NULL;
+    Py_ssize_t num_only = 0;
+    /* only: a sequence of str (the package passes a tuple); held in a tuple of our own while the
+     * GIL is released */
+    if (only_obj != Py_None) {
+        only = PySequence_Tuple(only_obj);
+        if (!only)
+            goto done;
+        num_only = PyTuple_GET_SIZE(only);
+        onlies = PyMem_Calloc((size_t)num_only + 1, sizeof *onlies);
+        if (!onlies) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < num_only; i++) {
+            PyObject *item = PyTuple_GET_ITEM(only, i);
+            if (!PyUnicode_Check(item)) {
+                PyErr_Format(PyExc_TypeError, "only: expected str, got %.80s",
+                             Py_TYPE(item)->tp_name);
+                goto done;
+            }
+            if (!(onlies[i] = PyUnicode_AsUTF8(item)))
+                goto done;
+        }
+    }
     ckpt_export_options opts = CKPT_EXPORT_OPTIONS_INIT;
     ckpt_interop_totals totals;
     int rc = ckpt_export_format_from_name(&opts.format, format_name);
     if (rc == CKPT_OK) {
         opts.overwrite = overwrite;
+        opts.only = onlies;
+        opts.num_only = (size_t)num_only;
+        opts.strip_prefix = strip;
         const char *p = PyBytes_AS_STRING(prefix), *o = PyBytes_AS_STRING(out);
         Py_BEGIN_ALLOW_THREADS
         rc = ckpt_export(p, o, &opts, &totals);
@@ -63,6 +92,9 @@ static PyObject *py_export(PyObject *self, PyObject *args, PyObject *kw)
             result = Py_BuildValue("{s:n,s:K,s:N}", "tensors", (Py_ssize_t)totals.tensors,
                                    "bytes", (unsigned long long)totals.bytes, "files", files);
     }
+done:
+    PyMem_Free(onlies);
+    Py_XDECREF(only);
     Py_DECREF(prefix);
     Py_DECREF(out);
     return result;
@@ -167,7 +199,8 @@ static PyMethodDef interop_methods[] = {
       "import_tf(tf_prefix, out_prefix, skip_unsupported=False, overwrite=False, save_counter=0, "
       "epoch=0, step=0) -> {tensors, bytes, skipped}: ckpt_import_tf()" },
     { "export", (PyCFunction)(void (*)(void))py_export, METH_VARARGS | METH_KEYWORDS,
-      "export(prefix, out, format, overwrite=False) -> {tensors, bytes, files}: ckpt_export()" },
+      "export(prefix, out, format, overwrite=False, only=None, strip_prefix=None) -> {tensors, "
+      "bytes, files}: ckpt_export()" },
     { NULL, NULL, 0, NULL }
 };
 

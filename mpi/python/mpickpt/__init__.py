@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -519,13 +519,22 @@ _EXPORT_SUFFIXES = {".h5": "hdf5", ".hdf5": "hdf5", ".he5": "hdf5", ".safetensor
 
 
 def export(prefix: str, out: str, format: Optional[str] = None,  # noqa: A002 - the CLI's word
-           overwrite: bool = False) -> Dict[str, Any]:
+           overwrite: bool = False, only: Union[None, str, Sequence[str]] = None,
+           strip_prefix: Optional[str] = None) -> Dict[str, Any]:
     """Writes the checkpoint at `prefix` as `format`: "hdf5" (one HDF5 file, a dataset per
     tensor, groups from '/' in names), "safetensors" (one file) or "tf" (a TensorFlow bundle:
     `out` is its prefix). Without `format`, `out` ending in .h5, .hdf5 or .he5 means hdf5 and
     .safetensors means safetensors. The output appears whole or not at all; an existing one is
     ExistsError unless `overwrite`. Returns {"tensors": count, "bytes": of values, "files":
-    [paths written]}. Like `mpickpt export`; no MPI."""
+    [paths written]}. Like `mpickpt export`; no MPI.
+
+    `only` (a name prefix or several) writes only the tensors whose names start with one of them,
+    never mpickpt's own "__mpickpt__/" blobs (without it every tensor is written, the blobs
+    included); `strip_prefix` is removed from every written name (each must start with it):
+    ``export(p, "model.safetensors", only="model/", strip_prefix="model/")`` writes a file that
+    ``model.load_state_dict`` takes. Tied weights the package stored once (record version 2) are
+    written once, the alias recorded in the file's metadata "mpickpt_aliases" (docs/interop.md).
+    No tensor selected is NotFoundError."""
     out = os.fspath(out)
     if format is None:
         format = next((f for s, f in _EXPORT_SUFFIXES.items() if out.endswith(s) and out != s),
@@ -535,7 +544,15 @@ def export(prefix: str, out: str, format: Optional[str] = None,  # noqa: A002 - 
                 f"cannot tell the format from {out!r}: pass format='tf', 'hdf5' or "
                 "'safetensors' (a name ending in .h5, .hdf5, .he5 or .safetensors implies hdf5 or "
                 "safetensors)")
-    return _C.export(os.fspath(prefix), out, format, overwrite=bool(overwrite))
+    prefixes = None
+    if only is not None:
+        prefixes = (only,) if isinstance(only, str) else tuple(only)
+        if not prefixes or not all(isinstance(p, str) and p for p in prefixes):
+            raise InvalidArgumentError(f"only: one or more non-empty name prefixes, not {only!r}")
+    if strip_prefix is not None and (not isinstance(strip_prefix, str) or not strip_prefix):
+        raise InvalidArgumentError(f"strip_prefix: a non-empty str, not {strip_prefix!r}")
+    return _C.export(os.fspath(prefix), out, format, overwrite=bool(overwrite), only=prefixes,
+                     strip_prefix=strip_prefix)
 
 
 def import_tf(tf_prefix: str, out_prefix: str, skip_unsupported: bool = False,

@@ -236,17 +236,33 @@ check(re.fullmatch(r"mpickpt \d+\.\d+\.\d+\S*\n", so) is not None, f"--version: 
 
 usage_cases = [
     [], ["frobnicate"], ["inspect"], ["inspect", "--bogus", GOOD], ["inspect", GOOD, GOOD],
-    ["dump", GOOD], ["dump", GOOD, KERNEL, "extra"], ["dump", "--slice"], ["verify"],
+    ["dump", "--slice", "0:1", GOOD], ["dump", GOOD, KERNEL, "extra"], ["dump", "--slice"],
+    ["verify"],
     ["dump", "--json=1", GOOD, KERNEL], ["help", "frobnicate"],
     ["dump", "--slice", "2,3:x", GOOD, KERNEL],        # bad extent syntax
     ["dump", "--slice", "2,3", GOOD, KERNEL],          # wrong rank
     ["dump", "--slice", "5,3:-", GOOD, KERNEL],        # outside the shape
     ["dump", "--slice", "6 5 0,1:-", GOOD, KERNEL],    # spec for another shape
     ["dump", "--slice", "6 4 0,1", GOOD, KERNEL],      # spec with too few extents
+    ["dump", "--slice", "0:1:2", GOOD, KERNEL],        # start:stop:step (no step)
+    ["dump", "--slice", "0:1,0:1,0:1", GOOD, KERNEL],  # start:stop for more axes than it has
+    ["dump", "--slice", "a:1", GOOD, KERNEL],          # bounds are integers
 ]
 for args in usage_cases:
     rc, so, se = run(*args, rc=2)
     check(se.startswith("mpickpt: " if args else "usage: mpickpt"), f"{args}: stderr {se!r}")
+# issue 30: dump PREFIX shows the plain values of the Python package's record (none here)
+rc, so, se = run("dump", GOOD, rc=0)
+check(so.startswith("no plain values in "), f"dump without NAME: {so!r}")
+rc, so, se = run("dump", "--json", GOOD, rc=0)
+check(json.loads(so)["replicated"] == {} and json.loads(so)["records"] == [], f"{so!r}")
+# start:stop slices, as Python's: open ends, negative from the end, clamped
+rc, so, se = run("dump", "--json", "--slice", "1:3,:-1", GOOD, KERNEL, rc=0)
+rc2, so2, se2 = run("dump", "--json", "--slice", "1,2:0,3", GOOD, KERNEL, rc=0)
+check(json.loads(so)["values"] == json.loads(so2)["values"], f"start:stop {so} vs {so2}")
+rc, so, se = run("dump", "--json", "--slice", "-100:100", GOOD, KERNEL, rc=0)
+rc2, so2, se2 = run("dump", "--json", GOOD, KERNEL, rc=0)
+check(json.loads(so)["values"] == json.loads(so2)["values"], "clamped start:stop")
 rc, so, se = run("dump", GOOD, "no/such/tensor", rc=1)
 check(se.startswith("mpickpt: dump: ") and "no/such/tensor" in se, f"unknown tensor: {se!r}")
 missing = os.path.join(OUT, "nowhere", "ckpt-1")

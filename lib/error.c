@@ -102,6 +102,8 @@ int ckpt__verror(int code, const char *fmt, va_list ap)
         if (at && at >= tl_message + 2 && at[-2] == ':' && at[-1] == ' ')
             tl_error.sys_errno = err;
     }
+    if (code == CKPT_ENOSPC && tl_error.sys_errno == 0)
+        tl_error.sys_errno = ENOSPC; /* a full disk found by a reservation says so itself */
     errno = err;
     tl_error.code = code;
     tl_error.message = tl_message;

@@ -19,7 +19,8 @@
 int ckpt__error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
 int ckpt__verror(int code, const char *fmt, va_list ap) CKPT_PRINTF(2, 0);
 /* ckpt_error.sys_errno: ckpt__error() sets it to the errno at its call when the message shows
- * that errno's strerror() after ": " (the common `"...: %s", strerror(errno)`), else 0;
+ * that errno's strerror() after ": " (the common `"...: %s", strerror(errno)`), else 0 (ENOSPC
+ * for CKPT_ENOSPC);
  * ckpt__error_set_errno() sets it explicitly (when errno was saved in a variable) if the current
  * error has `code`. Returns code. ckpt__error_wrap() keeps it. */
 int ckpt__error_set_errno(int code, int err);

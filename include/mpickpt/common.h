@@ -54,7 +54,7 @@ typedef struct ckpt_error {
     int code;            /**< a ckpt_status value */
     const char *message; /**< human-readable; names the rank, path and cause where known */
     /** The errno of the failed system call behind the error (EROFS, EACCES, ENOSPC, EIO, ...)
-     *  or 0 when none is known. An error agreed across ranks (ckpt_mpi_agree()) carries the
+     *  or 0 when none is known (CKPT_ENOSPC: ENOSPC at least). An error agreed across ranks (ckpt_mpi_agree()) carries the
      *  failing rank's errno to every rank. Added in 0.2 (issue 30): read it only from a
      *  library of that version or later. */
     int sys_errno;

@@ -60,6 +60,10 @@
  *       restore that fails on the last rank (a name the checkpoint lacks) -> the message names
  *       that rank with its host once: it passed through two agreements and read "rank 0 (host
  *       H): rank 0 (host H): ..." at 1 rank, "rank 0 (host H): rank 1 (host H): ..." at 2.
+ *       (issue 30) a save onto a full tmpfs: CKPT_ENOSPC with sys_errno ENOSPC on every rank and
+ *       "rank " once in the message (it read "rank 0 (host H): rank 0: no space ..."); a save
+ *       into a read-only tmpfs: CKPT_EIO with sys_errno EROFS on every rank (the errno travels
+ *       with the agreed message). Rank 0 mounts the tmpfs (root only; skipped otherwise).
  *
  * Every library call's status is compared over the ranks of its communicator (same code and same
  * message everywhere) and with the expected one; every check runs on every rank. No duration is
@@ -1546,6 +1550,48 @@ static void case_messages(void)
         }
         ckpt_manager_free(mg);
         close_if_all(s, "twice");
+    }
+
+    /* issue 30: the errno of a full and of a read-only file system on every rank */
+    begin_case("messages: errno of a full and a read-only file system on every rank");
+    snprintf(g_mnt, sizeof g_mnt, "%s/mnt", dir);
+    make_dir(g_mnt);
+    char why[512];
+    tmpfs_mount(g_rank, 256, why, sizeof why);
+    if (why[0]) {
+        if (g_rank == 0)
+            printf("messages: file-system errors skipped: %s\n", why);
+        return;
+    }
+    static double big[1 << 16]; /* 512 KiB onto 256 KiB */
+    int64_t nbig = 1 << 16;
+    ckpt_shape sbig;
+    ckpt_shape_init(&sbig, 1, &nbig);
+    for (int ro = 0; ro < 2; ro++) {
+        if (ro) {
+            char cmd[2600];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'/* && mount -o remount,ro '%s'", g_mnt, g_mnt);
+            if (rank0_system(g_rank, cmd) != 0) {
+                CHECK_MSG(0, "could not remount %s read-only", g_mnt);
+                break;
+            }
+        }
+        snprintf(prefix, sizeof prefix, "%s/%s", g_mnt, ro ? "ro" : "full");
+        ckpt_saver *s = NULL;
+        if (!coll(ckpt_saver_create(&s, MPI_COMM_WORLD, NULL), CKPT_OK, "fs: create"))
+            break;
+        CHECK_OK(ckpt_saver_add_replicated(s, "big", CKPT_FLOAT64, &sbig, big,
+                                           CKPT_REPLICA_PRIMARY));
+        int rc = ckpt_saver_write(s, prefix, NULL);
+        const ckpt_error *e = ckpt_error_last();
+        int got = e ? e->sys_errno : -1, want = ro ? EROFS : ENOSPC;
+        if (coll(rc, ro ? CKPT_EIO : CKPT_ENOSPC, ro ? "fs: write to read-only" : "fs: full")) {
+            CHECK_MSG(got == want, "%s: sys_errno %d, expected %d (%s): %s", prefix, got, want,
+                      strerror(want), g_msg);
+            CHECK_MSG(occurrences(g_msg, "rank ") == 1 && strncmp(g_msg, "rank ", 5) == 0,
+                      "%s: the rank is not named once, first: %s", prefix, g_msg);
+        }
+        close_if_all(s, "fs");
     }
 }
 

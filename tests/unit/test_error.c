@@ -3,8 +3,49 @@
 #include "internal.h"
 #include "mpickpt.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
+
+/* issue 30: ckpt_error.sys_errno */
+static void test_sys_errno(void)
+{
+    /* the errno whose strerror() the message shows after ": " */
+    errno = EROFS;
+    ckpt__error(CKPT_EIO, "mkdir %s: %s", "/x", strerror(EROFS));
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, EROFS);
+    CHECK_EQ_INT(errno, EROFS); /* left as it was */
+    /* a stale errno the message does not show is not taken */
+    errno = EACCES;
+    ckpt__error(CKPT_EIO, "short read of %s", "/x");
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, 0);
+    errno = EACCES;
+    ckpt__error(CKPT_EIO, "name %s", strerror(EACCES)); /* not after ": " */
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, 0);
+    /* explicit, for a saved errno; only for the current error's code */
+    errno = 0;
+    ckpt__error(CKPT_EIO, "open %s: %s", "/x", strerror(EPERM));
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, 0);
+    CHECK_EQ_INT(ckpt__error_set_errno(CKPT_EIO, EPERM), CKPT_EIO);
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, EPERM);
+    ckpt__error_set_errno(CKPT_ENOSPC, EIO); /* another code: no change */
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, EPERM);
+    /* a wrap keeps it; a new error and a clear reset it */
+    ckpt__error_wrap(CKPT_EIO, "rank %d", 3);
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, EPERM);
+    CHECK(strncmp(ckpt_error_last()->message, "rank 3: open /x: ", 17) == 0);
+    errno = 0;
+    ckpt__error(CKPT_ENOSPC, "no space left for %s", "/x"); /* ENOSPC at least */
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, ENOSPC);
+    errno = EDQUOT;
+    ckpt__error(CKPT_ENOSPC, "write %s: %s", "/x", strerror(EDQUOT));
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, EDQUOT);
+    ckpt_error_clear();
+    CHECK(ckpt_error_last() == NULL);
+    ckpt__error(CKPT_EINVAL, "bad");
+    CHECK_EQ_INT(ckpt_error_last()->sys_errno, 0);
+    ckpt_error_clear();
+}
 
 static void *other_thread(void *arg)
 {
@@ -18,6 +59,7 @@ static void *other_thread(void *arg)
 int main(void)
 {
     CHECK(strcmp(ckpt_version(), CKPT_VERSION_STRING) == 0);
+    test_sys_errno();
     CHECK(strcmp(ckpt_strerror(CKPT_OK), "success") == 0);
     CHECK(strcmp(ckpt_strerror(CKPT_ECORRUPT), "corrupt data") == 0);
     CHECK(strcmp(ckpt_strerror(12345), "unknown error") == 0);

@@ -559,7 +559,7 @@ int ckpt_import_tf(const char *tf_prefix, const char *out_prefix, const ckpt_imp
     tf_prefix = resolved;
     rc = ckpt__split_path(run.dir, sizeof run.dir, run.base, sizeof run.base, tf_prefix);
     if (rc == CKPT_OK && (!run.base[0] || !ckpt__safe_filename(run.base)))
-        rc = ckpt__error(CKPT_EINVAL, "import-tf: '%s' is not a bundle prefix (dir/name)",
+        rc = ckpt__error(CKPT_EINVAL, "'%s' is not a TensorFlow bundle prefix (dir/name)",
                          tf_prefix);
     if (rc == CKPT_OK)
         rc = ckpt__tf_index_name(index_name, sizeof index_name, run.base);

@@ -9,10 +9,13 @@
  *   3  MODE_MERGE      1-3 raw protobuf Fragments (see split_fragments) -> unpack -> merge, and
  *                      the same as a leader's partial merge of all but the last, then the chief's
  *   4  MODE_SLICE      a slice-spec string (see fuzz_slice): parse, format, parse again
+ *   5  MODE_JSON       a JSON document (lib/json_read.c, the record of plain values): parse; what
+ *                      parses is written back (both forms) and must parse again
  * Every path must return without crashing, leaking or hitting undefined behaviour.
  * Built by tests/fuzz/build_fuzzer.sh; run by tests/fuzz/run_fuzz.sh.
  */
 #include "index.h"
+#include "json.h"
 #include "mpickpt/crc32c.h"
 #include "mpickpt/slice.h"
 
@@ -20,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MODE_CONTAINER, MODE_PAYLOAD, MODE_WRAPPED, MODE_MERGE, MODE_SLICE, MODE_COUNT };
+enum { MODE_CONTAINER, MODE_PAYLOAD, MODE_WRAPPED, MODE_MERGE, MODE_SLICE, MODE_JSON, MODE_COUNT };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -354,6 +357,40 @@ static void roundtrip(const ckpt_shape *shape, const ckpt_slice *slice)
  * Slice strings: the text up to the first '\n' is a full spec; when there is a '\n', the rest is an
  * extents string parsed against the spec's shape (or a fixed 4x10 shape when the spec failed).
  */
+/* Writes a parsed value back and parses the text again: it must read. */
+static void json_again(const ckpt__jv *v, int python)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    FUZZ_ASSERT(f != NULL);
+    ckpt__json_writer w;
+    ckpt__json_init(&w, f);
+    ckpt__json_value(&w, v, python);
+    FUZZ_ASSERT(fclose(f) == 0);
+    ckpt__json_doc *d = NULL;
+    char err[256];
+    FUZZ_ASSERT(ckpt__json_parse(&d, text, len, err, sizeof err) == CKPT_OK);
+    ckpt__json_doc_free(d);
+    free(text);
+}
+
+static void fuzz_json(const uint8_t *data, size_t size)
+{
+    ckpt__json_doc *d = NULL;
+    char err[256];
+    int rc = ckpt__json_parse(&d, (const char *)data, size, err, sizeof err);
+    FUZZ_ASSERT((rc == CKPT_OK) == (d != NULL));
+    if (rc != CKPT_OK) {
+        FUZZ_ASSERT(rc == CKPT_ECORRUPT || rc == CKPT_ENOMEM);
+        FUZZ_ASSERT(strlen(err) > 0);
+        return;
+    }
+    json_again(ckpt__json_doc_root(d), 1);
+    json_again(ckpt__json_doc_root(d), 0);
+    ckpt__json_doc_free(d);
+}
+
 static void fuzz_slice(const uint8_t *data, size_t size)
 {
     char *s = malloc(size + 1);
@@ -410,6 +447,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case MODE_WRAPPED: fuzz_wrapped(data, size); break;
     case MODE_MERGE: fuzz_merge(data, size); break;
     case MODE_SLICE: fuzz_slice(data, size); break;
+    case MODE_JSON: fuzz_json(data, size); break;
     }
     return 0;
 }

@@ -24,6 +24,7 @@ MODE_PAYLOAD=1
 MODE_WRAPPED=2
 MODE_MERGE=3
 MODE_SLICE=4
+MODE_JSON=5
 
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
@@ -121,6 +122,16 @@ for spec in "4 10 0,2:-" "2 3 4 1,1:-:0,4" "4 10 0,2:-"$'\n'"-:3,7" "5 -" "0 3 -
     i=$((i + 1))
     printf '%s' "$spec" >"$gen/slice-$i"
     seed "slice-$i" $MODE_SLICE "$gen/slice-$i"
+done
+# records of plain values as Python's json writes them (versions 1 and 2), and hostile ones
+i=0
+for doc in '{"mpickpt_json": 1, "per_rank": {"seed": 7}, "replicated": {"lr": 0.001, "n": "caf\u00e9", "x": NaN, "big": 123456789012345678901234567890}}' \
+           '{"mpickpt_json": 2, "aliases": {"m/h": {"of": "m/e", "offset": 0, "shape": [4], "strides": [1], "dtype": "float32", "torch": true}}, "tree": ["d", [["m", ["d", [[0, ["T"]], ["h", ["a"]]]]]]]}' \
+           '["\ud83d\ude00", "\ud800", -0.0, 1e-400, Infinity, -Infinity, true, false, null, {}]' \
+           '[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]'; do
+    i=$((i + 1))
+    printf '%s' "$doc" >"$gen/json-$i"
+    seed "json-$i" $MODE_JSON "$gen/json-$i"
 done
 # Inputs that once exposed a bug stay in the corpus as regressions (each starts with its mode byte).
 for f in "$src/tests/fuzz/regressions"/*.mode*; do

@@ -250,16 +250,19 @@ static int lock_open(int *out, int dirfd, const char *shown)
                 return not_a_file(shown, "a symbolic link");
             if (err == EISDIR)
                 return not_a_file(shown, "a directory");
-            if (err == EACCES && fstatat(dirfd, CKPT__LOCK_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0)
-                return ckpt__error(CKPT_EIO,
-                                   "cannot open %s/" CKPT__LOCK_FILE " to lock the directory: %s "
-                                   "(it belongs to uid %lu, mode %04o; this process runs as uid "
-                                   "%lu: a checkpoint directory is written by one user's jobs)",
-                                   shown, strerror(err), (unsigned long)st.st_uid,
-                                   (unsigned)(st.st_mode & 07777), (unsigned long)geteuid());
-            return ckpt__error(err == ENOSPC || err == EDQUOT ? CKPT_ENOSPC : CKPT_EIO,
-                               "cannot open %s/" CKPT__LOCK_FILE " to lock the directory: %s",
-                               shown, strerror(err));
+            if (err == EACCES && fstatat(dirfd, CKPT__LOCK_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+                ckpt__error(CKPT_EIO,
+                            "cannot open %s/" CKPT__LOCK_FILE " to lock the directory: %s (it "
+                            "belongs to uid %lu, mode %04o; this process runs as uid %lu: a "
+                            "checkpoint directory is written by one user's jobs)",
+                            shown, strerror(err), (unsigned long)st.st_uid,
+                            (unsigned)(st.st_mode & 07777), (unsigned long)geteuid());
+                return ckpt__error_set_errno(CKPT_EIO, err);
+            }
+            int code = err == ENOSPC || err == EDQUOT ? CKPT_ENOSPC : CKPT_EIO;
+            ckpt__error(code, "cannot open %s/" CKPT__LOCK_FILE " to lock the directory: %s",
+                        shown, strerror(err));
+            return ckpt__error_set_errno(code, err);
         }
         if (fstat(fd, &st) != 0) {
             int rc = ckpt__errno(errno, "stat", shown);

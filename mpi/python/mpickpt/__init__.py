@@ -819,16 +819,17 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
                     offsets, shp = fn(name, gshape, rank, size)
                     offsets, shp = tuple(int(o) for o in offsets), tuple(int(d) for d in shp)
                 a = alloc(name, info["dtype"], shp, as_torch, name)
-                view, code, _ = _tree.array_view(a, name)
-                regs.append((name, view, code, ("slice", gshape, offsets, shp)))
+                view = _tree.array_view(a, name)[0]  # bfloat16 as uint16 bits: the file's code
+                regs.append((name, view, info["dtype"], ("slice", gshape, offsets, shp)))
                 arrays[name] = a
                 return a if shard is None else Shard(a, gshape, offsets)
             # "n" / "T"
             tname = name if not per_rank or rank == 0 else f"{name}/parallel_component_{rank}"
             info = tensor_info(tname)
             a = alloc(tname, info["dtype"], info["shape"], torch_leaf(k), name)
-            view, code, shape = _tree.array_view(a, name)
-            regs.append((name, view, code, ("component" if per_rank else "replicated", shape)))
+            view, _, shape = _tree.array_view(a, name)
+            regs.append((name, view, info["dtype"],
+                         ("component" if per_rank else "replicated", shape)))
             arrays[name] = a
             return a
 

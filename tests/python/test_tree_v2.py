@@ -168,6 +168,16 @@ def shared_storage():
         mgr.restore(tied_target)
     check_bits(tied_target["model"]["embed.weight"], untied["model"]["embed.weight"], "apart->tie")
 
+    # a TrainingState (its restore does not look the aliases up first)
+    ts_state = tied_model(5, True)
+    with mpickpt.TrainingState(pc.outdir("training"), ts_state) as ts:
+        ts.back_up(0)
+        with torch.no_grad():
+            ts_state["model"]["embed.weight"].zero_()
+        ts.restore()
+    check_bits(ts_state["model"]["lm_head.weight"], tied_model(5, True)["model"]["embed.weight"],
+               "training: tie restored")
+
     # load: the tie rebuilt as a view
     got = mpickpt.load(d)
     gm = got["model"]
@@ -282,6 +292,9 @@ def open_dir_and_v1():
     s = C.Saver(dup)
     a = np.arange(6, dtype=np.float32)
     s.add_replicated("m/a%2Fb", a, C.FLOAT32, (6,), False)
+    t12 = torch.arange(8, dtype=torch.float32) + 0.5  # tied in the state, two tensors in v1
+    s.add_replicated("m/t1", t12.numpy(), C.FLOAT32, (8,), False)
+    s.add_replicated("m/t2", t12.numpy(), C.FLOAT32, (8,), False)
     s.add_blob("__mpickpt__/json")
     rec = {"mpickpt_json": 1, "replicated": {"m/step": 4, "m/t/0": "x", "m/t/1": 2},
            "per_rank": {"r": rank}}
@@ -303,10 +316,23 @@ def open_dir_and_v1():
     mpickpt._state.restore_finish(dup, reg, s, False, prefix)
     s.close()
     dup.Free()
+    tied_w = torch.zeros(8)
+    tied = {"m": {"t1": tied_w, "t2": tied_w}}
+    dup = comm.Dup()
+    s = C.Saver(dup)
+    reg = mpickpt._state.Registered()
+    mpickpt._state.restore_prepare(dup, reg, s, tied)  # no prefix: aliases not looked up first
+    s.restore(prefix)
+    mpickpt._state.restore_finish(dup, reg, s, False, prefix)
+    s.close()
+    dup.Free()
     check_bits(target["m"]["a/b"], a, "v1 array")
     check(target["m"]["step"] == 4 and target["m"]["t"] == ("x", 2) and target["r"].value == rank,
           f"v1 values {target}")
     got = mpickpt.load(prefix)
+    check_bits(tied["m"]["t1"], t12, "v1 tie (t1)")
+    check_bits(tied["m"]["t2"], t12, "v1 tie (t2: read apart)")
+    check(tied["m"]["t2"].data_ptr() == tied["m"]["t1"].data_ptr(), "v1: the state's tie kept")
     check_bits(got["m"]["a/b"], a, "v1 load array")
     check(got["m"]["step"] == 4 and got["m"]["t"] == {"0": "x", "1": 2}, f"v1 load {got}")
     check(isinstance(got["r"], mpickpt.PerRank) and got["r"].value == rank, "v1 per-rank")

@@ -140,10 +140,11 @@ class Registered:
                 self.aliases.pop(leaf.name, None)
 
     def prepare(self, saver: Any, state: Any = None, restore_rank: Optional[int] = None,
-                skip: Any = ()) -> List[Leaf]:
+                skip: Any = (), record: bool = True) -> List[Leaf]:
         """(Re)registers the scanned state (scan(); or `state`, scanned here) with `saver` when its
         layout or buffers changed. Local; raises on a bad leaf before anything is registered.
-        Alias leaves are not registered (their target is), nor the names in `skip`.
+        Alias leaves are not registered (their target is), nor the names in `skip`; `record`:
+        False when the checkpoint to restore is known to have no record of plain values.
 
         A save registers this rank's record of plain values everywhere. A restore (restore_rank:
         this rank) registers it only where it is read: on rank 0 when the state has plain values
@@ -158,7 +159,9 @@ class Registered:
             blob = True
         else:
             plain = [leaf for leaf in leaves if not leaf.is_array]
-            shared = [leaf for leaf in leaves if leaf.alias is not None or leaf.name in skip]
+            # a checkpoint known to have no record (a C program's): aliases are read apart
+            shared = [leaf for leaf in leaves if record and
+                      (leaf.alias is not None or leaf.name in skip)]
             blob = any(leaf.per_rank for leaf in plain + shared) or (
                 restore_rank == 0 and bool(plain or shared))
         arrays = []
@@ -273,68 +276,63 @@ def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     agree_replicated_names(comm, collective(comm, local))
 
 
-def peek_aliases(comm: Any, prefix: Optional[str], per_rank: bool) -> Optional[Dict[str, dict]]:
+def peek_aliases(comm: Any, prefix: Optional[str],
+                 per_rank: bool) -> Tuple[Optional[Dict[str, dict]], bool]:
     """Collective: the aliases of the checkpoint at `prefix` (rank 0's record, and this rank's
-    own when `per_rank`), read without MPI before a restore decides what to register; None when
-    there is no prefix or it cannot be read (the restore then reports the problem)."""
-    def read(rank: int) -> Optional[Dict[str, dict]]:
+    own when `per_rank`), read without MPI before a restore decides what to register, and
+    whether it has a record at all; (None, True) when there is no prefix or it cannot be read
+    (the restore then reports the problem)."""
+    def read(rank: int) -> Optional[Tuple[Dict[str, dict], bool]]:
         try:
             r = _C.Reader(prefix)
             try:
                 info = next((t for t in r.tensors() if t["name"] == f"{JSON_BLOB}/rank_{rank}"),
                             None)
                 if info is None:
-                    return {}
+                    return {}, False
                 import numpy as np
 
                 raw = np.empty(info["shape"][0], dtype=np.uint8)
                 r.read(info["name"], raw, _C.UINT8)
             finally:
                 r.close()
-            return load_record(raw.tobytes(), prefix, rank).get("aliases", {})
+            return load_record(raw.tobytes(), prefix, rank).get("aliases", {}), True
         except _C.Error:
             return None
 
     if prefix is None:
-        return None
+        return None, True
     first = read(0) if comm.rank == 0 else None
     first = comm.bcast(first, root=0)
     if first is None:
-        return None
-    out = dict(first)
-    if per_rank and comm.rank != 0:
+        return None, True
+    out = dict(first[0])
+    if per_rank and comm.rank != 0 and first[1]:
         own = read(comm.rank)
-        out.update(own or {})
-    return out
+        out.update(own[0] if own else {})
+    return out, first[1]
 
 
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
                     prefix: Optional[str] = None) -> None:
     """Collective: registers `state` (restore writes into its arrays) and forgets old blobs.
     `prefix`: the checkpoint the restore will most likely read: its aliases are not registered
-    (they are copied from their targets after the restore), and this state's aliases that it
-    stored as tensors are (when contiguous)."""
+    (restore_aliases gives them their values after the restore), and this state's contiguous
+    aliases that it stored as tensors are (read in place; the others: restore_aliases)."""
     agree_aliases(comm, reg, collective(comm, lambda: reg.scan(state)))
     per_rank = any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
-    expected = peek_aliases(comm, prefix, per_rank)
+    expected, has_record = peek_aliases(comm, prefix, per_rank)
 
     def local() -> None:
         skip: Any = ()
         if expected is not None:
             skip = set(expected) & {leaf.name for leaf in reg.leaves if leaf.is_array}
-            # stored apart in the checkpoint: read as tensors (the same memory gets the same
-            # bytes twice when they were tied at the save too)
-            apart = [leaf for leaf in reg.leaves if leaf.alias is not None and
-                     leaf.name not in expected and leaf.name not in skip]
-            for leaf in apart:
-                if not _contiguous_array(leaf.value):
-                    raise _C.MismatchError(
-                        f"'{leaf.name}' shares memory with '{leaf.alias['of']}' in the state, "
-                        f"but {prefix} stored it apart, and it is not contiguous (it cannot be "
-                        "read in place)")
-            reg.unalias({leaf.name for leaf in apart})
+            # stored apart in the checkpoint: read as tensors in place when contiguous (the
+            # same memory gets the same bytes twice when they were tied at the save too)
+            reg.unalias({leaf.name for leaf in reg.leaves if leaf.alias is not None and
+                         leaf.name not in expected and _contiguous_array(leaf.value)})
         reg.expected = expected
-        reg.prepare(saver, restore_rank=comm.rank, skip=skip)
+        reg.prepare(saver, restore_rank=comm.rank, skip=skip, record=has_record)
         saver.reset_blobs()
 
     collective(comm, local)
@@ -439,8 +437,41 @@ def _copy_into(dst: Any, src: Any) -> None:
         np.copyto(dst, src.detach().numpy() if is_tensor(src) else src)
 
 
+def _read_apart(leaf: Leaf, where: str, rank: int) -> None:
+    """Reads the tensor of `leaf` from checkpoint `where` into it (not in place: a temporary, then
+    copied, since the leaf need not be contiguous). Local."""
+    import numpy as np
+
+    from ._tree import CODE_NUMPY, _extent
+
+    name = leaf.name if not leaf.per_rank or rank == 0 else \
+        f"{leaf.name}/parallel_component_{rank}"
+    code = _extent(leaf.value)[0]
+    tmp = np.empty(tuple(leaf.value.shape), dtype=CODE_NUMPY[code])
+    r = _C.Reader(where)
+    try:
+        info = next((t for t in r.tensors() if t["name"] == name), None)
+        if info is None:
+            raise _C.NotFoundError(f"tensor '{name}' is not in {where}")
+        if tuple(info["shape"]) != tmp.shape or info["dtype"] != code:
+            raise _C.MismatchError(
+                f"tensor '{leaf.name}': {CODE_NAMES[code]} {list(tmp.shape)}, the checkpoint's "
+                f"{CODE_NAMES.get(info['dtype'], '?')} {list(info['shape'])}")
+        r.read(name, tmp, code)
+    finally:
+        r.close()
+    if is_tensor(leaf.value):
+        import torch
+
+        src = torch.from_numpy(tmp.view(np.int16)).view(torch.bfloat16) \
+            if leaf.value.dtype == torch.bfloat16 else torch.from_numpy(tmp)
+        _copy_into(leaf.value, src)
+    else:
+        _copy_into(leaf.value, tmp)
+
+
 def restore_aliases(reg: Registered, aliases: Optional[Dict[str, dict]], where: str,
-                    missing_rank: bool) -> None:
+                    missing_rank: bool, rank: int) -> None:
     """After the C restore: every array leaf that was not read (an alias in the state or in the
     checkpoint) gets its values from its target in the checkpoint's aliases: nothing to do when
     it shares that memory in the state too (a tie), else copied. missing_rank: this rank has no
@@ -452,11 +483,13 @@ def restore_aliases(reg: Registered, aliases: Optional[Dict[str, dict]], where: 
         if leaf.per_rank and missing_rank:
             continue
         a = (aliases or {}).get(leaf.name)
+        if a is None and leaf.alias is not None:
+            # tied in the state, stored apart in the checkpoint (saved untied, or before
+            # aliases): its own bytes, read now with the reader (checksums checked)
+            _read_apart(leaf, where, rank)
+            continue
         if a is None:
             raise _C.MismatchError(
-                f"'{leaf.name}' shares memory with '{leaf.alias['of']}' in the state, but {where} "
-                "stored it apart: it was not read (restore into a state without the tie, or save "
-                "again)" if leaf.alias is not None else
                 f"'{leaf.name}': {where} is not the checkpoint the restore expected (its aliases "
                 "changed while restoring); restore again")
         target = by.get(a["of"])
@@ -494,12 +527,13 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
                      for leaf in reg.leaves)
         if not leaves and not unread:
             return
+        if first is None and not leaves:  # no record (a C program's): aliases read apart
+            restore_aliases(reg, {}, where, False, comm.rank)
+            return
         if first is None:
-            what = f"{len(leaves)} plain values, e.g. '{leaves[0].name}'" if leaves else \
-                "arrays that share memory"
             raise _C.NotFoundError(
                 f"{where} holds no plain values (it was not written by the Python package), but "
-                f"the state has {what}")
+                f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
         doc0 = load_record(first, where, 0)
         replicated = doc0["replicated"]
         own_doc = load_record(mine, where, comm.rank) if mine is not None else None
@@ -523,7 +557,7 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
             if leaf.name not in table:
                 raise _C.NotFoundError(f"'{leaf.name}' is not in {where}")
             updates.append((leaf, table[leaf.name]))
-        restore_aliases(reg, aliases, where, own is None)
+        restore_aliases(reg, aliases, where, own is None, comm.rank)
         put_back_all(reg.flat, updates)
 
     collective(comm, local)

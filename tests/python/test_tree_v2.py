@@ -131,6 +131,13 @@ def shared_storage():
     ck = mpickpt.open(tied_path)
     names = set(ck)
     check(names == {"model/embed.weight", "model/mid", "np/base"}, f"tensors {sorted(names)}")
+    al = ck.aliases
+    check(al["model/lm_head.weight"] == {"of": "model/embed.weight", "offset": 0,
+                                         "shape": [64, 32], "strides": [32, 1],
+                                         "dtype": "float32", "torch": True}, f"tie {al}")
+    check(al["np/view"]["of"] == "np/base" and al["np/view"]["offset"] == 16 and
+          al["np/strided"]["strides"] == [3] and al["model/emb_t"]["strides"] == [1, 32],
+          f"aliases {al}")
     ck.close()
 
     # restore with targets: the tie (sharing in the target) intact

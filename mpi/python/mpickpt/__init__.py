@@ -502,6 +502,15 @@ class Checkpoint(Mapping[str, Array]):
         doc = self._json(0)
         return dict(doc["replicated"]) if doc else {}
 
+    @property
+    def aliases(self) -> Dict[str, Dict[str, Any]]:
+        """The replicated arrays not stored because they share memory with a stored one (tied
+        weights, views; docs/python.md "Shared storage"): name -> {"of": the stored tensor,
+        "offset" (bytes), "shape", "strides" (elements), "dtype", "torch"}. Empty for records
+        of version 1 and checkpoints without one."""
+        doc = self._json(0)
+        return dict(doc.get("aliases", {})) if doc else {}
+
     def json_of_rank(self, rank: int) -> Optional[Dict[str, Any]]:
         """Rank `rank`'s PerRank plain values, or None when the writer had no such rank."""
         doc = self._json(rank)

@@ -206,8 +206,8 @@ class Registered:
         return leaves
 
     def json_bytes(self) -> bytes:
-        """This rank's record of plain values, version 2 (/work/notes: replicated, per_rank,
-        tree, aliases)."""
+        """This rank's record of plain values, version 2: replicated, per_rank, tree, aliases
+        (docs/python.md, "State trees")."""
         doc: Dict[str, Any] = {"replicated": {}, "per_rank": {}}
         for leaf in iter_json(self.leaves):
             doc["per_rank" if leaf.per_rank else "replicated"][leaf.name] = leaf.value
@@ -394,6 +394,8 @@ def load_record(raw: bytes, where: str, rank: int) -> Dict[str, Dict[str, Any]]:
         raise _C.CorruptError(f"{what}: its version {version!r} is not a version")
     if version > 2:
         raise _C.VersionError(f"{what} is of version {version}; this mpickpt reads 1 and 2")
+    if version >= 2 and not isinstance(doc.get("tree"), list):
+        raise _C.CorruptError(f"{what}: its \"tree\" is missing or not an array")
     aliases = doc.get("aliases", {})
     if not isinstance(aliases, dict):
         raise _C.CorruptError(f"{what}: its \"aliases\" is not an object")

@@ -357,19 +357,24 @@ def _extent(x: Any) -> Optional[Tuple[Any, int, int, int, Tuple[int, ...], Tuple
         strides = tuple(s // item for s in x.strides)
     else:
         torch = _torch_module()
-        if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or \
-                x.layout != torch.strided or x.numel() == 0:
+        if not isinstance(x, torch.Tensor) or not x.is_cpu or x.layout != torch.strided:
             return None
         code = _TORCH_CODES.get(x.dtype)
         if code is None:
             return None
         item = x.element_size()
         start = x.data_ptr()
-        strides = tuple(x.stride())
-    shape = tuple(int(d) for d in x.shape)
-    lo = start + item * sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    hi = start + item * (1 + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)))
-    return code, start, lo, hi, shape, strides, item
+        strides = x.stride()
+    shape = tuple(x.shape)
+    if 0 in shape:
+        return None
+    lo = hi = start
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s * item
+        else:
+            hi += (n - 1) * s * item
+    return code, start, lo, hi + item, shape, tuple(strides), item
 
 
 def _contiguous(x: Any) -> bool:

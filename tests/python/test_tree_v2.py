@@ -13,7 +13,8 @@ targets, open(dir), at 1, 2 and 4 ranks.
 - mpickpt.load at another rank count (a comm.Split sub-communicator) and at the full size with
   shard="even": values exact on every rank; to="numpy"/"torch";
 - mpickpt.open(dir) and load(dir): the newest restorable checkpoint (a dropped one skipped);
-- a record of version 1 (written by hand into a checkpoint) still restores and loads.
+- a record of version 1 (written by hand into a checkpoint) still restores and loads; damaged
+  records of version 2 (an alias, the tree) are CorruptError, version 3 a VersionError.
 
 Usage: mpirun -np N python3 test_tree_v2.py OUTDIR"""
 import collections
@@ -343,6 +344,27 @@ def open_dir_and_v1():
     check_bits(got["m"]["a/b"], a, "v1 load array")
     check(got["m"]["step"] == 4 and got["m"]["t"] == {"0": "x", "1": 2}, f"v1 load {got}")
     check(isinstance(got["r"], mpickpt.PerRank) and got["r"].value == rank, "v1 per-rank")
+
+    # damaged records of version 2, and a future version: the same error on every rank
+    for name, rec, cls, needle in (
+            ("badalias", {"mpickpt_json": 2, "replicated": {}, "per_rank": {},
+                          "tree": ["d", []], "aliases": {"x": {"of": 1}}},
+             mpickpt.CorruptError, "the alias 'x'"),
+            ("notree", {"mpickpt_json": 2, "replicated": {}, "per_rank": {}},
+             mpickpt.CorruptError, "tree"),
+            ("badtree", {"mpickpt_json": 2, "replicated": {}, "per_rank": {},
+                         "tree": ["d", [["k", ["?"]]]], "aliases": {}},
+             mpickpt.CorruptError, "tree"),
+            ("future", {"mpickpt_json": 3, "replicated": {}, "per_rank": {}, "tree": ["d", []]},
+             mpickpt.VersionError, "version 3")):
+        dup = comm.Dup()
+        s = C.Saver(dup)
+        s.add_blob("__mpickpt__/json")
+        s.set_blob("__mpickpt__/json", json.dumps(rec).encode())
+        s.write(os.path.join(v1, name))
+        s.close()
+        dup.Free()
+        expect_error(cls, lambda: mpickpt.load(os.path.join(v1, name)), needle)
     pc.say("open(dir), v1 ok")
 
 

@@ -271,7 +271,7 @@ def load_reshard():
     pc.say("load ok")
 
 
-# ---- open(dir), and a record of version 1 ---------------------------------------------------------
+# ---- open(dir), and a record of version 1 -------------------------------------------------------
 
 def open_dir_and_v1():
     d = pc.outdir("newest")

@@ -30,8 +30,8 @@ from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard, 
 from . import _tree, preemption
 
 __all__ = [
-    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "load", "newest", "Checkpoint",
-    "export",
+    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "load", "newest",
+    "Checkpoint", "export",
     "import_tf",
     "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",

@@ -16,8 +16,8 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _mpickpt as _C
-from ._tree import (CODE_NAMES, JSON_BLOB, Flat, Leaf, alias_view, array_view, find_aliases, flatten_tree,
-                    MAX_STATE_DEPTH, is_tensor, iter_json, put_back_all)
+from ._tree import (CODE_NAMES, JSON_BLOB, MAX_STATE_DEPTH, Flat, Leaf, alias_view, array_view,
+                    find_aliases, flatten_tree, is_tensor, iter_json, put_back_all)
 
 T = TypeVar("T")
 

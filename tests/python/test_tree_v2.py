@@ -292,6 +292,11 @@ def open_dir_and_v1():
     ck.close()
     got = mpickpt.load(d)
     check(got["step"] == 2 and np.all(got["x"] == 2), "load(dir) after the drop")
+    pc.run_cli("pin", d, "ckpt-1")
+    check(mpickpt.newest(d).endswith("ckpt-1"), "a pin is honoured")
+    check(mpickpt.load(d)["step"] == 1, "load(dir) of the pinned checkpoint")
+    pc.run_cli("pin", "--clear", d)
+    check(mpickpt.newest(d).endswith("ckpt-2"), "the pin cleared")
 
     # a record of version 1, by hand: the Saver writes it as the package did before issue 30
     v1 = pc.outdir("v1")
@@ -334,6 +339,25 @@ def open_dir_and_v1():
     mpickpt._state.restore_finish(dup, reg, s, False, prefix)
     s.close()
     dup.Free()
+    # a checkpoint without a record (a C program's): a tie of the state read apart, the
+    # aliases looked up first (CheckpointManager's way)
+    craw = os.path.join(v1, "crec")
+    dup = comm.Dup()
+    s = C.Saver(dup)
+    s.add_replicated("t1", t12.numpy(), C.FLOAT32, (8,), False)
+    s.add_replicated("t2", (t12 * 2).numpy(), C.FLOAT32, (8,), False)
+    s.write(craw)
+    s.close()
+    c_w = torch.zeros(8)
+    c_state = {"t1": c_w, "t2": c_w.view(2, 4).view(8)}
+    s = C.Saver(dup)
+    reg = mpickpt._state.Registered()
+    mpickpt._state.restore_prepare(dup, reg, s, c_state, craw)
+    s.restore(craw)
+    mpickpt._state.restore_finish(dup, reg, s, False, craw)
+    s.close()
+    dup.Free()
+    check_bits(c_w, t12 * 2, "no record: the alias read apart, written after its target")
     check_bits(target["m"]["a/b"], a, "v1 array")
     check(target["m"]["step"] == 4 and target["m"]["t"] == ("x", 2) and target["r"].value == rank,
           f"v1 values {target}")

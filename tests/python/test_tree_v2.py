@@ -9,7 +9,7 @@ targets, open(dir), at 1, 2 and 4 ranks.
 - tied weights (torch tensors sharing storage, a view, a transpose) and NumPy views: stored once
   (the data file is as large as without the tie), the tie intact after a restore with targets
   (write one, see the other) and after mpickpt.load; a target without the tie gets the values
-  copied in;
+  copied in; a tie on some ranks only is stored as a tensor on every rank;
 - mpickpt.load at another rank count (a comm.Split sub-communicator) and at the full size with
   shard="even": values exact on every rank; to="numpy"/"torch";
 - mpickpt.open(dir) and load(dir): the newest restorable checkpoint (a dropped one skipped);
@@ -175,6 +175,20 @@ def shared_storage():
     with mpickpt.CheckpointManager(pc.outdir("untied")) as mgr:
         mgr.restore(tied_target)
     check_bits(tied_target["model"]["embed.weight"], untied["model"]["embed.weight"], "apart->tie")
+
+    # a tie on some ranks only: stored as a tensor on every rank (the same names everywhere)
+    odd = tied_model(6, rank != size - 1)
+    with mpickpt.CheckpointManager(pc.outdir("oddtie")) as mgr:
+        path = mgr.save(1, odd)
+        with mpickpt.open(path) as ck2:
+            check(size == 1 or (ck2.aliases == {} and "model/lm_head.weight" in ck2),
+                  f"a tie of some ranks: {ck2.aliases}")
+        want = odd["model"]["embed.weight"].clone()
+        with torch.no_grad():
+            odd["model"]["embed.weight"].zero_()
+            odd["model"]["lm_head.weight"].zero_()
+        mgr.restore(odd)
+    check_bits(odd["model"]["lm_head.weight"], want, "a tie of some ranks restored")
 
     # a TrainingState (its restore does not look the aliases up first)
     ts_state = tied_model(5, True)

@@ -9,6 +9,7 @@ an array (or a subtree) is spread over the ranks.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -153,7 +154,7 @@ def _escape(key: Any) -> str:
 
 def unescape(part: str) -> str:
     """The key a name's part was made of (the inverse of the escaping of '/' and '%')."""
-    return part.replace("%2F", "/").replace("%25", "%")
+    return re.sub("%(2F|25)", lambda m: "/" if m.group(1) == "2F" else "%", part)
 
 
 @dataclass

@@ -101,6 +101,41 @@ static PyObject *restorable_dict(const ckpt_manager_restorable_list *l)
     return out;
 }
 
+/* The checkpoints of a directory, read-only and without its lock (a load while the job that owns
+ * the directory runs): the state file, or a scan of its indexes when the state file is missing or
+ * damaged (as `mpickpt list` does). */
+PyObject *pyckpt_read_state(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    const char *dir = PyBytes_AS_STRING(bytes);
+    ckpt_state *st = NULL;
+    int scanned = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_state_read(&st, dir);
+    if (rc != CKPT_OK) {
+        ckpt_state_free(st);
+        st = NULL;
+        scanned = 1;
+        rc = ckpt_state_scan(&st, dir);
+    }
+    Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (rc != CKPT_OK) {
+        ckpt_state_free(st);
+        return pyckpt_raise(rc, NULL);
+    }
+    PyObject *d = state_dict(st);
+    ckpt_state_free(st);
+    if (d && PyDict_SetItemString(d, "scanned", scanned ? Py_True : Py_False) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
 /* ---- Manager ---------------------------------------------------------------------------------- */
 
 static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)

@@ -288,6 +288,8 @@ static PyMethodDef module_methods[] = {
     { "preempt_reset", py_preempt_reset, METH_NOARGS, "clears the flag" },
     { "version", py_version, METH_NOARGS, "the C library's version" },
     { "dtype_size", py_dtype_size, METH_O, "bytes per element of a dtype code" },
+    { "read_state", pyckpt_read_state, METH_O,
+      "read_state(dir) -> {latest, save_counter, entries, scanned}: no MPI, no lock" },
     { NULL, NULL, 0, NULL }
 };
 

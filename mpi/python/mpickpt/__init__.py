@@ -26,11 +26,12 @@ from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, FileSystemEr
                        PermissionDeniedError, TimeoutError, VersionError)
 from ._state import (Registered, agree, collective, load_record, restore_finish, restore_prepare,
                      save_prepare, uninterruptible)
-from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard
-from . import preemption
+from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard, alias_view, unescape
+from . import _tree, preemption
 
 __all__ = [
-    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "Checkpoint", "export",
+    "CheckpointManager", "TrainingState", "PerRank", "Shard", "open", "load", "newest",
+    "Checkpoint", "export",
     "import_tf",
     "preemption",
     "Error", "NotFoundError", "CorruptError", "MismatchError", "NoSpaceError",
@@ -220,6 +221,23 @@ class CheckpointManager(_Base):
         return self._mgr.save(epoch=int(epoch or 0), step=int(step),
                               end_of_epoch=bool(end_of_epoch), force=bool(force))
 
+    def _candidate(self, step: Optional[int]) -> Optional[str]:
+        """The checkpoint a restore reads unless it is damaged (the pinned or newest restorable
+        one, or the newest of `step`), for restore_prepare to read its aliases; None when there
+        is none here (restore then says so) or it is only in the nodes' caches."""
+        try:
+            r = self._mgr.restorable()
+        except Error:
+            return None
+        entries = r["entries"]
+        if step is not None:
+            e = next((e for e in reversed(entries) if e["step"] == int(step)), None)
+        else:
+            e = None if r["start"] is None else entries[r["start"]]
+        if e is None or "persistent" not in e["levels"]:
+            return None
+        return os.path.join(self._dir, e["prefix"])
+
     def _entries(self) -> List[Dict[str, Any]]:
         return self._mgr.state()["entries"]
 
@@ -244,7 +262,7 @@ class CheckpointManager(_Base):
         all_steps(); a dropped, set-aside or damaged one is an error naming it, never a fall back
         to another). Returns info (prefix, step, epoch, world_size, ...). NotFoundError when
         there is none. Collective."""
-        restore_prepare(self._comm, self._reg, self._saver, state)
+        restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(step))
         if step is not None:
             info = self._mgr.restore(step=int(step))
         else:
@@ -259,7 +277,7 @@ class CheckpointManager(_Base):
     def restore_or_initialize(self, state: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         """restore(state), or None when there is nothing to restore: the caller initializes
         (every array of the state: a damaged checkpoint may have left values in them)."""
-        restore_prepare(self._comm, self._reg, self._saver, state)
+        restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(None))
         info = self._mgr.restore_or_initialize()
         if not info["restored"]:
             return None
@@ -485,6 +503,15 @@ class Checkpoint(Mapping[str, Array]):
         doc = self._json(0)
         return dict(doc["replicated"]) if doc else {}
 
+    @property
+    def aliases(self) -> Dict[str, Dict[str, Any]]:
+        """The replicated arrays not stored because they share memory with a stored one (tied
+        weights, views; docs/python.md "Shared storage"): name -> {"of": the stored tensor,
+        "offset" (bytes), "shape", "strides" (elements), "dtype", "torch"}. Empty for records
+        of version 1 and checkpoints without one."""
+        doc = self._json(0)
+        return dict(doc.get("aliases", {})) if doc else {}
+
     def json_of_rank(self, rank: int) -> Optional[Dict[str, Any]]:
         """Rank `rank`'s PerRank plain values, or None when the writer had no such rank."""
         doc = self._json(rank)
@@ -508,9 +535,383 @@ class Checkpoint(Mapping[str, Array]):
                 f"{self.meta['step']}, {self.meta['world_size']} ranks>")
 
 
+def _restart_control(directory: str) -> Tuple[Optional[Tuple[str, int, int]], set]:
+    """The pin (name, counter, through) and the drops {(name, counter)} of a directory's restart
+    control (`mpickpt pin`/`drop`, docs/operations.md); a missing file is none. Read as the C
+    library reads it (lib/restart.c): a line that is not a record is a CorruptError."""
+    import builtins
+
+    path = os.path.join(directory, "restart")
+    try:
+        with builtins.open(path, "rb") as f:
+            raw = f.read((1 << 20) + 1)
+    except FileNotFoundError:
+        return None, set()
+    except OSError as e:
+        raise CorruptError(f"{path}: cannot be read ({e})") from None
+    pin, drops = None, set()
+    for lineno, line in enumerate(raw.split(b"\n"), 1):
+        if not line or line.startswith(b"#"):
+            continue
+        f = line.decode("utf-8", "replace").split()
+        try:
+            if len(f) == 4 and f[0] == "pin" and pin is None and int(f[3]) >= int(f[2]) >= 0:
+                pin = (f[1], int(f[2]), int(f[3]))
+                continue
+            if len(f) == 3 and f[0] == "drop" and int(f[2]) >= 0:
+                drops.add((f[1], int(f[2])))
+                continue
+        except ValueError:
+            pass
+        raise CorruptError(f"{path}: line {lineno} is not a restart record (\"pin NAME COUNTER "
+                           "THROUGH\" once, or \"drop NAME COUNTER\")")
+    return pin, drops
+
+
+def newest(directory: str) -> str:
+    """The prefix of the checkpoint a restore of `directory` starts from: the newest that
+    `mpickpt pin` did not set aside, `mpickpt drop` did not retire, that is in the directory (not
+    only in the nodes' caches) and whose index opens; the pinned one when nothing restorable is
+    newer. Read-only: no lock, no MPI (works while the job that owns the directory runs). Its
+    checksums are checked when it is read. NotFoundError when there is none."""
+    directory = os.fspath(directory)
+    st = _C.read_state(directory)
+    pin, drops = _restart_control(directory)
+    skipped = []
+    for e in reversed(st["entries"]):
+        name, counter = e["prefix"], e["save_counter"]
+        if pin is not None and (name, counter) == (pin[0], pin[1]):
+            pass
+        elif (name, counter) in drops or (pin is not None and pin[1] < counter <= pin[2]):
+            continue
+        if "persistent" not in e["levels"]:
+            continue
+        prefix = os.path.join(directory, name)
+        try:
+            _C.Reader(prefix).close()
+        except Error as err:
+            skipped.append(f"{name}: {err}")
+            continue
+        return prefix
+    raise NotFoundError(f"no restorable checkpoint in {directory}" +
+                        (f" ({len(skipped)} unreadable: {skipped[0]})" if skipped else ""))
+
+
+def _prefix_of(path: str) -> str:
+    """A checkpoint prefix, or a checkpoint directory's newest restorable checkpoint."""
+    path = os.fspath(path)
+    if os.path.isdir(path) and not os.path.exists(path + ".index"):
+        return newest(path)
+    return path
+
+
 def open(prefix: str) -> Checkpoint:  # noqa: A001 - the name users know (h5py.File, np.load)
-    """A read-only view of the checkpoint at `prefix` (``<dir>/ckpt-3``), without MPI."""
-    return Checkpoint(prefix)
+    """A read-only view of the checkpoint at `prefix` (``<dir>/ckpt-3``), or of the newest
+    restorable checkpoint of a checkpoint directory (see newest()), without MPI."""
+    return Checkpoint(_prefix_of(prefix))
+
+
+# ---- load without targets ----------------------------------------------------------------------
+
+_KINDS = {"d", "l", "t", "p", "s", "n", "T", "v", "a"}
+
+
+def _v1_tree(tensors: Dict[str, Dict[str, Any]], replicated: Dict[str, Any],
+             per_rank: Optional[Dict[str, Any]], where: str) -> list:
+    """The tree of a record of version 1 (or of a checkpoint without one): nested dicts from the
+    '/'-joined names (keys unescaped, all str); PerRank around each per-rank leaf."""
+    root: Dict[str, Any] = {}
+    leaves = []
+    for name, t in tensors.items():
+        if "/parallel_component_" in name:
+            continue
+        node = {"replicated": ["n"], "component": ["p", ["n"]]}.get(t["kind"])
+        if t["kind"] == "partitioned":
+            node = ["s", list(t["shape"]), [0] * len(t["shape"])]
+        if node is not None:
+            leaves.append((name, node))
+    leaves += [(n, ["v"]) for n in replicated]
+    leaves += [(n, ["p", ["v"]]) for n in (per_rank or {})]
+    for name, node in leaves:
+        parts = [unescape(p) for p in name.split("/")]
+        d = root
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+            if not isinstance(d, dict):
+                raise CorruptError(f"{where}: '{name}' is inside a leaf")
+        if parts[-1] in d:
+            raise CorruptError(f"{where}: '{name}' is both a leaf and a subtree")
+        d[parts[-1]] = node
+
+    def conv(x: Any) -> list:
+        if isinstance(x, dict):
+            return ["d", [[k, conv(v)] for k, v in x.items()]]
+        return x
+
+    return conv(root)
+
+
+def _check_tree(node: Any, where: str, depth: int = 0) -> None:
+    if not (isinstance(node, list) and node and node[0] in _KINDS) or depth > 200:
+        raise CorruptError(f"{where}: the record's tree has a node that is not one: {node!r:.80}")
+    k = node[0]
+    if k in ("d", "l", "t"):
+        if len(node) != 2 or not isinstance(node[1], list):
+            raise CorruptError(f"{where}: the record's tree has a bad {k!r} node")
+        for item in node[1]:
+            if k == "d":
+                if not (isinstance(item, list) and len(item) == 2 and
+                        type(item[0]) in (str, int)):
+                    raise CorruptError(f"{where}: the record's tree has a bad dict item")
+                item = item[1]
+            _check_tree(item, where, depth + 1)
+    elif k == "p":
+        if len(node) != 2:
+            raise CorruptError(f"{where}: the record's tree has a bad 'p' node")
+        _check_tree(node[1], where, depth + 1)
+    elif k == "s":
+        if len(node) != 3:
+            raise CorruptError(f"{where}: the record's tree has a bad 's' node")
+
+
+def _even(name: str, shape: Tuple[int, ...], rank: int, size: int):
+    if not shape:
+        raise InvalidArgumentError(f"tensor '{name}' is 0-d: shard='even' splits axis 0")
+    n = shape[0]
+    lo, hi = rank * n // size, (rank + 1) * n // size
+    return (lo,) + (0,) * (len(shape) - 1), (hi - lo,) + tuple(shape[1:])
+
+
+def _read_record(reader: Any, rank: int, prefix: str, infos: Dict[str, Any]) -> Optional[dict]:
+    name = f"{JSON_BLOB}/rank_{rank}"
+    info = infos.get(name)
+    if info is None:
+        return None
+    shape = info["shape"]
+    if info["dtype"] != _C.UINT8 or len(shape) != 1:
+        raise CorruptError(f"{prefix}: the record of plain values of rank {rank} ('{name}') is "
+                           "not bytes")
+    raw = np.empty(shape[0], dtype=np.uint8)
+    reader.read(name, raw, _C.UINT8)
+    return load_record(raw.tobytes(), prefix, rank)
+
+
+@uninterruptible
+def load(path: str, comm: Any = None, *, to: Optional[str] = None, shard: Any = None,
+         skip_missing_per_rank: bool = False) -> Dict[str, Any]:
+    """Loads a checkpoint without targets: its state as a tree of new arrays (the counterpart of
+    torch.load and of DCP's load). Collective over `comm` (default MPI.COMM_WORLD).
+
+    path: a checkpoint prefix, or a checkpoint directory (its newest restorable checkpoint, found
+    read-only: see newest()). to: "numpy", "torch", or None (each array as it was saved). shard:
+    how Shard leaves come back: None, the whole global array on every rank (a plain array);
+    "even", this rank's contiguous block along axis 0, as a Shard (so the tree saves back as it
+    was); or a callable (name, global_shape, rank, size) -> (offsets, shape) giving a Shard.
+    PerRank subtrees hold this rank's values; a rank the writer did not have is NotFoundError,
+    or PerRank(None) with skip_missing_per_rank. Tuples come back as tuples, tied tensors
+    (aliases) as views of one array. Every array is read by the C library (any number of ranks,
+    checksums checked). Plain values come back as Python values (NumPy scalars as Python's)."""
+    if to not in (None, "numpy", "torch"):
+        raise InvalidArgumentError(f"to={to!r}: use None, 'numpy' or 'torch'")
+    if not (shard is None or shard == "even" or callable(shard)):
+        raise InvalidArgumentError(f"shard={shard!r}: use None, 'even' or a callable")
+    dup = _comm_of(comm)
+    try:
+        return _load(dup, path, to, shard, bool(skip_missing_per_rank))
+    finally:
+        dup.Free()
+
+
+def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Dict[str, Any]:
+    rank, size = comm.rank, comm.size
+
+    def first() -> Any:
+        if rank != 0:
+            return None
+        prefix = _prefix_of(path)
+        r = _C.Reader(prefix)
+        try:
+            header = r.header()
+            infos = {t["name"]: t for t in r.tensors()}
+            rec = _read_record(r, 0, prefix, infos)
+        finally:
+            r.close()
+        return prefix, header, infos, rec
+
+    prefix, header, infos, rec0 = comm.bcast(collective(comm, first), root=0)
+    writers = int(header["world_size"])
+    v2 = rec0 is not None and rec0.get("mpickpt_json", 1) >= 2
+
+    def own() -> Optional[dict]:
+        if rank == 0:
+            return rec0
+        if rank >= writers or rec0 is None:
+            return None
+        if v2 and not _has_per_rank(rec0["tree"]):
+            return None
+        r = _C.Reader(prefix)
+        try:
+            return _read_record(r, rank, prefix, infos)
+        finally:
+            r.close()
+
+    mine = collective(comm, own)
+    missing = rank >= writers
+
+    def build() -> Tuple[Dict[str, Any], List[Tuple[str, Any, int, Any]]]:
+        if v2:
+            tree = (mine if mine is not None else rec0)["tree"]
+        else:
+            tree = _v1_tree(infos, rec0["replicated"] if rec0 else {},
+                            mine["per_rank"] if mine is not None else None, prefix)
+        _check_tree(tree, prefix)
+        if tree[0] != "d":
+            raise CorruptError(f"{prefix}: the record's tree is not a dict")
+        replicated = rec0["replicated"] if rec0 else {}
+        own_values = mine["per_rank"] if mine is not None else None
+        aliases = dict(rec0.get("aliases", {})) if rec0 else {}
+        if mine is not None and mine is not rec0:
+            aliases.update(mine.get("aliases", {}))
+        arrays: Dict[str, Any] = {}
+        regs: List[Tuple[str, Any, int, Any]] = []  # (tensor name, view, code, kind)
+
+        def tensor_info(tname: str) -> Dict[str, Any]:
+            info = infos.get(tname)
+            if info is None:
+                raise NotFoundError(f"tensor '{tname}' is not in {prefix}")
+            return info
+
+        def alloc(tname: str, code: int, shape: Sequence[int], as_torch: bool, name: str) -> Any:
+            if as_torch:
+                torch = _tree._torch_module()
+                tdt = {v: k for k, v in _tree._TORCH_CODES.items()}.get(code)
+                if tdt is None:
+                    raise InvalidArgumentError(f"tensor '{name}': {CODE_NAMES[code]} has no "
+                                               "PyTorch dtype mpickpt uses; load it with "
+                                               "to='numpy'")
+                return torch.empty(tuple(shape), dtype=tdt)
+            return np.empty(tuple(shape), dtype=CODE_NUMPY[code])
+
+        def torch_leaf(kind: str) -> bool:
+            return to == "torch" or (to is None and kind == "T")
+
+        def visit(node: list, name: str, per_rank: bool) -> Any:
+            k = node[0]
+            if k == "d":
+                out = {}
+                for key, child in node[1]:
+                    out[key] = visit(child, f"{name}/{_tree._escape(key)}" if name else
+                                     _tree._escape(key), per_rank)
+                return out
+            if k in ("l", "t"):
+                items = [visit(c, f"{name}/{i}" if name else str(i), per_rank)
+                         for i, c in enumerate(node[1])]
+                return tuple(items) if k == "t" else items
+            if k == "p":
+                if per_rank_missing():
+                    return PerRank(None)
+                return PerRank(visit(node[1], name, True))
+            if k == "v":
+                table = own_values if per_rank else replicated
+                if table is None or name not in table:
+                    raise NotFoundError(f"the plain value '{name}' is not in {prefix}")
+                return table[name]
+            if k == "a":
+                return _Alias(name)
+            if k == "s":
+                info = tensor_info(name)
+                gshape = tuple(info["shape"])
+                as_torch = to == "torch"
+                if shard is None:
+                    offsets, shp = (0,) * len(gshape), gshape
+                else:
+                    fn = _even if shard == "even" else shard
+                    offsets, shp = fn(name, gshape, rank, size)
+                    offsets, shp = tuple(int(o) for o in offsets), tuple(int(d) for d in shp)
+                a = alloc(name, info["dtype"], shp, as_torch, name)
+                view = _tree.array_view(a, name)[0]  # bfloat16 as uint16 bits: the file's code
+                regs.append((name, view, info["dtype"], ("slice", gshape, offsets, shp)))
+                arrays[name] = a
+                return a if shard is None else Shard(a, gshape, offsets)
+            # "n" / "T"
+            tname = name if not per_rank or rank == 0 else f"{name}/parallel_component_{rank}"
+            info = tensor_info(tname)
+            a = alloc(tname, info["dtype"], info["shape"], torch_leaf(k), name)
+            view, _, shape = _tree.array_view(a, name)
+            regs.append((name, view, info["dtype"],
+                         ("component" if per_rank else "replicated", shape)))
+            arrays[name] = a
+            return a
+
+        def per_rank_missing() -> bool:
+            if not missing:
+                return False
+            if skip:
+                return True
+            raise NotFoundError(f"{prefix} was written by {writers} ranks: rank {rank} has no "
+                                "per-rank values in it (load with skip_missing_per_rank=True "
+                                "to get PerRank(None))")
+
+        state = visit(tree, "", False)
+        state = _resolve_aliases(state, arrays, aliases, prefix)
+        return state, regs
+
+    state, regs = collective(comm, build)
+    saver = _C.Saver(comm, layout=_C.LAYOUT_DEFAULT, async_save=False)
+    try:
+        def register() -> None:
+            for name, view, code, kind in regs:
+                if kind[0] == "slice":
+                    saver.add_slice(name, view, code, kind[1], kind[2], kind[3])
+                else:
+                    saver.add_replicated(name, view, code, kind[1], kind[0] == "component")
+
+        collective(comm, register)
+        saver.restore(prefix, skip_missing_per_rank=skip)
+    finally:
+        saver.close()
+    return state
+
+
+class _Alias:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _has_per_rank(node: Any) -> bool:
+    if not isinstance(node, list) or not node:
+        return False
+    if node[0] == "p":
+        return True
+    if node[0] == "d":
+        return any(_has_per_rank(item[1]) for item in node[1] if isinstance(item, list) and
+                   len(item) == 2)
+    if node[0] in ("l", "t"):
+        return any(_has_per_rank(c) for c in node[1])
+    return False
+
+
+def _resolve_aliases(node: Any, arrays: Dict[str, Any], aliases: Dict[str, dict],
+                     where: str) -> Any:
+    """The tree with each alias placeholder replaced by a view of its target's array."""
+    if isinstance(node, _Alias):
+        a = aliases.get(node.name)
+        if a is None or a["of"] not in arrays:
+            raise CorruptError(f"{where}: '{node.name}' is an alias of "
+                               f"{a['of'] if a else 'nothing'!r}, not of a stored array")
+        return alias_view(arrays[a["of"]], a)
+    if isinstance(node, dict):
+        return {k: _resolve_aliases(v, arrays, aliases, where) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve_aliases(v, arrays, aliases, where) for v in node]
+    if isinstance(node, tuple):
+        return tuple(_resolve_aliases(v, arrays, aliases, where) for v in node)
+    if isinstance(node, PerRank):
+        node.value = _resolve_aliases(node.value, arrays, aliases, where)
+        return node
+    return node
 
 
 # ---- export to other formats, without MPI (docs/interop.md) ------------------------------------

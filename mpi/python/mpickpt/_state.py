@@ -17,7 +17,8 @@ import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _mpickpt as _C
-from ._tree import JSON_BLOB, Leaf, array_view, check_put_back, flatten, iter_json, put_back
+from ._tree import (CODE_NAMES, JSON_BLOB, MAX_STATE_DEPTH, Flat, Leaf, alias_view, array_view,
+                    find_aliases, flatten_tree, is_tensor, iter_json, put_back_all)
 
 T = TypeVar("T")
 
@@ -125,29 +126,64 @@ class Registered:
     def __init__(self) -> None:
         self.signature: Optional[Tuple] = None
         self.leaves: List[Leaf] = []
+        self.flat: Optional[Flat] = None
+        self.aliases: Dict[str, dict] = {}  # this state's leaves that share memory (find_aliases)
         self.views: List[Any] = []  # keeps the NumPy views alive (the saver holds them too)
         self.has_blob = False  # the record of plain values is registered
+        # restore: the aliases the checkpoint was expected to have (names not registered)
+        self.expected: Optional[Dict[str, dict]] = None
 
-    def prepare(self, saver: Any, state: Any, restore_rank: Optional[int] = None) -> List[Leaf]:
-        """Flattens `state` and (re)registers it with `saver` when its layout or buffers changed.
-        Local; raises on a bad leaf before anything is registered.
+    def scan(self, state: Any) -> Dict[str, dict]:
+        """Local: flattens `state` and finds its aliases; returns the replicated ones (which
+        every rank must decide alike: agree_aliases)."""
+        self.flat = flatten_tree(state)
+        self.leaves = self.flat.leaves
+        self.aliases = find_aliases(self.leaves)
+        by = {leaf.name: leaf for leaf in self.leaves}
+        return {n: a for n, a in self.aliases.items() if not by[n].per_rank}
+
+    def unalias(self, names: Any) -> None:
+        """Stores these leaves as tensors after all (their alias was not agreed, or the checkpoint
+        has them as tensors)."""
+        for leaf in self.leaves:
+            if leaf.name in names and leaf.alias is not None:
+                leaf.alias = None
+                leaf.node[:] = ["T"] if is_tensor(leaf.value) else ["n"]
+                self.aliases.pop(leaf.name, None)
+
+    def prepare(self, saver: Any, state: Any = None, restore_rank: Optional[int] = None,
+                skip: Any = (), record: bool = True) -> List[Leaf]:
+        """(Re)registers the scanned state (scan(); or `state`, scanned here) with `saver` when its
+        layout or buffers changed. Local; raises on a bad leaf before anything is registered.
+        Alias leaves are not registered (their target is), nor the names in `skip`; `record`:
+        False when the checkpoint to restore is known to have no record of plain values.
 
         A save registers this rank's record of plain values everywhere. A restore (restore_rank:
         this rank) registers it only where it is read: on rank 0 when the state has plain values
-        (the replicated ones are broadcast from there) and on a rank with PerRank plain values.
-        The record is per-rank data: registered on a rank the writer did not have, it would make
-        every restore onto more ranks fail, even of a state of shards and replicated values."""
-        leaves = flatten(state)
+        or aliases (the replicated ones are broadcast from there) and on a rank with
+        PerRank plain values or aliases. The record is per-rank data: registered on a rank the
+        writer did not have, it would make every restore onto more ranks fail, even of a state
+        of shards and replicated values."""
+        if state is not None:
+            self.scan(state)
+        leaves = self.leaves
         if restore_rank is None:
             blob = True
         else:
             plain = [leaf for leaf in leaves if not leaf.is_array]
-            blob = any(leaf.per_rank for leaf in plain) or (restore_rank == 0 and bool(plain))
+            # a checkpoint known to have no record (a C program's): aliases are read apart
+            shared = [leaf for leaf in leaves if record and
+                      (leaf.alias is not None or leaf.name in skip)]
+            blob = any(leaf.per_rank for leaf in plain + shared) or (
+                restore_rank == 0 and bool(plain or shared))
         arrays = []
         sig = []
         for leaf in leaves:
             if not leaf.is_array:
                 sig.append((leaf.name, "json", leaf.per_rank))
+                continue
+            if leaf.alias is not None or leaf.name in skip:
+                sig.append((leaf.name, "alias"))
                 continue
             view, code, shape = array_view(leaf.value, leaf.name)
             if leaf.shard is not None:
@@ -163,7 +199,6 @@ class Registered:
             sig.append((leaf.name, kind, code, shape, view.__array_interface__["data"][0]))
         sig.append(("record of plain values", blob))
         signature = tuple(sig)
-        self.leaves = leaves
         if signature == self.signature:
             return leaves
         saver.clear()  # waits for a save in flight first
@@ -183,11 +218,33 @@ class Registered:
         return leaves
 
     def json_bytes(self) -> bytes:
-        """This rank's plain values: {"replicated": {...}, "per_rank": {...}}."""
-        doc: Dict[str, Dict[str, Any]] = {"replicated": {}, "per_rank": {}}
+        """This rank's record of plain values, version 2: replicated, per_rank, tree, aliases
+        (docs/python.md, "State trees")."""
+        doc: Dict[str, Any] = {"replicated": {}, "per_rank": {}}
         for leaf in iter_json(self.leaves):
             doc["per_rank" if leaf.per_rank else "replicated"][leaf.name] = leaf.value
-        return json.dumps({"mpickpt_json": 1, **doc}, sort_keys=True, allow_nan=True).encode()
+        doc["tree"] = self.flat.tree if self.flat is not None else ["d", []]
+        doc["aliases"] = dict(self.aliases)
+        return json.dumps({"mpickpt_json": 2, **doc}, sort_keys=True, allow_nan=True).encode()
+
+
+def agree_aliases(comm: Any, reg: Registered, mine: Dict[str, dict]) -> None:
+    """Collective: the replicated aliases are the same on every rank (they decide which names are
+    stored). Those some rank does not have alike are stored as tensors everywhere."""
+    import hashlib
+
+    import numpy as np
+    from mpi4py import MPI
+
+    text = json.dumps(mine, sort_keys=True).encode()
+    h = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True) >> 1
+    both = np.array([h, -h], dtype=np.int64)
+    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MIN)
+    if both[0] == -both[1]:
+        return
+    everyone = comm.allgather(mine)
+    keep = {n for n, a in mine.items() if all(e.get(n) == a for e in everyone)}
+    reg.unalias(set(mine) - keep)
 
 
 def _ranks(ranks: List[int]) -> str:
@@ -221,27 +278,87 @@ def agree_replicated_names(comm: Any, names: List[str]) -> None:
 
 def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
     """Collective: registers `state` and sets this rank's plain values for the next save."""
+    agree_aliases(comm, reg, collective(comm, lambda: reg.scan(state)))
+
     def local() -> List[str]:
-        reg.prepare(saver, state)
+        reg.prepare(saver)
         saver.set_blob(JSON_BLOB, reg.json_bytes())
         return [leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank]
 
     agree_replicated_names(comm, collective(comm, local))
 
 
-def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
-    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs."""
+def peek_aliases(comm: Any, prefix: Optional[str],
+                 per_rank: bool) -> Tuple[Optional[Dict[str, dict]], bool]:
+    """Collective: the aliases of the checkpoint at `prefix` (rank 0's record, and this rank's
+    own when `per_rank`), read without MPI before a restore decides what to register, and
+    whether it has a record at all; (None, True) when there is no prefix or it cannot be read
+    (the restore then reports the problem)."""
+    def read(rank: int) -> Optional[Tuple[Dict[str, dict], bool]]:
+        try:
+            r = _C.Reader(prefix)
+            try:
+                info = next((t for t in r.tensors() if t["name"] == f"{JSON_BLOB}/rank_{rank}"),
+                            None)
+                if info is None:
+                    return {}, False
+                import numpy as np
+
+                raw = np.empty(info["shape"][0], dtype=np.uint8)
+                r.read(info["name"], raw, _C.UINT8)
+            finally:
+                r.close()
+            return load_record(raw.tobytes(), prefix, rank).get("aliases", {}), True
+        except _C.Error:
+            return None
+
+    if prefix is None:
+        return None, True
+    first = read(0) if comm.rank == 0 else None
+    first = comm.bcast(first, root=0)
+    if first is None:
+        return None, True
+    out = dict(first[0])
+    if per_rank and comm.rank != 0 and first[1]:
+        own = read(comm.rank)
+        out.update(own[0] if own else {})
+    return out, first[1]
+
+
+def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
+                    prefix: Optional[str] = None) -> None:
+    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs.
+    `prefix`: the checkpoint the restore will most likely read: its aliases are not registered
+    (restore_aliases gives them their values after the restore), and this state's contiguous
+    aliases that it stored as tensors are (read in place; the others: restore_aliases)."""
+    agree_aliases(comm, reg, collective(comm, lambda: reg.scan(state)))
+    per_rank = any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
+    expected, has_record = peek_aliases(comm, prefix, per_rank)
+
     def local() -> None:
-        reg.prepare(saver, state, restore_rank=comm.rank)
+        skip: Any = ()
+        if expected is not None:
+            skip = set(expected) & {leaf.name for leaf in reg.leaves if leaf.is_array}
+            # stored apart in the checkpoint: read as tensors in place when contiguous (the
+            # same memory gets the same bytes twice when they were tied at the save too)
+            reg.unalias({leaf.name for leaf in reg.leaves if leaf.alias is not None and
+                         leaf.name not in expected and _contiguous_array(leaf.value)})
+        reg.expected = expected
+        reg.prepare(saver, restore_rank=comm.rank, skip=skip, record=has_record)
         saver.reset_blobs()
 
     collective(comm, local)
 
 
-# A record of plain values is 2 deep ({"replicated": {name: value}, ...}: values are None, bool,
-# int, float or str). Deeper nesting is refused before the JSON parser sees it: its recursion
-# would end in a RecursionError (200,000 levels), not an error naming the checkpoint.
-MAX_JSON_DEPTH = 64
+def _contiguous_array(x: Any) -> bool:
+    return x.is_contiguous() if is_tensor(x) else x.flags.c_contiguous
+
+
+# A record of plain values nests its tree (["d", [[key, NODE], ...]]: 3 levels of JSON per level of
+# the state, which flatten bounds by MAX_STATE_DEPTH); its tables are 2 deep. Deeper nesting is
+# refused before the JSON parser sees it: its recursion would end in a RecursionError (200,000
+# levels), not an error naming the checkpoint.
+MAX_JSON_DEPTH = 3 * MAX_STATE_DEPTH + 8
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _JSON_NESTING = re.compile(rb"[\[\]{}]")
 _JSON_KINDS = {dict: "an object", list: "an array"}
@@ -267,8 +384,7 @@ def load_record(raw: bytes, where: str, rank: int) -> Dict[str, Dict[str, Any]]:
     MAX_JSON_DEPTH included, is a CorruptError naming the checkpoint and the record."""
     what = f"{where}: the record of plain values of rank {rank} ('{JSON_BLOB}/rank_{rank}')"
     if not _nesting_ok(raw):
-        raise _C.CorruptError(f"{what} is nested more than {MAX_JSON_DEPTH} deep (a record is "
-                              "2 deep)")
+        raise _C.CorruptError(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
@@ -285,44 +401,177 @@ def load_record(raw: bytes, where: str, rank: int) -> Dict[str, Dict[str, Any]]:
             if isinstance(value, (dict, list)):
                 raise _C.CorruptError(f"{what}: '{name}' is {_JSON_KINDS[type(value)]}, not a "
                                       "plain value (None, bool, int, float or str)")
+    version = doc.get("mpickpt_json", 1)
+    if type(version) is not int or version < 1:
+        raise _C.CorruptError(f"{what}: its version {version!r} is not a version")
+    if version > 2:
+        raise _C.VersionError(f"{what} is of version {version}; this mpickpt reads 1 and 2")
+    if version >= 2 and not isinstance(doc.get("tree"), list):
+        raise _C.CorruptError(f"{what}: its \"tree\" is missing or not an array")
+    aliases = doc.get("aliases", {})
+    if not isinstance(aliases, dict):
+        raise _C.CorruptError(f"{what}: its \"aliases\" is not an object")
+    for name, a in aliases.items():
+        if not (isinstance(a, dict) and isinstance(a.get("of"), str) and
+                type(a.get("offset")) is int and a["offset"] >= 0 and
+                _int_list(a.get("shape"), 0) and _int_list(a.get("strides"), None) and
+                len(a["shape"]) == len(a["strides"]) and a.get("dtype") in _DTYPE_NAMES and
+                isinstance(a.get("torch"), bool)):
+            raise _C.CorruptError(f"{what}: the alias '{name}' is not an alias ({{\"of\", "
+                                  "\"offset\", \"shape\", \"strides\", \"dtype\", \"torch\"})")
     return doc
+
+
+_DTYPE_NAMES = set(CODE_NAMES.values())
+
+
+def _int_list(x: Any, low: Optional[int]) -> bool:
+    return isinstance(x, list) and all(type(v) is int and (low is None or v >= low) for v in x)
+
+
+def _same_memory(a: Any, b: Any) -> bool:
+    if is_tensor(a) != is_tensor(b):
+        return False
+    if is_tensor(a):
+        return (a.data_ptr() == b.data_ptr() and tuple(a.shape) == tuple(b.shape) and
+                tuple(a.stride()) == tuple(b.stride()))
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and
+            a.shape == b.shape and a.strides == b.strides)
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    if is_tensor(dst):
+        import torch
+
+        with torch.no_grad():
+            dst.copy_(src if is_tensor(src) else torch.from_numpy(src))
+    else:
+        import numpy as np
+
+        np.copyto(dst, src.detach().numpy() if is_tensor(src) else src)
+
+
+def _read_apart(leaf: Leaf, where: str, rank: int) -> None:
+    """Reads the tensor of `leaf` from checkpoint `where` into it (not in place: a temporary, then
+    copied, since the leaf need not be contiguous). Local."""
+    import numpy as np
+
+    from ._tree import CODE_NUMPY, _extent
+
+    name = leaf.name if not leaf.per_rank or rank == 0 else \
+        f"{leaf.name}/parallel_component_{rank}"
+    code = _extent(leaf.value)[0]
+    tmp = np.empty(tuple(leaf.value.shape), dtype=CODE_NUMPY[code])
+    r = _C.Reader(where)
+    try:
+        info = next((t for t in r.tensors() if t["name"] == name), None)
+        if info is None:
+            raise _C.NotFoundError(f"tensor '{name}' is not in {where}")
+        if tuple(info["shape"]) != tmp.shape or info["dtype"] != code:
+            raise _C.MismatchError(
+                f"tensor '{leaf.name}': {CODE_NAMES[code]} {list(tmp.shape)}, the checkpoint's "
+                f"{CODE_NAMES.get(info['dtype'], '?')} {list(info['shape'])}")
+        r.read(name, tmp, code)
+    finally:
+        r.close()
+    if is_tensor(leaf.value):
+        import torch
+
+        src = torch.from_numpy(tmp.view(np.int16)).view(torch.bfloat16) \
+            if leaf.value.dtype == torch.bfloat16 else torch.from_numpy(tmp)
+        _copy_into(leaf.value, src)
+    else:
+        _copy_into(leaf.value, tmp)
+
+
+def restore_aliases(reg: Registered, aliases: Optional[Dict[str, dict]], where: str,
+                    missing_rank: bool, rank: int) -> None:
+    """After the C restore: every array leaf that was not read (an alias in the state or in the
+    checkpoint) gets its values from its target in the checkpoint's aliases: nothing to do when
+    it shares that memory in the state too (a tie), else copied. missing_rank: this rank has no
+    record of its own (its PerRank aliases are left as they are)."""
+    by = {leaf.name: leaf for leaf in reg.leaves}
+    unread = [leaf for leaf in reg.leaves if leaf.is_array and
+              (leaf.alias is not None or (reg.expected is not None and leaf.name in reg.expected))]
+    for leaf in unread:
+        if leaf.per_rank and missing_rank:
+            continue
+        a = (aliases or {}).get(leaf.name)
+        if a is None and leaf.alias is not None:
+            # tied in the state, stored apart in the checkpoint (saved untied, or before
+            # aliases): its own bytes, read now with the reader (checksums checked)
+            _read_apart(leaf, where, rank)
+            continue
+        if a is None:
+            raise _C.MismatchError(
+                f"'{leaf.name}': {where} is not the checkpoint the restore expected (its aliases "
+                "changed while restoring); restore again")
+        target = by.get(a["of"])
+        if target is None or target.shard is not None or not target.is_array or \
+                target.alias is not None or target.name in (reg.expected or ()):
+            raise _C.NotFoundError(
+                f"'{leaf.name}' is an alias of '{a['of']}' in {where}, which the state does not "
+                "hold as a restored array")
+        view = alias_view(target.value, a)
+        if tuple(view.shape) != tuple(leaf.value.shape):
+            raise _C.MismatchError(
+                f"tensor '{leaf.name}': shape {list(leaf.value.shape)}, the checkpoint's "
+                f"{list(view.shape)} (an alias of '{a['of']}')")
+        if view.dtype != leaf.value.dtype and str(view.dtype).replace("torch.", "") != \
+                str(leaf.value.dtype).replace("torch.", ""):
+            raise _C.MismatchError(
+                f"tensor '{leaf.name}': dtype {leaf.value.dtype}, the checkpoint's {a['dtype']} "
+                f"(an alias of '{a['of']}')")
+        if not _same_memory(view, leaf.value):
+            _copy_into(leaf.value, view)
 
 
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
                    where: str) -> None:
-    """Collective, after a successful C restore: puts the plain values back into the state.
-    Replicated values come from rank 0's record (every rank gets the same), per-rank ones from
-    this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank."""
+    """Collective, after a successful C restore: puts the plain values back into the state
+    (tuples rebuilt) and the values of aliases (see restore_aliases). Replicated values come from
+    rank 0's record (every rank gets the same), per-rank ones from this rank's; a rank the writer
+    did not have keeps its own when skip_missing_per_rank."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
     def local() -> None:
         leaves = list(iter_json(reg.leaves))
-        if not leaves:
+        unread = any(leaf.is_array and (leaf.alias is not None or leaf.name in (reg.expected or ()))
+                     for leaf in reg.leaves)
+        if not leaves and not unread:
+            return
+        if first is None and not leaves:  # no record (a C program's): aliases read apart
+            restore_aliases(reg, {}, where, False, comm.rank)
             return
         if first is None:
             raise _C.NotFoundError(
                 f"{where} holds no plain values (it was not written by the Python package), but "
                 f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
-        replicated = load_record(first, where, 0)["replicated"]
-        own = load_record(mine, where, comm.rank)["per_rank"] if mine is not None else None
+        doc0 = load_record(first, where, 0)
+        replicated = doc0["replicated"]
+        own_doc = load_record(mine, where, comm.rank) if mine is not None else None
+        own = own_doc["per_rank"] if own_doc is not None else None
+        aliases = {n: a for n, a in doc0.get("aliases", {}).items()}
+        if own_doc is not None:
+            aliases.update(own_doc.get("aliases", {}))
+        if own is None and any(leaf.per_rank for leaf in leaves) and not skip_missing_per_rank:
+            name = next(leaf.name for leaf in leaves if leaf.per_rank)
+            raise _C.NotFoundError(
+                f"'{name}' is per-rank and {where} was written by fewer ranks (no "
+                "values of this rank); set skip_missing_per_rank to keep this rank's own")
         updates = []  # every value is found and checked before any is put back
         for leaf in leaves:
             if leaf.per_rank:
                 if own is None:
-                    if skip_missing_per_rank:
-                        continue
-                    raise _C.NotFoundError(
-                        f"'{leaf.name}' is per-rank and {where} was written by fewer ranks (no "
-                        "values of this rank); set skip_missing_per_rank to keep this rank's own")
+                    continue
                 table = own
             else:
                 table = replicated
             if leaf.name not in table:
                 raise _C.NotFoundError(f"'{leaf.name}' is not in {where}")
-            check_put_back(leaf, table[leaf.name])
             updates.append((leaf, table[leaf.name]))
-        for leaf, value in updates:
-            put_back(leaf, value)
+        restore_aliases(reg, aliases, where, own is None, comm.rank)
+        put_back_all(reg.flat, updates)
 
     collective(comm, local)

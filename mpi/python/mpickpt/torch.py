@@ -24,6 +24,7 @@ set. Imported only by `import mpickpt.torch`: `import mpickpt` never imports PyT
 """
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import sys
@@ -45,6 +46,9 @@ _DTYPES = {
     "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool,
 }
 _PARALLEL = "/parallel_component_"
+# CheckpointManager's restores are strict by default once they take `strict` (without it they
+# restore what matches, which is what strict=False asks for)
+_HAS_STRICT = "strict" in inspect.signature(CheckpointManager.restore_or_initialize).parameters
 
 
 def unwrap(module: Any) -> Any:
@@ -402,12 +406,16 @@ class Checkpointer:
         return out
 
     @uninterruptible
-    def restore_or_start(self, step: Optional[int] = None) -> Optional[int]:
+    def restore_or_start(self, step: Optional[int] = None,
+                         strict: bool = True) -> Optional[int]:
         """Collective: restores the newest valid checkpoint (or the one of `step`) into the
         model, optimizers, schedulers, RNGs and values, and returns its step, the step to resume
         from; None when there is none (a fresh start: everything is left as it was, also after
         a damaged checkpoint was tried). `ckpt.restored` is the restore's info (prefix, step,
-        epoch, world_size, ...), or None."""
+        epoch, world_size, ...), or None. strict=False restores what the checkpoint and the
+        state have in common (a model alone from a training checkpoint), as
+        CheckpointManager.restore(strict=False) does."""
+        kw = {} if strict or not _HAS_STRICT else {"strict": False}
         had_state = {k: bool(o.state) for k, (o, _) in self._optims.items()}
         self._optimizer_templates(step)
         if self._rng is not None:
@@ -420,9 +428,9 @@ class Checkpointer:
             keep = [(t, t.clone() if isinstance(t, torch.Tensor) else t.copy())
                     for t in self._tensors({k: v for k, v in tree.items() if k != "rng"})]
         if step is not None:
-            info = self._mgr.restore(tree, step=step)
+            info = self._mgr.restore(tree, step=step, **kw)
         else:
-            info = self._mgr.restore_or_initialize(tree)
+            info = self._mgr.restore_or_initialize(tree, **kw)
         if info is None:
             if keep is not None:
                 with torch.no_grad():

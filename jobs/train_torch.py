@@ -18,16 +18,14 @@ is split over the ranks in contiguous blocks; each rank's gradient of (sum of it
 applies the same mean gradient. Dropout draws from torch's global RNG, seeded per rank: that RNG
 state is per-rank state a checkpoint must hold for the run to resume exactly.
 
-Checkpoints (mpickpt.CheckpointManager in DIR, `ckpt-<N>`) after every step t with t % K == 0
-and after the last step, of the state
-    {"model": model.state_dict(), "optim": optimizer.state_dict(), "step": t, "epoch": e,
-     "rng": mpickpt.PerRank(<this rank's torch RNG state>), "config": {the run's settings}}
-Restore writes into these tensors in place (the model's parameters, Adam's exp_avg/exp_avg_sq/
-step, the RNG buffer); the patterns this needs are in start() and save() below. A run resumes
-from the latest valid checkpoint in DIR and continues at the next step; on another number of
-ranks the model and optimizer are replicated values (stored once, restored everywhere), and the
-RNG state of each rank the checkpoint has is restored (skip_missing_per_rank: ranks the writer
-did not have keep their freshly seeded RNG).
+Checkpoints (mpickpt.torch.Checkpointer in DIR, `ckpt-<N>`) after every step t with t % K == 0
+and after the last step: the model, Adam (its state and param_groups), this rank's RNG states
+(torch, NumPy, random: per rank) and the values {"epoch": e, "config": {the run's settings},
+"hash": H}; everything is restored in place (Adam's state, when the optimizer has none yet, is
+created from the checkpoint: no warm-up step). A run resumes from the latest valid checkpoint in
+DIR and continues at the next step; on another number of ranks the model and optimizer are
+replicated values (stored once, restored everywhere), and the RNG states of each rank the
+checkpoint has are restored (ranks the writer did not have keep their freshly seeded RNGs).
 
 With --threads 1 (the default: torch.set_num_threads(1)) and torch's deterministic algorithms,
 two runs on the same number of ranks print the same loss at every step, bit for bit, whether or
@@ -35,7 +33,8 @@ not one of them was killed and resumed in between (tests/python/test_train_resum
 
 Preemption: SIGTERM/SIGUSR1 (Slurm's --signal, scancel --signal) or the deadline (MPICKPT_DEADLINE,
 minus --deadline-reserve seconds) is noticed at the next step boundary by a collective check;
-every rank takes a final checkpoint and exits 75 (mpickpt.preemption.EXIT_CODE), on which
+every rank takes a final checkpoint and exits 75 (mpickpt.preemption.exit(): no MPI_ABORT message
+under python -m mpi4py either), on which
 mpickpt-run requeues the job under Slurm (jobs/slurm/mpickpt-run.sbatch; jobs/run-mpirun.sh
 without Slurm). A halt request (`mpickpt halt DIR`) stops it the same way, for good.
 

@@ -11,9 +11,12 @@
   rebuilt) and holds the fresh values (read back with mpickpt.open);
 - a fresh start (no checkpoint) returns None and leaves the model and a never-stepped optimizer
   as they were (no state created, parameters untouched);
+- every checkpoint damaged (a flipped byte in the data): CorruptError on every rank, never a
+  silent fresh start with tensors that may hold parts of the checkpoint;
 - `import mpickpt` alone does not import torch (checked in a subprocess).
 
 Usage: mpirun -np N python3 test_torch.py OUTDIR"""
+import os
 import random
 import subprocess
 import sys
@@ -21,6 +24,7 @@ import sys
 import numpy as np
 
 import pycheck as pc
+from nompi import flip_byte
 from pycheck import check, check_bits, comm, rank, say
 
 torch = pc.need_torch()
@@ -164,6 +168,28 @@ def main():
     check(not opt4.state, "a fresh start created optimizer state")
     for k, v in model4.state_dict().items():
         check_bits(v, before[k], f"fresh start: model {k}")
+    # ---- every checkpoint damaged: an error, not a silent fresh start ---------------------
+    bad = pc.outdir("damaged")
+    model5, opt5, sched5 = make(5)
+    with mpickpt.torch.Checkpointer(bad, model=model5, optimizer=opt5) as c5:
+        train_step(model5, opt5, sched5, 0)
+        c5.save(1, force=True)
+    comm.Barrier()
+    if rank == 0:
+        data = [os.path.join(bad, f) for f in sorted(os.listdir(bad))
+                if f.startswith("ckpt-1.data")]
+        hit = [(f, ds) for f in data for ds in pc.datasets(f)
+               if ds.startswith(("/packs/", "/tensors/model"))]
+        check(hit, f"no model data in {data}")
+        for f, ds in hit:  # a byte of every piece of the model's data
+            flip_byte(f, pc.data_offset(f, ds))
+    comm.Barrier()
+    model6, opt6, _ = make(6)
+    c6 = mpickpt.torch.Checkpointer(bad, model=model6, optimizer=opt6)
+    pc.expect_error(mpickpt.CorruptError, c6.restore_or_start, "could be restored",
+                    "not a fresh start")
+    check(not opt6.state, "the failed restore left optimizer state")
+    c6.close()
     # ---- import mpickpt does not import torch -----------------------------------------------
     if rank == 0:
         r = subprocess.run([sys.executable, "-c", "import sys, mpickpt; "

@@ -33,7 +33,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
-from . import CheckpointManager, InvalidArgumentError, MismatchError, PerRank, Shard
+from . import (CheckpointManager, CorruptError, InvalidArgumentError, MismatchError, PerRank,
+               Shard)
 from . import preemption as _preemption
 from . import open as _open_checkpoint
 from ._state import agree, uninterruptible
@@ -386,25 +387,6 @@ class Checkpointer:
             return
         got.setdefault(pid, {})[_unescape(parts[1])] = v
 
-    def _tensors(self, tree: Any) -> List[torch.Tensor]:
-        out: List[torch.Tensor] = []
-
-        def visit(x: Any) -> None:
-            if isinstance(x, PerRank):
-                visit(x.value)
-            elif isinstance(x, Shard):
-                visit(x.local)
-            elif isinstance(x, dict):
-                for v in x.values():
-                    visit(v)
-            elif isinstance(x, (list, tuple)):
-                for v in x:
-                    visit(v)
-            elif isinstance(x, (torch.Tensor, np.ndarray)):
-                out.append(x)
-        visit(tree)
-        return out
-
     @uninterruptible
     def restore_or_start(self, step: Optional[int] = None,
                          strict: bool = True) -> Optional[int]:
@@ -421,27 +403,28 @@ class Checkpointer:
         if self._rng is not None:
             self._rng.capture()
         tree = self.state()
-        # A damaged checkpoint may leave values in the tensors before it is rejected: a fresh
-        # start puts back what they held (only when there is a checkpoint to try).
-        keep = None
-        if step is None and self._mgr.latest_step() is not None:
-            keep = [(t, t.clone() if isinstance(t, torch.Tensor) else t.copy())
-                    for t in self._tensors({k: v for k, v in tree.items() if k != "rng"})]
+        listed = step is None and self._mgr.latest_step() is not None
         if step is not None:
             info = self._mgr.restore(tree, step=step, **kw)
         else:
             info = self._mgr.restore_or_initialize(tree, **kw)
         if info is None:
-            if keep is not None:
-                with torch.no_grad():
-                    for t, c in keep:
-                        t[...] = c
             for k, (o, _) in self._optims.items():
                 if not had_state[k]:
                     o.state.clear()
             self.restored = None
+            if listed:
+                # The C restore reads replicated and sharded tensors in place and checks them
+                # there: a rejected checkpoint may have left parts of itself in the model and
+                # the optimizer. Not a fresh start, and no silent one (keeping a copy of every
+                # tensor to put back would cost more than the restore itself).
+                raise CorruptError(
+                    f"no checkpoint of {self._mgr.directory} could be restored (every one "
+                    "listed was damaged: see the warnings above), and the model's and "
+                    "optimizers' tensors may hold parts of them: this is not a fresh start. "
+                    "Retire the damaged checkpoints (mpickpt drop DIR NAME...) or remove them, "
+                    "then start again")
             return None
-        del keep
         self._apply()
         self.restored = info
         self.last_saved_step = int(info["step"])

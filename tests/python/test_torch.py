@@ -6,7 +6,9 @@
   state: created from the checkpoint, no warm-up step), a fresh scheduler, RNGs elsewhere. Then
   the parameters, every optimizer state tensor, the param_groups (lr set by the scheduler), the
   scheduler's state, the values, and the next draws of the three RNGs equal the saver's, bit for
-  bit; the tie holds (one tensor); one more training step on both gives the same bits;
+  bit; the tie holds (one tensor; where the package stores shared storage once, the checkpoint
+  holds head.weight as an alias of embed.weight); one more training step on both gives the same
+  bits;
 - a second save with nothing changed but the values keeps the registration (the plan is not
   rebuilt) and holds the fresh values (read back with mpickpt.open);
 - a fresh start (no checkpoint) returns None and leaves the model and a never-stepped optimizer
@@ -111,6 +113,11 @@ def main():
         check(ck.json_of_rank(rank)["values/pos/batch"] == 10 * rank + 4,
               f"second checkpoint: pos {ck.json_of_rank(rank)}")
         names = list(ck)
+        aliases = getattr(ck, "aliases", None)  # the record of version 2 (shared storage once)
+    if aliases is not None:
+        check("model/head.weight" not in names and
+              aliases.get("model/head.weight", {}).get("of") == "model/embed.weight",
+              f"the tied weight is stored twice: {names}, aliases {aliases}")
     check("model/embed.weight" in names and "optim/state/0/exp_avg" in names
           and "rng/torch" in names, f"tensor names {names}")
     check(not any("module." in n for n in names), f"names {names}")

@@ -1,13 +1,15 @@
 """A preempted mpickpt.torch job exits 75 cleanly, under `python` and under `python -m mpi4py`.
 
-    test_torch_preempt.py --outdir DIR [--np 2] [--mpirun mpiexec]
+    test_torch_preempt.py --outdir DIR [--np 2] [--mpirun mpiexec] [--cli mpickpt]
 
 For each way to start the ranks (`python3 torch_preempt_job.py`, `python3 -m mpi4py
 torch_preempt_job.py`): a fresh run whose last rank receives SIGUSR1 after step 7 must exit with
 status 75, print no "MPI_ABORT" (mpi4py's runner turns sys.exit(75) into MPI_Abort(75), whose
 banner makes a preemption look like a crash: mpickpt.preemption.exit() avoids it), say
 "preempted at step 7" once, and leave a committed checkpoint of step 7; the next run resumes
-from step 7 and finishes (exit 0)."""
+from step 7 and finishes (exit 0). With --cli (or MPICKPT_CLI), a third run under
+`python -m mpi4py` is stopped by a halt request (`mpickpt halt DIR` after step 7) the same way
+(the request is cleared before the resume)."""
 from __future__ import annotations
 
 import argparse
@@ -33,22 +35,26 @@ def main() -> int:
     p.add_argument("--np", type=int, default=2)
     p.add_argument("--mpirun", default=os.environ.get("MPIEXEC", "mpirun"))
     p.add_argument("--timeout", type=float, default=240)
+    p.add_argument("--cli", default=os.environ.get("MPICKPT_CLI"))
     a = p.parse_args()
     out = os.path.abspath(a.outdir)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     job = os.path.join(HERE, "torch_preempt_job.py")
-    for label, pre in (("python", []), ("python -m mpi4py", ["-m", "mpi4py"])):
-        d = os.path.join(out, label.replace(" ", "_"))
+    cases = [("python", [], []), ("python -m mpi4py", ["-m", "mpi4py"], [])]
+    if a.cli:
+        cases.append(("python -m mpi4py, halt", ["-m", "mpi4py"], ["halt", a.cli]))
+    for label, pre, how in cases:
+        d = os.path.join(out, label.replace(" ", "_").replace(",", ""))
 
-        def run(what):
-            cmd = [a.mpirun, "-n", str(a.np), sys.executable, *pre, job, d]
+        def run(what, extra=()):
+            cmd = [a.mpirun, "-n", str(a.np), sys.executable, *pre, job, d, *extra]
             r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                timeout=a.timeout)
             print(f"{label}, {what}: exit {r.returncode}: {' '.join(cmd)}", flush=True)
             return r
 
-        r = run("preempted")
+        r = run("preempted", how)
         both = r.stdout + r.stderr
         if r.returncode != 75:
             sys.stdout.write(both[-3000:])
@@ -64,6 +70,8 @@ def main() -> int:
         with mpickpt.open(os.path.join(d, "ckpt-2")) as ck:
             if ck.meta["step"] != 7:
                 fail(f"{label}: the final checkpoint is of step {ck.meta['step']}, not 7")
+        if how:
+            subprocess.run([a.cli, "halt", "--clear", d], check=True)
         r = run("resumed")
         if r.returncode != 0 or "start=7" not in r.stdout or "done step=20" not in r.stdout:
             sys.stdout.write((r.stdout + r.stderr)[-3000:])

@@ -143,6 +143,8 @@ def main():
     check(sorted(sd) == sorted(want_opt), f"optimizer state of params {sorted(sd)}")
     for i, s in want_opt.items():
         check(sorted(sd[i]) == sorted(s), f"optimizer state {i}: keys {sorted(sd[i])}")
+        if aliases is not None:  # a record with its tree: PyTorch's own key order
+            check(list(sd[i]) == list(s), f"optimizer state {i}: keys in the order {list(sd[i])}")
         for k, v in s.items():
             check_bits(sd[i][k], v, f"optimizer state {i}/{k}")
     got_groups = [{k: v for k, v in g.items() if k != "params"} for g in opt2.param_groups]

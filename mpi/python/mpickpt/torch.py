@@ -358,6 +358,10 @@ class Checkpointer:
             try:
                 arrays = {n: (list(ck[n].shape), ck[n].dtype_name) for n in ck}
                 plain = ck.json
+                try:  # a record of version 2 has the tree: the keys in the saver's order
+                    record = ck._json(0)
+                except Exception:  # noqa: BLE001 - the restore reports a damaged record
+                    record = None
             finally:
                 ck.close()
             out: Dict[str, Any] = {}
@@ -372,9 +376,37 @@ class Checkpointer:
                 for name, value in plain.items():
                     if name.startswith(prefix):
                         self._template_entry(got, name[len(prefix):], ("v", value))
-                out[k] = got
+                out[k] = self._ordered(got, record, ["optim"] + ([k] if k else []) + ["state"])
             return out
         return None
+
+    @staticmethod
+    def _ordered(got: Dict[int, Dict[str, Any]], record: Optional[Dict[str, Any]],
+                 path: List[Any]) -> Dict[int, Dict[str, Any]]:
+        """`got` with each parameter's state keys in the order the saver's optimizer had them
+        (PyTorch's, e.g. step, exp_avg, exp_avg_sq), when the record has its tree (version 2);
+        else as found."""
+        def child(node: Any, key: Any) -> Any:
+            while isinstance(node, list) and node and node[0] == "p":
+                node = node[1]
+            if not (isinstance(node, list) and len(node) == 2 and node[0] == "d"):
+                return None
+            return next((n for kk, n in node[1] if kk == key), None)
+
+        node = record.get("tree") if isinstance(record, dict) else None
+        for key in path:
+            node = child(node, key)
+        if node is None:
+            return got
+        out: Dict[int, Dict[str, Any]] = {}
+        for pid, entries in got.items():
+            sub = child(node, pid)
+            order = ([kk for kk, _ in sub[1]] if isinstance(sub, list) and len(sub) == 2
+                     and sub[0] == "d" else [])
+            keys = [kk for kk in order if kk in entries] + [kk for kk in entries
+                                                              if kk not in order]
+            out[pid] = {kk: entries[kk] for kk in keys}
+        return out
 
     @staticmethod
     def _template_entry(got: Dict[int, Dict[str, Any]], rest: str, v: Tuple) -> None:

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # jobs/demo.sh's story told with the Python package and a real PyTorch job (jobs/train_torch.py),
 # from a fresh clone: installs what is missing (PyTorch included), builds, then
-#   1. train_torch.py trains an MLP with Adam on 4 ranks (data parallel); rank 2 kills itself
+#   1. train_torch.py (checkpointed by mpickpt.torch.Checkpointer: model, Adam, per-rank RNGs,
+#      values) trains an MLP with Adam on 4 ranks (data parallel); rank 2 kills itself
 #      (SIGKILL, a simulated node failure) after step 17
 #   2. mpickpt list: the checkpoints the crashed job had committed (every 5 steps)
 #   3. the job is resumed on 3 ranks: it restores the latest checkpoint in place (the replicated
-#      model and optimizer on every rank, the per-rank RNG state of ranks 0-2: with 3 < 4 ranks
-#      no rank is missing, and rank 3's is not needed), checks that the restored model and
+#      model and optimizer on every rank, Adam's state created from the checkpoint, the per-rank
+#      RNG states of ranks 0-2: with 3 < 4 ranks no rank is missing, and rank 3's is not
+#      needed), checks that the restored model and
 #      optimizer hash to what they hashed to when saved, and trains to the end
 #   4. mpickpt list again, and mpickpt verify of the latest checkpoint
 # Exits 0 only when the crash happened, the resumed run restored, verified and finished, and
@@ -70,7 +72,8 @@ show() { # log-file: prints the job's lines of a run, indented, as they come
 fail() { echo "== DEMO FAILED: $*" >&2; exit 1; }
 
 echo
-echo "== 1. train on 4 ranks: $steps steps of Adam on an MLP, a checkpoint every 5 steps;"
+echo "== 1. train on 4 ranks: $steps steps of Adam on an MLP, a checkpoint every 5 steps"
+echo "==    (mpickpt.torch.Checkpointer: model, optimizer, per-rank RNG states, values);"
 echo "==    rank 2 kills itself (SIGKILL) after step 17 (a simulated node failure)"
 set +e
 mpirun -np 4 "$py" "$job" "${args[@]}" --crash-rank 2 --crash-step 17 2>&1 | show "$logs/1-crash.log"

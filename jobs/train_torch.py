@@ -18,16 +18,14 @@ is split over the ranks in contiguous blocks; each rank's gradient of (sum of it
 applies the same mean gradient. Dropout draws from torch's global RNG, seeded per rank: that RNG
 state is per-rank state a checkpoint must hold for the run to resume exactly.
 
-Checkpoints (mpickpt.CheckpointManager in DIR, `ckpt-<N>`) after every step t with t % K == 0
-and after the last step, of the state
-    {"model": model.state_dict(), "optim": optimizer.state_dict(), "step": t, "epoch": e,
-     "rng": mpickpt.PerRank(<this rank's torch RNG state>), "config": {the run's settings}}
-Restore writes into these tensors in place (the model's parameters, Adam's exp_avg/exp_avg_sq/
-step, the RNG buffer); the patterns this needs are in start() and save() below. A run resumes
-from the latest valid checkpoint in DIR and continues at the next step; on another number of
-ranks the model and optimizer are replicated values (stored once, restored everywhere), and the
-RNG state of each rank the checkpoint has is restored (skip_missing_per_rank: ranks the writer
-did not have keep their freshly seeded RNG).
+Checkpoints (mpickpt.torch.Checkpointer in DIR, `ckpt-<N>`) after every step t with t % K == 0
+and after the last step: the model, Adam (its state and param_groups), this rank's RNG states
+(torch, NumPy, random: per rank) and the values {"epoch": e, "config": {the run's settings},
+"hash": H}; everything is restored in place (Adam's state, when the optimizer has none yet, is
+created from the checkpoint: no warm-up step). A run resumes from the latest valid checkpoint in
+DIR and continues at the next step; on another number of ranks the model and optimizer are
+replicated values (stored once, restored everywhere), and the RNG states of each rank the
+checkpoint has are restored (ranks the writer did not have keep their freshly seeded RNGs).
 
 With --threads 1 (the default: torch.set_num_threads(1)) and torch's deterministic algorithms,
 two runs on the same number of ranks print the same loss at every step, bit for bit, whether or
@@ -35,7 +33,8 @@ not one of them was killed and resumed in between (tests/python/test_train_resum
 
 Preemption: SIGTERM/SIGUSR1 (Slurm's --signal, scancel --signal) or the deadline (MPICKPT_DEADLINE,
 minus --deadline-reserve seconds) is noticed at the next step boundary by a collective check;
-every rank takes a final checkpoint and exits 75 (mpickpt.preemption.EXIT_CODE), on which
+every rank takes a final checkpoint and exits 75 (mpickpt.preemption.exit(): no MPI_ABORT message
+under python -m mpi4py either), on which
 mpickpt-run requeues the job under Slurm (jobs/slurm/mpickpt-run.sbatch; jobs/run-mpirun.sh
 without Slurm). A halt request (`mpickpt halt DIR`) stops it the same way, for good.
 
@@ -58,6 +57,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import random
 import signal
 import sys
 import time
@@ -68,6 +68,7 @@ import torch
 from mpi4py import MPI
 
 import mpickpt
+import mpickpt.torch
 
 MASK = (1 << 64) - 1
 
@@ -153,12 +154,15 @@ class Job:
         self.hi = self.lo + q + (1 if self.rank < r else 0)
         g = torch.Generator().manual_seed(mix(a.seed, 1))
         self.teacher = torch.randn(a.in_dim, a.classes, generator=g)
+        # The fresh start: the model from the seed, Adam as PyTorch makes it (its state appears
+        # at its first step, or comes from the checkpoint: mpickpt.torch creates it), this
+        # rank's RNG (dropout) from (seed, rank). A restore overwrites all three.
+        torch.manual_seed(mix(a.seed, 2))
         self.model = MLP(a)
         self.optim = torch.optim.Adam(self.model.parameters(), lr=a.lr)
-        # The RNG state's buffer: registered once, refreshed before every save (a new tensor
-        # per save would make the saver register the state again, and wait for an async save).
-        self.rng = torch.get_rng_state()
-        self.initialize()
+        torch.manual_seed(mix(a.seed, 3, self.rank))
+        np.random.seed(mix(a.seed, 5, self.rank) % (1 << 32))  # unused, but checkpointed:
+        random.seed(mix(a.seed, 6, self.rank))                 # deterministic too
 
     def config(self) -> Dict[str, Any]:
         """What must match for a checkpoint to continue this run (stored as JSON)."""
@@ -166,19 +170,6 @@ class Job:
         return {"seed": a.seed, "in_dim": a.in_dim, "hidden": a.hidden, "layers": a.layers,
                 "classes": a.classes, "batch": a.batch, "dropout": a.dropout,
                 "steps_per_epoch": a.steps_per_epoch}
-
-    def initialize(self) -> None:
-        """The fresh start: model from the seed, Adam's state as before its first step, this
-        rank's RNG from (seed, rank). Also after a restore_or_initialize() that found nothing (a
-        damaged checkpoint it rejected may have left values in the registered tensors)."""
-        torch.manual_seed(mix(self.a.seed, 2))
-        fresh = MLP(self.a)
-        with torch.no_grad():
-            for p, q in zip(self.model.parameters(), fresh.parameters()):
-                p.copy_(q)
-        materialize_adam_state(self.optim)
-        torch.manual_seed(mix(self.a.seed, 3, self.rank))
-        self.rng.copy_(torch.get_rng_state())
 
     def batch(self, t: int):
         """This rank's block of the global batch of step t: a function of (seed, t) only."""
@@ -208,7 +199,8 @@ class Job:
         h = hashlib.sha256()
         sd = self.optim.state_dict()["state"]
         for name, t in list(self.model.state_dict().items()) + [
-                (f"optim/{i}/{k}", v) for i, s in sorted(sd.items()) for k, v in s.items()]:
+                (f"optim/{i}/{k}", v) for i, s in sorted(sd.items())
+                for k, v in sorted(s.items())]:
             h.update(name.encode())
             h.update(t.detach().contiguous().numpy().tobytes())
         mine = h.hexdigest()[:16]
@@ -224,27 +216,6 @@ def emit(line: str) -> None:
     sys.stdout.flush()
 
 
-def materialize_adam_state(optim: torch.optim.Optimizer) -> None:
-    """Gives Adam the state it otherwise creates lazily at its first step (exp_avg, exp_avg_sq,
-    step), as it would be before that step: zeros. A restore writes into tensors that exist, so
-    the optimizer's state must exist before it. A step with zero gradients creates it; the
-    parameters are put back afterwards (weight decay would move them), and the
-    state is zeroed, which for Adam is exactly what its first real step would have found."""
-    params = [p for g in optim.param_groups for p in g["params"]]
-    with torch.no_grad():
-        saved = [p.detach().clone() for p in params]
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        optim.step()
-        for p, s in zip(params, saved):
-            p.copy_(s)
-            p.grad = None
-        for st in optim.state.values():
-            for v in st.values():
-                if torch.is_tensor(v):
-                    v.zero_()
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -256,52 +227,40 @@ def main(argv: Optional[List[str]] = None) -> int:
         if rank == 0:
             emit(line)
 
-    mpickpt.preemption.install(deadline=None, reserve_s=a.deadline_reserve)
     job = Job(a, comm)
-    # The state tree. Its tensors are the model's parameters and Adam's state tensors themselves
-    # (state_dict() holds them, detached but sharing memory) and the RNG buffer: save() reads them
-    # in place and restore() writes into them in place.
-    state: Dict[str, Any] = {
-        "model": job.model.state_dict(),
-        "optim": job.optim.state_dict(),
-        "step": 0,
+    # The checkpointed state: the model, Adam (state and param_groups), this rank's RNG states
+    # (mpickpt.torch takes them), and the values below; restored in place into all of them.
+    values: Dict[str, Any] = {
         "epoch": 0,
-        "rng": mpickpt.PerRank(job.rng),
         "config": job.config(),
         "hash": "",  # digest() of the model and optimizer when saved: checked after a restore
     }
-    mgr = mpickpt.CheckpointManager(a.dir, max_to_keep=a.keep or None, async_save=a.async_save,
-                                    layout=a.layout, skip_missing_per_rank=True)
+    ckpt = mpickpt.torch.Checkpointer(
+        a.dir, model=job.model, optimizer=job.optim, values=values, max_to_keep=a.keep or None,
+        async_save=a.async_save, layout=a.layout, deadline_reserve=a.deadline_reserve,
+        exit_on_preemption=False)  # this job says "preempted step=T" first
     try:
-        info = mgr.restore_or_initialize(state)
-        if info is None:
-            job.initialize()
+        restored = ckpt.restore_or_start()
+        if restored is None:
             start = 1
             say("fresh start")
         else:
-            if state["config"] != job.config():
-                diff = {k: (v, job.config()[k]) for k, v in state["config"].items()
+            info = ckpt.restored
+            if values["config"] != job.config():
+                diff = {k: (v, job.config()[k]) for k, v in values["config"].items()
                         if job.config().get(k) != v}
                 if rank == 0:
                     print(f"train_torch.py: {info['prefix']} was written with other settings "
                           f"(checkpoint, now): {diff}", file=sys.stderr, flush=True)
                 return 1
-            # Restored in place: the model's parameters, Adam's tensors, the RNG buffer, and the
-            # plain values (step, epoch, Adam's param_groups) into the state dict.
-            torch.set_rng_state(job.rng)
-            # Adam's hyperparameters (param_groups) come back as plain values into
-            # state["optim"], a copy: load_state_dict applies them. It also copies the state
-            # tensors, so the state tree must then hold the optimizer's new ones.
-            job.optim.load_state_dict(state["optim"])
-            state["optim"] = job.optim.state_dict()
-            start = int(state["step"]) + 1
+            start = restored + 1
             got = job.digest()
-            say(f"resumed step={state['step']} epoch={state['epoch']} from={info['prefix']} "
+            say(f"resumed step={restored} epoch={values['epoch']} from={info['prefix']} "
                 f"world_size={info['world_size']} hash={got}")
-            if got != state["hash"]:
+            if got != values["hash"]:
                 if rank == 0:
                     print(f"train_torch.py: verification failed: the restored model and "
-                          f"optimizer hash to {got}, they hashed to {state['hash']} when saved",
+                          f"optimizer hash to {got}, they hashed to {values['hash']} when saved",
                           file=sys.stderr, flush=True)
                 return 1
             have = min(info["world_size"], comm.size)
@@ -312,18 +271,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 + (f" (written by {info['world_size']} ranks)"
                    if info["world_size"] != comm.size else ""))
 
-        def save(t: int, final: bool) -> None:
-            job.rng.copy_(torch.get_rng_state())
-            state["optim"] = job.optim.state_dict()  # the same tensors; current param_groups
-            state["step"] = t
-            state["epoch"] = (t - 1) // a.steps_per_epoch
-            state["hash"] = job.digest()
+        def save(t: int) -> None:
+            values["epoch"] = (t - 1) // a.steps_per_epoch
+            values["hash"] = job.digest()
             t0 = time.perf_counter()
-            path = mgr.save(t, state, epoch=state["epoch"],
-                            end_of_epoch=t % a.steps_per_epoch == 0, force=final)
+            path = ckpt.save(t, force=True, epoch=values["epoch"],
+                             end_of_epoch=t % a.steps_per_epoch == 0)
             blocking = time.perf_counter() - t0
-            say(f"checkpoint prefix={path} step={t} epoch={state['epoch']} "
-                f"blocking_s={blocking:.3f} hash={state['hash']}")
+            say(f"checkpoint prefix={path} step={t} epoch={values['epoch']} "
+                f"blocking_s={blocking:.3f} hash={values['hash']}")
 
         t = start - 1
         for t in range(start, a.steps + 1):
@@ -335,25 +291,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                 emit(f"crash rank={rank} step={t}")
                 sys.stderr.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
-            saved = False
-            if t == a.steps or (a.ckpt_every and t % a.ckpt_every == 0):
-                save(t, final=t == a.steps)
-                saved = True
+            due = t == a.steps or bool(a.ckpt_every and t % a.ckpt_every == 0)
+            if due:
+                save(t)
             if t == a.hold_at and start == 1 and t < a.steps:
                 say(f"holding at step={t} until preempted")
-                while not mgr.reached_preemption(t):  # collective
+                while not ckpt.reached_preemption(t):  # collective
                     time.sleep(0.1)
-            if t < a.steps and mgr.reached_preemption(t):  # collective
-                if not saved:
-                    save(t, final=True)
-                mgr.wait_until_finished()  # the final checkpoint must be committed
+            if t < a.steps and (ckpt.preempted or ckpt.reached_preemption(t)):  # collective
+                if not due:
+                    save(t)
+                ckpt.wait_until_finished()  # the final checkpoint must be committed
                 say(f"preempted step={t}")
-                mgr.close()
-                return mpickpt.preemption.EXIT_CODE
-        mgr.wait_until_finished()
-        say(f"done step={max(t, start - 1)} epoch={state['epoch']} hash={job.digest()}")
+                ckpt.close()
+                mpickpt.preemption.exit()  # 75; no MPI_ABORT banner under python -m mpi4py
+        ckpt.wait_until_finished()
+        say(f"done step={max(t, start - 1)} epoch={values['epoch']} hash={job.digest()}")
     finally:
-        mgr.close()
+        ckpt.close()
     return 0
 
 

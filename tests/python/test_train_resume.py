@@ -115,6 +115,10 @@ def main() -> int:
     p.add_argument("--np", type=int, required=True)
     p.add_argument("--outdir", required=True)
     p.add_argument("--async", dest="async_save", action="store_true")
+    p.add_argument("--resume-np", type=int, default=None,
+                   help="resume on this many ranks (default --np); then also run R")
+    p.add_argument("--cli", default=os.environ.get("MPICKPT_CLI"),
+                   help="the mpickpt CLI (mpickpt pin: R's restart point)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--ckpt-every", type=int, default=4)
@@ -130,24 +134,31 @@ def main() -> int:
         seed = random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
     T, K = args.steps, args.ckpt_every
-    first = (2 if args.async_save else 1) * K + 1  # a crash after a committed checkpoint
-    crash_step = rng.randint(first, T - 1)
+    if args.async_save:
+        # right after a save returned (step c*K, c >= 2): its write is then likely in flight
+        crash_step = rng.randint(2, (T - 1) // K) * K + 1
+    else:
+        crash_step = rng.randint(K + 1, T - 1)  # a crash after a committed checkpoint
     crash_rank = rng.randrange(args.np)
     mode = "async" if args.async_save else "sync"
-    print(f"seed={seed} (replay: MPICKPT_TEST_SEED={seed}): np={args.np} {mode} steps={T} "
+    M = args.resume_np or args.np
+    if M != args.np and not args.cli:
+        fail("--resume-np needs --cli (or MPICKPT_CLI)")
+    print(f"seed={seed} (replay: MPICKPT_TEST_SEED={seed}): np={args.np}->{M} {mode} steps={T} "
           f"ckpt_every={K} crash rank={crash_rank} step={crash_step}", flush=True)
 
     out = os.path.abspath(args.outdir)
     os.makedirs(out, exist_ok=True)
-    da, db, logs = (os.path.join(out, n) for n in ("uninterrupted", "crashed", "logs"))
-    for d in (da, db, logs):
+    da, db, dr, logs = (os.path.join(out, n) for n in ("uninterrupted", "crashed", "reference",
+                                                       "logs"))
+    for d in (da, db, dr, logs):
         shutil.rmtree(d, ignore_errors=True)
     os.makedirs(logs)
     # a killed rank brings the job down at once (CTest sets it too)
     os.environ.setdefault("OMPI_MCA_odls_base_sigkill_timeout", "0")
 
-    def cmd(d, *extra):
-        c = [args.mpirun, "-n", str(args.np), sys.executable, args.script, "--dir", d,
+    def cmd(d, *extra, np=None):
+        c = [args.mpirun, "-n", str(np or args.np), sys.executable, args.script, "--dir", d,
              "--steps", str(T), "--ckpt-every", str(K), "--keep", "0", "--seed", str(seed % 1000),
              "--hidden", "48", "--threads", "1"]
         if args.async_save:
@@ -176,13 +187,16 @@ def main() -> int:
     saved = {int(field([l], "checkpoint ", "step")): field([l], "checkpoint ", "hash")
              for l in b1 if l.startswith("checkpoint ")}
 
-    _, b2 = run(args, "B2-resume", cmd(db), logs)
+    _, b2 = run(args, "B2-resume", cmd(db, np=M), logs)
     res = [l for l in b2 if l.startswith("resumed ")]
     if len(res) != 1 or "fresh start" in b2:
         fail(f"the second run did not resume: {res or b2[:3]}")
     s = int(field(res, "resumed ", "step"))
     print(f"resumed from step {s} ({field(res, 'resumed ', 'from')}); crash was at step "
           f"{crash_step}", flush=True)
+    if args.async_save and s < crash_step - 1:
+        print(f"the save of step {crash_step - 1} was still being written when the rank was "
+              "killed: not committed, resumed from the one before", flush=True)
     if not 0 < s < crash_step:
         fail(f"resumed from step {s}, not from a checkpoint before the crash at {crash_step}")
     if s not in saved:
@@ -190,6 +204,27 @@ def main() -> int:
     if field(res, "resumed ", "hash") != saved[s]:
         fail(f"the restored model+optimizer hash {field(res, 'resumed ', 'hash')} differs from "
              f"the one saved at step {s}: {saved[s]}")
+    if M != args.np:
+        # another rank count: the reference is the uninterrupted run's checkpoint of step s
+        # resumed on M ranks (a copy of A's directory, pinned there with mpickpt pin)
+        a_saved = {int(field([l], "checkpoint ", "step")): l for l in a_lines
+                   if l.startswith("checkpoint ")}
+        if field([a_saved[s]], "checkpoint ", "hash") != saved[s]:
+            fail(f"step {s}: the uninterrupted run saved hash "
+                 f"{field([a_saved[s]], 'checkpoint ', 'hash')}, the crashed one {saved[s]}")
+        shutil.copytree(da, dr)
+        name = os.path.basename(field([a_saved[s]], "checkpoint ", "prefix"))
+        pin = subprocess.run([args.cli, "pin", dr, name], capture_output=True, text=True)
+        if pin.returncode != 0:
+            fail(f"mpickpt pin {dr} {name}: {pin.returncode} {pin.stderr}")
+        _, r_lines = run(args, "R-reference", cmd(dr, np=M), logs)
+        rres = [l for l in r_lines if l.startswith("resumed ")]
+        if len(rres) != 1 or int(field(rres, "resumed ", "step")) != s:
+            fail(f"the reference did not resume from step {s}: {rres or r_lines[:3]}")
+        a_lines, a_loss = r_lines, losses(r_lines)
+        a_hash = field(r_lines, "done ", "hash")
+        print(f"reference: {args.np}-rank uninterrupted run's step {s} ({name}) resumed on {M} "
+              "ranks", flush=True)
     b2_loss = losses(b2)
     if sorted(b2_loss) != list(range(s + 1, T + 1)):
         fail(f"the resumed run trained steps {sorted(b2_loss)}, expected {s + 1}..{T}")
@@ -203,9 +238,10 @@ def main() -> int:
     if int(field(a_lines, "checkpoint ", "step")) != T or int(field(b2, "checkpoint ", "step")) != T:
         fail("the last checkpoints are not of the last step")
     n = compare_checkpoints(pa, pb)
-    print(f"OK: {T - s} loss lines after the restored step {s} equal the uninterrupted run's "
-          f"byte for byte, final hash {a_hash} equal, final checkpoints equal ({n} tensors + "
-          f"plain values, {args.np} rank(s)' RNG states)", flush=True)
+    what = "uninterrupted run's" if M == args.np else "reference's"
+    print(f"OK: {args.np}->{M} ranks, {mode}: {T - s} loss lines after the restored step {s} "
+          f"equal the {what} byte for byte, final hash {a_hash} equal, final checkpoints equal "
+          f"({n} tensors + plain values, {M} rank(s)' RNG states)", flush=True)
     return 0
 
 

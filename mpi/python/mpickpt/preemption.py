@@ -9,11 +9,13 @@ exits with EXIT_CODE, on which mpickpt-run requeues it under Slurm, or stops for
         if mpickpt.preemption.reached_preemption(step):   # collective
             mgr.save(step, state, force=True)
             mgr.close()
-            sys.exit(mpickpt.preemption.EXIT_CODE)
+            mpickpt.preemption.exit()                   # 75, clean under python -m mpi4py too
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import atexit
+import sys
+from typing import Any, NoReturn, Optional, Sequence
 
 from . import _mpickpt as _C
 
@@ -62,3 +64,29 @@ def watch_dir(path: Optional[str]) -> None:
 def reset() -> None:
     """Clears this rank's flag (after a checkpoint that was not final)."""
     _C.preempt_reset()
+
+
+def _no_abort() -> None:
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and hasattr(mpi, "_set_abort_status"):
+        mpi._set_abort_status(0)
+
+
+def exit(code: int = EXIT_CODE) -> NoReturn:  # noqa: A001 - sys.exit's name, on purpose
+    """Ends the process with exit status `code` (default EXIT_CODE, 75) after the final
+    checkpoint, cleanly: checkpoint managers still open are closed first (an async save in
+    flight is waited for), and MPI is finalized normally at exit.
+
+    sys.exit(75) alone does the same under ``python script.py``, but under ``python -m mpi4py``
+    mpi4py's runner turns a SystemExit with a non-zero code into MPI_Abort(75) at exit: the job
+    still ends with 75, after Open MPI's MPI_ABORT banner on stderr, so every preemption looks
+    like a crash in the log. This raises SystemExit(code) (finally blocks and atexit handlers
+    run; MPI can still be used in them) and resets mpi4py's abort status before mpi4py's exit
+    handler runs, which then finalizes MPI instead of aborting. Call it on every rank."""
+    from . import _close_all
+
+    _close_all()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit.register(_no_abort)  # runs before mpi4py's own exit handler
+    raise SystemExit(int(code))

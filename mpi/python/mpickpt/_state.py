@@ -130,7 +130,9 @@ class Registered:
             blob = True
         else:
             plain = [leaf for leaf in leaves if not leaf.is_array]
-            blob = any(leaf.per_rank for leaf in plain) or (restore_rank == 0 and bool(plain))
+            # rank 0 reads its record even without plain values: a strict restore reports the
+            # checkpoint's plain values the state lacks (C skips the record when it is absent)
+            blob = any(leaf.per_rank for leaf in plain) or restore_rank == 0
         arrays = []
         sig = []
         for leaf in leaves:
@@ -276,41 +278,96 @@ def load_record(raw: bytes, where: str, rank: int) -> Dict[str, Dict[str, Any]]:
     return doc
 
 
+def _fmt_names(names: List[str], limit: int = 12) -> str:
+    """Names for a message: all of them when few, else grouped by their parent
+    ('opt/state/3/*' (3 names)), then cut."""
+    def render(items: List[str]) -> str:
+        shown = items[:limit]
+        more = f", and {len(items) - limit} more" if len(items) > limit else ""
+        return ", ".join(shown) + more
+    items = [f"'{n}'" for n in names]
+    for strip in range(1, 8):
+        if len(items) <= limit:
+            break
+        groups: Dict[str, List[str]] = {}
+        for n in names:
+            parts = n.split("/")
+            key = "/".join(parts[:max(1, len(parts) - strip)])
+            groups.setdefault(key, []).append(n)
+        items = [f"'{ns[0]}'" if len(ns) == 1 else f"'{k}/*' ({len(ns)} names)"
+                 for k, ns in groups.items()]
+    return render(items)
+
+
+def mismatch_message(where: str, missing: List[str], unexpected: List[str],
+                     what: str = "plain values") -> str:
+    """The strict restore's error: every missing and unexpected name (grouped when many)."""
+    return (f"{where} does not match the state ({what}): {len(missing)} missing (in the state, "
+            f"not in the checkpoint){': ' + _fmt_names(missing) if missing else ''}; "
+            f"{len(unexpected)} unexpected (in the checkpoint, not in the state)"
+            f"{': ' + _fmt_names(unexpected) if unexpected else ''}. Nothing was put back into "
+            "the plain values; restore(..., strict=False) restores what matches")
+
+
+def compare_plain(leaves: List[Leaf], replicated: Optional[Dict[str, Any]],
+                  own: Optional[Dict[str, Any]], skip_missing_per_rank: bool
+                  ) -> Tuple[List[Tuple[Leaf, Any]], List[str], List[str]]:
+    """This rank's plain-value leaves against the records (replicated: rank 0's; own: this
+    rank's per-rank values, None when this rank has no record): (the values to put back, the
+    missing names, the unexpected names). A PerRank leaf of a rank without a record is skipped
+    under skip_missing_per_rank, else missing. Local."""
+    updates, missing = [], []
+    for leaf in leaves:
+        if leaf.per_rank:
+            if own is None:
+                if not skip_missing_per_rank:
+                    missing.append(leaf.name)
+                continue
+            table = own
+        else:
+            table = replicated
+        if table is None or leaf.name not in table:
+            missing.append(leaf.name)
+            continue
+        check_put_back(leaf, table[leaf.name])
+        updates.append((leaf, table[leaf.name]))
+    unexpected = []
+    if replicated is not None:
+        have = {leaf.name for leaf in leaves if not leaf.per_rank}
+        unexpected += [name for name in replicated if name not in have]
+    if own is not None:
+        have = {leaf.name for leaf in leaves if leaf.per_rank}
+        unexpected += [name for name in own if name not in have]
+    return updates, missing, unexpected
+
+
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
-                   where: str) -> None:
+                   where: str, strict: bool = True) -> Tuple[List[str], List[str]]:
     """Collective, after a successful C restore: puts the plain values back into the state.
     Replicated values come from rank 0's record (every rank gets the same), per-rank ones from
-    this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank."""
+    this rank's; a rank the writer did not have keeps its own when skip_missing_per_rank.
+    The state's plain values are compared with the records (compare_plain): strict, any missing
+    or unexpected one is a MismatchError on every rank listing them all, and nothing is put
+    back; else what matches is put back. Returns the (missing, unexpected) names of every rank."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
-    def local() -> None:
+    def local() -> Tuple[List[Tuple[Leaf, Any]], List[str], List[str]]:
         leaves = list(iter_json(reg.leaves))
-        if not leaves:
-            return
-        if first is None:
+        replicated = load_record(first, where, 0)["replicated"] if first is not None else None
+        own = load_record(mine, where, comm.rank)["per_rank"] if mine is not None else None
+        if first is None and leaves and strict:
             raise _C.NotFoundError(
                 f"{where} holds no plain values (it was not written by the Python package), but "
                 f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
-        replicated = load_record(first, where, 0)["replicated"]
-        own = load_record(mine, where, comm.rank)["per_rank"] if mine is not None else None
-        updates = []  # every value is found and checked before any is put back
-        for leaf in leaves:
-            if leaf.per_rank:
-                if own is None:
-                    if skip_missing_per_rank:
-                        continue
-                    raise _C.NotFoundError(
-                        f"'{leaf.name}' is per-rank and {where} was written by fewer ranks (no "
-                        "values of this rank); set skip_missing_per_rank to keep this rank's own")
-                table = own
-            else:
-                table = replicated
-            if leaf.name not in table:
-                raise _C.NotFoundError(f"'{leaf.name}' is not in {where}")
-            check_put_back(leaf, table[leaf.name])
-            updates.append((leaf, table[leaf.name]))
-        for leaf, value in updates:
-            put_back(leaf, value)
+        return compare_plain(leaves, replicated, own, skip_missing_per_rank)
 
-    collective(comm, local)
+    updates, missing, unexpected = collective(comm, local)
+    every = comm.allgather((missing, unexpected))
+    missing = sorted(set().union(*(m for m, _ in every)))
+    unexpected = sorted(set().union(*(u for _, u in every)))
+    if strict and (missing or unexpected):
+        raise _C.MismatchError(mismatch_message(where, missing, unexpected))
+    for leaf, value in updates:
+        put_back(leaf, value)
+    return missing, unexpected

@@ -125,7 +125,10 @@ static void describe(const ckpt_saver *s, const ckpt__replica_check *c, const si
         snprintf(msg + len, cap - len, ". A value that differs by rank must be per-rank "
                                        "(CKPT_REPLICA_PER_COMPONENT; Python: mpickpt.PerRank), "
                                        "or make the copies equal (e.g. broadcast them) before "
-                                       "saving; MPICKPT_REPLICA_MISMATCH=warn saves anyway");
+                                       "saving; %s",
+                 s->opts.replica_mismatch == CKPT_REPLICA_MISMATCH_WARN
+                     ? "replica_mismatch=warn: saved anyway, the written copies"
+                     : "MPICKPT_REPLICA_MISMATCH=warn saves anyway");
 }
 
 int ckpt__replica_vote(ckpt_saver *s, ckpt__replica_check *c, int local)
@@ -164,7 +167,7 @@ int ckpt__replica_vote(ckpt_saver *s, ckpt__replica_check *c, int local)
     free(all);
     if (s->opts.replica_mismatch == CKPT_REPLICA_MISMATCH_WARN) {
         if (s->rank == 0)
-            ckpt__log(CKPT_LOG_WARN, "%s (replica_mismatch=warn: saved anyway)", msg);
+            ckpt__log(CKPT_LOG_WARN, "%s", msg);
         return CKPT_OK;
     }
     /* the same message on every rank (computed from the same data); the next save checks again,

@@ -50,6 +50,7 @@ struct ckpt_manager {
     ckpt__dirlock *dirlock; /* rank 0: the lock of `dir` (lib/dirlock.h), held until free */
     /* the last restore's comparison of names (strict restores), or NULL */
     ckpt_name_list *miss, *unexp;
+    int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
 };
 
 /* What the restart control makes of entry `e` (CKPT__RS_*). */
@@ -331,7 +332,9 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     m->opts = defaults;
     if (opts) /* an older caller's struct ends before the fields its version lacks */
         memcpy(&m->opts, opts, opts_size(opts->version));
-    if (opts && opts->version < 4) /* restores as before strict restores */
+    /* NULL options and versions 1-3: restores as before strict restores */
+    m->legacy_restore = !opts || opts->version < 4;
+    if (m->legacy_restore)
         m->opts.strict_restore = 0;
     local = ckpt__path(m->name, sizeof m->name, "%s", m->opts.name ? m->opts.name : "ckpt");
     if (local == CKPT_OK && (!ckpt__safe_filename(m->name) || strchr(m->name, '.')))
@@ -1057,7 +1060,7 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
     ropts.strict = m->opts.strict_restore != 0;
-    if (m->opts.version < 4 && !m->opts.strict_restore)
+    if (m->legacy_restore && !m->opts.strict_restore)
         ropts.version = 1; /* as before strict restores */
     ckpt_name_list_free(m->miss);
     ckpt_name_list_free(m->unexp);
@@ -1308,8 +1311,10 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
         memcpy(&o, opts, opts_size(opts->version));
     else if (opts)
         o.version = opts->version; /* refused by the manager, with its message */
-    else
+    else {
         o.max_to_keep = 1; /* the seed's BackupAndRestore keeps one */
+        o.version = 3;     /* NULL options: restores as before strict restores */
+    }
     /* the training state's levels come from its options only, never from MPICKPT_CACHE_DIR */
     rc = manager_create(&t->m, saver, chief, &o, 0);
     if (rc != CKPT_OK) {

@@ -53,9 +53,9 @@ typedef struct ckpt_manager_options {
     /** 1 (CKPT_MANAGER_OPTIONS_INIT): restores are strict (ckpt_restore_options.strict): a
      *  registered name the checkpoint lacks or a checkpoint entry nobody registered is
      *  CKPT_EMISMATCH on every rank, one message listing them all; 0: what matches is restored
-     *  and ckpt_manager_restore_names() lists the rest. Versions 1-3 restore as before (a missing
-     *  name is CKPT_ENOTFOUND, entries nobody registered are ignored). Changed later with
-     *  ckpt_manager_set_strict(). */
+     *  and ckpt_manager_restore_names() lists the rest. NULL options and versions 1-3 restore as
+     *  before (a missing name is CKPT_ENOTFOUND, entries nobody registered are ignored). Changed
+     *  later with ckpt_manager_set_strict(). */
     int strict_restore;
 } ckpt_manager_options;
 

@@ -8,7 +8,7 @@
  * options struct (and NULL) keep the old behaviour: 'c' is CKPT_ENOTFOUND, 'b' ignored. Many
  * missing names are grouped by prefix in a bounded message. The manager: options version 4 is
  * strict, ckpt_manager_set_strict(0) restores what matches and ckpt_manager_restore_names lists
- * the rest; version 3 restores as before.
+ * the rest; version 3 and NULL options restore as before.
  *
  * The replica check: a replicated tensor whose copies differ (rank-dependent) is CKPT_EMISMATCH
  * on every rank at the first save, naming the tensor and the ranks that differ from the writer's
@@ -233,6 +233,10 @@ static void test_manager(const char *dir)
     CHECK(strstr(g_msg, "'c'") != NULL);
     ckpt_manager_restore_names(m, &miss, &unexp);
     CHECK(miss == NULL && unexp == NULL);
+    ckpt_manager_free(m);
+    /* NULL options: as before too */
+    CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager NULL"));
+    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_ENOTFOUND, "manager NULL restore"));
     ckpt_manager_free(m);
     ckpt_saver_free(s);
 }

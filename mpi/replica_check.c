@@ -21,7 +21,7 @@
 /* at most this many differing tensors are named (with their ranks) */
 #define LISTED 8
 
-static const ckpt__reg *cmp_regs;
+static __thread const ckpt__reg *cmp_regs; /* qsort's comparator reads the saver's here */
 
 static int cmp_stored(const void *a, const void *b)
 {
@@ -60,7 +60,7 @@ int ckpt__replica_check_init(const ckpt_saver *s, ckpt__replica_check *c)
  * once the plan is made: ckpt__plan_check_replicated). Local. */
 void ckpt__replica_check_crcs(const ckpt_saver *s, ckpt__replica_check *c)
 {
-    cmp_regs = s->regs.v; /* the caller's thread only: saves are not concurrent on a saver */
+    cmp_regs = s->regs.v;
     qsort(c->reg, c->n, sizeof *c->reg, cmp_stored);
     for (size_t i = 0; i < c->n; i++) {
         const ckpt__reg *g = &s->regs.v[c->reg[i]];

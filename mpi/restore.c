@@ -581,7 +581,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         *unavailable = 0; /* from here on, the copy is whole: failures are the registration's */
     }
     if (mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
-        local = mismatch_error(prefix_arg ? prefix_arg : prefix, lmiss, lunexp);
+        local = mismatch_error(cache ? base : prefix, lmiss, lunexp);
 
     /*
      * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the

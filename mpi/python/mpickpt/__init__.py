@@ -196,7 +196,13 @@ class CheckpointManager(_Base):
 
     One job at a time uses a directory: its lock is held from here until close(); another job
     holding it is BusyError on every rank naming that job (host, pid, since when), unless it ends
-    within lock_wait seconds (None: MPICKPT_LOCK_WAIT, else no wait)."""
+    within lock_wait seconds (None: MPICKPT_LOCK_WAIT, else no wait).
+
+    The replica check (docs/python.md): check_replicas 'first' (the default: at the first save
+    of the same arrays), 'every' or 'off' compares every rank's copy of each replicated array;
+    copies that differ are a MismatchError at save() naming the arrays and the ranks
+    (replica_mismatch='error', the default) or a warning ('warn'). None: MPICKPT_CHECK_REPLICAS,
+    MPICKPT_REPLICA_MISMATCH. Restores are strict by default (restore(strict=...))."""
 
     @uninterruptible
     def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,

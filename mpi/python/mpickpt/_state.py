@@ -305,8 +305,8 @@ def mismatch_message(where: str, missing: List[str], unexpected: List[str],
     return (f"{where} does not match the state ({what}): {len(missing)} missing (in the state, "
             f"not in the checkpoint){': ' + _fmt_names(missing) if missing else ''}; "
             f"{len(unexpected)} unexpected (in the checkpoint, not in the state)"
-            f"{': ' + _fmt_names(unexpected) if unexpected else ''}. Nothing was put back into "
-            "the plain values; restore(..., strict=False) restores what matches")
+            f"{': ' + _fmt_names(unexpected) if unexpected else ''}. The arrays were restored, "
+            "no plain value was put back; restore(..., strict=False) restores what matches")
 
 
 def compare_plain(leaves: List[Leaf], replicated: Optional[Dict[str, Any]],

@@ -540,13 +540,11 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             nlen = (uint64_t)head[1];
             if (s->rank != 0 && !(nb = malloc(nlen ? (size_t)nlen : 1)))
                 st = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-            /* everybody receives (a rank without memory into a sink: the chief's chunks must
-             * all be matched) */
-            uint8_t sink[4096];
-            for (uint64_t off = 0; off < nlen && (st == CKPT_OK || s->rank != 0);) {
-                uint64_t n = nlen - off < (1u << 30) ? nlen - off : (1u << 30);
-                if (!nb)
-                    n = n < sizeof sink ? n : sizeof sink;
+            /* every rank takes part in every chunk (of the same size everywhere); a rank
+             * without memory receives into a sink */
+            uint8_t sink[1 << 16];
+            for (uint64_t off = 0; off < nlen;) {
+                uint64_t n = nlen - off < sizeof sink ? nlen - off : sizeof sink;
                 if (MPI_Bcast(nb ? nb + off : sink, (int)n, MPI_BYTE, 0, s->comm) != MPI_SUCCESS &&
                     st == CKPT_OK)
                     st = ckpt__error(CKPT_EMPI, "MPI_Bcast of the names' comparison failed");

@@ -118,6 +118,19 @@ with mpickpt.CheckpointManager(os.path.join(OUT, "every"), check_replicas="every
     else:
         mgr.save(2, state(True))
 
+# the same check in async mode (before the save returns) and in the shared layout
+for kw in ({"async_save": True}, {"layout": "shared"}):
+    with mpickpt.CheckpointManager(os.path.join(OUT, "kw" + "".join(kw)), **kw) as mgr:
+        st = {"bn": np.arange(4.0) + rank % 2, "w": np.ones(2)}
+        if size > 1:
+            expect_error(mpickpt.MismatchError, lambda: mgr.save(1, st), "'bn'")
+        else:
+            mgr.save(1, st)
+        st["bn"][:] = np.arange(4.0)
+        mgr.save(2, st)
+        mgr.wait_until_finished()
+        check(mgr.latest_step() == 2, f"{kw}: steps {mgr.all_steps()}")
+
 with mpickpt.CheckpointManager(os.path.join(OUT, "off"), check_replicas="off") as mgr:
     mgr.save(1, state(True))
 

@@ -21,8 +21,7 @@ static void register_replicated(ckpt_saver *s, float *t[NT], size_t tbytes)
     for (int k = 0; k < NT; k++) {
         char name[32];
         snprintf(name, sizeof name, "replicated%d", k);
-        int rc = ckpt_saver_add_replicated(s, name, CKPT_FLOAT32, &sh, t[k],
-                                           CKPT_REPLICA_PRIMARY);
+        int rc = ckpt_saver_add_replicated(s, name, CKPT_FLOAT32, &sh, t[k], CKPT_REPLICA_PRIMARY);
         if (rc != CKPT_OK)
             die("ckpt_saver_add_replicated", rc);
     }
@@ -40,9 +39,9 @@ void run_replicas(const opts *o)
     static const struct {
         const char *name;
         int mode;
-    } modes[] = { { "off", CKPT_CHECK_REPLICAS_OFF },
-                  { "first", CKPT_CHECK_REPLICAS_FIRST },
-                  { "every", CKPT_CHECK_REPLICAS_EVERY } };
+    } modes[] = {{"off", CKPT_CHECK_REPLICAS_OFF},
+                 {"first", CKPT_CHECK_REPLICAS_FIRST},
+                 {"every", CKPT_CHECK_REPLICAS_EVERY}};
     /* the three savers side by side, their saves interleaved rep by rep (the machine's drift
      * spreads over all three) */
     double first[3], steady[3], v[3][MAX_REPS];
@@ -83,8 +82,8 @@ void run_replicas(const opts *o)
             printf("{\"scenario\":\"replicas\",\"mode\":\"%s\",\"ranks\":%d,\"bytes_per_rank\":%zu,"
                    "\"reps\":%d,\"first_save_s\":%.6f,\"save_s\":%.6f,\"first_over_off\":%.4f,"
                    "\"save_over_off\":%.4f}\n",
-                   modes[m].name, g_size, bytes, o->reps, first[m], steady[m],
-                   first[m] / first[0], steady[m] / steady[0]);
+                   modes[m].name, g_size, bytes, o->reps, first[m], steady[m], first[m] / first[0],
+                   steady[m] / steady[0]);
     }
     fflush(stdout);
 }

@@ -97,8 +97,9 @@ static void fmt_ranks(char *out, size_t cap, const int *r, size_t n)
 static void describe(const ckpt_saver *s, const ckpt__replica_check *c, const size_t *diff,
                      size_t nd, size_t k, const uint32_t *all, char *msg, size_t cap)
 {
-    size_t len = (size_t)snprintf(msg, cap, "%zu replicated tensor%s differ%s across ranks (the "
-                                            "copies of a replicated tensor must be equal):",
+    size_t len = (size_t)snprintf(msg, cap,
+                                  "%zu replicated tensor%s differ%s across ranks (the "
+                                  "copies of a replicated tensor must be equal):",
                                   nd, nd == 1 ? "" : "s", nd == 1 ? "s" : "");
     int *odd = all ? malloc((size_t)s->size * sizeof *odd) : NULL;
     for (size_t j = 0; j < k && len + 64 < cap; j++) {
@@ -114,18 +115,20 @@ static void describe(const ckpt_saver *s, const ckpt__replica_check *c, const si
         char ranks[256];
         fmt_ranks(ranks, sizeof ranks, odd, no);
         if (len < cap)
-            len += (size_t)snprintf(msg + len, cap - len, ": rank%s %s differ%s from rank %d's "
-                                                          "copy (the one written)",
+            len += (size_t)snprintf(msg + len, cap - len,
+                                    ": rank%s %s differ%s from rank %d's "
+                                    "copy (the one written)",
                                     no == 1 ? "" : "s", ranks, no == 1 ? "s" : "", w);
     }
     free(odd);
     if (nd > k && len < cap)
         len += (size_t)snprintf(msg + len, cap - len, "; and %zu more", nd - k);
     if (len < cap)
-        snprintf(msg + len, cap - len, ". A value that differs by rank must be per-rank "
-                                       "(CKPT_REPLICA_PER_COMPONENT; Python: mpickpt.PerRank), "
-                                       "or make the copies equal (e.g. broadcast them) before "
-                                       "saving; %s",
+        snprintf(msg + len, cap - len,
+                 ". A value that differs by rank must be per-rank "
+                 "(CKPT_REPLICA_PER_COMPONENT; Python: mpickpt.PerRank), "
+                 "or make the copies equal (e.g. broadcast them) before "
+                 "saving; %s",
                  s->opts.replica_mismatch == CKPT_REPLICA_MISMATCH_WARN
                      ? "replica_mismatch=warn: saved anyway, the written copies"
                      : "MPICKPT_REPLICA_MISMATCH=warn saves anyway");

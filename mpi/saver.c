@@ -67,7 +67,8 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     if (o->layout != CKPT_LAYOUT_UNKNOWN && o->layout != CKPT_LAYOUT_SHARED &&
         o->layout != CKPT_LAYOUT_PER_RANK && o->layout != CKPT_LAYOUT_PER_NODE)
         return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown layout %d", (int)o->layout);
-    if (o->check_replicas < CKPT_CHECK_REPLICAS_DEFAULT || o->check_replicas > CKPT_CHECK_REPLICAS_OFF)
+    if (o->check_replicas < CKPT_CHECK_REPLICAS_DEFAULT ||
+        o->check_replicas > CKPT_CHECK_REPLICAS_OFF)
         return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown check_replicas %d",
                            o->check_replicas);
     if (o->replica_mismatch < CKPT_REPLICA_MISMATCH_DEFAULT ||

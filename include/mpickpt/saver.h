@@ -243,8 +243,8 @@ typedef struct ckpt_restore_options {
     /** 1: a per-rank component or blob that the checkpoint lacks for this rank (it was written by
      *  fewer ranks) is skipped (left untouched, restore callback not called); 0: CKPT_ENOTFOUND. */
     int skip_missing_per_rank;
-    /* ---- version 2: strict restores (version 1 and NULL options behave as before: a registered
-     *      name missing is CKPT_ENOTFOUND, checkpoint entries nobody registered are ignored) ---- */
+    /* ---- version 2: strict restores (version 1 and NULL options behave as before: a
+     *      registered name missing is CKPT_ENOTFOUND, entries nobody registered are ignored) ---- */
     /** Before any data is read, the registered names of every rank are compared with the
      *  checkpoint's. `missing`: registered somewhere, not in the checkpoint (a per-rank component
      *  or blob this rank lacks is not, when skip_missing_per_rank is set); `unexpected`: in the

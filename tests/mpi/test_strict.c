@@ -79,7 +79,7 @@ static void write_ckpt(const char *prefix)
         snprintf(n, sizeof n, "opt/s/%d/m", i);
         CHECK_OK(ckpt_saver_add_replicated(s, n, CKPT_FLOAT32, &s2, g_m[i], CKPT_REPLICA_PRIMARY));
     }
-    ckpt_blob_callbacks cb = { rng_save, rng_restore };
+    ckpt_blob_callbacks cb = {rng_save, rng_restore};
     g_rng = 100 + g_rank;
     CHECK_OK(ckpt_saver_add_blob(s, "rng", &cb, &g_rng));
     CHECK(coll(ckpt_saver_write(s, prefix, NULL), CKPT_OK, "write"));
@@ -102,14 +102,14 @@ static ckpt_saver *reader(float *a, float *c, int with_c)
         snprintf(n, sizeof n, "opt/s/%d/m", i);
         CHECK_OK(ckpt_saver_add_replicated(s, n, CKPT_FLOAT32, &s2, g_m[i], CKPT_REPLICA_PRIMARY));
     }
-    ckpt_blob_callbacks cb = { rng_save, rng_restore };
+    ckpt_blob_callbacks cb = {rng_save, rng_restore};
     CHECK_OK(ckpt_saver_add_blob(s, "rng", &cb, &g_rng));
     return s;
 }
 
 static void test_strict(const char *prefix)
 {
-    float a[4] = { -1, -1, -1, -1 }, c[4] = { -7, -7, -7, -7 };
+    float a[4] = {-1, -1, -1, -1}, c[4] = {-7, -7, -7, -7};
     ckpt_saver *s = reader(a, c, 1);
 
     /* strict (INIT): one error on every rank, both lists, nothing read */
@@ -143,7 +143,7 @@ static void test_strict(const char *prefix)
     struct {
         unsigned int version;
         int skip_missing_per_rank;
-    } v1 = { 1, 0 };
+    } v1 = {1, 0};
     CHECK(coll(ckpt_saver_restore(s, prefix, (const ckpt_restore_options *)&v1, NULL),
                CKPT_ENOTFOUND, "v1"));
     CHECK(strstr(g_msg, "'c'") != NULL);
@@ -175,8 +175,8 @@ static void test_grouped(const char *prefix)
     for (int i = 0; i < 300; i++) {
         char n[64];
         snprintf(n, sizeof n, "optim/state/%d/exp_avg_sq_%d", i % 3, i);
-        CHECK_OK(ckpt_saver_add_replicated(s, n, CKPT_FLOAT32, &s2, v + 2 * i,
-                                           CKPT_REPLICA_PRIMARY));
+        CHECK_OK(
+            ckpt_saver_add_replicated(s, n, CKPT_FLOAT32, &s2, v + 2 * i, CKPT_REPLICA_PRIMARY));
     }
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
     CHECK(coll(ckpt_saver_restore(s, prefix, &o, NULL), CKPT_EMISMATCH, "grouped"));
@@ -190,7 +190,7 @@ static void test_manager(const char *dir)
 {
     char prefix[4096];
     ckpt_saver *s = new_saver(NULL);
-    float a[4] = { 5, 6, 7, 8 }, b[4] = { 1, 1, 1, 1 };
+    float a[4] = {5, 6, 7, 8}, b[4] = {1, 1, 1, 1};
     int64_t d4 = 4;
     ckpt_shape s4;
     ckpt_shape_init(&s4, 1, &d4);
@@ -198,13 +198,13 @@ static void test_manager(const char *dir)
     CHECK_OK(ckpt_saver_add_replicated(s, "b", CKPT_FLOAT32, &s4, b, CKPT_REPLICA_PRIMARY));
     ckpt_manager *m = NULL;
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
-    ckpt_manager_save_info si = { 0, 1, 0, 1 };
+    ckpt_manager_save_info si = {0, 1, 0, 1};
     CHECK(coll(ckpt_manager_save(m, &si, prefix, sizeof prefix), CKPT_OK, "manager save"));
     ckpt_manager_free(m);
     ckpt_saver_free(s);
 
     /* restore into 'a' and 'c' */
-    float ra[4] = { 0 }, rc[4] = { 0 };
+    float ra[4] = {0}, rc[4] = {0};
     s = new_saver(NULL);
     CHECK_OK(ckpt_saver_add_replicated(s, "a", CKPT_FLOAT32, &s4, ra, CKPT_REPLICA_PRIMARY));
     CHECK_OK(ckpt_saver_add_replicated(s, "c", CKPT_FLOAT32, &s4, rc, CKPT_REPLICA_PRIMARY));
@@ -321,7 +321,7 @@ static void test_replicas(const char *dir)
     snprintf(p, sizeof p, "%s/rep-5", dir);
     CHECK(coll(save_bn(s, bn, 1, p), CKPT_OK, "warn"));
     ckpt_saver_free(s);
-    float got[8] = { 0 };
+    float got[8] = {0};
     s = bn_saver(got, w, 0, 0, 3);
     CHECK(coll(ckpt_saver_restore(s, p, NULL, NULL), CKPT_OK, "warn: restore"));
     CHECK_MSG(got[1] == 1.0f + (float)(writer % 2), "warn: restored %g, the writer's is %g", got[1],

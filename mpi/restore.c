@@ -364,7 +364,8 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
  * The chief opens the checkpoint (index checks plus data-file sizes); every rank sends it what it
  * reads and receives its share of the index (lib/share.h), then reads the pieces overlapping what
  * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
- * broadcast, a gatherv), the chief's sends, and two agreements.
+ * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
+ * the broadcast of the names' comparison (strict restores: its header, then the names).
  */
 /* The chief's own share (the cache level: its reads, like every rank's, decide what it fetches
  * from other nodes), replacing its reader of the whole index. */

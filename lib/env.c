@@ -172,6 +172,8 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
 static const char *const w_layout[] = { "per-rank", "shared", "per-node", NULL };
 static const char *const w_hier[] = { "auto", "0", "1", "off", "on", NULL };
 static const char *const w_redundancy[] = { "none", "partner", NULL };
+static const char *const w_check_replicas[] = { "first", "every", "off", NULL };
+static const char *const w_replica_mismatch[] = { "error", "warn", NULL };
 static const char *const w_log[] = { "error", "warn", "warning", "info", "debug", NULL };
 
 #define COLLECTIVE "collective (rank 0 decides)"
@@ -192,6 +194,17 @@ const ckpt__setting ckpt__settings[] = {
     { .name = "MPICKPT_HIER_MERGE", .kind = CKPT__SETTING_CHOICE, .words = w_hier,
       .dflt = "auto", .scope = COLLECTIVE, .read_by = "ckpt_saver_create (mpi/saver.c)",
       .meaning = "per-node layout: node leaders merge their ranks' index fragments",
+      .library = 1 },
+    { .name = "MPICKPT_CHECK_REPLICAS", .kind = CKPT__SETTING_CHOICE, .words = w_check_replicas,
+      .dflt = "first", .scope = COLLECTIVE, .read_by = "ckpt_saver_create (mpi/saver.c)",
+      .meaning = "compare every rank's copy of each replicated tensor (CRC-32C) at the first "
+                 "save of a plan, at every save, or never; ckpt_saver_options.check_replicas wins",
+      .library = 1 },
+    { .name = "MPICKPT_REPLICA_MISMATCH", .kind = CKPT__SETTING_CHOICE,
+      .words = w_replica_mismatch, .dflt = "error", .scope = COLLECTIVE,
+      .read_by = "ckpt_saver_create (mpi/saver.c)",
+      .meaning = "replicated copies that differ: an error naming tensors and ranks, or a warning "
+                 "(the writing rank's copy is saved); ckpt_saver_options.replica_mismatch wins",
       .library = 1 },
     { .name = "MPICKPT_PACK_BYTES", .kind = CKPT__SETTING_INT, .lo = 0, .hi = (int64_t)1 << 40,
       .dflt = "1048576", .scope = COLLECTIVE, .read_by = "ckpt_saver_create (mpi/saver.c)",

@@ -11,7 +11,8 @@
  *          [--ranks-per-node K] [-v]
  *
  * LIST: comma-separated scenarios; "all" is large,small,restore,async (as it always was); the
- * scale rows (bench_scale.c) are asked for by name: collectives, memory, files, fixed.
+ * scale rows (bench_scale.c) are asked for by name: collectives, memory, files, fixed; so is
+ * replicas (bench_replicas.c: the replica check's cost, check_replicas off / first / every).
  * --layout per-node asks for it through MPICKPT_LAYOUT=per-node (rows skipped with the saver's
  * message when this build has no such layout).
  *
@@ -190,6 +191,7 @@ static void usage(void)
             "         LIST: comma-separated of large|small|restore|async|all (the four before)\n"
             "               |collectives|memory|files|fixed (the scale rows)\n"
             "               |cache (saves to DIR/cache/%%n, without and with partner copies)\n"
+            "               |replicas (the replica check: check_replicas off, first, every)\n"
             "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank|per-node]\n"
             "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
             "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
@@ -316,7 +318,8 @@ static int parse(opts *o, int argc, char **argv)
         o->fixed_reps > MAX_REPS || o->ranks_per_node < 0 || o->mem_rank1 < 0)
         return -1;
     static const char *const known[] = { "large", "small", "restore", "async", "all",
-                                         "collectives", "memory", "files", "fixed", "cache" };
+                                         "collectives", "memory", "files", "fixed", "cache",
+                                         "replicas" };
     for (const char *p = o->scenario; *p;) {
         size_t n = strcspn(p, ",");
         int ok = 0;
@@ -405,7 +408,8 @@ int main(int argc, char **argv)
     int do_restore = all || has_scenario(sc, "restore");
     int do_async = all || has_scenario(sc, "async");
     int do_cache = has_scenario(sc, "cache");
-    int uses_large = do_large || do_restore || do_async || do_cache;
+    int uses_large = do_large || do_restore || do_async || do_cache ||
+                     has_scenario(sc, "replicas"); /* the same bytes per rank (disk check) */
     size_t small_bytes = do_small ? small_model_bytes(&o) : 0;
     int scale_rows = has_scenario(sc, "collectives") || has_scenario(sc, "files") ||
                      has_scenario(sc, "memory") || has_scenario(sc, "fixed");
@@ -452,6 +456,8 @@ int main(int argc, char **argv)
         run_memory(&o);
     if (has_scenario(sc, "fixed"))
         run_fixed(&o);
+    if (has_scenario(sc, "replicas"))
+        run_replicas(&o);
     if (o.info != MPI_INFO_NULL)
         MPI_Info_free(&o.info);
     MPI_Comm_free(&g_node);

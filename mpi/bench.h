@@ -119,6 +119,8 @@ void run_collectives(const opts *o);
 void run_memory(const opts *o);
 void run_files(const opts *o);
 void run_fixed(const opts *o);
+/* bench_replicas.c: the replica check's cost (check_replicas off / first / every) */
+void run_replicas(const opts *o);
 
 /* ---- bench_pmpi.c: MPI calls counted through the profiling interface ---- */
 enum { PMPI_COLL, PMPI_P2P, PMPI_IO, PMPI_WAIT, PMPI_NKIND };

@@ -48,6 +48,9 @@ struct ckpt_manager {
      * <dir>/restart, the same on every rank; read at creation and before each save. */
     ckpt__restart ctl;
     ckpt__dirlock *dirlock; /* rank 0: the lock of `dir` (lib/dirlock.h), held until free */
+    /* the last restore's comparison of names (strict restores), or NULL */
+    ckpt_name_list *miss, *unexp;
+    int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
 };
 
 /* What the restart control makes of entry `e` (CKPT__RS_*). */
@@ -284,6 +287,7 @@ static size_t opts_size(unsigned version)
 {
     return version == 1   ? offsetof(ckpt_manager_options, cache_dir)
            : version == 2 ? offsetof(ckpt_manager_options, lock_wait_seconds)
+           : version == 3 ? offsetof(ckpt_manager_options, strict_restore)
            : version == CKPT_MANAGER_OPTIONS_VERSION ? sizeof(ckpt_manager_options)
                                                      : 0;
 }
@@ -328,6 +332,10 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     m->opts = defaults;
     if (opts) /* an older caller's struct ends before the fields its version lacks */
         memcpy(&m->opts, opts, opts_size(opts->version));
+    /* NULL options and versions 1-3: restores as before strict restores */
+    m->legacy_restore = !opts || opts->version < 4;
+    if (m->legacy_restore)
+        m->opts.strict_restore = 0;
     local = ckpt__path(m->name, sizeof m->name, "%s", m->opts.name ? m->opts.name : "ckpt");
     if (local == CKPT_OK && (!ckpt__safe_filename(m->name) || strchr(m->name, '.')))
         local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' must be a plain name without '.'",
@@ -438,6 +446,8 @@ void ckpt_manager_free(ckpt_manager *m)
         ckpt__saver_cache_free(m->saver);
     ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
+    ckpt_name_list_free(m->miss);
+    ckpt_name_list_free(m->unexp);
     free(m);
 }
 
@@ -1049,6 +1059,14 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
 {
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
+    ropts.strict = m->opts.strict_restore != 0;
+    if (m->legacy_restore && !m->opts.strict_restore)
+        ropts.version = 1; /* as before strict restores */
+    ckpt_name_list_free(m->miss);
+    ckpt_name_list_free(m->unexp);
+    m->miss = m->unexp = NULL;
+    ropts.missing = &m->miss;
+    ropts.unexpected = &m->unexp;
     ckpt_restore_info info;
     char prefix[4400];
     int rc;
@@ -1098,6 +1116,21 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
         ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
                   ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
     return rc;
+}
+
+void ckpt_manager_set_strict(ckpt_manager *m, int strict)
+{
+    if (m)
+        m->opts.strict_restore = strict != 0;
+}
+
+void ckpt_manager_restore_names(const ckpt_manager *m, const ckpt_name_list **missing,
+                                const ckpt_name_list **unexpected)
+{
+    if (missing)
+        *missing = m ? m->miss : NULL;
+    if (unexpected)
+        *unexpected = m ? m->unexp : NULL;
 }
 
 int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
@@ -1278,8 +1311,10 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
         memcpy(&o, opts, opts_size(opts->version));
     else if (opts)
         o.version = opts->version; /* refused by the manager, with its message */
-    else
+    else {
         o.max_to_keep = 1; /* the seed's BackupAndRestore keeps one */
+        o.version = 3;     /* NULL options: restores as before strict restores */
+    }
     /* the training state's levels come from its options only, never from MPICKPT_CACHE_DIR */
     rc = manager_create(&t->m, saver, chief, &o, 0);
     if (rc != CKPT_OK) {

@@ -16,23 +16,272 @@
 /* the chief's sends of index shares */
 #define TAG_SHARE 0x6d71
 
-/* What this rank reads: every registration's stored name and the box it owns (a blob whole). */
-static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w)
+/* What this rank reads: every registration's stored name and the box it owns (a blob whole).
+ * `optional_per_rank` (skip_missing_per_rank): per-rank entries (components, blobs) are marked
+ * KIND_COMPONENT, which the share ignores and the chief's comparison of names (strict restores)
+ * reads as "not missing when absent"; every other want is KIND_FULL. */
+static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w, int optional_per_rank)
 {
     size_t cap = 0;
     int rc = CKPT_OK;
     for (size_t k = 0; k < s->regs.n && rc == CKPT_OK; k++) {
         const ckpt__reg *g = &s->regs.v[k];
         rc = ckpt__share_want(w, &cap, g->stored, g->kind == CKPT_KIND_BLOB ? NULL : &g->slice);
+        if (rc == CKPT_OK && optional_per_rank &&
+            (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB))
+            w->tensors[w->n_tensors - 1]->kind = MPICKPT__KIND__KIND_COMPONENT;
     }
     return rc;
+}
+
+/* ---- strict restores: the registered names against the checkpoint's ------------------------ */
+
+/* The Python package's names (its record of plain values): neither missing nor unexpected when
+ * names are compared; the package compares what they hold itself. */
+#define RESERVED "__mpickpt__/"
+
+struct ckpt_name_list {
+    char **v;
+    size_t n;
+};
+
+size_t ckpt_name_list_size(const ckpt_name_list *l)
+{
+    return l ? l->n : 0;
+}
+
+const char *ckpt_name_list_get(const ckpt_name_list *l, size_t i)
+{
+    return l && i < l->n ? l->v[i] : NULL;
+}
+
+void ckpt_name_list_free(ckpt_name_list *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    free(l);
+}
+
+/* The chief's comparison: which index entries some rank wants (used), and the wanted names the
+ * index lacks (missing, strdup'd, unsorted with duplicates until names_finish). */
+typedef struct names_ctx {
+    const Mpickpt__Index *idx;
+    uint8_t *used;
+    char **miss;
+    size_t nmiss, capmiss;
+    int rc;
+} names_ctx;
+
+static int cmp_tensor_name(const void *key, const void *elem)
+{
+    return strcmp((const char *)key, (*(Mpickpt__Tensor *const *)elem)->name);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void names_note(names_ctx *nc, const Mpickpt__Fragment *w)
+{
+    for (size_t i = 0; i < w->n_tensors && nc->rc == CKPT_OK; i++) {
+        const Mpickpt__Tensor *t = w->tensors[i];
+        Mpickpt__Tensor **hit = bsearch(t->name, nc->idx->tensors, nc->idx->n_tensors,
+                                        sizeof *nc->idx->tensors, cmp_tensor_name);
+        if (hit) {
+            nc->used[hit - nc->idx->tensors] = 1;
+            continue;
+        }
+        if (t->kind == MPICKPT__KIND__KIND_COMPONENT) /* per-rank, skip_missing_per_rank */
+            continue;
+        if (strncmp(t->name, RESERVED, sizeof RESERVED - 1) == 0) /* the Python package checks */
+            continue;
+        if (nc->nmiss == nc->capmiss) {
+            size_t cap = nc->capmiss ? 2 * nc->capmiss : 16;
+            char **nv = realloc(nc->miss, cap * sizeof *nv);
+            if (!nv) {
+                nc->rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+                return;
+            }
+            nc->miss = nv;
+            nc->capmiss = cap;
+        }
+        if (!(nc->miss[nc->nmiss] = strdup(t->name)))
+            nc->rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        else
+            nc->nmiss++;
+    }
+}
+
+/* The rank of a per-rank entry's name (".../rank_<r>", ".../parallel_component_<r>"), or -1. */
+static long per_rank_of(const char *name)
+{
+    const char *u = strrchr(name, '_');
+    if (!u || !u[1])
+        return -1;
+    char *end = NULL;
+    long r = strtol(u + 1, &end, 10);
+    return *end == '\0' && r >= 0 ? r : -1;
+}
+
+/* Sorted and without duplicates, then packed as the broadcast's bytes: the missing names, then
+ * the unexpected ones (every NUL-terminated); *nm and *nu their counts. The chief only. */
+static int names_finish(const ckpt_saver *s, names_ctx *nc, uint8_t **bytes, uint64_t *len,
+                        int64_t *nm, int64_t *nu)
+{
+    *bytes = NULL;
+    *len = 0;
+    *nm = *nu = 0;
+    if (nc->rc != CKPT_OK)
+        return nc->rc;
+    qsort(nc->miss, nc->nmiss, sizeof *nc->miss, cmp_str);
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < nc->nmiss; i++) {
+        if (k && strcmp(nc->miss[k - 1], nc->miss[i]) == 0) {
+            free(nc->miss[i]);
+            continue;
+        }
+        nc->miss[k++] = nc->miss[i];
+        total += strlen(nc->miss[i]) + 1;
+    }
+    nc->nmiss = k;
+    const Mpickpt__Index *idx = nc->idx;
+    for (size_t i = 0; i < idx->n_tensors; i++) {
+        const Mpickpt__Tensor *t = idx->tensors[i];
+        if (nc->used[i] || strncmp(t->name, RESERVED, sizeof RESERVED - 1) == 0)
+            continue;
+        /* per-rank data of a rank this job does not have: not unexpected */
+        if ((t->kind == MPICKPT__KIND__KIND_COMPONENT || t->kind == MPICKPT__KIND__KIND_BLOB) &&
+            per_rank_of(t->name) >= s->size)
+            continue;
+        nc->used[i] = 2;
+        total += strlen(t->name) + 1;
+        (*nu)++;
+    }
+    uint8_t *b = malloc(total ? total : 1);
+    if (!b)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    size_t off = 0;
+    for (size_t i = 0; i < nc->nmiss; i++) {
+        size_t l = strlen(nc->miss[i]) + 1;
+        memcpy(b + off, nc->miss[i], l);
+        off += l;
+    }
+    for (size_t i = 0; i < idx->n_tensors; i++)
+        if (nc->used[i] == 2) { /* the index is sorted by name */
+            size_t l = strlen(idx->tensors[i]->name) + 1;
+            memcpy(b + off, idx->tensors[i]->name, l);
+            off += l;
+        }
+    *nm = (int64_t)nc->nmiss;
+    *bytes = b;
+    *len = total;
+    return CKPT_OK;
+}
+
+static void names_free(names_ctx *nc)
+{
+    for (size_t i = 0; i < nc->nmiss; i++)
+        free(nc->miss[i]);
+    free(nc->miss);
+    free(nc->used);
+}
+
+/* A list of n names taken from the packed bytes at *p (advanced). */
+static int list_from(ckpt_name_list **out, const uint8_t **p, const uint8_t *end, int64_t n)
+{
+    ckpt_name_list *l = calloc(1, sizeof *l);
+    if (!l || !(l->v = calloc(n ? (size_t)n : 1, sizeof *l->v))) {
+        free(l);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *z = *p < end ? memchr(*p, 0, (size_t)(end - *p)) : NULL;
+        if (!z || !(l->v[l->n] = strdup((const char *)*p))) {
+            ckpt_name_list_free(l);
+            return ckpt__error(z ? CKPT_ENOMEM : CKPT_ECORRUPT, "the list of names is cut short");
+        }
+        l->n++;
+        *p = z + 1;
+    }
+    *out = l;
+    return CKPT_OK;
+}
+
+/* Up to `cap` bytes of `l`'s names: all of them quoted when they fit, else grouped by prefix
+ * (a prefix and a star, "(3 names)"), stripping more trailing components until they fit, else
+ * cut ("..., and 12 more"). */
+static void fmt_names(char *out, size_t cap, const ckpt_name_list *l)
+{
+    out[0] = '\0';
+    for (int strip = 0; strip <= 16; strip++) {
+        size_t len = 0, items = 0;
+        int fits = 1;
+        for (size_t i = 0; i < l->n;) {
+            const char *name = l->v[i];
+            /* the key: name without its last `strip` components (at least one kept) */
+            size_t klen = strlen(name);
+            for (int d = 0; d < strip; d++) {
+                const char *sl = memrchr(name, '/', klen);
+                if (!sl)
+                    break;
+                klen = (size_t)(sl - name);
+            }
+            size_t j = i + 1;
+            while (j < l->n && strncmp(l->v[j], name, klen) == 0 &&
+                   (l->v[j][klen] == '/' || l->v[j][klen] == '\0'))
+                j++;
+            char item[600];
+            if (j - i == 1)
+                snprintf(item, sizeof item, "'%.500s'", name);
+            else
+                snprintf(item, sizeof item, "'%.*s/*' (%zu names)", (int)(klen > 500 ? 500 : klen),
+                         name, j - i);
+            size_t il = strlen(item);
+            if (len + il + 2 + 40 >= cap) { /* room kept for "..., and N more" */
+                fits = 0;
+                if (strip == 16) /* grouped as far as it goes: cut here */
+                    snprintf(out + len, cap - len, "%s..., and %zu more", items ? ", " : "",
+                             l->n - i);
+                break;
+            }
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", items ? ", " : "", item);
+            items++;
+            i = j;
+        }
+        if (fits || strip == 16)
+            return;
+        out[0] = '\0';
+    }
+}
+
+/* The strict failure's message (the same on every rank: the lists are). */
+static int mismatch_error(const char *prefix, const ckpt_name_list *miss,
+                          const ckpt_name_list *unexp)
+{
+    char a[560] = "", b[560] = "";
+    if (miss->n)
+        fmt_names(a, sizeof a, miss);
+    if (unexp->n)
+        fmt_names(b, sizeof b, unexp);
+    return ckpt__error(CKPT_EMISMATCH,
+                       "checkpoint %.300s does not match what is registered: %zu missing "
+                       "(registered, not in the checkpoint)%s%s; %zu unexpected (in the "
+                       "checkpoint, registered by no rank)%s%s. A strict restore restores "
+                       "nothing then; restore with strict off (Python: strict=False) to restore "
+                       "what matches",
+                       prefix, miss->n, miss->n ? ": " : "", a, unexp->n, unexp->n ? ": " : "",
+                       b);
 }
 
 /* The chief's side of the share exchange: rank r's wants (unpacked from the gathered bytes) to its
  * share of the index, sent as {status, length} then the bytes. A rank it cannot serve is sent the
  * error code; the agreement after the reads then carries the chief's message. */
 static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
-                       const uint64_t *offs)
+                       const uint64_t *offs, names_ctx *nc)
 {
     ckpt__share *sh = NULL;
     int local = ckpt__share_new(&sh, ckpt__reader_index(r));
@@ -53,6 +302,8 @@ static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
                 st = ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
             else
                 st = ckpt__share_pack(sh, w, &bytes, &len);
+            if (w && nc)
+                names_note(nc, w);
             ckpt__arena_free(a);
             if (st != CKPT_OK)
                 local = st;
@@ -113,7 +364,8 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
  * The chief opens the checkpoint (index checks plus data-file sizes); every rank sends it what it
  * reads and receives its share of the index (lib/share.h), then reads the pieces overlapping what
  * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
- * broadcast, a gatherv), the chief's sends, and two agreements.
+ * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
+ * the broadcast of the names' comparison (strict restores: its header, then the names).
  */
 /* The chief's own share (the cache level: its reads, like every rank's, decide what it fetches
  * from other nodes), replacing its reader of the whole index. */
@@ -124,7 +376,7 @@ static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
     uint8_t *bytes = NULL;
     size_t len = 0;
     ckpt_reader *mine = NULL;
-    int rc = build_wants(s, &w);
+    int rc = build_wants(s, &w, 0);
     if (rc == CKPT_OK)
         rc = ckpt__share_new(&sh, ckpt__reader_index(*r));
     if (rc == CKPT_OK)
@@ -193,9 +445,20 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         if ((rc0 = ckpt__cache_rebuild(s, base)) != CKPT_OK)
             return rc0;
     }
-    ckpt_restore_options defaults = CKPT_RESTORE_OPTIONS_INIT;
-    if (!opts)
-        opts = &defaults;
+    /* NULL options and version 1: the behaviour before strict restores */
+    ckpt_restore_options o = { 1, 0, 0, NULL, NULL };
+    if (opts && opts->version >= 2 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION)
+        o = *opts;
+    else if (opts)
+        o.skip_missing_per_rank = opts->skip_missing_per_rank;
+    if (opts && opts->version >= 2) {
+        if (opts->missing)
+            *opts->missing = NULL;
+        if (opts->unexpected)
+            *opts->unexpected = NULL;
+    }
+    int compare = o.version >= 2; /* names compared before any data is read */
+    opts = &o;
     /* The chief reads, validates and checks the checkpoint; its verdict travels with the gather of
      * every rank's wants. */
     int local = CKPT_OK;
@@ -220,7 +483,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     uint8_t *wbuf = NULL, *all = NULL;
     uint64_t *offs = NULL;
     size_t wlen = 0;
-    int mine = s->rank == 0 ? CKPT_OK : build_wants(s, &wants);
+    int mine = s->rank == 0 ? CKPT_OK : build_wants(s, &wants, opts->skip_missing_per_rank);
     if (mine == CKPT_OK && s->rank != 0) {
         wlen = mpickpt__fragment__get_packed_size(&wants);
         if ((wbuf = malloc(wlen ? wlen : 1)))
@@ -238,9 +501,69 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         ckpt_reader_free(r);
         return rc;
     }
-    local = s->rank == 0 ? send_shares(s, r, all, offs) : recv_share(s, prefix, &r);
+    /* the chief compares the names while it serves the shares (its own wants first) */
+    names_ctx nc = { 0 };
+    nc.rc = CKPT_OK;
+    if (compare && s->rank == 0 && local == CKPT_OK) {
+        nc.idx = ckpt__reader_index(r);
+        if (!(nc.used = calloc(nc.idx->n_tensors ? nc.idx->n_tensors : 1, 1)))
+            nc.rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        Mpickpt__Fragment own = MPICKPT__FRAGMENT__INIT;
+        if (nc.rc == CKPT_OK && (nc.rc = build_wants(s, &own, opts->skip_missing_per_rank)) ==
+                                    CKPT_OK)
+            names_note(&nc, &own);
+        ckpt__fragment_free_built(&own);
+    }
+    local = s->rank == 0 ? send_shares(s, r, all, offs, compare && nc.idx ? &nc : NULL)
+                         : recv_share(s, prefix, &r);
     free(all);
     free(offs);
+    /* the lists to every rank: {status, bytes, missing, unexpected}, then the names */
+    ckpt_name_list *lmiss = NULL, *lunexp = NULL;
+    int mismatch = 0;
+    if (compare) {
+        int64_t head[4] = { 0, 0, 0, 0 };
+        uint8_t *nb = NULL;
+        uint64_t nlen = 0;
+        if (s->rank == 0) {
+            int st = local != CKPT_OK ? local : names_finish(s, &nc, &nb, &nlen, &head[2],
+                                                             &head[3]);
+            head[0] = st;
+            head[1] = st == CKPT_OK ? (int64_t)nlen : 0;
+            if (st != CKPT_OK && local == CKPT_OK)
+                local = st;
+        }
+        names_free(&nc);
+        int st = MPI_Bcast(head, 4, MPI_INT64_T, 0, s->comm) == MPI_SUCCESS
+                     ? CKPT_OK
+                     : ckpt__error(CKPT_EMPI, "MPI_Bcast of the names' comparison failed");
+        if (st == CKPT_OK && head[0] == CKPT_OK) {
+            nlen = (uint64_t)head[1];
+            if (s->rank != 0 && !(nb = malloc(nlen ? (size_t)nlen : 1)))
+                st = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+            /* every rank takes part in every chunk (of the same size everywhere); a rank
+             * without memory receives into a sink */
+            uint8_t sink[1 << 16];
+            for (uint64_t off = 0; off < nlen;) {
+                uint64_t n = nlen - off < sizeof sink ? nlen - off : sizeof sink;
+                if (MPI_Bcast(nb ? nb + off : sink, (int)n, MPI_BYTE, 0, s->comm) != MPI_SUCCESS &&
+                    st == CKPT_OK)
+                    st = ckpt__error(CKPT_EMPI, "MPI_Bcast of the names' comparison failed");
+                off += n;
+            }
+            const uint8_t *p = nb, *end = nb ? nb + nlen : NULL;
+            if (st == CKPT_OK)
+                st = list_from(&lmiss, &p, end, head[2]);
+            if (st == CKPT_OK)
+                st = list_from(&lunexp, &p, end, head[3]);
+            mismatch = st == CKPT_OK && opts->strict && (lmiss->n || lunexp->n);
+        } else if (st == CKPT_OK) {
+            st = (int)head[0]; /* the chief's failure: its agreement carries the message */
+        }
+        free(nb);
+        if (st != CKPT_OK && local == CKPT_OK)
+            local = st;
+    }
     int fetched = -1; /* the cache level: pieces other nodes hold, fetched (restore_cache.c) */
     if (cache) {
         if (s->rank == 0 && local == CKPT_OK)
@@ -250,10 +573,14 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         if (local != CKPT_OK) {
             ckpt_reader_free(r);
             ckpt__cache_fetch_done(s, fetched);
+            ckpt_name_list_free(lmiss);
+            ckpt_name_list_free(lunexp);
             return local;
         }
         *unavailable = 0; /* from here on, the copy is whole: failures are the registration's */
     }
+    if (mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
+        local = mismatch_error(cache ? base : prefix, lmiss, lunexp);
 
     /*
      * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
@@ -280,7 +607,10 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         size_t ti;
         int found = ckpt_reader_find(&ti, r, g->stored);
         if (found != CKPT_OK) {
-            if (per_rank && opts->skip_missing_per_rank) {
+            /* not strict: what the checkpoint lacks is left untouched (and listed) */
+            if ((per_rank && opts->skip_missing_per_rank) ||
+                (compare && (!opts->strict ||
+                             strncmp(g->stored, RESERVED, sizeof RESERVED - 1) == 0))) {
                 ckpt_error_clear();
                 continue;
             }
@@ -376,6 +706,14 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     }
     ckpt_reader_free(r);
     ckpt__cache_fetch_done(s, fetched);
+    if (compare && o.missing && lmiss)
+        *o.missing = lmiss;
+    else
+        ckpt_name_list_free(lmiss);
+    if (compare && o.unexpected && lunexp)
+        *o.unexpected = lunexp;
+    else
+        ckpt_name_list_free(lunexp);
     return rc;
 }
 

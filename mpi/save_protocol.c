@@ -387,12 +387,23 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         j->cache = j->c.cache = cache;
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "plan");
+    ckpt__replica_check chk; /* replica_check.c: folded into the second vote when due */
+    if (local == CKPT_OK)
+        local = ckpt__replica_check_init(s, &chk);
+    else
+        memset(&chk, 0, sizeof chk);
     double dirty = s->dirty || !s->have_plan;
     if ((rc = ckpt__mpi_vote(s->comm, local, &dirty, 1)) != CKPT_OK ||
         (dirty != 0.0 && (rc = make_plan(s)) != CKPT_OK)) {
+        ckpt__replica_check_free(&chk);
         ckpt__save_job_free(j);
         return rc;
     }
+    /* due at the first save of a plan, or at every save; the same decision on every rank (the
+     * settings are rank 0's, `dirty` agreed, the replicated names checked by the plan) */
+    if (chk.on && chk.n > 0 &&
+        (dirty != 0.0 || s->opts.check_replicas == CKPT_CHECK_REPLICAS_EVERY))
+        ckpt__replica_check_crcs(s, &chk);
     j->s = s;
     j->counter = s->prepared_counter = counter; /* the chief's (ckpt__save_bcast_prefix) */
     if (info)
@@ -420,7 +431,8 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
     j->opened = !s->async && s->layout != CKPT_LAYOUT_SHARED;
     if (local == CKPT_OK && j->opened)
         local = open_and_reserve(s, &j->c, &rfd);
-    rc = ckpt__mpi_vote(s->comm, local, NULL, 0);
+    rc = chk.due ? ckpt__replica_vote(s, &chk, local) : ckpt__mpi_vote(s->comm, local, NULL, 0);
+    ckpt__replica_check_free(&chk);
     ckpt__shard_release(&j->c.n, j->c.tempfd, rfd);
     if (rc != CKPT_OK) {
         cleanup_temp(s, &j->c);

@@ -21,7 +21,7 @@
 
 /* What the options and MPICKPT_* variables decide, in the order broadcast by decide_settings(). */
 enum { SET_LAYOUT, SET_ASYNC, SET_COLLECTIVE, SET_PACK, SET_SHARD, SET_RESERVE, SET_RPN, SET_CHUNK,
-       SET_HIER, SET_N };
+       SET_HIER, SET_CHECK, SET_MISMATCH, SET_N };
 /* The settings before this one come from the options too (a difference is CKPT_EMISMATCH); the
  * others only from the environment. */
 #define SET_FROM_OPTIONS SET_RESERVE
@@ -36,7 +36,13 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
                                          CKPT_LAYOUT_PER_NODE };
     static const char *const hier_words[] = { "auto", "0", "1", "off", "on" };
     static const int hier_values[] = { -1, 0, 1, 0, 1 };
-    int layout, async, reserve, hier, level, target;
+    static const char *const check_words[] = { "first", "every", "off" };
+    static const int check_values[] = { CKPT_CHECK_REPLICAS_FIRST, CKPT_CHECK_REPLICAS_EVERY,
+                                        CKPT_CHECK_REPLICAS_OFF };
+    static const char *const mismatch_words[] = { "error", "warn" };
+    static const int mismatch_values[] = { CKPT_REPLICA_MISMATCH_ERROR,
+                                           CKPT_REPLICA_MISMATCH_WARN };
+    int layout, async, reserve, hier, level, target, check, mismatch;
     int64_t pack, rpn, chunk;
     char step[16];
     int mode;
@@ -51,12 +57,24 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
         (rc = ckpt__env_int64(&rpn, "MPICKPT_RANKS_PER_NODE", 1, INT32_MAX, 0)) ||
         (rc = ckpt__env_int64(&chunk, "MPICKPT_MPI_CHUNK_BYTES", 1, (int64_t)CKPT__MPI_CHUNK_DEFAULT,
                               (int64_t)CKPT__MPI_CHUNK_DEFAULT)) ||
+        (rc = ckpt__env_choice(&check, "MPICKPT_CHECK_REPLICAS", check_words, check_values, 3,
+                               CKPT_CHECK_REPLICAS_FIRST)) ||
+        (rc = ckpt__env_choice(&mismatch, "MPICKPT_REPLICA_MISMATCH", mismatch_words,
+                               mismatch_values, 2, CKPT_REPLICA_MISMATCH_ERROR)) ||
         (rc = ckpt__env_log_level(&level)) ||
         (rc = ckpt__fault_spec(&target, step, sizeof step, &mode)))
         return rc;
     if (o->layout != CKPT_LAYOUT_UNKNOWN && o->layout != CKPT_LAYOUT_SHARED &&
         o->layout != CKPT_LAYOUT_PER_RANK && o->layout != CKPT_LAYOUT_PER_NODE)
         return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown layout %d", (int)o->layout);
+    if (o->check_replicas < CKPT_CHECK_REPLICAS_DEFAULT ||
+        o->check_replicas > CKPT_CHECK_REPLICAS_OFF)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown check_replicas %d",
+                           o->check_replicas);
+    if (o->replica_mismatch < CKPT_REPLICA_MISMATCH_DEFAULT ||
+        o->replica_mismatch > CKPT_REPLICA_MISMATCH_WARN)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_options: unknown replica_mismatch %d",
+                           o->replica_mismatch);
     set[SET_LAYOUT] = o->layout != CKPT_LAYOUT_UNKNOWN ? (int64_t)o->layout : (int64_t)layout;
     set[SET_ASYNC] = o->async != 0 || async;
     set[SET_COLLECTIVE] = o->collective_io != 0;
@@ -67,6 +85,8 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
     set[SET_RPN] = rpn; /* 0 (unset): nodes by shared memory */
     set[SET_CHUNK] = chunk;
     set[SET_HIER] = hier;
+    set[SET_CHECK] = o->check_replicas ? o->check_replicas : check;
+    set[SET_MISMATCH] = o->replica_mismatch ? o->replica_mismatch : mismatch;
     return CKPT_OK;
 }
 
@@ -90,7 +110,7 @@ static int decide_settings(ckpt_saver *s)
         return rc;
     const ckpt_saver_options *o = &s->opts;
     int64_t raw[SET_N] = { o->layout, o->async != 0, o->collective_io != 0, o->pack_max_bytes,
-                           o->max_shard_bytes, 0, 0, 0, 0 };
+                           o->max_shard_bytes, 0, 0, 0, 0, 0, 0 };
     memcpy(buf, raw, sizeof raw);
     memcpy(buf + SET_N, mine, sizeof mine);
     if (MPI_Bcast(buf, 2 * SET_N, MPI_INT64_T, 0, s->comm) != MPI_SUCCESS)
@@ -98,7 +118,8 @@ static int decide_settings(ckpt_saver *s)
     static const char *const what[SET_N] = { "layout",          "async",   "collective_io",
                                              "pack_max_bytes",  "max_shard_bytes", "reserve",
                                              "ranks_per_node",  "MPI chunk bytes",
-                                             "hierarchical merge" };
+                                             "hierarchical merge", "check_replicas",
+                                             "replica_mismatch" };
     for (int i = 0; i < SET_FROM_OPTIONS && local == CKPT_OK; i++)
         if (raw[i] != buf[i])
             local = ckpt__error(CKPT_EMISMATCH,
@@ -121,6 +142,8 @@ static int decide_settings(ckpt_saver *s)
     s->ranks_per_node = buf[SET_N + SET_RPN];
     s->chunk = (uint64_t)buf[SET_N + SET_CHUNK];
     s->hier_wanted = (int)buf[SET_N + SET_HIER];
+    s->opts.check_replicas = (int)buf[SET_N + SET_CHECK];
+    s->opts.replica_mismatch = (int)buf[SET_N + SET_MISMATCH];
     return CKPT_OK;
 }
 
@@ -156,9 +179,11 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     MPI_Comm_size(dup, &s->size);
     ckpt_saver_options defaults = CKPT_SAVER_OPTIONS_INIT;
     s->opts = defaults;
-    if (opts) /* a version-1 caller's struct ends before pack_max_bytes */
+    if (opts) /* an older caller's struct ends before the fields its version lacks */
         memcpy(&s->opts, opts,
-               opts->version >= 2 ? sizeof *opts : offsetof(ckpt_saver_options, pack_max_bytes));
+               opts->version >= 3   ? sizeof *opts
+               : opts->version == 2 ? offsetof(ckpt_saver_options, check_replicas)
+                                    : offsetof(ckpt_saver_options, pack_max_bytes));
     s->async_comm = MPI_COMM_NULL;
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
@@ -311,6 +336,11 @@ int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
     if (rc != CKPT_OK)
         return rc;
     return add_reg(s, name, stored, dtype, shape, &full, CKPT_KIND_COMPONENT, data);
+}
+
+int ckpt_saver_primary_rank(const char *name, int size)
+{
+    return size > 0 && name ? ckpt__primary_rank(name, size) : 0;
 }
 
 int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,

@@ -186,6 +186,21 @@ int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragm
 /* this rank's shard input for the save of context c */
 void ckpt__save_shard_input(const ckpt_saver *s, const save_ctx *c, ckpt__shard_input *in);
 
+/* replica_check.c: every rank's copy of each replicated tensor compared (CRC-32C) in the save's
+ * second vote. init (local, before the first vote): on when the check may run (several ranks,
+ * check_replicas not off); crcs (local, once the plan is made) when it is due this save; vote:
+ * the second vote with the check folded in (collective; the same status everywhere). */
+typedef struct ckpt__replica_check {
+    int on, due;
+    size_t *reg; /* the replicated registrations, sorted by stored name when due */
+    size_t n;
+    double *buf; /* the vote's in and out: {-status, crc, -crc per tensor} */
+} ckpt__replica_check;
+int ckpt__replica_check_init(const ckpt_saver *s, ckpt__replica_check *c);
+void ckpt__replica_check_crcs(const ckpt_saver *s, ckpt__replica_check *c);
+int ckpt__replica_vote(ckpt_saver *s, ckpt__replica_check *c, int local);
+void ckpt__replica_check_free(ckpt__replica_check *c);
+
 /* save_shared.c: the shared layout's write, collective over c->comm */
 int ckpt__save_write_shared(ckpt_saver *s, save_ctx *c);
 

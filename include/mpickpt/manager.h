@@ -49,12 +49,20 @@ typedef struct ckpt_manager_options {
      *  job overlapping the old one's end), in seconds; 0: MPICKPT_LOCK_WAIT, else no wait;
      *  < 0: no wait. A directory still held then is CKPT_EBUSY naming the holder. */
     double lock_wait_seconds;
+    /* ---- version 4: strict restores ---- */
+    /** 1 (CKPT_MANAGER_OPTIONS_INIT): restores are strict (ckpt_restore_options.strict): a
+     *  registered name the checkpoint lacks or a checkpoint entry nobody registered is
+     *  CKPT_EMISMATCH on every rank, one message listing them all; 0: what matches is restored
+     *  and ckpt_manager_restore_names() lists the rest. NULL options and versions 1-3 restore as
+     *  before (a missing name is CKPT_ENOTFOUND, entries nobody registered are ignored). Changed
+     *  later with ckpt_manager_set_strict(). */
+    int strict_restore;
 } ckpt_manager_options;
 
-#define CKPT_MANAGER_OPTIONS_VERSION 3
+#define CKPT_MANAGER_OPTIONS_VERSION 4
 #define CKPT_MANAGER_OPTIONS_INIT                                                                 \
     { CKPT_MANAGER_OPTIONS_VERSION, 5, 0.0, 0, NULL, 0, NULL, CKPT_REDUNDANCY_DEFAULT, 0, 0, NULL, \
-      0.0 }
+      0.0, 1 }
 
 /** What a save records and how it is retained. */
 typedef struct ckpt_manager_save_info {
@@ -140,6 +148,20 @@ typedef struct ckpt_manager_restored {
  * down, never one behind the pin. Collective.
  */
 CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
+
+/** Sets whether this manager's restores are strict (ckpt_manager_options.strict_restore).
+ *  Local: call it with the same value on every rank. */
+CKPT_EXTERN void ckpt_manager_set_strict(ckpt_manager *m, int strict);
+
+/**
+ * The names the last restore of this manager (restore_or_initialize, restore_step,
+ * restore_counter, a training state's restore) compared (ckpt_restore_options.missing and
+ * .unexpected), the same on every rank; NULL when it compared none (options version < 4, or it
+ * failed before). Owned by the manager: valid until its next restore or ckpt_manager_free().
+ * Local.
+ */
+CKPT_EXTERN void ckpt_manager_restore_names(const ckpt_manager *m, const ckpt_name_list **missing,
+                                            const ckpt_name_list **unexpected);
 
 /** What the restart control (`mpickpt pin`, docs/operations.md) makes of a restorable checkpoint
  *  (ckpt_manager_restorable_entry.restart). */

@@ -49,16 +49,43 @@ typedef struct ckpt_saver_options {
      *  value of the environment variable MPICKPT_PACK_BYTES; < 0: never pack. (Since options
      *  version 2.) */
     int64_t pack_max_bytes;
+    /* ---- version 3: the replica check ---- */
+    /** When the copies of replicated tensors (CKPT_REPLICA_PRIMARY) are compared across ranks
+     *  (a CRC-32C of each rank's copy, one reduction folded into the save's vote):
+     *  CKPT_CHECK_REPLICAS_DEFAULT (MPICKPT_CHECK_REPLICAS, else FIRST), _FIRST (at the first save
+     *  of a plan: when registrations changed), _EVERY (every save) or _OFF. */
+    int check_replicas;
+    /** What a difference is: CKPT_REPLICA_MISMATCH_DEFAULT (MPICKPT_REPLICA_MISMATCH, else ERROR),
+     *  _ERROR (CKPT_EMISMATCH on every rank naming the tensors and the ranks whose copy differs;
+     *  nothing is written) or _WARN (a warning; the writing rank's copy is saved). */
+    int replica_mismatch;
 } ckpt_saver_options;
+
+/** ckpt_saver_options.check_replicas */
+typedef enum ckpt_check_replicas {
+    CKPT_CHECK_REPLICAS_DEFAULT = 0,
+    CKPT_CHECK_REPLICAS_FIRST = 1,
+    CKPT_CHECK_REPLICAS_EVERY = 2,
+    CKPT_CHECK_REPLICAS_OFF = 3
+} ckpt_check_replicas;
+
+/** ckpt_saver_options.replica_mismatch */
+typedef enum ckpt_replica_mismatch {
+    CKPT_REPLICA_MISMATCH_DEFAULT = 0,
+    CKPT_REPLICA_MISMATCH_ERROR = 1,
+    CKPT_REPLICA_MISMATCH_WARN = 2
+} ckpt_replica_mismatch;
 
 /** Default of ckpt_saver_options.pack_max_bytes: 1 MiB, where packing stops paying (see
  *  docs/performance.md). */
 #define CKPT_PACK_MAX_BYTES_DEFAULT ((int64_t)1 << 20)
 
-/** Version 1 (without pack_max_bytes) is still accepted. */
-#define CKPT_SAVER_OPTIONS_VERSION 2
+/** Versions 1 (without pack_max_bytes) and 2 (without the replica check's fields: they take
+ *  their defaults) are still accepted. */
+#define CKPT_SAVER_OPTIONS_VERSION 3
 #define CKPT_SAVER_OPTIONS_INIT                                                                    \
-    { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0, 0, 0.0, 0 }
+    { CKPT_SAVER_OPTIONS_VERSION, CKPT_LAYOUT_UNKNOWN, 0, MPI_INFO_NULL, 0, 0, 0.0, 0,             \
+      CKPT_CHECK_REPLICAS_DEFAULT, CKPT_REPLICA_MISMATCH_DEFAULT }
 
 /** How a replicated tensor is stored. */
 typedef enum ckpt_replica_mode {
@@ -124,10 +151,19 @@ CKPT_EXTERN int ckpt_saver_add_full(ckpt_saver *s, const char *name, ckpt_dtype 
 CKPT_EXTERN int ckpt_saver_add_slice(ckpt_saver *s, const char *name, ckpt_dtype dtype,
                                      const ckpt_shape *shape, const ckpt_slice *slice, void *data);
 
-/** Registers a replicated tensor (same value on every rank). Local. */
+/** Registers a replicated tensor (same value on every rank). Local.
+ *  CKPT_REPLICA_PRIMARY: one copy is written, by the rank ckpt_saver_primary_rank() names (a
+ *  CRC-32C of the stored name modulo the rank count, to spread the writes), not by rank 0. Which
+ *  copy is written matters only if the copies differ: the replica check
+ *  (ckpt_saver_options.check_replicas) compares every rank's copy, by default at the first save
+ *  of each plan, and makes a difference an error (or a warning). */
 CKPT_EXTERN int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
                                           const ckpt_shape *shape, void *data,
                                           ckpt_replica_mode mode);
+
+/** The rank that writes replicated tensor @p name (CKPT_REPLICA_PRIMARY) on @p size ranks.
+ *  Local. */
+CKPT_EXTERN int ckpt_saver_primary_rank(const char *name, int size);
 
 /** Registers a registered saver under @p name (per-rank opaque bytes). Local. */
 CKPT_EXTERN int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,
@@ -189,16 +225,45 @@ CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *
  *  that failed with CKPT_EEXISTS at its commit: the next numbered save moves past it). Local. */
 CKPT_EXTERN int64_t ckpt_saver_counter(const ckpt_saver *s);
 
+/** A list of names (a restore's missing or unexpected entries): sorted, without duplicates. */
+typedef struct ckpt_name_list ckpt_name_list;
+
+/** Number of names in @p l (0 for NULL). Local. */
+CKPT_EXTERN size_t ckpt_name_list_size(const ckpt_name_list *l);
+
+/** Name @p i of @p l, or NULL when out of range. Local. */
+CKPT_EXTERN const char *ckpt_name_list_get(const ckpt_name_list *l, size_t i);
+
+/** Frees @p l. NULL is a no-op. Local. */
+CKPT_EXTERN void ckpt_name_list_free(ckpt_name_list *l);
+
 /** Options of ckpt_saver_restore(). Initialize with CKPT_RESTORE_OPTIONS_INIT. */
 typedef struct ckpt_restore_options {
     unsigned int version; /**< CKPT_RESTORE_OPTIONS_VERSION */
     /** 1: a per-rank component or blob that the checkpoint lacks for this rank (it was written by
      *  fewer ranks) is skipped (left untouched, restore callback not called); 0: CKPT_ENOTFOUND. */
     int skip_missing_per_rank;
+    /* ---- version 2: strict restores (version 1 and NULL options behave as before: a
+     *      registered name missing is CKPT_ENOTFOUND, entries nobody registered are ignored) ---- */
+    /** Before any data is read, the registered names of every rank are compared with the
+     *  checkpoint's. `missing`: registered somewhere, not in the checkpoint (a per-rank component
+     *  or blob this rank lacks is not, when skip_missing_per_rank is set); `unexpected`: in the
+     *  checkpoint, registered by no rank (except per-rank entries of ranks that do not exist
+     *  now). Names under `__mpickpt__/` (the Python package's record of plain values, which the
+     *  package compares itself) are neither; registered and absent, they are skipped as a
+     *  per-rank entry is under skip_missing_per_rank. 1 (CKPT_RESTORE_OPTIONS_INIT):
+     *  either list non-empty is CKPT_EMISMATCH on every rank, one message listing them all
+     *  (grouped by prefix when long). 0: what matches is restored, the rest left untouched. */
+    int strict;
+    /** Out, may be NULL: set on every rank to the lists (the same everywhere; free them with
+     *  ckpt_name_list_free()) when the comparison was made, a strict failure included; else to
+     *  NULL. */
+    ckpt_name_list **missing;
+    ckpt_name_list **unexpected;
 } ckpt_restore_options;
 
-#define CKPT_RESTORE_OPTIONS_VERSION 1
-#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0 }
+#define CKPT_RESTORE_OPTIONS_VERSION 2
+#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0, 1, NULL, NULL }
 
 /** What a restore found. */
 typedef struct ckpt_restore_info {
@@ -214,8 +279,9 @@ typedef struct ckpt_restore_info {
  * Restores every registration from the checkpoint at @p prefix, on any number of ranks: the chief
  * reads and validates the index (and the data files' sizes) and broadcasts it; each rank reads
  * exactly the stored pieces that overlap what it owns now, each checked against its CRC-32C.
- * A registered name missing from the checkpoint is CKPT_ENOTFOUND, a dtype or global shape that
- * differs is CKPT_EMISMATCH. Registered savers' restore callbacks run only after every rank
+ * Options version 1 or NULL: a registered name missing from the checkpoint is CKPT_ENOTFOUND;
+ * version 2: see ckpt_restore_options.strict. A dtype or global shape that differs is
+ * CKPT_EMISMATCH. Registered savers' restore callbacks run only after every rank
  * restored its tensors. After a failed restore the registered buffers hold unspecified values.
  * Collective. @p opts and @p info may be NULL.
  */

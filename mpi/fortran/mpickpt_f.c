@@ -159,6 +159,8 @@ int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, i
     if (!s)
         return ckpt__error(CKPT_EINVAL, "ckpt_manager_create: the saver was not created");
     ckpt_manager_options opts = CKPT_MANAGER_OPTIONS_INIT;
+    opts.strict_restore = 0; /* the module's restores as before strict restores (issue 30) */
+    opts.version = 3;
     opts.max_to_keep = max_to_keep;
     opts.name = has_name ? name : NULL;
     return ckpt_manager_create(out, s, dir, &opts);

@@ -17,13 +17,24 @@ typedef struct {
     ckpt_training *t;
 } TrainingObject;
 
-static PyObject *restored_dict(const ckpt_manager_restored *r)
+/* The restore's result; with `m`, the names it compared ('missing', 'unexpected': the C lists
+ * of ckpt_manager_restore_names, empty when it compared none). */
+static PyObject *restored_dict(const ckpt_manager_restored *r, const ckpt_manager *m)
 {
-    return Py_BuildValue("{s:O,s:s,s:L,s:L,s:L,s:O,s:i,s:i}", "restored",
+    const ckpt_name_list *miss = NULL, *unexp = NULL;
+    ckpt_manager_restore_names(m, &miss, &unexp);
+    PyObject *lm = pyckpt_names(miss);
+    PyObject *lu = lm ? pyckpt_names(unexp) : NULL;
+    if (!lu) {
+        Py_XDECREF(lm);
+        return NULL;
+    }
+    return Py_BuildValue("{s:O,s:s,s:L,s:L,s:L,s:O,s:i,s:i,s:N,s:N}", "restored",
                          r->restored ? Py_True : Py_False, "prefix", r->prefix, "save_counter",
                          (long long)r->save_counter, "epoch", (long long)r->epoch, "step",
                          (long long)r->step, "end_of_epoch", r->end_of_epoch ? Py_True : Py_False,
-                         "world_size", (int)r->world_size, "skipped", r->skipped);
+                         "world_size", (int)r->world_size, "skipped", r->skipped, "missing", lm,
+                         "unexpected", lu);
 }
 
 /* One state entry as a dict (a new reference); `levels` are its levels as a list of names. */
@@ -255,11 +266,15 @@ static PyObject *Manager_save(ManagerObject *self, PyObject *args, PyObject *kw)
     return PyUnicode_DecodeFSDefault(out);
 }
 
-static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *noargs)
+static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *args,
+                                               PyObject *kw)
 {
-    (void)noargs;
-    if (manager_ready(self) < 0)
+    static char *names[] = { "strict", NULL };
+    int strict = 1;
+    if (manager_ready(self) < 0 ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$p:restore_or_initialize", names, &strict))
         return NULL;
+    ckpt_manager_set_strict(self->m, strict);
     ckpt_manager_restored r;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -267,16 +282,17 @@ static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *no
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
-    return restored_dict(&r);
+    return restored_dict(&r, self->m);
 }
 
 /* restore(step=None, save_counter=None): exactly one of them; the manager's rules, no fallback. */
 static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "step", "save_counter", NULL };
+    static char *names[] = { "step", "save_counter", "strict", NULL };
     PyObject *step = Py_None, *counter = Py_None;
+    int strict = 1;
     if (manager_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "|$OO:restore", names, &step, &counter))
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$OOp:restore", names, &step, &counter, &strict))
         return NULL;
     if ((step == Py_None) == (counter == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "restore() takes exactly one of step, save_counter");
@@ -285,6 +301,7 @@ static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *
     long long v = PyLong_AsLongLong(step != Py_None ? step : counter);
     if (v == -1 && PyErr_Occurred())
         return NULL;
+    ckpt_manager_set_strict(self->m, strict);
     ckpt_manager_restored r;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -293,7 +310,7 @@ static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
-    return restored_dict(&r);
+    return restored_dict(&r, self->m);
 }
 
 static PyObject *Manager_restorable(ManagerObject *self, PyObject *noargs)
@@ -353,11 +370,13 @@ static PyObject *Manager_close(ManagerObject *self, PyObject *noargs)
 static PyMethodDef Manager_methods[] = {
     { "save", (PyCFunction)(void (*)(void))Manager_save, METH_VARARGS | METH_KEYWORDS,
       "save(epoch=0, step=0, end_of_epoch=False, force=False) -> path, or None when skipped" },
-    { "restore_or_initialize", (PyCFunction)Manager_restore_or_initialize, METH_NOARGS,
-      "restores the newest valid checkpoint -> info (restored False: none)" },
+    { "restore_or_initialize", (PyCFunction)(void (*)(void))Manager_restore_or_initialize,
+      METH_VARARGS | METH_KEYWORDS,
+      "restore_or_initialize(*, strict=True): restores the newest valid checkpoint -> info "
+      "(restored False: none; 'missing' and 'unexpected' names)" },
     { "restore", (PyCFunction)(void (*)(void))Manager_restore, METH_VARARGS | METH_KEYWORDS,
-      "restore(*, step=None, save_counter=None) -> info: that checkpoint under the manager's "
-      "rules (pin, drop, levels), never another" },
+      "restore(*, step=None, save_counter=None, strict=True) -> info: that checkpoint under the "
+      "manager's rules (pin, drop, levels), never another" },
     { "restorable", (PyCFunction)Manager_restorable, METH_NOARGS,
       "the checkpoints a restore may use, oldest first: {'entries': [...], 'start': index of the "
       "one restore_or_initialize tries first, or None}" },
@@ -465,18 +484,21 @@ static PyObject *Training_back_up(TrainingObject *self, PyObject *args, PyObject
     Py_RETURN_NONE;
 }
 
-static PyObject *Training_restore(TrainingObject *self, PyObject *noargs)
+static PyObject *Training_restore(TrainingObject *self, PyObject *args, PyObject *kw)
 {
-    (void)noargs;
-    if (training_ready(self) < 0)
+    static char *names[] = { "strict", NULL };
+    int strict = 1;
+    if (training_ready(self) < 0 ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$p:restore", names, &strict))
         return NULL;
+    ckpt_manager_set_strict(ckpt_training_manager(self->t), strict);
     int restored = 0, rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ckpt_training_restore(self->t, &restored);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
-    return restored_dict(ckpt_training_restored(self->t));
+    return restored_dict(ckpt_training_restored(self->t), ckpt_training_manager(self->t));
 }
 
 static PyObject *Training_initial_epoch(TrainingObject *self, PyObject *args)
@@ -527,7 +549,8 @@ static PyObject *Training_close(TrainingObject *self, PyObject *noargs)
 static PyMethodDef Training_methods[] = {
     { "back_up", (PyCFunction)(void (*)(void))Training_back_up, METH_VARARGS | METH_KEYWORDS,
       "back_up(epoch, step=0, end_of_epoch=True)" },
-    { "restore", (PyCFunction)Training_restore, METH_NOARGS, "-> info (restored False: none)" },
+    { "restore", (PyCFunction)(void (*)(void))Training_restore, METH_VARARGS | METH_KEYWORDS,
+      "restore(*, strict=True) -> info (restored False: none)" },
     { "initial_epoch", (PyCFunction)Training_initial_epoch, METH_VARARGS,
       "initial_epoch(initial=0)" },
     { "initial_step", (PyCFunction)Training_initial_step, METH_VARARGS,

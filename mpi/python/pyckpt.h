@@ -41,4 +41,7 @@ PyObject *pyckpt_read_state(PyObject *self, PyObject *arg);
 /* The C saver of a Saver object (borrowed), or NULL with an exception set. */
 ckpt_saver *pyckpt_saver_get(PyObject *saver);
 
+/* A list of str of a restore's names (an empty list for NULL); a new reference. */
+PyObject *pyckpt_names(const ckpt_name_list *l);
+
 #endif

@@ -86,14 +86,38 @@ ckpt_saver *pyckpt_saver_get(PyObject *obj)
 static int Saver_init(SaverObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = { "comm",           "layout",        "async_save",    "collective_io",
-                             "max_shard_bytes", "pack_max_bytes", "close_timeout", NULL };
+                             "max_shard_bytes", "pack_max_bytes", "close_timeout",
+                             "check_replicas", "replica_mismatch", NULL };
     PyObject *co = Py_None;
     int layout = 0, async = 0, coll = 0;
     long long shard = 0, pack = 0;
     double timeout = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OippLLd:Saver", names, &co, &layout, &async,
-                                     &coll, &shard, &pack, &timeout))
+    const char *check = NULL, *mismatch = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OippLLdzz:Saver", names, &co, &layout, &async,
+                                     &coll, &shard, &pack, &timeout, &check, &mismatch))
         return -1;
+    /* None: MPICKPT_CHECK_REPLICAS / MPICKPT_REPLICA_MISMATCH, else first / error */
+    int check_v = CKPT_CHECK_REPLICAS_DEFAULT, mismatch_v = CKPT_REPLICA_MISMATCH_DEFAULT;
+    if (check && strcmp(check, "first") == 0)
+        check_v = CKPT_CHECK_REPLICAS_FIRST;
+    else if (check && strcmp(check, "every") == 0)
+        check_v = CKPT_CHECK_REPLICAS_EVERY;
+    else if (check && strcmp(check, "off") == 0)
+        check_v = CKPT_CHECK_REPLICAS_OFF;
+    else if (check) {
+        PyErr_Format(PyExc_ValueError, "check_replicas must be None, 'first', 'every' or 'off', "
+                                       "not '%s'", check);
+        return -1;
+    }
+    if (mismatch && strcmp(mismatch, "error") == 0)
+        mismatch_v = CKPT_REPLICA_MISMATCH_ERROR;
+    else if (mismatch && strcmp(mismatch, "warn") == 0)
+        mismatch_v = CKPT_REPLICA_MISMATCH_WARN;
+    else if (mismatch) {
+        PyErr_Format(PyExc_ValueError, "replica_mismatch must be None, 'error' or 'warn', not "
+                                       "'%s'", mismatch);
+        return -1;
+    }
     MPI_Comm comm;
     if (self->s) {
         PyErr_SetString(PyExc_RuntimeError, "Saver.__init__ called twice");
@@ -108,6 +132,8 @@ static int Saver_init(SaverObject *self, PyObject *args, PyObject *kw)
     o.max_shard_bytes = shard;
     o.pack_max_bytes = pack;
     o.close_timeout_s = timeout;
+    o.check_replicas = check_v;
+    o.replica_mismatch = mismatch_v;
     int rc;
     ckpt_saver *s = NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -450,25 +476,57 @@ static PyObject *Saver_write(SaverObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *Saver_restore(SaverObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "prefix", "skip_missing_per_rank", NULL };
+    static char *names[] = { "prefix", "skip_missing_per_rank", "strict", NULL };
     const char *prefix;
-    int skip = 0;
+    int skip = 0, strict = 1;
     if (check_open(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "s|p:restore", names, &prefix, &skip))
+        !PyArg_ParseTupleAndKeywords(args, kw, "s|pp:restore", names, &prefix, &skip, &strict))
         return NULL;
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
+    ckpt_name_list *miss = NULL, *unexp = NULL;
     o.skip_missing_per_rank = skip;
+    o.strict = strict;
+    o.missing = &miss;
+    o.unexpected = &unexp;
     ckpt_restore_info info;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ckpt_saver_restore(self->s, prefix, &o, &info);
     Py_END_ALLOW_THREADS
+    PyObject *lm = rc == CKPT_OK ? pyckpt_names(miss) : NULL;
+    PyObject *lu = lm ? pyckpt_names(unexp) : NULL;
+    ckpt_name_list_free(miss);
+    ckpt_name_list_free(unexp);
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
-    return Py_BuildValue("{s:L,s:L,s:L,s:O,s:i,s:s}", "save_counter", (long long)info.save_counter,
-                         "epoch", (long long)info.epoch, "step", (long long)info.step,
-                         "end_of_epoch", info.end_of_epoch ? Py_True : Py_False, "world_size",
-                         (int)info.world_size, "layout", ckpt_layout_name(info.layout));
+    if (!lu) {
+        Py_XDECREF(lm);
+        return NULL;
+    }
+    return Py_BuildValue("{s:L,s:L,s:L,s:O,s:i,s:s,s:N,s:N}", "save_counter",
+                         (long long)info.save_counter, "epoch", (long long)info.epoch, "step",
+                         (long long)info.step, "end_of_epoch",
+                         info.end_of_epoch ? Py_True : Py_False, "world_size",
+                         (int)info.world_size, "layout", ckpt_layout_name(info.layout), "missing",
+                         lm, "unexpected", lu);
+}
+
+/* A list of str of `l`'s names (an empty list for NULL). */
+PyObject *pyckpt_names(const ckpt_name_list *l)
+{
+    size_t n = ckpt_name_list_size(l);
+    PyObject *out = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *v = PyUnicode_DecodeUTF8(ckpt_name_list_get(l, i),
+                                           (Py_ssize_t)strlen(ckpt_name_list_get(l, i)),
+                                           "surrogateescape");
+        if (!v) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    return out;
 }
 
 static PyObject *Saver_close(SaverObject *self, PyObject *noargs)
@@ -542,7 +600,8 @@ static PyMethodDef Saver_methods[] = {
     { "write", (PyCFunction)(void (*)(void))Saver_write, METH_VARARGS | METH_KEYWORDS,
       "write(prefix, epoch=0, step=0, end_of_epoch=False); collective" },
     { "restore", (PyCFunction)(void (*)(void))Saver_restore, METH_VARARGS | METH_KEYWORDS,
-      "restore(prefix, skip_missing_per_rank=False) -> info; collective" },
+      "restore(prefix, skip_missing_per_rank=False, strict=True) -> info (with 'missing' and "
+      "'unexpected' names); collective" },
     { "sync", (PyCFunction)Saver_sync, METH_NOARGS, "waits for the save in flight" },
     { "close", (PyCFunction)Saver_close, METH_NOARGS, "waits, then frees the saver; collective" },
     { "last_metrics", (PyCFunction)Saver_last_metrics, METH_NOARGS,

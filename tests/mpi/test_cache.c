@@ -637,7 +637,8 @@ static void run_manager(const char *tag)
         ckpt_manager *mg2 = cache_manager(s2, dir, pat);
         if (mg2) {
             int rc2 = ckpt_manager_restore_or_initialize(mg2, &res);
-            if (coll(rc2, CKPT_ENOTFOUND, what))
+            /* strict (CKPT_MANAGER_OPTIONS_INIT, version 4): a mismatch before anything is read */
+            if (coll(rc2, CKPT_EMISMATCH, what))
                 CHECK_MSG(strstr(g_msg, "not-in-the-checkpoint") && strstr(g_msg, "ckpt-5"),
                           "%s: message: %s", what, g_msg);
             check_levels(mg2, what);

@@ -9,7 +9,7 @@
   shape    a tensor of shape [0, 2**62, 2**62] (no element; the C library stores it):
            mpickpt.open(...)[name].read() raises InvalidArgumentError naming the tensor (it was
            NumPy's ValueError "array is too big"); a part of it reads.
-  prefix   a restore that fails on the last rank (a name the checkpoint lacks) raises the C
+  prefix   a restore that fails on the last rank (a dtype that differs there) raises the C
            library's agreed error with its "rank R (host H): " prefix once (it read "rank 0 (host
            vm): rank 0 (host vm): rank 0: ..."); an error of the Python layer's own agreement
            (a damaged record) carries one rank prefix too.
@@ -129,11 +129,11 @@ d = fresh("prefix")
 with mpickpt.CheckpointManager(d) as mgr:
     mgr.save(1, {"w": np.arange(3.0)})
 with mpickpt.CheckpointManager(d) as mgr:
-    st = {"w": np.zeros(3)}
-    if rank == LAST:
-        st["not_in_ckpt"] = np.zeros(2)
-    err = expect_error(mpickpt.NotFoundError, lambda: mgr.restore_or_initialize(st),
-                       "not_in_ckpt", f"rank {LAST} (host ")
+    # (a name one rank alone lacks is now a strict restore's mismatch, reported by rank 0 for
+    # all ranks before anything is read: a dtype one rank alone gets wrong fails on that rank)
+    st = {"w": np.zeros(3, np.float32) if rank == LAST else np.zeros(3)}
+    err = expect_error(mpickpt.MismatchError, lambda: mgr.restore_or_initialize(st),
+                       "'w'", f"rank {LAST} (host ")
     check(str(err).startswith(f"rank {LAST} (host ") and str(err).count(" (host ") == 1,
           f"prefix: the message does not name rank {LAST} with its host once, first: {err}")
 

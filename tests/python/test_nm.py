@@ -104,7 +104,7 @@ def read(writer_dir, writers):
         if size > writers:
             # ranks the writer did not have: their per-rank values cannot be restored
             with mpickpt.CheckpointManager(d) as mgr:
-                expect_error(mpickpt.NotFoundError, lambda: mgr.restore(state),
+                expect_error(mpickpt.MismatchError, lambda: mgr.restore(state),
                              "parallel_component_" + str(writers))
             check_per_rank(state, False, f"{layout}: after the refused restore")
         with mpickpt.CheckpointManager(d, skip_missing_per_rank=size > writers) as mgr:

@@ -9,7 +9,7 @@
   read back with mpickpt.open().json / json_of_rank(r);
 - keys with '/' and '%'; a tuple whose value changed (rebuilt by restore); two keys making one name,
   unsupported leaves, non-contiguous and read-only arrays (InvalidArgumentError naming the key); a
-  missing key, a wrong dtype or shape at restore (NotFoundError / MismatchError naming the key);
+  missing key, a wrong dtype or shape at restore (MismatchError naming the key: restores are strict);
   a key or a bad leaf on one rank only (an error on every rank, never a hang).
 
 Usage: mpirun -np N python3 test_trees.py OUTDIR"""
@@ -254,12 +254,12 @@ def restore_mismatch():
     state = {"w": w, "b": np.arange(5), "n": 1, "l": [1, 2]}
     with mpickpt.CheckpointManager(d) as mgr:
         mgr.save(1, state)
-        expect_error(NotFoundError, lambda: mgr.restore({**state, "missing": np.zeros(2)}),
+        expect_error(MismatchError, lambda: mgr.restore({**state, "missing": np.zeros(2)}),
                      "'missing'")
-        expect_error(NotFoundError, lambda: mgr.restore({**state, "nested": {"m": np.zeros(2)}}),
+        expect_error(MismatchError, lambda: mgr.restore({**state, "nested": {"m": np.zeros(2)}}),
                      "'nested/m'")
-        expect_error(NotFoundError, lambda: mgr.restore({**state, "plain": 5}), "'plain'")
-        expect_error(NotFoundError, lambda: mgr.restore({**state, "l": [1, 2, 3]}), "'l/2'")
+        expect_error(MismatchError, lambda: mgr.restore({**state, "plain": 5}), "'plain'")
+        expect_error(MismatchError, lambda: mgr.restore({**state, "l": [1, 2, 3]}), "'l/2'")
         expect_error(MismatchError,
                      lambda: mgr.restore({**state, "w": np.zeros((4, 3), np.float64)}), "'w'")
         expect_error(MismatchError,
@@ -276,7 +276,7 @@ def restore_mismatch():
             last = size - 1
             # an array registered on one rank only
             extra = {"only": np.zeros(3)} if rank == 0 else {}
-            expect_error(NotFoundError, lambda: mgr.restore({**state, **extra}), "'only'")
+            expect_error(MismatchError, lambda: mgr.restore({**state, **extra}), "'only'")
             extra = {"only": np.zeros(3)} if rank == last else {}
             expect_error(MismatchError, lambda: mgr.save(2, {**state, **extra}), "only")
             # a plain value on one rank only: the save refuses it like an array (rank 0's record
@@ -288,7 +288,7 @@ def restore_mismatch():
                              "'only_plain/x'", f"rank {r}")
             check(mgr.all_steps() == [1], f"steps {mgr.all_steps()}")
             extra = {"only_plain": 3} if rank == last else {}
-            expect_error(NotFoundError, lambda: mgr.restore({**state, **extra}), "'only_plain'")
+            expect_error(MismatchError, lambda: mgr.restore({**state, **extra}), "'only_plain'")
             # a PerRank value may differ in its keys from rank to rank
             pr = mpickpt.PerRank({"r": rank} if rank else {"r": 0, "extra": "chief"})
             mgr.save(4, {**state, "pr": pr})

@@ -111,14 +111,23 @@ class _Base:
     """A saver with a registered state; closed at exit at the latest."""
 
     def __init__(self, comm: Any, async_save: bool, layout: Optional[str],
-                 skip_missing_per_rank: bool) -> None:
+                 skip_missing_per_rank: bool, check_replicas: Optional[str] = None,
+                 replica_mismatch: Optional[str] = None) -> None:
         self._saver = None
         self._reg = Registered()
         self._skip = bool(skip_missing_per_rank)
         code = _layout(layout)
+        if check_replicas not in (None, "first", "every", "off"):
+            raise InvalidArgumentError(f"check_replicas {check_replicas!r}: use None, 'first', "
+                                       "'every' or 'off'")
+        if replica_mismatch not in (None, "error", "warn"):
+            raise InvalidArgumentError(f"replica_mismatch {replica_mismatch!r}: use None, "
+                                       "'error' or 'warn'")
         self._comm = _comm_of(comm)
         try:
-            self._saver = _C.Saver(self._comm, layout=code, async_save=bool(async_save))
+            self._saver = _C.Saver(self._comm, layout=code, async_save=bool(async_save),
+                                   check_replicas=check_replicas,
+                                   replica_mismatch=replica_mismatch)
         except BaseException:
             self._comm.Free()
             raise
@@ -138,6 +147,17 @@ class _Base:
         """Collective: True on every rank when a preemption signal or the deadline arrived
         (install handlers first: mpickpt.preemption.install())."""
         return preemption.reached_preemption(step, self._comm)
+
+    def _finish(self, info: Dict[str, Any], strict: bool) -> Dict[str, Any]:
+        """Collective, after the C restore: the plain values put back (restore_finish), and
+        info's 'missing' and 'unexpected' lists: the tensors' (from C, before any data was read;
+        the record of plain values left out) and the plain values'."""
+        miss, unexp = restore_finish(self._comm, self._reg, self._saver, self._skip,
+                                     info["prefix"], strict=strict)
+        tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
+        info["missing"] = sorted(set(tensors) | set(miss))
+        info["unexpected"] = sorted(set(info.get("unexpected", [])) | set(unexp))
+        return info
 
     def _close(self, inner: Any) -> None:
         if self._saver is None:
@@ -178,7 +198,13 @@ class CheckpointManager(_Base):
 
     One job at a time uses a directory: its lock is held from here until close(); another job
     holding it is BusyError on every rank naming that job (host, pid, since when), unless it ends
-    within lock_wait seconds (None: MPICKPT_LOCK_WAIT, else no wait)."""
+    within lock_wait seconds (None: MPICKPT_LOCK_WAIT, else no wait).
+
+    The replica check (docs/python.md): check_replicas 'first' (the default: at the first save
+    of the same arrays), 'every' or 'off' compares every rank's copy of each replicated array;
+    copies that differ are a MismatchError at save() naming the arrays and the ranks
+    (replica_mismatch='error', the default) or a warning ('warn'). None: MPICKPT_CHECK_REPLICAS,
+    MPICKPT_REPLICA_MISMATCH. Restores are strict by default (restore(strict=...))."""
 
     @uninterruptible
     def __init__(self, directory: str, comm: Any = None, max_to_keep: Optional[int] = 5,
@@ -188,9 +214,11 @@ class CheckpointManager(_Base):
                  redundancy: Optional[str] = None, persist_every: Optional[int] = None,
                  cache_max_to_keep: Optional[int] = None,
                  failure_group: Optional[str] = None,
-                 lock_wait: Optional[float] = None) -> None:
+                 lock_wait: Optional[float] = None, check_replicas: Optional[str] = None,
+                 replica_mismatch: Optional[str] = None) -> None:
         wait = _lock_wait(lock_wait)
-        super().__init__(comm, async_save, layout, skip_missing_per_rank)
+        super().__init__(comm, async_save, layout, skip_missing_per_rank, check_replicas,
+                         replica_mismatch)
         self._dir = os.fspath(directory)
         try:
             levels: Dict[str, Any] = {}
@@ -256,33 +284,41 @@ class CheckpointManager(_Base):
         return None if r["start"] is None else r["entries"][r["start"]]["step"]
 
     @uninterruptible
-    def restore(self, state: Mapping[str, Any], step: Optional[int] = None) -> Dict[str, Any]:
+    def restore(self, state: Mapping[str, Any], step: Optional[int] = None,
+                strict: bool = True) -> Dict[str, Any]:
         """Restores into `state` in place: the newest valid checkpoint (damaged ones are skipped
         with a warning, and counted in info['skipped']) or the one of `step` (one of
         all_steps(); a dropped, set-aside or damaged one is an error naming it, never a fall back
-        to another). Returns info (prefix, step, epoch, world_size, ...). NotFoundError when
-        there is none. Collective."""
+        to another). Returns info (prefix, step, epoch, world_size, ..., 'missing' and
+        'unexpected': names as in the checkpoint). NotFoundError when there is none.
+
+        strict (the default): an entry of the state the checkpoint lacks, or one of the
+        checkpoint the state lacks, is a MismatchError on every rank listing them all, like
+        load_state_dict. Tensors are compared before any is read, plain values after the tensors
+        were read: one error lists the tensors' mismatches, or else the plain values'. With
+        strict=False what matches is restored, the rest left as it is, and info lists the
+        'missing' and 'unexpected' names. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(step))
         if step is not None:
-            info = self._mgr.restore(step=int(step))
+            info = self._mgr.restore(step=int(step), strict=bool(strict))
         else:
-            info = self._mgr.restore_or_initialize()
+            info = self._mgr.restore_or_initialize(strict=bool(strict))
             if not info["restored"]:
                 raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
                                     "damaged)")
-        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
-        return info
+        return self._finish(info, bool(strict))
 
     @uninterruptible
-    def restore_or_initialize(self, state: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
-        """restore(state), or None when there is nothing to restore: the caller initializes
-        (every array of the state: a damaged checkpoint may have left values in them)."""
+    def restore_or_initialize(self, state: Mapping[str, Any],
+                              strict: bool = True) -> Optional[Dict[str, Any]]:
+        """restore(state, strict=strict), or None when there is nothing to restore: the caller
+        initializes (every array of the state: a damaged checkpoint may have left values in
+        them)."""
         restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(None))
-        info = self._mgr.restore_or_initialize()
+        info = self._mgr.restore_or_initialize(strict=bool(strict))
         if not info["restored"]:
             return None
-        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
-        return info
+        return self._finish(info, bool(strict))
 
     @uninterruptible
     def close(self) -> None:
@@ -302,9 +338,11 @@ class TrainingState(_Base):
     def __init__(self, directory: str, state: Mapping[str, Any], comm: Any = None,
                  async_save: bool = False, layout: Optional[str] = None,
                  skip_missing_per_rank: bool = False,
-                 lock_wait: Optional[float] = None) -> None:
+                 lock_wait: Optional[float] = None, check_replicas: Optional[str] = None,
+                 replica_mismatch: Optional[str] = None) -> None:
         wait = _lock_wait(lock_wait)
-        super().__init__(comm, async_save, layout, skip_missing_per_rank)
+        super().__init__(comm, async_save, layout, skip_missing_per_rank, check_replicas,
+                         replica_mismatch)
         self._dir = os.fspath(directory)
         self._state = state
         try:
@@ -321,14 +359,14 @@ class TrainingState(_Base):
         self._t.back_up(int(epoch), int(step or 0), step is None)
 
     @uninterruptible
-    def restore(self) -> Optional[Dict[str, Any]]:
-        """Restores the backup into the state in place; None when there is none. Collective."""
+    def restore(self, strict: bool = True) -> Optional[Dict[str, Any]]:
+        """Restores the backup into the state in place; None when there is none. strict: as
+        CheckpointManager.restore's. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, self._state)
-        info = self._t.restore()
+        info = self._t.restore(strict=bool(strict))
         if not info["restored"]:
             return None
-        restore_finish(self._comm, self._reg, self._saver, self._skip, info["prefix"])
-        return info
+        return self._finish(info, bool(strict))
 
     @property
     def initial_epoch(self) -> int:

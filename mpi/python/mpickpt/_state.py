@@ -174,8 +174,9 @@ class Registered:
             # a checkpoint known to have no record (a C program's): aliases are read apart
             shared = [leaf for leaf in leaves if record and
                       (leaf.alias is not None or leaf.name in skip)]
-            blob = any(leaf.per_rank for leaf in plain + shared) or (
-                restore_rank == 0 and bool(plain or shared))
+            # rank 0 reads its record even without plain values: a strict restore reports the
+            # checkpoint's plain values the state lacks (C skips the record when it is absent)
+            blob = any(leaf.per_rank for leaf in plain + shared) or restore_rank == 0
         arrays = []
         sig = []
         for leaf in leaves:
@@ -526,28 +527,92 @@ def restore_aliases(reg: Registered, aliases: Optional[Dict[str, dict]], where: 
             _copy_into(leaf.value, view)
 
 
+def _fmt_names(names: List[str], limit: int = 12) -> str:
+    """Names for a message: all of them when few, else grouped by their parent
+    ('opt/state/3/*' (3 names)), then cut."""
+    def render(items: List[str]) -> str:
+        shown = items[:limit]
+        more = f", and {len(items) - limit} more" if len(items) > limit else ""
+        return ", ".join(shown) + more
+    items = [f"'{n}'" for n in names]
+    for strip in range(1, 8):
+        if len(items) <= limit:
+            break
+        groups: Dict[str, List[str]] = {}
+        for n in names:
+            parts = n.split("/")
+            key = "/".join(parts[:max(1, len(parts) - strip)])
+            groups.setdefault(key, []).append(n)
+        items = [f"'{ns[0]}'" if len(ns) == 1 else f"'{k}/*' ({len(ns)} names)"
+                 for k, ns in groups.items()]
+    return render(items)
+
+
+def mismatch_message(where: str, missing: List[str], unexpected: List[str],
+                     what: str = "plain values") -> str:
+    """The strict restore's error: every missing and unexpected name (grouped when many)."""
+    return (f"{where} does not match the state ({what}): {len(missing)} missing (in the state, "
+            f"not in the checkpoint){': ' + _fmt_names(missing) if missing else ''}; "
+            f"{len(unexpected)} unexpected (in the checkpoint, not in the state)"
+            f"{': ' + _fmt_names(unexpected) if unexpected else ''}. The arrays were restored, "
+            "no plain value was put back; restore(..., strict=False) restores what matches")
+
+
+def compare_plain(leaves: List[Leaf], replicated: Optional[Dict[str, Any]],
+                  own: Optional[Dict[str, Any]], skip_missing_per_rank: bool
+                  ) -> Tuple[List[Tuple[Leaf, Any]], List[str], List[str]]:
+    """This rank's plain-value leaves against the records (replicated: rank 0's; own: this
+    rank's per-rank values, None when this rank has no record): (the values to put back, the
+    missing names, the unexpected names). A PerRank leaf of a rank without a record is skipped
+    under skip_missing_per_rank, else missing. Local."""
+    updates, missing = [], []
+    for leaf in leaves:
+        if leaf.per_rank:
+            if own is None:
+                if not skip_missing_per_rank:
+                    missing.append(leaf.name)
+                continue
+            table = own
+        else:
+            table = replicated
+        if table is None or leaf.name not in table:
+            missing.append(leaf.name)
+            continue
+        updates.append((leaf, table[leaf.name]))
+    unexpected = []
+    if replicated is not None:
+        have = {leaf.name for leaf in leaves if not leaf.per_rank}
+        unexpected += [name for name in replicated if name not in have]
+    if own is not None:
+        have = {leaf.name for leaf in leaves if leaf.per_rank}
+        unexpected += [name for name in own if name not in have]
+    return updates, missing, unexpected
+
+
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
-                   where: str) -> None:
+                   where: str, strict: bool = True) -> Tuple[List[str], List[str]]:
     """Collective, after a successful C restore: puts the plain values back into the state
     (tuples rebuilt) and the values of aliases (see restore_aliases). Replicated values come from
     rank 0's record (every rank gets the same), per-rank ones from this rank's; a rank the writer
-    did not have keeps its own when skip_missing_per_rank."""
+    did not have keeps its own when skip_missing_per_rank. The state's plain values are compared
+    with the records (compare_plain): strict, any missing or unexpected one is a MismatchError on
+    every rank listing them all, and nothing is put back; else what matches is put back. Returns
+    the (missing, unexpected) names of every rank."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
-    def local() -> None:
+    def local() -> Tuple[List[Tuple[Leaf, Any]], List[str], List[str]]:
         leaves = list(iter_json(reg.leaves))
         unread = any(leaf.is_array and (leaf.alias is not None or leaf.name in (reg.expected or ()))
                      for leaf in reg.leaves)
-        if not leaves and not unread:
-            return
-        if first is None and not leaves:  # no record (a C program's): aliases read apart
-            restore_aliases(reg, {}, where, False, comm.rank)
-            return
-        if first is None:
-            raise _C.NotFoundError(
-                f"{where} holds no plain values (it was not written by the Python package), but "
-                f"the state has {len(leaves)}, e.g. '{leaves[0].name}'")
+        if first is None:  # no record (a C program's)
+            if leaves and strict:
+                raise _C.NotFoundError(
+                    f"{where} holds no plain values (it was not written by the Python package), "
+                    f"but the state has {len(leaves)}, e.g. '{leaves[0].name}'")
+            if unread:  # aliases read apart
+                restore_aliases(reg, {}, where, False, comm.rank)
+            return compare_plain(leaves, None, None, skip_missing_per_rank)
         doc0 = load_record(first, where, 0)
         replicated = doc0["replicated"]
         own_doc = load_record(mine, where, comm.rank) if mine is not None else None
@@ -555,23 +620,22 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
         aliases = {n: a for n, a in doc0.get("aliases", {}).items()}
         if own_doc is not None:
             aliases.update(own_doc.get("aliases", {}))
-        if own is None and any(leaf.per_rank for leaf in leaves) and not skip_missing_per_rank:
+        if own is None and any(leaf.per_rank for leaf in leaves) and not skip_missing_per_rank \
+                and strict:
             name = next(leaf.name for leaf in leaves if leaf.per_rank)
             raise _C.NotFoundError(
                 f"'{name}' is per-rank and {where} was written by fewer ranks (no "
                 "values of this rank); set skip_missing_per_rank to keep this rank's own")
-        updates = []  # every value is found and checked before any is put back
-        for leaf in leaves:
-            if leaf.per_rank:
-                if own is None:
-                    continue
-                table = own
-            else:
-                table = replicated
-            if leaf.name not in table:
-                raise _C.NotFoundError(f"'{leaf.name}' is not in {where}")
-            updates.append((leaf, table[leaf.name]))
+        updates, missing, unexpected = compare_plain(leaves, replicated, own,
+                                                     skip_missing_per_rank)
         restore_aliases(reg, aliases, where, own is None, comm.rank)
-        put_back_all(reg.flat, updates)
+        return updates, missing, unexpected
 
-    collective(comm, local)
+    updates, missing, unexpected = collective(comm, local)
+    every = comm.allgather((missing, unexpected))
+    missing = sorted(set().union(*(m for m, _ in every)))
+    unexpected = sorted(set().union(*(u for _, u in every)))
+    if strict and (missing or unexpected):
+        raise _C.MismatchError(mismatch_message(where, missing, unexpected))
+    put_back_all(reg.flat, updates)
+    return missing, unexpected

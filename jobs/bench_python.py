@@ -4,6 +4,20 @@ from the same process and against raw file I/O of the same bytes, measured in th
 
     mpirun -np N /usr/bin/python3 jobs/bench_python.py --dir DIR [--mb-per-rank 256] [--reps 8]
                                                         [--json] [--check] [-v]
+                                                        [--scenario layers|torch|all]
+
+--scenario torch (issue 30; jobs/bench.sh runs it at 2 and 4 ranks) measures a PyTorch user's
+case instead: see TorchBench. A Transformer LM's state_dict + AdamW's state (d_model 512, 4
+layers, vocabulary 4096: 201.7 MB, 212 tensors), the same on every rank (data parallel: plain
+tensors, replicated), saved by mpickpt.CheckpointManager(max_to_keep=1) sync for each layout of
+--torch-layouts and async (blocking time, then the background write), restored in place warm and
+cold (posix_fadvise DONTNEED on the files first; said in the output when unavailable), against
+torch.save(state, f) + f.flush() + os.fsync by rank 0 and torch.load on every rank, and the
+machine's limits: write+fsync of the same bytes by rank 0 (raw1) or split over the ranks (rawN),
+and reading them on every rank. Every path in every rep, the order rotated and reversed from rep to
+rep; medians (and minimums) of the max over ranks; the ratios are time ratios, mpickpt / torch
+(the save's goal: <= 1), restores also as torch.load / mpickpt (the goal: >= 10x). Never asserted.
+The default --scenario is layers, the rows below.
 
 (PYTHONPATH=build/python.) The bytes are those of `mpickpt-bench --scenario large`: per rank,
 4 float32 tensors of M/4 MiB each, [R, 1024]; the first is this rank's block of a tensor

@@ -9,8 +9,8 @@ from the same process and against raw file I/O of the same bytes, measured in th
 --scenario torch (issue 30; jobs/bench.sh runs it at 2 and 4 ranks) measures a PyTorch user's
 case instead: see TorchBench. A Transformer LM's state_dict + AdamW's state (d_model 512, 4
 layers, vocabulary 4096: 201.7 MB, 212 tensors), the same on every rank (data parallel: plain
-tensors, replicated), saved by mpickpt.CheckpointManager(max_to_keep=1) sync for each layout of
---torch-layouts and async (blocking time, then the background write), restored in place warm and
+tensors, replicated), saved by mpickpt.CheckpointManager(max_to_keep=1, or --torch-keep) sync for
+each layout of --torch-layouts and async (blocking time, then the background write), restored in place warm and
 cold (posix_fadvise DONTNEED on the files first; said in the output when unavailable), against
 torch.save(state, f) + f.flush() + os.fsync by rank 0 and torch.load on every rank, and the
 machine's limits: write+fsync of the same bytes by rank 0 (raw1) or split over the ranks (rawN),
@@ -114,6 +114,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--torch-layouts", default=",".join(TORCH_LAYOUTS),
                    help="torch: the layouts saved, comma-separated: default (the library's "
                         "choice), per-rank, per-node, shared (default: %(default)s)")
+    p.add_argument("--torch-keep", type=int, default=1,
+                   help="torch: the managers' max_to_keep (default 1: each save deletes the "
+                        "previous checkpoint inside save(), as a job keeping one would; 0 keeps "
+                        "all: reps x layouts x the state on disk)")
     p.add_argument("--no-torch-async", dest="torch_async", action="store_false",
                    help="torch: skip the async saves")
     a = p.parse_args()
@@ -476,7 +480,7 @@ class TorchBench:
             kind, _, lay = p.partition(":")
             if kind in ("mpickpt", "async"):
                 self.mgr[p] = mpickpt.CheckpointManager(
-                    self.sub[p], max_to_keep=1, async_save=(kind == "async"),
+                    self.sub[p], max_to_keep=a.torch_keep, async_save=(kind == "async"),
                     layout=None if lay == "default" else lay)
         self.torch_file = os.path.join(self.sub["torch"], "state.pt")
         self.raw1 = os.path.join(self.sub["raw1"], "state.bin")
@@ -512,7 +516,13 @@ class TorchBench:
         self.comm.Barrier()
         t0 = time.perf_counter()
         fn()
-        return self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        dt = time.perf_counter() - t0
+        # Ranks done early (all but rank 0 in torch.save and raw1) wait without spinning: a
+        # busy MPI wait on 2 cores would take the CPU from the rank still working.
+        req = self.comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.0005)
+        return self.comm.allreduce(dt, op=MPI.MAX)
 
     def drop_cache(self, paths: List[str]) -> None:
         """Drops the pages of every file under paths (every rank, after a sync): a cold read."""
@@ -643,7 +653,8 @@ def walk_tensors(tree: Any) -> List["torch.Tensor"]:
 def torch_report(b: TorchBench) -> Dict[str, Any]:
     rec: Dict[str, Any] = {"ranks": b.size, "state_bytes": b.bytes, "reps": b.a.reps,
                            "tensors": len(b.tensors), "cold_by_fadvise": b.cold_ok,
-                           "layouts": b.layouts, "paths": b.paths}
+                           "layouts": b.layouts, "paths": b.paths,
+                           "max_to_keep": b.a.torch_keep}
     for p, ops in b.t.items():
         for o, xs in ops.items():
             rec[f"{p}_{o}_s"] = median(xs)
@@ -670,7 +681,8 @@ def torch_report(b: TorchBench) -> Dict[str, Any]:
 def torch_print(rec: Dict[str, Any]) -> None:
     print(f"bench_python torch: {rec['ranks']} rank(s), a replicated PyTorch state of "
           f"{rec['state_bytes'] / 1e6:.1f} MB ({rec['tensors']} tensors: a Transformer LM's "
-          f"state_dict + AdamW's state), {rec['reps']} reps, medians (min) of the max over ranks, s")
+          f"state_dict + AdamW's state), {rec['reps']} reps, max_to_keep {rec['max_to_keep']}, "
+          "medians (min) of the max over ranks, s")
     cold = "cold: pages dropped by posix_fadvise(DONTNEED)" if rec["cold_by_fadvise"] else \
         "cold: NOT dropped (no posix_fadvise): the same as warm"
     print(f"{'path':<18} {'save/blocking':>15} {'background':>11} {'restore':>15} "

@@ -75,7 +75,8 @@ static int local_settings(const ckpt_saver_options *o, int64_t *set)
  * every rank is on one node (MPI_COMM_TYPE_SHARED) and MPICKPT_RANKS_PER_NODE simulates no nodes:
  * per-rank there. On one machine the per-node layout's single file saves only N-1 directory
  * entries, and costs time: one file's writeback instead of N in parallel (a replicated 200 MB
- * PyTorch state on 2 and 4 ranks saved 10-20% slower, its async background write 1.4-1.9x slower:
+ * PyTorch state on 2 and 4 ranks saved 2-25% slower in 8 of 11 runs, its async background write
+ * 1.3-1.9x slower in all:
  * docs/scaling.md, "The PyTorch benchmark"). The on-disk formats are unchanged: a checkpoint of
  * either layout restores with the other. Collective; the same on every rank.
  */

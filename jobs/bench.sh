@@ -3,7 +3,7 @@
 # runs mpickpt-bench (every scenario: large, small and its restore, restore warm/cold/resharded,
 # async) at each rank count for each layout (shared with collective MPI-IO off and on), plus the
 # merge/scale benchmark when build/bin/mpickpt-merge-bench exists, and prints one table of ratios
-# against the goals; then the PyTorch rows (jobs/bench_python.py --scenario torch at 2 and 4 ranks:
+# against the goals; and the PyTorch rows (jobs/bench_python.py --scenario torch at 2 and 4 ranks:
 # a replicated ~200 MB state against torch.save+fsync and torch.load; docs/scaling.md).
 #
 #   jobs/bench.sh            the full run (defaults: 256 MiB per rank, 5 reps, 4 and 2 ranks)

@@ -3,7 +3,8 @@
 # runs mpickpt-bench (every scenario: large, small and its restore, restore warm/cold/resharded,
 # async) at each rank count for each layout (shared with collective MPI-IO off and on), plus the
 # merge/scale benchmark when build/bin/mpickpt-merge-bench exists, and prints one table of ratios
-# against the goals.
+# against the goals; and the PyTorch rows (jobs/bench_python.py --scenario torch at 2 and 4 ranks:
+# a replicated ~200 MB state against torch.save+fsync and torch.load; docs/scaling.md).
 #
 #   jobs/bench.sh            the full run (defaults: 256 MiB per rank, 5 reps, 4 and 2 ranks)
 #   jobs/bench.sh --check    a quick self-check (ctest "bench"): tiny sizes, 2 ranks, every scenario,
@@ -46,6 +47,11 @@
 #   BENCH_ARGS="..."         extra mpickpt-bench arguments (e.g. --hint romio_cb_write=disable)
 #   BENCH_FIO=0              skip the fio reference run (default: on when fio is installed)
 #   BENCH_MERGE_ARGS="..."   arguments of mpickpt-merge-bench (default: --json); it runs as one process
+#   BENCH_TORCH=0            skip the PyTorch rows (jobs/bench_python.py --scenario torch, issue 30:
+#                            a replicated ~200 MB Transformer+AdamW state against torch.save+fsync
+#                            and torch.load, and raw write+fsync/read of the same bytes, same run)
+#   BENCH_TORCH_NP="2 4"     their rank counts; BENCH_TORCH_REPS=7; BENCH_TORCH_LAYOUTS=default,per-rank,per-node
+#   BENCH_TORCH_ARGS="..."   more bench_python.py arguments (e.g. --torch-layers 1 --no-torch-async)
 #
 # Per-rep times (stderr of mpickpt-bench -v) are in DIR-logs/<np>-<layout>.err.
 # Ratios are medians of measurements interleaved with their baseline in the same run (this disk's
@@ -213,6 +219,41 @@ if [ "$check" = 0 ] && [ "$check_scale" = 0 ] && [ "${BENCH_CACHE:-1}" != 0 ] &&
   rm -rf "$cache_out"
 fi
 
+# ---- the PyTorch rows (issue 30; jobs/bench_python.py --scenario torch): a replicated ~200 MB
+# Transformer + AdamW state saved by mpickpt.CheckpointManager (sync per layout, async) and restored
+# (warm, cold) against torch.save+fsync from rank 0 and torch.load on every rank, and raw
+# write+fsync / read of the same bytes, in the same run; ratios printed, never asserted ----
+if [ "$check" = 0 ] && [ "$scale_only" = 0 ] && [ "${BENCH_TORCH:-1}" != 0 ]; then
+  torch_nps=${BENCH_TORCH_NP:-"2 4"}; torch_reps=${BENCH_TORCH_REPS:-7}
+  torch_layouts=${BENCH_TORCH_LAYOUTS:-default,per-rank,per-node}
+  read -r -a torch_args <<<"${BENCH_TORCH_ARGS:-}"
+  if [ ! -x /usr/bin/python3 ] || [ ! -d "$bdir/python/mpickpt" ]; then
+    echo
+    echo "== PyTorch rows skipped: no /usr/bin/python3 or no $bdir/python (the Python package)"
+  else
+    for np in $torch_nps; do
+      echo
+      echo "== PyTorch rows: $np ranks, $torch_reps reps, layouts $torch_layouts"
+      set +e
+      PYTHONPATH=$bdir/python${PYTHONPATH:+:$PYTHONPATH} mpirun -np "$np" /usr/bin/python3 -B \
+        "$root/jobs/bench_python.py" --dir "$out/torch" --scenario torch --reps "$torch_reps" \
+        --torch-layouts "$torch_layouts" --json -v ${torch_args[@]+"${torch_args[@]}"} >"$logs/torch-np$np.log" 2>"$logs/torch-np$np.err"
+      rc=$?
+      set -e
+      grep -v '^{' "$logs/torch-np$np.log" | sed 's/^/   /' || true
+      grep '^{' "$logs/torch-np$np.log" >>"$results" || true
+      if [ "$rc" -eq 77 ]; then
+        echo "   skipped: $(head -1 "$logs/torch-np$np.log")"
+      elif [ "$rc" -ne 0 ]; then
+        echo "== FAILED ($rc): bench_python.py --scenario torch np$np (log: $logs/torch-np$np.log, $logs/torch-np$np.err)" >&2
+        tail -20 "$logs/torch-np$np.err" >&2
+        status=1
+      fi
+    done
+    rm -rf "$out/torch"
+  fi
+fi
+
 merge=$bdir/bin/mpickpt-merge-bench
 if [ "$check" = 0 ] && [ "$scale_only" = 0 ] && [ -x "$merge" ]; then
   # A single process (it models the ranks' fragments itself): no mpirun.
@@ -255,6 +296,7 @@ function get(line, key,   m) {
   return ""
 }
 /"fio":1/ { fio[get($0, "ranks")] = get($0, "write_fsync_gbps"); next }
+/"bench": *"python_torch"/ { next } # printed above, where it ran
 /"merge_bench":1/ { merge[++nmerge] = $0; next }
 /"scenario":"collectives"/ {
   k = get($0, "ranks") "|" get($0, "layout") "|" get($0, "collective")

@@ -4,6 +4,20 @@ from the same process and against raw file I/O of the same bytes, measured in th
 
     mpirun -np N /usr/bin/python3 jobs/bench_python.py --dir DIR [--mb-per-rank 256] [--reps 8]
                                                         [--json] [--check] [-v]
+                                                        [--scenario layers|torch|all]
+
+--scenario torch (issue 30; jobs/bench.sh runs it at 2 and 4 ranks) measures a PyTorch user's
+case instead: see TorchBench. A Transformer LM's state_dict + AdamW's state (d_model 512, 4
+layers, vocabulary 4096: 201.7 MB, 212 tensors), the same on every rank (data parallel: plain
+tensors, replicated), saved by mpickpt.CheckpointManager(max_to_keep=1, or --torch-keep) sync for
+each layout of --torch-layouts and async (blocking time, then the background write), restored in place warm and
+cold (posix_fadvise DONTNEED on the files first; said in the output when unavailable), against
+torch.save(state, f) + f.flush() + os.fsync by rank 0 and torch.load on every rank, and the
+machine's limits: write+fsync of the same bytes by rank 0 (raw1) or split over the ranks (rawN),
+and reading them on every rank. Every path in every rep, the order rotated and reversed from rep to
+rep; medians (and minimums) of the max over ranks; the ratios are time ratios, mpickpt / torch
+(the save's goal: <= 1), restores also as torch.load / mpickpt (the goal: >= 10x). Never asserted.
+The default --scenario is layers, the rows below.
 
 (PYTHONPATH=build/python.) The bytes are those of `mpickpt-bench --scenario large`: per rank,
 4 float32 tensors of M/4 MiB each, [R, 1024]; the first is this rank's block of a tensor
@@ -88,9 +102,31 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--check", action="store_true",
                    help="tiny sizes; check the output's fields (for the test suite)")
     p.add_argument("-v", "--verbose", action="store_true", help="every rep's times")
+    p.add_argument("--scenario", choices=("layers", "torch", "all"), default="layers",
+                   help="layers: the rows python/c_manager/c_saver/raw (default); torch: a "
+                        "replicated PyTorch state against torch.save/torch.load (TorchBench); "
+                        "all: both")
+    p.add_argument("--torch-d", type=int, default=512, help="torch: d_model (default 512)")
+    p.add_argument("--torch-layers", type=int, default=4, help="torch: encoder layers (default 4)")
+    p.add_argument("--torch-vocab", type=int, default=4096,
+                   help="torch: vocabulary (default 4096: with the above, 16.8M parameters, "
+                        "201.7 MB with AdamW's state)")
+    p.add_argument("--torch-layouts", default=",".join(TORCH_LAYOUTS),
+                   help="torch: the layouts saved, comma-separated: default (the library's "
+                        "choice), per-rank, per-node, shared (default: %(default)s)")
+    p.add_argument("--torch-keep", type=int, default=1,
+                   help="torch: the managers' max_to_keep (default 1: each save deletes the "
+                        "previous checkpoint inside save(), as a job keeping one would; 0 keeps "
+                        "all: reps x layouts x the state on disk)")
+    p.add_argument("--no-torch-async", dest="torch_async", action="store_false",
+                   help="torch: skip the async saves")
     a = p.parse_args()
+    a.torch_layouts = [x for x in a.torch_layouts.split(",") if x]
+    if any(x not in ("default", "per-rank", "per-node", "shared") for x in a.torch_layouts):
+        p.error(f"--torch-layouts {a.torch_layouts}: default, per-rank, per-node or shared")
     if a.check:
-        a.mb_per_rank, a.reps, a.json = 1, 2, True
+        a.mb_per_rank, a.reps, a.json, a.scenario = 1, 2, True, "all"
+        a.torch_d, a.torch_layers, a.torch_vocab = 64, 2, 256
     if a.mb_per_rank < 1 or a.reps < 1:
         p.error("--mb-per-rank and --reps must be >= 1")
     return a
@@ -377,9 +413,323 @@ def check_record(rec: Dict[str, Any]) -> List[str]:
     return bad
 
 
-def main() -> int:
-    a = parse_args()
-    torch.set_num_threads(1)
+
+# ---- the PyTorch-state rows (issue 30): a data-parallel model's state against torch.save ----
+
+TORCH_LAYOUTS = ("default", "per-rank", "per-node")
+
+
+def torch_model(d: int, layers: int, vocab: int) -> "torch.nn.Module":
+    """A Transformer LM's shape (embedding, encoder layers, final LayerNorm, an untied head)."""
+    nn = torch.nn
+
+    class LM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d)
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(d, max(1, d // 64), 4 * d, batch_first=True)
+                for _ in range(layers))
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab)
+
+    return LM()
+
+
+class TorchBench:
+    """The PyTorch rows: one state {"model": state_dict, "optim": AdamW's state} the same on every
+    rank (data parallel: plain tensors are replicated), saved by mpickpt.CheckpointManager (sync,
+    per layout; async: the time save() blocks, then the background write) and restored in place
+    (warm: just written; cold: the files' pages dropped with posix_fadvise(DONTNEED) first),
+    against torch.save(state, f) + f.flush() + os.fsync by rank 0 alone (every rank waits) and
+    torch.load of that file on every rank (what each rank of a data-parallel job resumes with;
+    torch.load builds new tensors, mpickpt writes into existing ones: the load_state_dict copy
+    that follows a torch.load is not counted), and the machine's own limits: raw write+fsync of
+    the same bytes by rank 0 alone (raw1) and shared by the ranks, each its 1/N to its own file
+    (rawN), and a raw read of all the bytes by every rank (warm and cold)."""
+
+    def __init__(self, a: argparse.Namespace) -> None:
+        self.a = a
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.rank, self.comm.size
+        torch.manual_seed(1234)  # the same state on every rank
+        m = torch_model(a.torch_d, a.torch_layers, a.torch_vocab)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        for p in m.parameters():  # one step creates AdamW's state (exp_avg, exp_avg_sq, step)
+            p.grad = torch.rand_like(p) * 1e-3
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.model, self.opt = m, opt
+        self.state = {"model": m.state_dict(), "optim": opt.state_dict()["state"]}
+        self.tensors = [t for t in walk_tensors(self.state)]
+        self.bytes = sum(t.numel() * t.element_size() for t in self.tensors)
+        self.ref = [t.clone() for t in self.tensors]
+        self.dir = os.path.abspath(a.dir)
+        self.layouts = list(a.torch_layouts)
+        self.paths = ([f"mpickpt:{l}" for l in self.layouts] +
+                      ([f"async:{l}" for l in self.layouts] if a.torch_async else []) +
+                      ["torch", "raw1", "rawN"])
+        self.sub = {p: os.path.join(self.dir, "torch-" + p.replace(":", "-")) for p in self.paths}
+        if self.rank == 0:
+            for d in self.sub.values():
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(d)
+        self.comm.Barrier()
+        self.mgr: Dict[str, Any] = {}
+        for p in self.paths:
+            kind, _, lay = p.partition(":")
+            if kind in ("mpickpt", "async"):
+                self.mgr[p] = mpickpt.CheckpointManager(
+                    self.sub[p], max_to_keep=a.torch_keep, async_save=(kind == "async"),
+                    layout=None if lay == "default" else lay)
+        self.torch_file = os.path.join(self.sub["torch"], "state.pt")
+        self.raw1 = os.path.join(self.sub["raw1"], "state.bin")
+        self.rawn = os.path.join(self.sub["rawN"], f"rank{self.rank:05d}.bin")
+        # rawN: this rank's share of the tensors (by bytes, in order)
+        per = -(-self.bytes // self.size)
+        lo, hi, acc = self.rank * per, (self.rank + 1) * per, 0
+        self.share = []
+        for t in self.tensors:
+            n = t.numel() * t.element_size()
+            if lo <= acc < hi:
+                self.share.append(t)
+            acc += n
+        self.step = 0
+        self.t: Dict[str, Dict[str, List[float]]] = {}
+        self.phases: Dict[str, Dict[str, List[float]]] = {}
+        self.layout_used: Dict[str, int] = {}
+        self.cold_ok = True  # posix_fadvise available (else cold = warm, said in the output)
+
+    def close(self) -> None:
+        for m in self.mgr.values():
+            m.close()
+        self.comm.Barrier()
+        if self.rank == 0:
+            for d in self.sub.values():
+                shutil.rmtree(d, ignore_errors=True)
+
+    def note(self, path: str, op: str, dt: float) -> None:
+        self.t.setdefault(path, {}).setdefault(op, []).append(dt)
+
+    def timed(self, fn: Callable[[], Any]) -> float:
+        os.sync()
+        self.comm.Barrier()
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        # Ranks done early (all but rank 0 in torch.save and raw1) wait without spinning: a
+        # busy MPI wait on 2 cores would take the CPU from the rank still working.
+        req = self.comm.Ibarrier()
+        while not req.Test():
+            time.sleep(0.0005)
+        return self.comm.allreduce(dt, op=MPI.MAX)
+
+    def drop_cache(self, paths: List[str]) -> None:
+        """Drops the pages of every file under paths (every rank, after a sync): a cold read."""
+        os.sync()
+        if not hasattr(os, "posix_fadvise"):
+            self.cold_ok = False
+            return
+        for top in paths:
+            for root, _, files in os.walk(top):
+                for f in files:
+                    try:
+                        fd = os.open(os.path.join(root, f), os.O_RDONLY)
+                    except OSError:
+                        continue
+                    try:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    finally:
+                        os.close(fd)
+        self.comm.Barrier()
+
+    def poison(self) -> None:
+        for t in self.tensors:
+            t.fill_(-1)
+
+    def check(self, what: str) -> None:
+        ok = all(torch.equal(t, r) for t, r in zip(self.tensors, self.ref))
+        if not self.comm.allreduce(ok, op=MPI.LAND):
+            if self.rank == 0:
+                print(f"bench_python.py: {what}: restored values are wrong", file=sys.stderr)
+            self.comm.Abort(1)
+
+    # ---- the paths ----
+    def torch_save(self) -> None:
+        if self.rank == 0:
+            with open(self.torch_file, "wb") as f:
+                torch.save(self.state, f)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def torch_load(self) -> None:
+        self.loaded = torch.load(self.torch_file)
+
+    @staticmethod
+    def write_fsync(path: str, ts: List["torch.Tensor"]) -> None:
+        with open(path, "wb", buffering=0) as f:
+            for t in ts:
+                f.write(memoryview(t.numpy()).cast("B"))
+            os.fsync(f.fileno())
+
+    def raw_read(self) -> None:
+        with open(self.raw1, "rb", buffering=0) as f:
+            buf = bytearray(1 << 24)
+            while f.readinto(buf):
+                pass
+
+    def save(self, p: str) -> None:
+        kind = p.partition(":")[0]
+        s = self.step
+        if kind == "mpickpt":
+            self.note(p, "save", self.timed(lambda: self.mgr[p].save(s, self.state)))
+            m = self.mgr[p]._saver.last_metrics()
+            for k in PHASES:
+                self.phases.setdefault(p, {}).setdefault(k, []).append(
+                    self.comm.allreduce(m[k + "_s"], op=MPI.MAX))
+        elif kind == "async":
+            self.note(p, "blocking", self.timed(lambda: self.mgr[p].save(s, self.state)))
+            self.note(p, "background", self.timed(self.mgr[p].wait_until_finished))
+        elif p == "torch":
+            self.note(p, "save", self.timed(self.torch_save))
+        elif p == "raw1":
+            self.note(p, "save", self.timed(
+                lambda: self.write_fsync(self.raw1, self.tensors) if self.rank == 0 else None))
+        else:
+            self.note(p, "save", self.timed(lambda: self.write_fsync(self.rawn, self.share)))
+
+    def restore(self, p: str, cold: bool) -> None:
+        kind = p.partition(":")[0]
+        op = "restore_cold" if cold else "restore"
+        if cold:
+            self.drop_cache([self.sub[p], self.sub["raw1"]] if p == "raw1" else [self.sub[p]])
+        if kind in ("mpickpt", "async"):
+            self.poison()
+            self.note(p, op, self.timed(lambda: self.mgr[p].restore(self.state)))
+            self.check(f"{p} {op}")
+        elif p == "torch":
+            self.note(p, op, self.timed(self.torch_load))
+            self.loaded = None
+        elif p == "raw1":
+            self.note(p, op, self.timed(self.raw_read))
+
+    def rep(self, i: int, record: bool) -> None:
+        self.step += 1
+        # rotated and reversed every other rep: no path always follows the same one
+        k = i % len(self.paths)
+        order = self.paths[k:] + self.paths[:k]
+        if i % 2:
+            order = order[::-1]
+        for p in order:
+            self.save(p)
+        for cold in (False, True):
+            for p in order:
+                self.restore(p, cold)
+        if self.rank == 0:
+            os.unlink(self.raw1)
+            if os.path.exists(self.torch_file):
+                os.unlink(self.torch_file)
+        os.unlink(self.rawn)
+        self.comm.Barrier()
+        if self.a.verbose and self.rank == 0:
+            print(f"  torch rep {i}{'' if record else ' (warm-up)'}: " + ", ".join(
+                f"{p} " + "/".join(f"{v[-1]:.3f}" for v in self.t[p].values()) for p in order),
+                file=sys.stderr, flush=True)
+        if not record:  # the warm-up rep (the first) is not counted
+            self.t, self.phases = {}, {}
+
+
+def walk_tensors(tree: Any) -> List["torch.Tensor"]:
+    """The tensors of a state tree, in a fixed order (dict keys sorted by str)."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        return [t for k in sorted(tree, key=str) for t in walk_tensors(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [t for v in tree for t in walk_tensors(v)]
+    return []
+
+
+def torch_report(b: TorchBench) -> Dict[str, Any]:
+    rec: Dict[str, Any] = {"ranks": b.size, "state_bytes": b.bytes, "reps": b.a.reps,
+                           "tensors": len(b.tensors), "cold_by_fadvise": b.cold_ok,
+                           "layouts": b.layouts, "paths": b.paths,
+                           "max_to_keep": b.a.torch_keep}
+    for p, ops in b.t.items():
+        for o, xs in ops.items():
+            rec[f"{p}_{o}_s"] = median(xs)
+            rec[f"{p}_{o}_min_s"] = min(xs)
+    for p, ph in b.phases.items():
+        for k, xs in ph.items():
+            rec[f"{p}_save_{k}_s"] = median(xs)
+    ts, tl, tlc = rec["torch_save_s"], rec["torch_restore_s"], rec["torch_restore_cold_s"]
+    for l in b.layouts:
+        p = f"mpickpt:{l}"
+        # time ratios: mpickpt's time / torch's (lower is better; the save's goal is <= 1)
+        rec[f"{p}_save_over_torch"] = rec[f"{p}_save_s"] / ts
+        rec[f"{p}_restore_over_torch"] = rec[f"{p}_restore_s"] / tl
+        rec[f"{p}_restore_cold_over_torch"] = rec[f"{p}_restore_cold_s"] / tlc
+        # the same ratio rep by rep (each rep ran both; the disk and the load drift between reps)
+        paired = [m / t for m, t in zip(b.t[p]["save"], b.t["torch"]["save"])]
+        for q in (25, 50, 75):
+            rec[f"{p}_save_over_torch_paired_p{q}"] = float(np.percentile(paired, q))
+        rec[f"{p}_save_over_raw1"] = rec[f"{p}_save_s"] / rec["raw1_save_s"]
+        rec[f"{p}_save_over_rawN"] = rec[f"{p}_save_s"] / rec["rawN_save_s"]
+        rec[f"{p}_restore_cold_over_raw"] = rec[f"{p}_restore_cold_s"] / rec["raw1_restore_cold_s"]
+        if f"async:{l}_blocking_s" in rec:
+            rec[f"async:{l}_blocking_over_torch"] = rec[f"async:{l}_blocking_s"] / ts
+    rec["torch_save_over_raw1"] = ts / rec["raw1_save_s"]
+    return rec
+
+
+def torch_print(rec: Dict[str, Any]) -> None:
+    print(f"bench_python torch: {rec['ranks']} rank(s), a replicated PyTorch state of "
+          f"{rec['state_bytes'] / 1e6:.1f} MB ({rec['tensors']} tensors: a Transformer LM's "
+          f"state_dict + AdamW's state), {rec['reps']} reps, max_to_keep {rec['max_to_keep']}, "
+          "medians (min) of the max over ranks, s")
+    cold = "cold: pages dropped by posix_fadvise(DONTNEED)" if rec["cold_by_fadvise"] else \
+        "cold: NOT dropped (no posix_fadvise): the same as warm"
+    print(f"{'path':<18} {'save/blocking':>15} {'background':>11} {'restore':>15} "
+          f"{'restore cold':>15}   ({cold})")
+
+    def cell(k: str) -> str:
+        return f"{rec[k]:.3f} ({rec[k[:-2] + '_min_s']:.3f})" if k in rec else "-"
+    for p in rec["paths"]:
+        sv = cell(f"{p}_save_s") if f"{p}_save_s" in rec else cell(f"{p}_blocking_s")
+        print(f"{p:<18} {sv:>15} {cell(p + '_background_s'):>11} {cell(p + '_restore_s'):>15} "
+              f"{cell(p + '_restore_cold_s'):>15}")
+    for l in rec["layouts"]:
+        p = f"mpickpt:{l}"
+        ph = " ".join(f"{k} {rec[f'{p}_save_{k}_s']:.3f}" for k in PHASES)
+        print(f"{p:<18} save/torch.save+fsync {rec[p + '_save_over_torch']:.2f} (goal <= 1; rep "
+              f"by rep p25/p50/p75 {rec[p + '_save_over_torch_paired_p25']:.2f}/"
+              f"{rec[p + '_save_over_torch_paired_p50']:.2f}/"
+              f"{rec[p + '_save_over_torch_paired_p75']:.2f}), "
+              f"/raw1 {rec[p + '_save_over_raw1']:.2f}, /rawN {rec[p + '_save_over_rawN']:.2f}; "
+              f"torch.load/restore warm {1 / rec[p + '_restore_over_torch']:.1f}x, cold "
+              f"{1 / rec[p + '_restore_cold_over_torch']:.1f}x (goal >= 10x); save phases {ph}")
+        if f"async:{l}_blocking_over_torch" in rec:
+            print(f"{'async:' + l:<18} blocking/torch.save+fsync "
+                  f"{rec[f'async:{l}_blocking_over_torch']:.3f}")
+    print(f"torch.save+fsync / raw1 write+fsync: {rec['torch_save_over_raw1']:.2f}")
+    sys.stdout.flush()
+
+
+def torch_check(rec: Dict[str, Any]) -> List[str]:
+    bad = []
+    want = ["torch_save_s", "torch_restore_s", "torch_restore_cold_s", "raw1_save_s",
+            "rawN_save_s", "raw1_restore_s", "raw1_restore_cold_s"]
+    for l in rec["layouts"]:
+        want += [f"mpickpt:{l}_{o}_s" for o in ("save", "restore", "restore_cold")]
+        want += [f"mpickpt:{l}_save_over_torch", f"mpickpt:{l}_restore_over_torch"]
+    for k in want:
+        v = rec.get(k)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            bad.append(f"{k}={v!r}")
+    return bad
+
+def run_layers(a: argparse.Namespace) -> int:
+    """The rows of the docstring: python / c_manager / c_saver / raw."""
     b = Bench(a)
     try:
         b.rep(0, record=False)
@@ -402,6 +752,41 @@ def main() -> int:
             print("bench_python.py --check: every field present", flush=True)
     return 0
 
+
+def run_torch(a: argparse.Namespace) -> int:
+    """The PyTorch rows (TorchBench)."""
+    b = TorchBench(a)
+    try:
+        b.rep(0, record=False)
+        for i in range(a.reps):
+            b.rep(i + 1, record=True)
+    finally:
+        b.close()
+    if b.rank != 0:
+        return 0
+    rec = torch_report(b)
+    torch_print(rec)
+    if a.json:
+        line = json.dumps({"bench": "python_torch", **rec}, sort_keys=True)
+        print(line, flush=True)
+        if a.check:
+            bad = torch_check(json.loads(line))
+            if bad:
+                print(f"bench_python.py --check: bad torch fields: {bad}", file=sys.stderr)
+                return 1
+            print("bench_python.py --check: every torch field present", flush=True)
+    return 0
+
+
+def main() -> int:
+    a = parse_args()
+    torch.set_num_threads(1)
+    rc = 0
+    if a.scenario in ("layers", "all"):
+        rc = run_layers(a)
+    if a.scenario in ("torch", "all"):
+        rc = max(rc, run_torch(a))
+    return rc
 
 if __name__ == "__main__":
     rc = main()

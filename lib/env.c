@@ -182,8 +182,9 @@ static const char *const w_log[] = { "error", "warn", "warning", "info", "debug"
 const ckpt__setting ckpt__settings[] = {
     { .name = "MPICKPT_LAYOUT", .kind = CKPT__SETTING_CHOICE, .words = w_layout,
       .dflt = "per-node", .scope = COLLECTIVE, .read_by = "ckpt_saver_create (mpi/saver.c)",
-      .meaning = "data files: one per rank, one shared (MPI-IO) or one per node; "
-                 "ckpt_saver_options.layout wins",
+      .meaning = "data files: one per rank, one shared (MPI-IO) or one per node; unset: "
+                 "per-node, but per-rank when every rank is on one node and "
+                 "MPICKPT_RANKS_PER_NODE is unset; ckpt_saver_options.layout wins",
       .library = 1 },
     { .name = "MPICKPT_ASYNC", .kind = CKPT__SETTING_BOOL, .dflt = "0", .scope = COLLECTIVE,
       .read_by = "ckpt_saver_create (mpi/saver.c)",

@@ -14,8 +14,12 @@
 #include <string.h>
 #include <time.h>
 
-/* Snapshot buffers for async saves: one per registration (and per blob), allocated once and reused
- * while the plan holds; a registration's buffer is what its save reads. */
+/* Snapshot buffers for async saves: one per registration (and per blob) that this rank writes,
+ * allocated once and reused while the plan holds; a registration's buffer is what its save reads.
+ * A registration of which this rank stores no piece (a replicated tensor another rank writes) is
+ * neither copied nor given a buffer: its save reads nothing of it (every layout's writer reads
+ * src[] only for this rank's own pieces), and with a replicated state of N ranks each copies 1/N
+ * of it instead of all of it (the time save() blocks; issue 30). */
 int ckpt__save_snapshot(ckpt_saver *s, save_job *j)
 {
     if (s->snap_n != s->regs.n) {
@@ -29,12 +33,22 @@ int ckpt__save_snapshot(ckpt_saver *s, save_job *j)
         if (!s->snap || !s->snap_cap)
             return ckpt__error(CKPT_ENOMEM, "out of memory for snapshot buffers");
     }
-    for (size_t i = 0; i < s->regs.n; i++) {
+    /* s->pieces (this rank's) says which registrations it writes */
+    unsigned char *mine = calloc(s->regs.n ? s->regs.n : 1, 1);
+    if (!mine)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t k = 0; k < s->pieces.n; k++)
+        if (s->pieces.v[k].reg < s->regs.n)
+            mine[s->pieces.v[k].reg] = 1;
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < s->regs.n && rc == CKPT_OK; i++) {
         const ckpt__reg *g = &s->regs.v[i];
         size_t need;
         if (g->kind == CKPT_KIND_BLOB) {
             need = j->c.blob_len[i];
         } else {
+            if (!mine[i])
+                continue; /* not written here: src[i] stays the registration's own memory */
             int64_t n;
             ckpt_slice_num_elements(&n, &g->slice);
             need = (size_t)n * ckpt_dtype_size(g->dtype);
@@ -42,9 +56,11 @@ int ckpt__save_snapshot(ckpt_saver *s, save_job *j)
         if (need > s->snap_cap[i]) {
             /* Grow (first save, or a blob got bigger); touch the pages now, not mid-copy. */
             void *nb = realloc(s->snap[i], need);
-            if (!nb)
-                return ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu snapshot bytes",
-                                   s->rank, need);
+            if (!nb) {
+                rc = ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu snapshot bytes",
+                                 s->rank, need);
+                break;
+            }
             memset(nb, 0, need);
             s->snap[i] = nb;
             s->snap_cap[i] = need;
@@ -59,7 +75,8 @@ int ckpt__save_snapshot(ckpt_saver *s, save_job *j)
             j->c.src[i] = s->snap[i];
         }
     }
-    return CKPT_OK;
+    free(mine);
+    return rc;
 }
 
 

@@ -31,7 +31,8 @@ typedef struct ckpt_saver ckpt_saver;
 /** Options of ckpt_saver_create(). Initialize with CKPT_SAVER_OPTIONS_INIT. */
 typedef struct ckpt_saver_options {
     unsigned int version;    /**< CKPT_SAVER_OPTIONS_VERSION */
-    /** CKPT_LAYOUT_UNKNOWN = default (per-node; MPICKPT_LAYOUT overrides), CKPT_LAYOUT_PER_RANK,
+    /** CKPT_LAYOUT_UNKNOWN = default (per-node, but per-rank when every rank is on one node and
+     *  MPICKPT_RANKS_PER_NODE is unset; MPICKPT_LAYOUT overrides), CKPT_LAYOUT_PER_RANK,
      *  CKPT_LAYOUT_SHARED or CKPT_LAYOUT_PER_NODE (one file per node: MPI_COMM_TYPE_SHARED, or
      *  nodes of MPICKPT_RANKS_PER_NODE ranks) */
     ckpt_layout layout;

@@ -1210,9 +1210,17 @@ static void case_settings(void)
         /* layout from the environment (options leave it unset) */
         settings_divergent("MPICKPT_LAYOUT", "per-rank", "shared", CKPT_LAYOUT_UNKNOWN,
                            CKPT_LAYOUT_PER_RANK, -1, 1);
-        /* rank 0's environment unset: the default layout, per-node */
+        /* rank 0's environment unset: the default layout, per-rank when every rank is on one
+         * node, else per-node (issue 30) */
+        MPI_Comm nodes;
+        int on_node = 0, one_node = 0;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &nodes);
+        MPI_Comm_size(nodes, &on_node);
+        MPI_Comm_free(&nodes);
+        on_node = on_node == g_size;
+        MPI_Allreduce(&on_node, &one_node, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         settings_divergent("MPICKPT_LAYOUT", NULL, "shared", CKPT_LAYOUT_UNKNOWN,
-                           CKPT_LAYOUT_PER_NODE, -1, 2);
+                           one_node ? CKPT_LAYOUT_PER_RANK : CKPT_LAYOUT_PER_NODE, -1, 2);
         settings_divergent("MPICKPT_LAYOUT", "shared", "per-rank", CKPT_LAYOUT_UNKNOWN,
                            CKPT_LAYOUT_SHARED, -1, 3);
         /* packing (per-rank layout): rank 0 never packs, rank 1 would, and the other way */

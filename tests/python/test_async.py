@@ -129,15 +129,15 @@ def fault():
     fill(state, 1)
     mgr.save(10, state)  # returns: the write fails in the background
     scribble(state)
-    expect_error(mpickpt.Error, mgr.wait_until_finished, *needles)
+    expect_error(mpickpt.FileSystemError, mgr.wait_until_finished, *needles)
     mgr.wait_until_finished()  # reported once
     # the next save reports the previous one's failure and saves nothing
     mgr.save(20, state)
-    expect_error(mpickpt.Error, lambda: mgr.save(30, state), *needles)
+    expect_error(mpickpt.FileSystemError, lambda: mgr.save(30, state), *needles)
     check(mgr.all_steps() == [], f"steps {mgr.all_steps()}")
     # close() reports a failure still pending
     mgr.save(40, state)
-    expect_error(mpickpt.Error, mgr.close, *needles)
+    expect_error(mpickpt.FileSystemError, mgr.close, *needles)
     mgr.close()  # closed: a no-op
     pc.comm.Barrier()
     left = sorted(os.listdir(d))

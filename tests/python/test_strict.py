@@ -71,6 +71,45 @@ with mpickpt.CheckpointManager(d) as mgr:
     info = mgr.restore(st)
     check(info["missing"] == [] and info["unexpected"] == [], f"matching: {info}")
 
+pc.say("strict: a state with aliases (tied arrays: the names compared in Python)")
+ad = os.path.join(OUT, "alias")
+base = np.arange(6.0)
+with mpickpt.CheckpointManager(ad) as mgr:
+    mgr.save(1, {"w": base, "tied": base, "x": np.ones(2)})
+with mpickpt.CheckpointManager(ad) as mgr:
+    b2 = np.zeros(6)
+    st = {"w": b2, "tied": b2, "x": np.zeros(2), "extra": np.zeros(1)}
+    expect_error(mpickpt.MismatchError, lambda: mgr.restore(st), "1 missing", "'extra'")
+    info = mgr.restore(st, strict=False)
+    check(info["missing"] == ["extra"] and info["unexpected"] == [] and b2[5] == 5.0,
+          f"aliases, not strict: {info['missing']} {info['unexpected']} {b2}")
+    b3 = np.zeros(6)
+    st = {"w": b3, "tied": b3, "x": np.zeros(2)}
+    info = mgr.restore(st)
+    check(info["missing"] == [] and info["unexpected"] == [] and b3[5] == 5.0 and
+          st["x"][1] == 1.0, f"aliases, matching: {info} {st}")
+    st = {"w": np.zeros(6), "tied": np.zeros(6), "x": np.zeros(2)}  # untied now
+    mgr.restore(st)
+    check(st["tied"][5] == 5.0 and st["w"][5] == 5.0, f"an untied state: {st}")
+    b4 = np.zeros(6)
+    st = {"w": b4, "tied": b4}  # 'x' of the checkpoint is not in the state
+    expect_error(mpickpt.MismatchError, lambda: mgr.restore(st), "1 unexpected", "'x'")
+
+# saved untied, restored into a state where 'wt' is a view of 'w' (a transpose: not contiguous,
+# so an alias read apart, not registered: C would call it unexpected); strict, and right
+ud = os.path.join(OUT, "untied")
+w0 = np.arange(6.0).reshape(2, 3)
+with mpickpt.CheckpointManager(ud) as mgr:
+    mgr.save(1, {"w": w0, "wt": np.ascontiguousarray(w0.T), "x": np.ones(2)})
+with mpickpt.CheckpointManager(ud) as mgr:
+    b5 = np.zeros((2, 3))
+    st = {"w": b5, "wt": b5.T, "x": np.zeros(2)}
+    info = mgr.restore(st)
+    check(info["missing"] == [] and info["unexpected"] == [] and b5[1, 2] == 5.0 and
+          st["wt"][2, 1] == 5.0 and st["x"][0] == 1.0, f"untied into a view: {info} {st}")
+    st = {"w": b5, "wt": b5.T}
+    expect_error(mpickpt.MismatchError, lambda: mgr.restore(st), "1 unexpected", "'x'")
+
 pc.say("strict: TrainingState")
 td = os.path.join(OUT, "training")
 with mpickpt.TrainingState(td, {"w": np.arange(3.0), "e": 1}) as ts:

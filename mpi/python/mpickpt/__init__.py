@@ -24,8 +24,8 @@ from . import _mpickpt as _C
 from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, FileSystemError,
                        InvalidArgumentError, MismatchError, MPIError, NoSpaceError, NotFoundError,
                        PermissionDeniedError, TimeoutError, VersionError)
-from ._state import (Registered, agree, collective, load_record, restore_finish, restore_prepare,
-                     save_prepare, uninterruptible)
+from ._state import (Registered, agree, collective, load_record, mismatch_message, restore_finish,
+                     restore_prepare, save_prepare, uninterruptible)
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard, alias_view, unescape
 from . import _tree, preemption
 
@@ -152,12 +152,29 @@ class _Base:
         """Collective, after the C restore: the plain values put back (restore_finish), and
         info's 'missing' and 'unexpected' lists: the tensors' (from C, before any data was read;
         the record of plain values left out) and the plain values'."""
+        # the state's aliases are not registered: C calls them unexpected where the checkpoint
+        # stored them as tensors (restore_finish reads them apart); C compared the names itself
+        # unless the state has aliases (_c_strict), then the comparison is made here
+        shared = {leaf.name for leaf in self._reg.leaves if leaf.alias is not None}
+        tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
+        extra = [n for n in info.get("unexpected", []) if n not in shared]
+        if strict and shared:
+            every = self._comm.allgather((tensors, extra))
+            t_miss = sorted(set().union(*(m for m, _ in every)))
+            t_extra = sorted(set().union(*(u for _, u in every)))
+            if t_miss or t_extra:
+                raise MismatchError(mismatch_message(info["prefix"], t_miss, t_extra, "arrays"))
         miss, unexp = restore_finish(self._comm, self._reg, self._saver, self._skip,
                                      info["prefix"], strict=strict)
-        tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
         info["missing"] = sorted(set(tensors) | set(miss))
-        info["unexpected"] = sorted(set(info.get("unexpected", [])) | set(unexp))
+        info["unexpected"] = sorted(set(extra) | set(unexp))
         return info
+
+    def _c_strict(self, strict: bool) -> bool:
+        """Whether C compares the names before reading: not when the state has aliases (leaves
+        sharing another's memory, not registered), which C would call unexpected where the
+        checkpoint stored them as tensors; _finish compares them then."""
+        return bool(strict) and not any(leaf.alias is not None for leaf in self._reg.leaves)
 
     def _close(self, inner: Any) -> None:
         if self._saver is None:
@@ -300,9 +317,9 @@ class CheckpointManager(_Base):
         'missing' and 'unexpected' names. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(step))
         if step is not None:
-            info = self._mgr.restore(step=int(step), strict=bool(strict))
+            info = self._mgr.restore(step=int(step), strict=self._c_strict(strict))
         else:
-            info = self._mgr.restore_or_initialize(strict=bool(strict))
+            info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
             if not info["restored"]:
                 raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
                                     "damaged)")
@@ -315,7 +332,7 @@ class CheckpointManager(_Base):
         initializes (every array of the state: a damaged checkpoint may have left values in
         them)."""
         restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(None))
-        info = self._mgr.restore_or_initialize(strict=bool(strict))
+        info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
         if not info["restored"]:
             return None
         return self._finish(info, bool(strict))
@@ -363,7 +380,7 @@ class TrainingState(_Base):
         """Restores the backup into the state in place; None when there is none. strict: as
         CheckpointManager.restore's. Collective."""
         restore_prepare(self._comm, self._reg, self._saver, self._state)
-        info = self._t.restore(strict=bool(strict))
+        info = self._t.restore(strict=self._c_strict(strict))
         if not info["restored"]:
             return None
         return self._finish(info, bool(strict))

@@ -204,8 +204,9 @@ class CheckpointManager(_Base):
 
     max_to_keep: newest checkpoints kept (None or <= 0: all); keep_every_n_hours: also keep one
     per this many hours; async_save: save() returns once the arrays are copied, a background
-    thread writes; layout: 'per-rank' (default) or 'shared' (one HDF5 file); skip_missing_per_rank:
-    restoring on more ranks than wrote, leave the extra ranks' PerRank values as they are.
+    thread writes; layout: None (per-rank on one node, per-node across nodes; MPICKPT_LAYOUT),
+    'per-rank', 'per-node' or 'shared' (one HDF5 file); skip_missing_per_rank: restoring on more
+    ranks than wrote, leave the extra ranks' PerRank values as they are.
 
     Storage levels (docs/levels.md): cache_dir, a node-local directory ('%n': the node's index,
     e.g. '/dev/shm/ckpt/%n'), makes checkpoints go to the nodes' caches, and every

@@ -132,10 +132,92 @@ void ckpt__regs_free(ckpt__regs *regs)
 
 /* ---- sharding policy -------------------------------------------------------------------------- */
 
-int ckpt__primary_rank(const char *stored, int size)
+/* The replicated registrations, largest first, then by stored name: an order that depends on what
+ * is registered only, not on the order of the calls. */
+static _Thread_local const ckpt__regs *sort_regs; /* qsort has no context argument (C11) */
+
+static int by_size_then_name(const void *a, const void *b)
 {
-    uint32_t h = ckpt_crc32c(stored, strlen(stored));
-    return (int)(h % (uint32_t)size);
+    const ckpt__reg *x = &sort_regs->v[*(const size_t *)a], *y = &sort_regs->v[*(const size_t *)b];
+    int64_t nx, ny;
+    ckpt_slice_num_elements(&nx, &x->slice);
+    ckpt_slice_num_elements(&ny, &y->slice);
+    uint64_t bx = (uint64_t)nx * ckpt_dtype_size(x->dtype);
+    uint64_t by = (uint64_t)ny * ckpt_dtype_size(y->dtype);
+    if (bx != by)
+        return bx > by ? -1 : 1;
+    return strcmp(x->stored, y->stored);
+}
+
+/* A min-heap of ranks by (bytes assigned, rank). */
+static int heap_less(const uint64_t *load, const int *h, size_t i, size_t j)
+{
+    return load[h[i]] < load[h[j]] || (load[h[i]] == load[h[j]] && h[i] < h[j]);
+}
+
+static void heap_down(const uint64_t *load, int *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && heap_less(load, h, l, m))
+            m = l;
+        if (r < n && heap_less(load, h, r, m))
+            m = r;
+        if (m == i)
+            return;
+        int t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+int ckpt__replica_writers(const ckpt__regs *regs, int size, int **out)
+{
+    *out = NULL;
+    size_t nrep = 0;
+    for (size_t i = 0; i < regs->n; i++)
+        nrep += regs->v[i].kind == CKPT_KIND_REPLICATED;
+    if (nrep == 0 || regs->n == 0)
+        return CKPT_OK;
+    int *w = malloc(regs->n * sizeof *w);
+    size_t *order = malloc(nrep * sizeof *order);
+    size_t nheap = size > 0 ? (size_t)size : 1;
+    /* a rank is never given more than one tensor beyond the least loaded: no more ranks than
+     * tensors are ever needed in the heap */
+    if (nheap > nrep)
+        nheap = nrep;
+    uint64_t *load = calloc(nheap, sizeof *load);
+    int *heap = malloc(nheap * sizeof *heap);
+    if (!w || !order || !load || !heap) {
+        free(w), free(order), free(load), free(heap);
+        return ckpt__error(CKPT_ENOMEM, "out of memory planning %zu replicated tensors", nrep);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < regs->n; i++) {
+        w[i] = -1;
+        if (regs->v[i].kind == CKPT_KIND_REPLICATED)
+            order[k++] = i;
+    }
+    sort_regs = regs;
+    qsort(order, nrep, sizeof *order, by_size_then_name);
+    sort_regs = NULL;
+    for (size_t r = 0; r < nheap; r++)
+        heap[r] = (int)r; /* all loads 0: ordered by rank, a heap already */
+    for (k = 0; k < nrep; k++) {
+        const ckpt__reg *g = &regs->v[order[k]];
+        int64_t n;
+        ckpt_slice_num_elements(&n, &g->slice);
+        int r = heap[0];
+        w[order[k]] = r;
+        load[r] += (uint64_t)n * ckpt_dtype_size(g->dtype) + 1; /* + 1: empty ones spread too */
+        heap_down(load, heap, nheap, 0);
+    }
+    free(order);
+    free(load);
+    free(heap);
+    *out = w;
+    return CKPT_OK;
 }
 
 static int push_piece(ckpt__pieces *out, size_t r, const ckpt_slice *box)
@@ -208,17 +290,18 @@ int ckpt__plan_pieces(ckpt__pieces *out, const ckpt__regs *regs, int rank, int s
                       int64_t max_shard_bytes)
 {
     ckpt__pieces_free(out);
-    for (size_t i = 0; i < regs->n; i++) {
+    int *writer = NULL;
+    int rc = ckpt__replica_writers(regs, size, &writer);
+    for (size_t i = 0; rc == CKPT_OK && i < regs->n; i++) {
         const ckpt__reg *g = &regs->v[i];
         if (g->kind == CKPT_KIND_BLOB)
             continue;
-        if (g->kind == CKPT_KIND_REPLICATED && ckpt__primary_rank(g->stored, size) != rank)
+        if (g->kind == CKPT_KIND_REPLICATED && writer[i] != rank)
             continue;
-        int rc = shard_box(out, i, &g->slice, ckpt_dtype_size(g->dtype), max_shard_bytes);
-        if (rc != CKPT_OK)
-            return rc;
+        rc = shard_box(out, i, &g->slice, ckpt_dtype_size(g->dtype), max_shard_bytes);
     }
-    return CKPT_OK;
+    free(writer);
+    return rc;
 }
 
 void ckpt__pieces_free(ckpt__pieces *p)

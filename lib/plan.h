@@ -67,9 +67,13 @@ int ckpt__regs_add(ckpt__regs *regs, int rank, const char *name, const char *sto
 void ckpt__regs_clear(ckpt__regs *regs);
 void ckpt__regs_free(ckpt__regs *regs);
 
-/* The rank that stores a replicated tensor's primary copy: spreads the writes, the same on every
- * rank. */
-int ckpt__primary_rank(const char *stored, int size);
+/* The rank that writes each replicated registration's one copy: *out[i] for registration i, -1
+ * for the other kinds (*out malloc'd; NULL when there is no replicated one). The replicated
+ * tensors, largest first and then by stored name, go each to the rank with the fewest bytes so far
+ * (then the lowest rank): the writes are balanced (the most loaded rank writes at most the mean
+ * plus one tensor), and every rank that registered the same replicated tensors, in any order,
+ * computes the same writers (ranks that registered different ones fail the save's checks). */
+int ckpt__replica_writers(const ckpt__regs *regs, int size, int **out);
 
 /* The pieces rank `rank` of `size` stores for `regs` (replaces *out's contents). */
 int ckpt__plan_pieces(ckpt__pieces *out, const ckpt__regs *regs, int rank, int size,

@@ -1,6 +1,6 @@
 /*
  * The replica check: a replicated tensor (CKPT_REPLICA_PRIMARY) is written once, by the rank
- * ckpt__primary_rank() names, so copies that differ across ranks (BatchNorm buffers, a value that
+ * ckpt__replica_writers() names, so copies that differ across ranks (BatchNorm buffers, a value that
  * should have been per-rank) would silently come back from whichever rank wrote each tensor. At
  * the first save of a plan (or at every save: ckpt_saver_options.check_replicas) every rank takes
  * a CRC-32C of its copy of each replicated tensor and the ranks compare them in the save's second
@@ -102,11 +102,13 @@ static void describe(const ckpt_saver *s, const ckpt__replica_check *c, const si
                                   "copies of a replicated tensor must be equal):",
                                   nd, nd == 1 ? "" : "s", nd == 1 ? "s" : "");
     int *odd = all ? malloc((size_t)s->size * sizeof *odd) : NULL;
+    int *writer = NULL;
+    (void)ckpt__replica_writers(&s->regs, s->size, &writer); /* out of memory: no writer named */
     for (size_t j = 0; j < k && len + 64 < cap; j++) {
         const char *name = s->regs.v[c->reg[diff[j]]].stored;
-        int w = ckpt__primary_rank(name, s->size);
+        int w = writer ? writer[c->reg[diff[j]]] : -1;
         len += (size_t)snprintf(msg + len, cap - len, "%s '%.200s'", j ? ";" : "", name);
-        if (!odd)
+        if (!odd || w < 0)
             continue;
         size_t no = 0;
         for (int r = 0; r < s->size; r++)
@@ -121,6 +123,7 @@ static void describe(const ckpt_saver *s, const ckpt__replica_check *c, const si
                                     no == 1 ? "" : "s", ranks, no == 1 ? "s" : "", w);
     }
     free(odd);
+    free(writer);
     if (nd > k && len < cap)
         len += (size_t)snprintf(msg + len, cap - len, "; and %zu more", nd - k);
     if (len < cap)

@@ -377,9 +377,22 @@ int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
     return add_reg(s, name, stored, dtype, shape, &full, CKPT_KIND_COMPONENT, data);
 }
 
-int ckpt_saver_primary_rank(const char *name, int size)
+int ckpt_saver_primary_rank(const ckpt_saver *s, const char *name)
 {
-    return size > 0 && name ? ckpt__primary_rank(name, size) : 0;
+    if (!s || !name)
+        return -1;
+    size_t i = 0;
+    while (i < s->regs.n &&
+           (s->regs.v[i].kind != CKPT_KIND_REPLICATED || strcmp(s->regs.v[i].name, name) != 0))
+        i++;
+    if (i == s->regs.n)
+        return -1;
+    int *writer = NULL;
+    if (ckpt__replica_writers(&s->regs, s->size, &writer) != CKPT_OK)
+        return -1;
+    int w = writer[i];
+    free(writer);
+    return w;
 }
 
 int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,

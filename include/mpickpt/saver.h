@@ -153,18 +153,20 @@ CKPT_EXTERN int ckpt_saver_add_slice(ckpt_saver *s, const char *name, ckpt_dtype
                                      const ckpt_shape *shape, const ckpt_slice *slice, void *data);
 
 /** Registers a replicated tensor (same value on every rank). Local.
- *  CKPT_REPLICA_PRIMARY: one copy is written, by the rank ckpt_saver_primary_rank() names (a
- *  CRC-32C of the stored name modulo the rank count, to spread the writes), not by rank 0. Which
- *  copy is written matters only if the copies differ: the replica check
+ *  CKPT_REPLICA_PRIMARY: one copy is written, by the rank ckpt_saver_primary_rank() names, not
+ *  necessarily rank 0: the replicated tensors are dealt to the ranks by size (largest first, then
+ *  by name, each to the rank with the fewest bytes so far), so each rank writes about 1/N of the
+ *  replicated bytes. Which copy is written matters only if the copies differ: the replica check
  *  (ckpt_saver_options.check_replicas) compares every rank's copy, by default at the first save
  *  of each plan, and makes a difference an error (or a warning). */
 CKPT_EXTERN int ckpt_saver_add_replicated(ckpt_saver *s, const char *name, ckpt_dtype dtype,
                                           const ckpt_shape *shape, void *data,
                                           ckpt_replica_mode mode);
 
-/** The rank that writes replicated tensor @p name (CKPT_REPLICA_PRIMARY) on @p size ranks.
- *  Local. */
-CKPT_EXTERN int ckpt_saver_primary_rank(const char *name, int size);
+/** The rank that writes replicated tensor @p name (CKPT_REPLICA_PRIMARY) of @p s as registered
+ *  now (every rank registers the same replicated tensors, so every rank gets the same answer);
+ *  -1 when @p name is not a replicated tensor of @p s. Local. */
+CKPT_EXTERN int ckpt_saver_primary_rank(const ckpt_saver *s, const char *name);
 
 /** Registers a registered saver under @p name (per-rank opaque bytes). Local. */
 CKPT_EXTERN int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbacks *cb,

@@ -182,32 +182,81 @@ static void test_regs_add(void)
     CHECK(r.v == NULL && r.n == 0 && r.cap == 0);
 }
 
-/* ---- 2. the primary rank of a replicated tensor ---------------------------------------------- */
+/* ---- 2. the writers of replicated tensors -------------------------------------------------- */
 
-static void test_primary_rank(void)
+/* Registers 40 replicated tensors of sizes 1..40 (x 4 bytes) plus one of each other kind, in the
+ * order given by `reverse`; the writers by stored name: wr[k] for "rep_<k>". */
+static void writers_of(int size, int reverse, int *wr)
+{
+    ckpt__regs r = { 0 };
+    int64_t d3 = 3;
+    CHECK_OK(add_full(&r, 0, "full", CKPT_FLOAT32, 1, &d3, CKPT_KIND_FULL));
+    for (int j = 0; j < 40; j++) {
+        int k = reverse ? 39 - j : j;
+        char name[32];
+        snprintf(name, sizeof name, "rep_%d", k);
+        int64_t d = (int64_t)(k % 20) + 1; /* two of each size: ties broken by name */
+        CHECK_OK(add_full(&r, 0, name, CKPT_FLOAT32, 1, &d, CKPT_KIND_REPLICATED));
+    }
+    int *w = NULL;
+    CHECK_OK(ckpt__replica_writers(&r, size, &w));
+    CHECK(w != NULL);
+    if (w) {
+        CHECK_EQ_INT(w[0], -1); /* not replicated */
+        for (size_t i = 1; i < r.n; i++) {
+            int k = atoi(r.v[i].stored + 4);
+            CHECK_MSG(w[i] >= 0 && w[i] < size, "writer of %s over %d ranks: %d", r.v[i].stored,
+                      size, w[i]);
+            wr[k] = w[i];
+        }
+    }
+    free(w);
+    ckpt__regs_free(&r);
+}
+
+static void test_replica_writers(void)
 {
     static const int sizes[] = { 1, 2, 3, 4, 7, 64, 1000 };
-    char name[64], copy[64];
-    for (size_t s = 0; s < CKPT__ARRAY_LEN(sizes); s++) {
-        int size = sizes[s];
-        int *hits = calloc((size_t)size, sizeof *hits);
-        for (int i = 0; i < 512; i++) {
-            snprintf(name, sizeof name, "model/layer_%d/bias", i);
-            int p = ckpt__primary_rank(name, size);
-            CHECK_MSG(p >= 0 && p < size, "primary of %s over %d ranks: %d", name, size, p);
-            /* the same on every rank: a function of the name's bytes only */
-            strcpy(copy, name);
-            CHECK_EQ_INT(ckpt__primary_rank(copy, size), p);
-            if (p >= 0 && p < size)
-                hits[p]++;
+    for (size_t t = 0; t < CKPT__ARRAY_LEN(sizes); t++) {
+        int size = sizes[t], a[40], b[40];
+        writers_of(size, 0, a);
+        writers_of(size, 1, b);
+        /* the same on every rank, whatever the order of registration */
+        for (int k = 0; k < 40; k++)
+            CHECK_MSG(a[k] == b[k], "rep_%d over %d ranks: %d or %d", k, size, a[k], b[k]);
+        /* balanced: the most loaded rank writes at most the mean plus the largest tensor */
+        uint64_t *load = calloc((size_t)size, sizeof *load), total = 0, most = 0;
+        for (int k = 0; k < 40; k++) {
+            uint64_t bytes = 4u * (uint64_t)(k % 20 + 1);
+            load[a[k]] += bytes;
+            total += bytes;
         }
-        /* the writes are spread: with 512 names, every rank of a small job is some primary */
-        if (size <= 7)
-            for (int r = 0; r < size; r++)
-                CHECK_MSG(hits[r] > 0, "rank %d of %d is never a primary", r, size);
-        free(hits);
+        for (int r = 0; r < size; r++)
+            most = load[r] > most ? load[r] : most;
+        CHECK_MSG(most * (uint64_t)size <= total + 80u * (uint64_t)size,
+                  "over %d ranks the most loaded writes %llu of %llu", size,
+                  (unsigned long long)most, (unsigned long long)total);
+        /* every rank of a small job writes some; with more ranks than tensors, one each */
+        for (int r = 0; r < size && r < 40; r++)
+            CHECK_MSG(load[r] > 0, "rank %d of %d writes nothing", r, size);
+        free(load);
     }
-    CHECK_EQ_INT(ckpt__primary_rank("x", 1), 0);
+    /* the largest tensor goes to rank 0, the next to rank 1 (of 4): not every copy is rank 0's */
+    ckpt__regs r = { 0 };
+    int64_t d1 = 1, d9 = 9;
+    CHECK_OK(add_full(&r, 0, "small", CKPT_FLOAT32, 1, &d1, CKPT_KIND_REPLICATED));
+    CHECK_OK(add_full(&r, 0, "big", CKPT_FLOAT32, 1, &d9, CKPT_KIND_REPLICATED));
+    int *w = NULL;
+    CHECK_OK(ckpt__replica_writers(&r, 4, &w));
+    CHECK(w && w[0] == 1 && w[1] == 0);
+    free(w);
+    ckpt__regs_free(&r);
+    /* no replicated tensor: no array */
+    CHECK_OK(add_full(&r, 0, "full", CKPT_FLOAT32, 1, &d1, CKPT_KIND_FULL));
+    w = (int *)&r; /* set to NULL by the call */
+    CHECK_OK(ckpt__replica_writers(&r, 4, &w));
+    CHECK(w == NULL);
+    ckpt__regs_free(&r);
 }
 
 /* ---- 3. the sharding policy ------------------------------------------------------------------ */
@@ -459,7 +508,10 @@ static void test_sharding(void)
             for (size_t j = 0; j < ps.n; j++)
                 per[ps.v[j].reg < 5 ? ps.v[j].reg : 0]++;
             CHECK_EQ_INT(per[1], 0); /* the blob */
-            int primary = ckpt__primary_rank(rep, 4) == rank;
+            int *wr = NULL;
+            CHECK_OK(ckpt__replica_writers(&r, 4, &wr));
+            int primary = wr && wr[2] == rank;
+            free(wr);
             CHECK_EQ_INT(per[2] > 0, primary);
             if (k == 0)
                 stores_rep += primary;
@@ -808,18 +860,6 @@ static const Mpickpt__Tensor *find_tensor(const Mpickpt__Index *idx, const char 
     return NULL;
 }
 
-/* A name whose primary over `size` ranks is `primary`. */
-static void name_with_primary(char *out, size_t n, const char *stem, int size, int primary)
-{
-    for (int i = 0; i < 10000; i++) {
-        snprintf(out, n, "%s_%d", stem, i);
-        if (ckpt__primary_rank(out, size) == primary)
-            return;
-    }
-    fprintf(stderr, "no name with primary %d\n", primary);
-    exit(2);
-}
-
 /* Partitioned "w" (6x4 float32) split by rows between the ranks as rows[r]..rows[r+1]. */
 static void reg_rows(sim_rank *s, int r, const int64_t *rows, ckpt_dtype dt, int64_t cols)
 {
@@ -848,8 +888,7 @@ static void test_plan_merge(void)
     enum { SIZE = 3 };
     sim_rank s[SIZE];
     static const int64_t rows[SIZE + 1] = { 0, 2, 4, 6 };
-    char rep[64];
-    name_with_primary(rep, sizeof rep, "opt/lr", SIZE, 1);
+    const char *rep = "opt/lr";
     int64_t d5 = 5, d8 = 8;
 
     /* a valid plan: partitioned rows, a full tensor on rank 0, a replicated scalar everywhere,
@@ -890,8 +929,8 @@ static void test_plan_merge(void)
             if (limits[k] == 0)
                 CHECK_EQ_INT(w->n_pieces, SIZE);
         }
-        if (lr) /* stored once, by its primary */
-            CHECK(lr->n_pieces == 1 && lr->pieces[0]->rank == 1);
+        if (lr) /* stored once, by its writer (the only replicated tensor: rank 0) */
+            CHECK(lr->n_pieces == 1 && lr->pieces[0]->rank == 0);
         CHECK_EQ_INT(m.n_files, SIZE);
         ckpt__index_merged_free(&m);
         sim_free(s, SIZE);
@@ -970,9 +1009,8 @@ static void test_plan_merge(void)
         ckpt__index_merged_free(&m);
     }
     sim_free(s, SIZE);
-    /* ... and its primary not among them: no rank stores it, an error naming it all the same */
-    char rep2[64];
-    name_with_primary(rep2, sizeof rep2, "opt/beta", SIZE, 2);
+    /* ... registered on ranks 0 and 1 only, not on the last: an error naming it all the same */
+    const char *rep2 = "opt/beta";
     sim_init(s, SIZE);
     for (int r = 0; r < 2; r++)
         CHECK_OK(add_full(&s[r].regs, r, rep2, CKPT_FLOAT32, 0, NULL, CKPT_KIND_REPLICATED));
@@ -1003,7 +1041,7 @@ int main(void)
 {
     phases_init("test_plan");
     test_regs_add();
-    test_primary_rank();
+    test_replica_writers();
     test_sharding();
     test_piece_bytes();
     test_plan_merge();

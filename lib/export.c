@@ -316,8 +316,16 @@ static int sel_build(ckpt__export_sel *sel, ckpt_reader *r, const char *prefix,
         rc = ckpt__error(CKPT_ENOTFOUND, "export of %s: no tensor's name starts with %s%s", prefix,
                          o->num_only > 1 ? "any of " : "", list);
     }
-    if (rc == CKPT_OK)
+    if (rc == CKPT_OK) {
         rc = sel_aliases(sel, r, prefix, o);
+        /* An export of everything read no record before aliases existed: a record it cannot
+         * read (damaged, a newer version) costs the aliases' metadata there, not the export. */
+        if (rc != CKPT_OK && rc != CKPT_ENOMEM && o->num_only == 0 && !o->strip_prefix) {
+            ckpt__log(CKPT_LOG_WARN, "%s; exported without the aliases' metadata",
+                      ckpt_error_last()->message);
+            rc = CKPT_OK;
+        }
+    }
     if (rc != CKPT_OK)
         sel_free(sel);
     return rc;

@@ -1094,6 +1094,10 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
                                                        : "trying an older one");
         if (!(levels & CKPT_LEVEL_PERSISTENT))
             return rc;
+        /* the cache's attempt may have listed names already: the persistent one lists again */
+        ckpt_name_list_free(m->miss);
+        ckpt_name_list_free(m->unexp);
+        m->miss = m->unexp = NULL;
     }
     int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
     /* The chief checks the candidate is complete (index, sizes of its data files) first, so

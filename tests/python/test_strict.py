@@ -94,6 +94,12 @@ with mpickpt.CheckpointManager(ad) as mgr:
     b4 = np.zeros(6)
     st = {"w": b4, "tied": b4}  # 'x' of the checkpoint is not in the state
     expect_error(mpickpt.MismatchError, lambda: mgr.restore(st), "1 unexpected", "'x'")
+    # the checkpoint's alias 'tied' (stored once, as 'w') is not in the state: unexpected
+    st = {"w": np.zeros(6), "x": np.zeros(2)}
+    expect_error(mpickpt.MismatchError, lambda: mgr.restore(st), "1 unexpected", "'tied'")
+    info = mgr.restore(st, strict=False)
+    check(info["unexpected"] == ["tied"] and info["missing"] == [] and st["w"][5] == 5.0,
+          f"an alias the state lacks: {info}")
 
 # saved untied, restored into a state where 'wt' is a view of 'w' (a transpose: not contiguous,
 # so an alias read apart, not registered: C would call it unexpected); strict, and right

@@ -375,6 +375,24 @@ def open_dir_and_v1():
     check_bits(target["m"]["a/b"], a, "v1 array")
     check(target["m"]["step"] == 4 and target["m"]["t"] == ("x", 2) and target["r"].value == rank,
           f"v1 values {target}")
+    # a C program's checkpoint: a full tensor (rank 0 owns it whole), a replicated one and a
+    # registered saver's bytes (a blob, not loaded): load gives the arrays
+    cprog = os.path.join(v1, "cprog")
+    dup = comm.Dup()
+    s = C.Saver(dup)
+    full = np.arange(5, dtype=np.int64) * 3
+    if rank == 0:
+        s.add_full("prog/full", full, C.INT64, (5,))
+    s.add_replicated("prog/rep", a, C.FLOAT32, (6,), False)
+    s.add_blob("prog/opaque")
+    s.set_blob("prog/opaque", b"not json")
+    s.write(cprog)
+    s.close()
+    dup.Free()
+    got = mpickpt.load(cprog)
+    check(sorted(got) == ["prog"] and sorted(got["prog"]) == ["full", "rep"], f"C program {got}")
+    check_bits(got["prog"]["full"], full, "a C program's full tensor loaded")
+    check_bits(got["prog"]["rep"], a, "a C program's replicated tensor loaded")
     got = mpickpt.load(prefix)
     check_bits(tied["m"]["t1"], t12, "v1 tie (t1)")
     check_bits(tied["m"]["t2"], t12, "v1 tie (t2: read apart)")

@@ -115,6 +115,7 @@ class _Base:
                  replica_mismatch: Optional[str] = None) -> None:
         self._saver = None
         self._reg = Registered()
+        self._aliased = False  # the state of the last restore has aliases (on some rank)
         self._skip = bool(skip_missing_per_rank)
         code = _layout(layout)
         if check_replicas not in (None, "first", "every", "off"):
@@ -158,7 +159,7 @@ class _Base:
         shared = {leaf.name for leaf in self._reg.leaves if leaf.alias is not None}
         tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
         extra = [n for n in info.get("unexpected", []) if n not in shared]
-        if strict and shared:
+        if strict and self._aliased:  # the same on every rank (_c_strict)
             every = self._comm.allgather((tensors, extra))
             t_miss = sorted(set().union(*(m for m, _ in every)))
             t_extra = sorted(set().union(*(u for _, u in every)))
@@ -174,7 +175,12 @@ class _Base:
         """Whether C compares the names before reading: not when the state has aliases (leaves
         sharing another's memory, not registered), which C would call unexpected where the
         checkpoint stored them as tensors; _finish compares them then."""
-        return bool(strict) and not any(leaf.alias is not None for leaf in self._reg.leaves)
+        from mpi4py import MPI
+
+        # agreed: PerRank aliases may differ by rank, and every rank must take the same path
+        self._aliased = bool(self._comm.allreduce(
+            any(leaf.alias is not None for leaf in self._reg.leaves), op=MPI.LOR))
+        return bool(strict) and not self._aliased
 
     def _close(self, inner: Any) -> None:
         if self._saver is None:
@@ -681,7 +687,8 @@ def _v1_tree(tensors: Dict[str, Dict[str, Any]], replicated: Dict[str, Any],
     for name, t in tensors.items():
         if "/parallel_component_" in name:
             continue
-        node = {"replicated": ["n"], "component": ["p", ["n"]]}.get(t["kind"])
+        # a C program's full tensor (one rank wrote it whole) loads whole, as a replicated one
+        node = {"replicated": ["n"], "full": ["n"], "component": ["p", ["n"]]}.get(t["kind"])
         if t["kind"] == "partitioned":
             node = ["s", list(t["shape"]), [0] * len(t["shape"])]
         if node is not None:
@@ -923,7 +930,15 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
                     saver.add_replicated(name, view, code, kind[1], kind[0] == "component")
 
         collective(comm, register)
-        saver.restore(prefix, skip_missing_per_rank=skip)
+        # not strict: a C program's registered savers (blobs) are in the checkpoint and not
+        # loaded; every array registered here comes from the checkpoint's own list, so one it
+        # lacks is a damaged record (the same lists on every rank)
+        info = saver.restore(prefix, skip_missing_per_rank=skip, strict=False)
+        lost = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
+        if lost:
+            raise CorruptError(f"{prefix}: the record of plain values names arrays the "
+                               f"checkpoint does not hold: {', '.join(map(repr, lost[:8]))}"
+                               + (f" and {len(lost) - 8} more" if len(lost) > 8 else ""))
     finally:
         saver.close()
     return state

@@ -628,6 +628,10 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
                 "values of this rank); set skip_missing_per_rank to keep this rank's own")
         updates, missing, unexpected = compare_plain(leaves, replicated, own,
                                                      skip_missing_per_rank)
+        # aliases of the checkpoint (tied weights stored once) that the state lacks: neither
+        # tensors (C does not list them) nor plain values
+        have = {leaf.name for leaf in reg.leaves}
+        unexpected += [name for name in aliases if name not in have]
         restore_aliases(reg, aliases, where, own is None, comm.rank)
         return updates, missing, unexpected
 

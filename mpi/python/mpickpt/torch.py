@@ -37,7 +37,7 @@ from . import (CheckpointManager, CorruptError, InvalidArgumentError, MismatchEr
                Shard)
 from . import preemption as _preemption
 from . import open as _open_checkpoint
-from ._state import agree, uninterruptible
+from ._state import agree, collective, uninterruptible
 
 __all__ = ["Checkpointer", "unwrap"]
 
@@ -328,23 +328,27 @@ class Checkpointer:
         found = comm.bcast(found, root=0)
         if not found:
             return
-        for k in empty:
-            tmpl = found.get(k)
-            if not tmpl:
-                continue
-            o = self._optims[k][0]
-            state: Dict[int, Dict[str, Any]] = {}
-            for pid, entries in tmpl.items():
-                state[pid] = {key: (torch.zeros(v[1], dtype=_DTYPES[v[2]]) if v[0] == "t"
-                                    else v[1]) for key, v in entries.items()}
-            nparams = sum(len(g["params"]) for g in o.param_groups)
-            bad = [pid for pid in state if not 0 <= pid < nparams]
-            if bad:
-                raise MismatchError(f"optimizer{'/' + k if k else ''}: the checkpoint has state "
-                                    f"for parameter {bad[0]}, the optimizer has {nparams} "
-                                    "parameters")
-            sd = o.state_dict()
-            o.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+
+        def create() -> None:  # local; agreed below: a rank that fails makes every rank raise
+            for k in empty:
+                tmpl = found.get(k)
+                if not tmpl:
+                    continue
+                o = self._optims[k][0]
+                state: Dict[int, Dict[str, Any]] = {}
+                for pid, entries in tmpl.items():
+                    state[pid] = {key: (torch.zeros(v[1], dtype=_DTYPES[v[2]]) if v[0] == "t"
+                                        else v[1]) for key, v in entries.items()}
+                nparams = sum(len(g["params"]) for g in o.param_groups)
+                bad = [pid for pid in state if not 0 <= pid < nparams]
+                if bad:
+                    raise MismatchError(f"optimizer{'/' + k if k else ''}: the checkpoint has "
+                                        f"state for parameter {bad[0]}, the optimizer has "
+                                        f"{nparams} parameters")
+                sd = o.state_dict()
+                o.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+
+        collective(comm, create)
 
     def _read_templates(self, entries: List[Dict[str, Any]], start: int,
                         empty: List[str]) -> Optional[Dict[str, Any]]:
@@ -434,16 +438,23 @@ class Checkpointer:
         self._optimizer_templates(step)
         if self._rng is not None:
             self._rng.capture()
-        tree = self.state()
-        listed = step is None and self._mgr.latest_step() is not None
-        if step is not None:
-            info = self._mgr.restore(tree, step=step, **kw)
-        else:
-            info = self._mgr.restore_or_initialize(tree, **kw)
-        if info is None:
+        def forget_created() -> None:  # the optimizer state made from the checkpoint above
             for k, (o, _) in self._optims.items():
                 if not had_state[k]:
                     o.state.clear()
+
+        listed = step is None and self._mgr.latest_step() is not None
+        try:
+            tree = self.state()
+            if step is not None:
+                info = self._mgr.restore(tree, step=step, **kw)
+            else:
+                info = self._mgr.restore_or_initialize(tree, **kw)
+        except BaseException:
+            forget_created()  # a failed restore leaves no zero moments behind
+            raise
+        if info is None:
+            forget_created()
             self.restored = None
             if listed:
                 # The C restore reads replicated and sharded tensors in place and checks them

@@ -132,6 +132,22 @@ def parse_args() -> argparse.Namespace:
     return a
 
 
+def poison(tensors: List["torch.Tensor"]) -> None:
+    """Overwrites the tensors a restore must bring back (a restore that reads nothing shows)."""
+    for t in tensors:
+        t.fill_(-1)
+
+
+def check_restored(comm: Any, tensors: List["torch.Tensor"], ref: List["torch.Tensor"],
+                   what: str) -> None:
+    """Collective: aborts the job when a rank's restored tensors differ from the saved ones."""
+    ok = all(torch.equal(t, r) for t, r in zip(tensors, ref))
+    if not comm.allreduce(ok, op=MPI.LAND):
+        if comm.rank == 0:
+            print(f"bench_python.py: {what}: restored values are wrong", file=sys.stderr)
+        comm.Abort(1)
+
+
 class CTimed:
     """Stands in for the C Manager inside the Python CheckpointManager and adds up the time of its
     save and restore_or_initialize calls (the C library's work): the Python manager's time minus
@@ -233,15 +249,10 @@ class Bench:
         return dt
 
     def poison(self) -> None:
-        for t in self.t:
-            t.fill_(-1.0)
+        poison(self.t)
 
     def check(self, what: str) -> None:
-        ok = all(torch.equal(t, r) for t, r in zip(self.t, self.ref))
-        if not self.comm.allreduce(ok, op=MPI.LAND):
-            if self.rank == 0:
-                print(f"bench_python.py: {what}: restored values are wrong", file=sys.stderr)
-            self.comm.Abort(1)
+        check_restored(self.comm, self.t, self.ref, what)
 
     def c_prefix(self) -> str:
         return os.path.join(self.sub["c_saver"], f"bench-{self.step}")
@@ -544,15 +555,10 @@ class TorchBench:
         self.comm.Barrier()
 
     def poison(self) -> None:
-        for t in self.tensors:
-            t.fill_(-1)
+        poison(self.tensors)
 
     def check(self, what: str) -> None:
-        ok = all(torch.equal(t, r) for t, r in zip(self.tensors, self.ref))
-        if not self.comm.allreduce(ok, op=MPI.LAND):
-            if self.rank == 0:
-                print(f"bench_python.py: {what}: restored values are wrong", file=sys.stderr)
-            self.comm.Abort(1)
+        check_restored(self.comm, self.tensors, self.ref, what)
 
     # ---- the paths ----
     def torch_save(self) -> None:

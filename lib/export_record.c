@@ -134,7 +134,8 @@ int ckpt__records_load(ckpt__records *out, ckpt_reader *r, const char *shown)
         ckpt__records_free(out);
         return rc;
     }
-    qsort(out->r, out->n, sizeof *out->r, by_rank);
+    if (out->n > 1) /* qsort of no array (NULL) is undefined */
+        qsort(out->r, out->n, sizeof *out->r, by_rank);
     return CKPT_OK;
 }
 

@@ -61,7 +61,8 @@ int ckpt__replica_check_init(const ckpt_saver *s, ckpt__replica_check *c)
 void ckpt__replica_check_crcs(const ckpt_saver *s, ckpt__replica_check *c)
 {
     cmp_regs = s->regs.v;
-    qsort(c->reg, c->n, sizeof *c->reg, cmp_stored);
+    if (c->n > 1) /* qsort of no array (NULL) is undefined */
+        qsort(c->reg, c->n, sizeof *c->reg, cmp_stored);
     for (size_t i = 0; i < c->n; i++) {
         const ckpt__reg *g = &s->regs.v[c->reg[i]];
         int64_t ne = 0;

@@ -137,7 +137,8 @@ static int names_finish(const ckpt_saver *s, names_ctx *nc, uint8_t **bytes, uin
     *nm = *nu = 0;
     if (nc->rc != CKPT_OK)
         return nc->rc;
-    qsort(nc->miss, nc->nmiss, sizeof *nc->miss, cmp_str);
+    if (nc->nmiss > 1) /* qsort of no array (NULL) is undefined */
+        qsort(nc->miss, nc->nmiss, sizeof *nc->miss, cmp_str);
     size_t total = 0, k = 0;
     for (size_t i = 0; i < nc->nmiss; i++) {
         if (k && strcmp(nc->miss[k - 1], nc->miss[i]) == 0) {

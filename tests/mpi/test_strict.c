@@ -157,6 +157,8 @@ static void test_strict(const char *prefix)
     CHECK(coll(ckpt_saver_restore(s, prefix, NULL, NULL), CKPT_OK, "NULL without c"));
     /* ... while version 2 names 'b' */
     CHECK(coll(ckpt_saver_restore(s, prefix, &o, NULL), CKPT_OK, "v2 not strict without c"));
+    ckpt_name_list_free(miss); /* the caller's: returned through o.missing and o.unexpected */
+    ckpt_name_list_free(unexp);
     o.strict = 1;
     o.missing = o.unexpected = NULL;
     CHECK(coll(ckpt_saver_restore(s, prefix, &o, NULL), CKPT_EMISMATCH, "v2 strict without c"));

@@ -734,9 +734,11 @@ def torch_check(rec: Dict[str, Any]) -> List[str]:
             bad.append(f"{k}={v!r}")
     return bad
 
-def run_layers(a: argparse.Namespace) -> int:
-    """The rows of the docstring: python / c_manager / c_saver / raw."""
-    b = Bench(a)
+def run_scenario(b: Any, bench: str, fields: str, table: Callable[[], Dict[str, Any]],
+                 show: Callable[[Dict[str, Any]], None],
+                 check: Callable[[Dict[str, Any]], List[str]], a: argparse.Namespace) -> int:
+    """One warm-up rep, a.reps recorded ones, then rank 0 prints the table (and the JSON line,
+    checked with --check). `fields` names the fields in --check's messages."""
     try:
         b.rep(0, record=False)
         for i in range(a.reps):
@@ -745,43 +747,31 @@ def run_layers(a: argparse.Namespace) -> int:
         b.close()
     if b.rank != 0:
         return 0
-    rec = report(b, a)
-    print_table(rec)
+    rec = table()
+    show(rec)
     if a.json:
-        line = json.dumps({"bench": "python", **rec}, sort_keys=True)
+        line = json.dumps({"bench": bench, **rec}, sort_keys=True)
         print(line, flush=True)
         if a.check:
-            bad = check_record(json.loads(line))
+            bad = check(json.loads(line))
             if bad:
-                print(f"bench_python.py --check: bad fields: {bad}", file=sys.stderr)
+                print(f"bench_python.py --check: bad {fields}: {bad}", file=sys.stderr)
                 return 1
-            print("bench_python.py --check: every field present", flush=True)
+            print(f"bench_python.py --check: every {fields[:-1]} present", flush=True)
     return 0
+
+
+def run_layers(a: argparse.Namespace) -> int:
+    """The rows of the docstring: python / c_manager / c_saver / raw."""
+    b = Bench(a)
+    return run_scenario(b, "python", "fields", lambda: report(b, a), print_table, check_record, a)
 
 
 def run_torch(a: argparse.Namespace) -> int:
     """The PyTorch rows (TorchBench)."""
     b = TorchBench(a)
-    try:
-        b.rep(0, record=False)
-        for i in range(a.reps):
-            b.rep(i + 1, record=True)
-    finally:
-        b.close()
-    if b.rank != 0:
-        return 0
-    rec = torch_report(b)
-    torch_print(rec)
-    if a.json:
-        line = json.dumps({"bench": "python_torch", **rec}, sort_keys=True)
-        print(line, flush=True)
-        if a.check:
-            bad = torch_check(json.loads(line))
-            if bad:
-                print(f"bench_python.py --check: bad torch fields: {bad}", file=sys.stderr)
-                return 1
-            print("bench_python.py --check: every torch field present", flush=True)
-    return 0
+    return run_scenario(b, "python_torch", "torch fields", lambda: torch_report(b), torch_print,
+                        torch_check, a)
 
 
 def main() -> int:

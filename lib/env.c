@@ -174,6 +174,7 @@ static const char *const w_hier[] = { "auto", "0", "1", "off", "on", NULL };
 static const char *const w_redundancy[] = { "none", "partner", NULL };
 static const char *const w_check_replicas[] = { "first", "every", "off", NULL };
 static const char *const w_replica_mismatch[] = { "error", "warn", NULL };
+static const char *const w_retention[] = { "background", "inline", NULL };
 static const char *const w_log[] = { "error", "warn", "warning", "info", "debug", NULL };
 
 #define COLLECTIVE "collective (rank 0 decides)"
@@ -261,6 +262,13 @@ const ckpt__setting ckpt__settings[] = {
                  "mpickpt gc|pin|drop",
       .meaning = "seconds a writer waits for a checkpoint directory another job holds (0: fail "
                  "at once); lock_wait_seconds and --wait win",
+      .library = 1 },
+    { .name = "MPICKPT_RETENTION", .kind = CKPT__SETTING_CHOICE, .words = w_retention,
+      .dflt = "background", .scope = COLLECTIVE,
+      .read_by = "ckpt_manager_create, ckpt_training_create (mpi/manager.c)",
+      .meaning = "retention's deletions of old checkpoints: on a background thread of the chief "
+                 "(the save returns once the new checkpoint is committed and listed) or inside "
+                 "the save",
       .library = 1 },
     { .name = "MPICKPT_RUNS", .kind = CKPT__SETTING_INT, .lo = 1, .hi = 1000000, .dflt = "1",
       .scope = LOCAL, .read_by = "mpickpt-run (lib/cli/run.c); --max-runs wins",

@@ -11,6 +11,7 @@
 #include "identity.h"
 #include "index.h"
 #include "paths.h"
+#include "reaper.h"
 #include "restart.h"
 #include "mpi_internal.h"
 #include "mpickpt/collective.h"
@@ -51,6 +52,10 @@ struct ckpt_manager {
     /* the last restore's comparison of names (strict restores), or NULL */
     ckpt_name_list *miss, *unexp;
     int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
+    /* rank 0: retention's deletions (lib/reaper.h), in the background unless MPICKPT_RETENTION
+     * =inline; waited for before the next save's sweep, a removal of the directory, the free */
+    ckpt__reaper reaper;
+    int retention_inline;
 };
 
 /* What the restart control makes of entry `e` (CKPT__RS_*). */
@@ -348,6 +353,12 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
             local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 1);
         if (local == CKPT_OK)
             local = take_dirlock(m, dfd);
+        if (local == CKPT_OK) {
+            static const char *const words[] = { "background", "inline" };
+            static const int values[] = { 0, 1 };
+            local = ckpt__env_choice(&m->retention_inline, "MPICKPT_RETENTION", words, values, 2,
+                                     0);
+        }
         ckpt__close(dfd);
         if (local == CKPT_OK) {
             int r = ckpt_state_read(&m->state, m->dir);
@@ -440,6 +451,7 @@ void ckpt_manager_free(ckpt_manager *m)
                   m->dir);
         return;
     }
+    ckpt__reaper_wait(&m->reaper);
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
     if (m->saver && m->cache) /* its cache level: the held directories and their locks */
@@ -594,9 +606,13 @@ static int apply_retention(ckpt_manager *m)
         }
     }
     int rc = ckpt_state_write(st, m->dir);
+    /* The full paths of what goes, never a checkpoint the state still lists (under any entry) or
+     * the latest; deleted off the save's path (lib/reaper.h). */
+    char **paths = calloc(ndoomed ? ndoomed : 1, sizeof *paths);
+    size_t npaths = 0;
+    if (!paths && rc == CKPT_OK)
+        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; rc == CKPT_OK && i < ndoomed; i++) {
-        char prefix[4400];
-        /* Never a checkpoint the state still lists (under any entry) or the latest. */
         int listed = 0;
         for (size_t k = 0; !listed && k < st->num_entries; k++)
             listed = strcmp(doomed[i], st->entries[k].prefix) == 0 &&
@@ -608,12 +624,19 @@ static int apply_retention(ckpt_manager *m)
                       doomed[i]);
             continue;
         }
-        if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, doomed[i])) == CKPT_OK) {
-            rc = ckpt_checkpoint_delete(prefix);
-            if (rc == CKPT_OK)
-                ckpt__log(CKPT_LOG_INFO, "retention deleted %s", prefix);
-        }
+        size_t len = strlen(m->dir) + strlen(doomed[i]) + 2;
+        if (!(paths[npaths] = malloc(len)))
+            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        else
+            snprintf(paths[npaths++], len, "%s/%s", m->dir, doomed[i]);
     }
+    if (rc == CKPT_OK)
+        rc = m->retention_inline
+                 ? ckpt__reaper_delete_inline((const char *const *)paths, npaths)
+                 : ckpt__reaper_delete(&m->reaper, (const char *const *)paths, npaths);
+    for (size_t i = 0; i < npaths; i++)
+        free(paths[i]);
+    free(paths);
     free(doomed);
     return rc;
 }
@@ -962,6 +985,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     int local = CKPT_OK;
     if (m->rank == 0) {
         size_t removed = 0;
+        ckpt__reaper_wait(&m->reaper); /* the previous retention's deletions are done */
         local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
         if (local == CKPT_OK && removed)
             ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
@@ -1393,6 +1417,8 @@ int ckpt_training_delete_backup(ckpt_training *t)
     rc = ckpt_mpi_agree(t->m->comm, rc);
     if (rc != CKPT_OK)
         return rc;
+    if (t->m->rank == 0)
+        ckpt__reaper_wait(&t->m->reaper);
     int local = t->m->rank == 0 ? ckpt__remove_backup_dir(t->dir) : CKPT_OK;
     rc = ckpt_mpi_agree(t->m->comm, local);
     if (rc == CKPT_OK && t->m->cache) /* its checkpoints in the nodes' caches too */

@@ -266,9 +266,8 @@ const ckpt__setting ckpt__settings[] = {
     { .name = "MPICKPT_RETENTION", .kind = CKPT__SETTING_CHOICE, .words = w_retention,
       .dflt = "background", .scope = COLLECTIVE,
       .read_by = "ckpt_manager_create, ckpt_training_create (mpi/manager.c)",
-      .meaning = "retention's deletions of old checkpoints: on a background thread of the chief "
-                 "(the save returns once the new checkpoint is committed and listed) or inside "
-                 "the save",
+      .meaning = "retention's deleted files: their blocks freed by a background thread of the "
+                 "chief (each held open across its unlink) or inside the save",
       .library = 1 },
     { .name = "MPICKPT_RUNS", .kind = CKPT__SETTING_INT, .lo = 1, .hi = 1000000, .dflt = "1",
       .scope = LOCAL, .read_by = "mpickpt-run (lib/cli/run.c); --max-runs wins",

@@ -4,6 +4,7 @@
 #include "fsutil.h"
 #include "index.h"
 #include "paths.h"
+#include "reaper.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -319,7 +320,33 @@ static int all_digits(const char *s, size_t n)
     return 1;
 }
 
+/* Keeps data file `name` of dirfd open in *held when it is a regular file of at least hold_min
+ * bytes (lib/reaper.h); anything else is left to the plain unlink. */
+static void hold_open(int **held, size_t *nheld, uint64_t hold_min, int dirfd, const char *name,
+                      const char *dir)
+{
+    int f = -1;
+    uint64_t size = 0;
+    if (ckpt__file_open(&f, &size, dirfd, name, O_RDONLY, dir) != CKPT_OK) {
+        ckpt_error_clear(); /* raised here, not the caller's: the unlink below decides */
+        return;
+    }
+    int *p = size >= hold_min ? realloc(*held, (*nheld + 1) * sizeof *p) : NULL;
+    if (!p) {
+        close(f);
+        return;
+    }
+    *held = p;
+    p[(*nheld)++] = f;
+}
+
 int ckpt_checkpoint_delete(const char *prefix)
+{
+    return ckpt__checkpoint_delete_held(prefix, 0, NULL, NULL);
+}
+
+int ckpt__checkpoint_delete_held(const char *prefix, uint64_t hold_min, int **held,
+                                 size_t *nheld)
 {
     char dir[4096], base[4096], iname[4200], path[8400];
     int rc = ckpt__split_path(dir, sizeof dir, base, sizeof base, prefix);
@@ -351,6 +378,8 @@ int ckpt_checkpoint_delete(const char *prefix)
     while ((e = readdir(d)) != NULL) {
         if (!ckpt__data_file_base(b, sizeof b, e->d_name) || strcmp(b, base) != 0)
             continue;
+        if (held && rc == CKPT_OK)
+            hold_open(held, nheld, hold_min, fd, e->d_name, dir);
         /* unlinkat removes the entry (a planted link included), never what it points to */
         if (unlinkat(fd, e->d_name, 0) != 0 && errno != ENOENT) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);

@@ -52,8 +52,9 @@ struct ckpt_manager {
     /* the last restore's comparison of names (strict restores), or NULL */
     ckpt_name_list *miss, *unexp;
     int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
-    /* rank 0: retention's deletions (lib/reaper.h), in the background unless MPICKPT_RETENTION
-     * =inline; waited for before the next save's sweep, a removal of the directory, the free */
+    /* rank 0: the blocks of retention's deleted files, freed in the background (lib/reaper.h)
+     * unless MPICKPT_RETENTION=inline; waited for by the next batch, the next save's sweep, a
+     * removal of the directory and the free */
     ckpt__reaper reaper;
     int retention_inline;
 };
@@ -557,6 +558,9 @@ void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list)
  * deleted index first, so a crash in between leaves valid but unlisted checkpoints, never a
  * listed checkpoint without data. The latest is never deleted.
  */
+/* Data files from this size on have their blocks freed in the background (lib/reaper.h). */
+#define RETENTION_HOLD_MIN ((uint64_t)1 << 20)
+
 static int apply_retention(ckpt_manager *m)
 {
     ckpt_state *st = m->state;
@@ -606,13 +610,14 @@ static int apply_retention(ckpt_manager *m)
         }
     }
     int rc = ckpt_state_write(st, m->dir);
-    /* The full paths of what goes, never a checkpoint the state still lists (under any entry) or
-     * the latest; deleted off the save's path (lib/reaper.h). */
-    char **paths = calloc(ndoomed ? ndoomed : 1, sizeof *paths);
-    size_t npaths = 0;
-    if (!paths && rc == CKPT_OK)
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    /* Large data files are held open across their unlink and closed by a background thread,
+     * which frees their blocks while the job trains (lib/reaper.h); MPICKPT_RETENTION=inline:
+     * freed here. */
+    int *held = NULL;
+    size_t nheld = 0;
     for (size_t i = 0; rc == CKPT_OK && i < ndoomed; i++) {
+        char prefix[4400];
+        /* Never a checkpoint the state still lists (under any entry) or the latest. */
         int listed = 0;
         for (size_t k = 0; !listed && k < st->num_entries; k++)
             listed = strcmp(doomed[i], st->entries[k].prefix) == 0 &&
@@ -624,19 +629,15 @@ static int apply_retention(ckpt_manager *m)
                       doomed[i]);
             continue;
         }
-        size_t len = strlen(m->dir) + strlen(doomed[i]) + 2;
-        if (!(paths[npaths] = malloc(len)))
-            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        else
-            snprintf(paths[npaths++], len, "%s/%s", m->dir, doomed[i]);
+        if ((rc = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, doomed[i])) == CKPT_OK) {
+            rc = m->retention_inline
+                     ? ckpt_checkpoint_delete(prefix)
+                     : ckpt__checkpoint_delete_held(prefix, RETENTION_HOLD_MIN, &held, &nheld);
+            if (rc == CKPT_OK)
+                ckpt__log(CKPT_LOG_INFO, "retention deleted %s", prefix);
+        }
     }
-    if (rc == CKPT_OK)
-        rc = m->retention_inline
-                 ? ckpt__reaper_delete_inline((const char *const *)paths, npaths)
-                 : ckpt__reaper_delete(&m->reaper, (const char *const *)paths, npaths);
-    for (size_t i = 0; i < npaths; i++)
-        free(paths[i]);
-    free(paths);
+    ckpt__reaper_close(&m->reaper, held, nheld);
     free(doomed);
     return rc;
 }

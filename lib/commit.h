@@ -1,5 +1,5 @@
 /*
- * Commit: making a checkpoint visible, atomically (DESIGN §4 step 5). One implementation for the
+ * Commit: making a checkpoint visible, atomically (docs/design.md §4.5). One implementation for the
  * single-process writer (lib/checkpoint.c) and the collective saver's chief (mpi/save_protocol.c).
  * Not installed. No MPI.
  *

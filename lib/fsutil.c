@@ -1,6 +1,6 @@
 /*
  * File-system helpers. Everything inside a checkpoint directory is treated as written by someone
- * else (DESIGN §12): entries are reached relative to an open directory descriptor, never through a
+ * else (docs/design.md §10): entries are reached by an open directory's descriptor, never through a
  * symbolic link (O_NOFOLLOW, fstatat(AT_SYMLINK_NOFOLLOW)), files are opened with O_NONBLOCK and
  * checked to be regular files before use (a FIFO or a device never blocks or feeds a read), new
  * files are created with O_EXCL under names nobody can predict, and trees are removed by

@@ -1,4 +1,4 @@
-/* Internal file-system helpers (DESIGN §12, docs/security.md).
+/* Internal file-system helpers (docs/design.md §10, docs/security.md).
  *
  * A checkpoint directory is shared with others: every entry below the directory the caller named
  * is reached relative to an open directory descriptor without following symbolic links, files are

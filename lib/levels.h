@@ -1,5 +1,5 @@
 /*
- * Storage levels (docs/levels.md, DESIGN §10): the pure parts, no MPI, no I/O.
+ * Storage levels (docs/levels.md, docs/design.md §9): the pure parts, no MPI, no I/O.
  *
  *   cache directory   a node-local directory per node, from a pattern: "%n" is the node's index
  *                     (0 .. nodes-1, as mpi/save_node.c numbers nodes: by their lowest rank),

@@ -1,5 +1,5 @@
 /*
- * Node files: the data file of one node in the per-node layout (DESIGN §4 step 2), with no MPI.
+ * Node files: the data file of one node in the per-node layout (docs/design.md §4.2), with no MPI.
  * The collective part (who sends what to whom) is mpi/save_node.c. Not installed.
  *
  * A node file holds exactly what the per-rank files of the node's ranks would hold (lib/shard.c),

@@ -1,6 +1,6 @@
 /*
  * Paths: the single owner of the names mpickpt gives to what it writes in a checkpoint directory
- * (DESIGN §5), and of the in-flight directories of a save. Not installed. No MPI.
+ * (docs/design.md §3), and of the in-flight directories of a save. Not installed. No MPI.
  *
  * Contract:
  *   <dir>/<base>.index                 the commit point of checkpoint <dir>/<base>
@@ -46,7 +46,7 @@
 
 #pragma GCC visibility push(default)
 
-/* The directory name of the training-state layout's chief (DESIGN §5). */
+/* The directory name of the training-state layout's chief (docs/design.md §3). */
 #define CKPT__CHIEF_DIR "chief"
 /* The manager's state file in a checkpoint directory (TensorFlow's name). */
 #define CKPT__STATE_FILE "checkpoint"

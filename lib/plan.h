@@ -1,5 +1,5 @@
 /*
- * Plan: what a rank registered and the pieces it stores at a save (DESIGN §4 step 1), as plain C
+ * Plan: what a rank registered and the pieces it stores at a save (docs/design.md §4.1), as plain C
  * structs. No MPI. Not installed.
  *
  * Contract:

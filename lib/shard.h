@@ -1,5 +1,5 @@
 /*
- * Shard writing: one rank's data file of a save (DESIGN §4 step 2, per-rank layout), with no MPI.
+ * Shard writing: one rank's data file of a save (docs/design.md §4.2, per-rank layout), no MPI.
  * Not installed.
  *
  * Contract of ckpt__shard_write(): creates <temp>/<data_name> (O_EXCL, after removing a leftover

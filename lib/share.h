@@ -1,5 +1,5 @@
 /*
- * A rank's share of an index (DESIGN §4, "Restore"): the collective restore's chief, holding the
+ * A rank's share of an index (docs/design.md §5): the collective restore's chief, holding the
  * whole index (read and validated), sends each rank only the entries it reads, so a rank's restore
  * costs O(its tensors + the pieces overlapping what it owns) in memory and work, whatever the total
  * piece count; the chief's cost is O(total). Not installed. No MPI.

@@ -1,5 +1,5 @@
 /*
- * The collective restore (DESIGN §4, "Restore"): the chief reads the index and checks it, every
+ * The collective restore (docs/design.md §5): the chief reads the index and checks it, every
  * rank receives it and reads the pieces that overlap what it owns now, so a checkpoint written by
  * N ranks restores on M. Per-rank values are staged and applied only once every rank succeeded.
  */

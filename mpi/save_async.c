@@ -1,8 +1,8 @@
 /*
- * Sync and async saves (DESIGN §5): a save is prepared on the caller's thread (save_protocol.c,
- * with a snapshot of every registration in async mode), then steps 2-5 run inline or on the
- * writer thread, on its own communicator, one save in flight at a time. A background failure is
- * reported on every rank by the next save, sync or close.
+ * Sync and async saves (docs/design.md §7): a save is prepared on the caller's thread
+ * (save_protocol.c, with a snapshot of every registration in async mode), then steps 2-5 run inline
+ * or on the writer thread, on its own communicator, one save in flight at a time. A background
+ * failure is reported on every rank by the next save, sync or close.
  */
 #include "saver_internal.h"
 

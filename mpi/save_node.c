@@ -1,5 +1,5 @@
 /*
- * The per-node layout (DESIGN §4 step 2): the ranks of a node write one data file, so that a
+ * The per-node layout (docs/design.md §4.2): the ranks of a node write one data file, so that a
  * checkpoint has a file per node instead of one per rank. The MPI-free parts (the datasets of a
  * rank, the file's creation, a rank's pwrite of its bytes) are lib/nodefile.c.
  *

@@ -1,7 +1,7 @@
 /*
- * The save protocol (DESIGN §4), collective over the saver's communicator; each step below is one
- * function, and every exit after the first collective goes through ckpt_mpi_agree(), so all ranks
- * return the same status and nobody is left waiting in a collective:
+ * The save protocol (docs/design.md §4), collective over the saver's communicator; each step below
+ * is one function, and every exit after the first collective goes through ckpt_mpi_agree(), so all
+ * ranks return the same status and nobody is left waiting in a collective:
  *
  *   0. prefix   save_prepare: every rank adopts the chief's prefix, counter and the save's id
  *               (bcast_prefix), opens the directories (init_ctx), runs its registered savers;

@@ -1,5 +1,5 @@
 /*
- * The shared layout's write (DESIGN §4 step 2): every rank's pieces in one HDF5 file through the
+ * The shared layout's write (docs/design.md §4.2): every rank's pieces in one HDF5 file through the
  * MPI-IO driver, a partitioned tensor as one global dataset that any HDF5 reader reassembles.
  * Collective over the save's communicator; a rank that fails keeps joining the collective calls.
  * Each piece is recorded (lib/record.c) with its checksums at its own coordinates.

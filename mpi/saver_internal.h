@@ -1,7 +1,8 @@
 /*
  * The collective saver's state, shared by its modules (not installed):
  *   saver.c          create (settings decided by rank 0), registration, close, borrowers
- *   save_protocol.c  the save protocol of DESIGN §4: prefix, plan, write, agree, merge, commit
+ *   save_protocol.c  the save protocol (docs/design.md §4): prefix, plan, write, agree, merge,
+ *                    commit
  *   save_shared.c    the shared-layout writer (one file through MPI-IO)
  *   save_node.c      the per-node layout: nodes, and a node's file written by its ranks
  *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting

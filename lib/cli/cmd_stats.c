@@ -35,7 +35,7 @@ static double median(double *v, size_t n)
  * operand is the user's own path. For a DIR operand, DIR/metrics.jsonl, else
  * DIR/chief/metrics.jsonl, is reached below DIR by descriptor: a link there is not followed and
  * anything but a regular file is refused, so a FIFO planted in a shared directory cannot block
- * the tool (DESIGN §12). NULL after printing why. */
+ * the tool (docs/design.md §10). NULL after printing why. */
 static FILE *stats_open(const cli_command *cmd, const char *arg, char **path)
 {
     struct stat sb;

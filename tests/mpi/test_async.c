@@ -1,4 +1,5 @@
-/* Async checkpointing: the saver's async mode (DESIGN §5, TensorFlow's async_checkpoint_helper.py).
+/* Async checkpointing: the saver's async mode (docs/design.md §7, TensorFlow's
+ * async_checkpoint_helper.py).
  *
  * usage: test_async OUTDIR CASE shared|per-rank|per-node [ARG]
  *

@@ -1,4 +1,4 @@
-/* Hostile MPI conditions for the guarantees of issue 12 (DESIGN §4-6, §8, §12).
+/* Hostile MPI conditions for the guarantees of issue 12 (docs/design.md §4-§8, §10).
  *
  * usage: test_hostile_mpi OUTDIR CASE [ARG...]
  *

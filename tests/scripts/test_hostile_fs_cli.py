@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The command-line tool in checkpoint directories others can write to (issue 12, DESIGN §12).
+"""The command-line tool in directories others can write to (issue 12, docs/design.md §10).
 
     MPICKPT_CLI=.../mpickpt MPICKPT_MAKE_CKPT=.../make_ckpt test_hostile_fs_cli.py OUTDIR
 

@@ -1,6 +1,6 @@
-/* Issue 12, "a checkpoint directory others can write to" (DESIGN §12): the library in directories
- * where someone else planted symbolic links, FIFOs, devices, crafted state files, look-alike
- * names, and races that swap a directory for a link while mpickpt works in it.
+/* Issue 12, "a checkpoint directory others can write to" (docs/design.md §10): the library in
+ * directories where someone else planted symbolic links, FIFOs, devices, crafted state files,
+ * look-alike names, and races that swap a directory for a link while mpickpt works in it.
  *
  *   test_hostile_fs [CASE...]   in $MPICKPT_TEST_DIR (default /tmp/test_hostile_fs)
  *

@@ -986,7 +986,6 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     int local = CKPT_OK;
     if (m->rank == 0) {
         size_t removed = 0;
-        ckpt__reaper_wait(&m->reaper); /* the previous retention's deletions are done */
         local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
         if (local == CKPT_OK && removed)
             ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,

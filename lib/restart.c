@@ -3,6 +3,8 @@
 
 #include "fsutil.h"
 
+#include "mpickpt/checkpoint.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -333,4 +335,91 @@ long ckpt__restart_point(const ckpt__restart *c, const ckpt_state *st)
             return (long)i;
     }
     return -1;
+}
+
+int ckpt__restart_candidate(const ckpt__restart *c, const ckpt_state_entry *e, unsigned readable,
+                            unsigned *levels)
+{
+    int s = ckpt__restart_status(c, e->prefix, e->save_counter);
+    *levels = (e->levels ? e->levels : CKPT_LEVEL_PERSISTENT) & readable;
+    if (s == CKPT__RS_DROPPED)
+        return CKPT__CAND_DROPPED;
+    if (s == CKPT__RS_ASIDE)
+        return CKPT__CAND_ASIDE;
+    if (!*levels)
+        return CKPT__CAND_LEVEL;
+    if (s == CKPT__RS_PINNED)
+        return CKPT__CAND_PINNED;
+    return c->pinned && e->save_counter < c->pin_counter ? CKPT__CAND_BEHIND_PIN
+                                                         : CKPT__CAND_NORMAL;
+}
+
+int ckpt__restart_pin_error(const ckpt__restart *c, const char *dir, int pin_listed)
+{
+    return ckpt__error(CKPT_ENOTFOUND,
+                       "%s is pinned (%s/%s) but %s: clear the pin (mpickpt pin %s --clear) or "
+                       "pin another checkpoint",
+                       c->pin, dir, CKPT__RESTART_FILE,
+                       pin_listed ? "cannot be restored" : "is not a listed checkpoint", dir);
+}
+
+/* The first candidate of st (newest first) whose index and data open (mpickpt/state.h). */
+static int newest_of(char *out, size_t size, const char *dir, const ckpt_state *st,
+                     const ckpt__restart *ctl)
+{
+    int pin_listed = 0, skipped = 0;
+    char first[512] = "";
+    for (size_t k = 0; k < st->num_entries; k++)
+        pin_listed |= ckpt__restart_status(ctl, st->entries[k].prefix,
+                                           st->entries[k].save_counter) == CKPT__RS_PINNED;
+    for (size_t k = st->num_entries; k-- > 0;) {
+        unsigned lv;
+        int c = ckpt__restart_candidate(ctl, &st->entries[k], CKPT_LEVEL_PERSISTENT, &lv);
+        if (c == CKPT__CAND_DROPPED || c == CKPT__CAND_ASIDE || c == CKPT__CAND_LEVEL)
+            continue;
+        if (c == CKPT__CAND_BEHIND_PIN)
+            return ckpt__restart_pin_error(ctl, dir, pin_listed);
+        int rc = ckpt__path(out, size, "%s/%s", dir, st->entries[k].prefix);
+        if (rc != CKPT_OK)
+            return rc;
+        ckpt_reader *r = NULL;
+        if ((rc = ckpt_reader_open(&r, out)) == CKPT_OK) {
+            ckpt_reader_free(r);
+            return CKPT_OK;
+        }
+        if (!skipped++)
+            snprintf(first, sizeof first, "%s: %s", st->entries[k].prefix,
+                     ckpt_error_last()->message);
+    }
+    out[0] = '\0';
+    if (ctl->pinned)
+        return ckpt__restart_pin_error(ctl, dir, pin_listed);
+    if (skipped)
+        return ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s (%d unreadable: %s)",
+                           dir, skipped, first);
+    return ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s", dir);
+}
+
+int ckpt_newest_restorable(char *out, size_t size, const char *dir)
+{
+    if (!out || !dir)
+        return ckpt__error(CKPT_EINVAL, "ckpt_newest_restorable: out and dir must not be NULL");
+    if (size)
+        out[0] = '\0';
+    ckpt_state *st = NULL;
+    int rc = ckpt_state_read(&st, dir);
+    if (rc != CKPT_OK) { /* missing or damaged: what the indexes say, as `mpickpt list` */
+        ckpt_state_free(st);
+        st = NULL;
+        rc = ckpt_state_scan(&st, dir);
+    }
+    ckpt__restart ctl;
+    memset(&ctl, 0, sizeof ctl);
+    if (rc == CKPT_OK)
+        rc = ckpt__restart_read(&ctl, dir);
+    if (rc == CKPT_OK)
+        rc = newest_of(out, size, dir, st, &ctl);
+    ckpt__restart_clear(&ctl);
+    ckpt_state_free(st);
+    return rc;
 }

@@ -84,6 +84,31 @@ int ckpt__restart_remove_drop(ckpt__restart *c, const char *name, int64_t counte
  * neither set aside nor dropped; -1 when there is none. */
 long ckpt__restart_point(const ckpt__restart *c, const ckpt_state *st);
 
+/* What ckpt__restart_candidate() makes of an entry: >= 0 a restore may use it (the values of
+ * ckpt_restart_status, mpickpt/manager.h), < 0 why none may. */
+enum {
+    CKPT__CAND_NORMAL = 0,     /* restore_or_initialize may start from it or fall back to it */
+    CKPT__CAND_PINNED = 1,     /* the pinned checkpoint */
+    CKPT__CAND_BEHIND_PIN = 2, /* older than the pin: restored only when chosen */
+    CKPT__CAND_DROPPED = -1,
+    CKPT__CAND_ASIDE = -2,
+    CKPT__CAND_LEVEL = -3      /* on none of the levels the reader uses */
+};
+
+/*
+ * The one rule of which checkpoint a restore may use (the manager's restores, its restorable
+ * list and latest, and `mpickpt.newest`/`open(DIR)` through ckpt_newest_restorable): CKPT__CAND_*
+ * of entry e under control c. *levels: e's levels (0 meaning persistent, as written before
+ * levels existed) among `readable` (CKPT_LEVEL_* the reader uses).
+ */
+int ckpt__restart_candidate(const ckpt__restart *c, const ckpt_state_entry *e, unsigned readable,
+                            unsigned *levels);
+
+/* The pinned checkpoint is not reachable (behind a damaged or missing newer one, or not
+ * listed): CKPT_ENOTFOUND naming the pin and the ways out. */
+int ckpt__restart_pin_error(const ckpt__restart *c, const char *dir, int pin_listed);
+
+
 #pragma GCC visibility pop
 
 #endif

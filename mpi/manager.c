@@ -72,28 +72,25 @@ static unsigned levels_of(const ckpt_state_entry *e)
 }
 
 /* Why no restore may use an entry (candidate() < 0). */
-enum { NOT_DROPPED = -1, NOT_ASIDE = -2, NOT_LEVEL = -3 };
+enum { NOT_DROPPED = CKPT__CAND_DROPPED, NOT_ASIDE = CKPT__CAND_ASIDE, NOT_LEVEL = CKPT__CAND_LEVEL };
+_Static_assert((int)CKPT__CAND_NORMAL == (int)CKPT_RESTART_NORMAL &&
+                   (int)CKPT__CAND_PINNED == (int)CKPT_RESTART_PINNED &&
+                   (int)CKPT__CAND_BEHIND_PIN == (int)CKPT_RESTART_BEHIND_PIN,
+               "lib/restart.h's candidates are ckpt_restart_status values");
 
 /*
- * The one rule of which checkpoint a restore may use, for restore_or_initialize, the chosen
- * restore, the restorable list and latest (and through them Python): CKPT_RESTART_* of entry `e`,
- * or NOT_* when no restore may use it. *levels: the levels this manager restores it from (a
- * manager without a cache level reads only the persistent directory). Needs the state and the
- * control stable: under the lock, or with no save in flight.
+ * The one rule of which checkpoint a restore may use (lib/restart.h ckpt__restart_candidate),
+ * for restore_or_initialize, the chosen restore, the restorable list and latest: *levels are the
+ * levels this manager restores `e` from (a manager without a cache level reads only the
+ * persistent directory). Needs the state and the control stable: under the lock, or with no save
+ * in flight.
  */
 static int candidate(const ckpt_manager *m, const ckpt_state_entry *e, unsigned *levels)
 {
-    int s = rs_of(m, e);
-    *levels = levels_of(e) & (m->cache ? CKPT_LEVEL_CACHE | CKPT_LEVEL_PERSISTENT
-                                       : CKPT_LEVEL_PERSISTENT);
-    if (s == CKPT__RS_DROPPED || s == CKPT__RS_ASIDE)
-        return s == CKPT__RS_DROPPED ? NOT_DROPPED : NOT_ASIDE;
-    if (!*levels)
-        return NOT_LEVEL;
-    if (s == CKPT__RS_PINNED)
-        return CKPT_RESTART_PINNED;
-    return m->ctl.pinned && e->save_counter < m->ctl.pin_counter ? CKPT_RESTART_BEHIND_PIN
-                                                                 : CKPT_RESTART_NORMAL;
+    return ckpt__restart_candidate(&m->ctl, e,
+                                   m->cache ? CKPT_LEVEL_CACHE | CKPT_LEVEL_PERSISTENT
+                                            : CKPT_LEVEL_PERSISTENT,
+                                   levels);
 }
 
 /* The index of the entry restore_or_initialize tries first (the newest it may start from: never
@@ -1064,11 +1061,7 @@ static int restored(ckpt_manager *m, ckpt_manager_restored *out, const char *pre
 static int pin_error(const ckpt_manager *m, int pin_listed)
 {
     ckpt_error_clear();
-    return ckpt__error(CKPT_ENOTFOUND,
-                       "%s is pinned (%s/%s) but %s: clear the pin (mpickpt pin %s --clear) or "
-                       "pin another checkpoint",
-                       m->ctl.pin, m->dir, CKPT__RESTART_FILE,
-                       pin_listed ? "cannot be restored" : "is not a listed checkpoint", m->dir);
+    return ckpt__restart_pin_error(&m->ctl, m->dir, pin_listed);
 }
 
 /*

@@ -70,6 +70,19 @@ CKPT_EXTERN void ckpt_state_free(ckpt_state *state);
  */
 CKPT_EXTERN int ckpt_state_scan(ckpt_state **out, const char *dir);
 
+/**
+ * The checkpoint a manager's restore_or_initialize of @p dir would start from, read without MPI
+ * or the directory's lock (beside the job that owns it): the state file (a scan when it is
+ * missing or damaged) and the restart control (`mpickpt pin`/`drop`), then from the newest
+ * checkpoint down the first in the directory (not only in the nodes' caches) that neither a pin
+ * set aside nor a drop retired and whose index and data files open, never one behind the pin:
+ * the manager's own rule (docs/operations.md "Choosing the restart point"). @p out receives
+ * "<dir>/<prefix>". CKPT_ENOTFOUND when there is none (naming the first unreadable one), or
+ * naming the pin when the pinned checkpoint cannot be reached. Its checksums are checked when it
+ * is read.
+ */
+CKPT_EXTERN int ckpt_newest_restorable(char *out, size_t out_size, const char *dir);
+
 /** Size in bytes of checkpoint @p prefix (index + its data files as listed in the index). */
 CKPT_EXTERN int ckpt_checkpoint_bytes(uint64_t *out, const char *prefix);
 

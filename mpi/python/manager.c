@@ -147,6 +147,24 @@ PyObject *pyckpt_read_state(PyObject *self, PyObject *arg)
     return d;
 }
 
+/* ckpt_newest_restorable(): the checkpoint a restore of the directory starts from, read-only. */
+PyObject *pyckpt_newest(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *bytes = NULL;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    char out[8192];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ckpt_newest_restorable(out, sizeof out, PyBytes_AS_STRING(bytes));
+    Py_END_ALLOW_THREADS
+    Py_DECREF(bytes);
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return PyUnicode_DecodeFSDefault(out);
+}
+
 /* ---- Manager ---------------------------------------------------------------------------------- */
 
 static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)

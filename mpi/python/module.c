@@ -290,6 +290,8 @@ static PyMethodDef module_methods[] = {
     { "dtype_size", py_dtype_size, METH_O, "bytes per element of a dtype code" },
     { "read_state", pyckpt_read_state, METH_O,
       "read_state(dir) -> {latest, save_counter, entries, scanned}: no MPI, no lock" },
+    { "newest", pyckpt_newest, METH_O,
+      "newest(dir) -> the prefix a restore of dir starts from (ckpt_newest_restorable)" },
     { NULL, NULL, 0, NULL }
 };
 

@@ -37,6 +37,7 @@ int pyckpt_interop_init(PyObject *module);
 /* manager.c: read_state(dir) -> the state file's checkpoints (a scan of *.index when it is missing
  * or damaged); no MPI, no lock (mpickpt.load and mpickpt.open of a directory) */
 PyObject *pyckpt_read_state(PyObject *self, PyObject *arg);
+PyObject *pyckpt_newest(PyObject *self, PyObject *arg);
 
 /* The C saver of a Saver object (borrowed), or NULL with an exception set. */
 ckpt_saver *pyckpt_saver_get(PyObject *saver);

@@ -311,6 +311,21 @@ def open_dir_and_v1():
     check(mpickpt.load(d)["step"] == 1, "load(dir) of the pinned checkpoint")
     pc.run_cli("pin", "--clear", d)
     check(mpickpt.newest(d).endswith("ckpt-2"), "the pin cleared")
+    # newest() is the restore's rule (C decides): the pinned checkpoint damaged is the pin's
+    # error, as the manager's restore says, never the older ckpt-1 behind the pin
+    pc.run_cli("pin", d, "ckpt-2")
+    comm.Barrier()
+    if rank == 0:
+        for f in os.listdir(d):
+            if f.startswith("ckpt-2.data-"):
+                os.unlink(os.path.join(d, f))
+    comm.Barrier()
+    expect_error(mpickpt.NotFoundError, lambda: mpickpt.newest(d), "ckpt-2 is pinned")
+    with mpickpt.CheckpointManager(d) as mgr:
+        expect_error(mpickpt.NotFoundError, lambda: mgr.restore({"x": np.zeros(4), "step": 0}),
+                     "ckpt-2 is pinned")
+    pc.run_cli("pin", "--clear", d)
+    check(mpickpt.newest(d).endswith("ckpt-1"), "the damaged ckpt-2 skipped once unpinned")
 
     # a record of version 1, by hand: the Saver writes it as the package did before issue 30
     v1 = pc.outdir("v1")

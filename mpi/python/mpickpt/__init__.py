@@ -597,66 +597,15 @@ class Checkpoint(Mapping[str, Array]):
                 f"{self.meta['step']}, {self.meta['world_size']} ranks>")
 
 
-def _restart_control(directory: str) -> Tuple[Optional[Tuple[str, int, int]], set]:
-    """The pin (name, counter, through) and the drops {(name, counter)} of a directory's restart
-    control (`mpickpt pin`/`drop`, docs/operations.md); a missing file is none. Read as the C
-    library reads it (lib/restart.c): a line that is not a record is a CorruptError."""
-    import builtins
-
-    path = os.path.join(directory, "restart")
-    try:
-        with builtins.open(path, "rb") as f:
-            raw = f.read((1 << 20) + 1)
-    except FileNotFoundError:
-        return None, set()
-    except OSError as e:
-        raise CorruptError(f"{path}: cannot be read ({e})") from None
-    pin, drops = None, set()
-    for lineno, line in enumerate(raw.split(b"\n"), 1):
-        if not line or line.startswith(b"#"):
-            continue
-        f = line.decode("utf-8", "replace").split()
-        try:
-            if len(f) == 4 and f[0] == "pin" and pin is None and int(f[3]) >= int(f[2]) >= 0:
-                pin = (f[1], int(f[2]), int(f[3]))
-                continue
-            if len(f) == 3 and f[0] == "drop" and int(f[2]) >= 0:
-                drops.add((f[1], int(f[2])))
-                continue
-        except ValueError:
-            pass
-        raise CorruptError(f"{path}: line {lineno} is not a restart record (\"pin NAME COUNTER "
-                           "THROUGH\" once, or \"drop NAME COUNTER\")")
-    return pin, drops
-
-
 def newest(directory: str) -> str:
     """The prefix of the checkpoint a restore of `directory` starts from: the newest that
     `mpickpt pin` did not set aside, `mpickpt drop` did not retire, that is in the directory (not
-    only in the nodes' caches) and whose index opens; the pinned one when nothing restorable is
-    newer. Read-only: no lock, no MPI (works while the job that owns the directory runs). Its
-    checksums are checked when it is read. NotFoundError when there is none."""
-    directory = os.fspath(directory)
-    st = _C.read_state(directory)
-    pin, drops = _restart_control(directory)
-    skipped = []
-    for e in reversed(st["entries"]):
-        name, counter = e["prefix"], e["save_counter"]
-        if pin is not None and (name, counter) == (pin[0], pin[1]):
-            pass
-        elif (name, counter) in drops or (pin is not None and pin[1] < counter <= pin[2]):
-            continue
-        if "persistent" not in e["levels"]:
-            continue
-        prefix = os.path.join(directory, name)
-        try:
-            _C.Reader(prefix).close()
-        except Error as err:
-            skipped.append(f"{name}: {err}")
-            continue
-        return prefix
-    raise NotFoundError(f"no restorable checkpoint in {directory}" +
-                        (f" ({len(skipped)} unreadable: {skipped[0]})" if skipped else ""))
+    only in the nodes' caches) and whose index and data open; never one older than a pin (the
+    pin's error instead, as the restore). Read-only: no lock, no MPI (works while the job that
+    owns the directory runs). The C library decides, by the manager's own rule
+    (ckpt_newest_restorable). Its checksums are checked when it is read. NotFoundError when there
+    is none."""
+    return _C.newest(os.fspath(directory))
 
 
 def _prefix_of(path: str) -> str:

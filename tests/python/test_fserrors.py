@@ -23,6 +23,7 @@ import pycheck as pc
 from pycheck import check, comm, rank, say, size
 
 import mpickpt
+from mpickpt import _state  # the package's collective error path, driven directly
 
 ro = pc.outdir("ro")
 full = pc.outdir("full")
@@ -138,7 +139,7 @@ for code, cls in ((errno.EACCES, mpickpt.PermissionDeniedError),
     def local(code=code):
         if rank == size - 1:
             raise OSError(code, os.strerror(code), "/some/file")
-    err = expect_os_error(cls, code, lambda: mpickpt.collective(comm, local),
+    err = expect_os_error(cls, code, lambda: _state.collective(comm, local),
                           f"agreed {errno.errorcode[code]}", f"rank {size - 1}: ")
     check(str(err).count(f"rank {size - 1}") == 1, f"rank named once: {err}")
 

@@ -113,7 +113,8 @@ def parse_args() -> argparse.Namespace:
                         "201.7 MB with AdamW's state)")
     p.add_argument("--torch-layouts", default=",".join(TORCH_LAYOUTS),
                    help="torch: the layouts saved, comma-separated: default (the library's "
-                        "choice), per-rank, per-node, shared (default: %(default)s)")
+                        "choice), per-rank, per-node, shared; +inline after one: with "
+                        "MPICKPT_RETENTION=inline (default: %(default)s)")
     p.add_argument("--torch-keep", type=int, default=1,
                    help="torch: the managers' max_to_keep (default 1: each save deletes the "
                         "previous checkpoint inside save(), as a job keeping one would; 0 keeps "
@@ -122,8 +123,10 @@ def parse_args() -> argparse.Namespace:
                    help="torch: skip the async saves")
     a = p.parse_args()
     a.torch_layouts = [x for x in a.torch_layouts.split(",") if x]
-    if any(x not in ("default", "per-rank", "per-node", "shared") for x in a.torch_layouts):
-        p.error(f"--torch-layouts {a.torch_layouts}: default, per-rank, per-node or shared")
+    if any(x.split("+")[0] not in ("default", "per-rank", "per-node", "shared") or
+           x.split("+")[1:] not in ([], ["inline"]) for x in a.torch_layouts):
+        p.error(f"--torch-layouts {a.torch_layouts}: default, per-rank, per-node or shared, each "
+                "optionally +inline (MPICKPT_RETENTION=inline for that manager)")
     if a.check:
         a.mb_per_rank, a.reps, a.json, a.scenario = 1, 2, True, "all"
         a.torch_d, a.torch_layers, a.torch_vocab = 64, 2, 256
@@ -489,10 +492,21 @@ class TorchBench:
         self.mgr: Dict[str, Any] = {}
         for p in self.paths:
             kind, _, lay = p.partition(":")
+            lay, _, retention = lay.partition("+")
             if kind in ("mpickpt", "async"):
-                self.mgr[p] = mpickpt.CheckpointManager(
-                    self.sub[p], max_to_keep=a.torch_keep, async_save=(kind == "async"),
-                    layout=None if lay == "default" else lay)
+                # "+inline": retention frees the deleted files' blocks inside the save (read by
+                # the manager's rank 0 when it is made), to compare with the default in one run
+                old = os.environ.get("MPICKPT_RETENTION")
+                os.environ["MPICKPT_RETENTION"] = retention or "background"
+                try:
+                    self.mgr[p] = mpickpt.CheckpointManager(
+                        self.sub[p], max_to_keep=a.torch_keep, async_save=(kind == "async"),
+                        layout=None if lay == "default" else lay)
+                finally:
+                    if old is None:
+                        del os.environ["MPICKPT_RETENTION"]
+                    else:
+                        os.environ["MPICKPT_RETENTION"] = old
         self.torch_file = os.path.join(self.sub["torch"], "state.pt")
         self.raw1 = os.path.join(self.sub["raw1"], "state.bin")
         self.rawn = os.path.join(self.sub["rawN"], f"rank{self.rank:05d}.bin")

@@ -31,7 +31,7 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
                       const void *const *steps, int has_global, const int64_t *fglobal,
                       int has_start, const int64_t *fstart);
 int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, int max_to_keep,
-                           const char *name, int has_name);
+                           const char *name, int has_name, int strict);
 int ckpt__f_manager_save(ckpt_manager *m, int64_t epoch, int64_t step, int end_of_epoch,
                          int force, char *out, int64_t out_size);
 int ckpt__f_manager_restore(ckpt_manager *m, int *restored, int64_t *epoch, int64_t *step,
@@ -153,14 +153,18 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
 }
 
 int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, int max_to_keep,
-                           const char *name, int has_name)
+                           const char *name, int has_name, int strict)
 {
     *out = NULL;
     if (!s)
         return ckpt__error(CKPT_EINVAL, "ckpt_manager_create: the saver was not created");
     ckpt_manager_options opts = CKPT_MANAGER_OPTIONS_INIT;
-    opts.strict_restore = 0; /* the module's restores as before strict restores (issue 30) */
-    opts.version = 3;
+    /* strict=.true.: every checkpoint entry nobody registered and every registered one the
+     * checkpoint lacks fail the restore (options version 4); by default the module's restores
+     * stay as before strict restores (issue 30): version 3 */
+    opts.strict_restore = strict != 0;
+    if (!strict)
+        opts.version = 3;
     opts.max_to_keep = max_to_keep;
     opts.name = has_name ? name : NULL;
     return ckpt_manager_create(out, s, dir, &opts);

@@ -220,11 +220,11 @@ contains
     real(real64), allocatable, target :: x(:), y(:, :)
     integer, allocatable :: empty(:)
     real(real32), allocatable, target :: w8s(:, :)
-    real(real32), allocatable, target :: w4(:)
+    real(real32), allocatable, target :: w4(:), w4e(:)
     logical :: restored
     integer(int64) :: epoch, step
     character(len=:), allocatable :: latest
-    integer :: lo8, n8, lo4, n4
+    integer :: lo8, n8, lo4, n4, k
 
     allocate (x(10), y(4, 6), empty(0))
     x = 1
@@ -278,6 +278,31 @@ contains
         'w4', 'w4 registered with 11 elements')
     call check(ckpt_manager_latest(m, latest) == CKPT_OK, 'latest (shape)')
     call check(latest == trim(dir) // '/ckpt-2', 'ckpt-2 is still the latest: ' // latest)
+    call ckpt_manager_free(m)
+    call ckpt_saver_free(s)
+
+    ! strict=.true.: only w4 registered, the checkpoint's other tensors are unexpected: an error
+    ! naming them on every rank, nothing restored; without strict the same restore reads w4
+    deallocate (w4)
+    call block(NW4, nranks, rank, lo4, n4)
+    allocate (w4(n4), w4e(n4))
+    do k = 1, n4
+      w4e(k) = vw4(lo4 + k - 1, 2)
+    end do
+    w4 = -1
+    call check(ckpt_saver_create(s, MPI_COMM_WORLD) == CKPT_OK, 'saver_create (strict)')
+    call check(ckpt_saver_add(s, 'w4', w4, global_shape=[NW4], start=[lo4]) == CKPT_OK, &
+        'add w4 alone')
+    call check(ckpt_manager_create(m, s, trim(dir), strict=.true.) == CKPT_OK, &
+        'manager_create (strict)')
+    call expect(ckpt_manager_restore_or_initialize(m, restored, epoch, step), CKPT_EMISMATCH, &
+        'unexpected (in the checkpoint, registered by no rank): ', 'strict: w4 alone')
+    call check(.not. restored .and. all(w4 == -1), 'a strict restore restored nothing')
+    call ckpt_manager_free(m)
+    call check(ckpt_manager_create(m, s, trim(dir)) == CKPT_OK, 'manager_create (not strict)')
+    call check(ckpt_manager_restore_or_initialize(m, restored, epoch, step) == CKPT_OK, &
+        'not strict: w4 alone restores')
+    call check(restored .and. step == 20 .and. all(w4 == w4e), 'not strict: w4 of ckpt-2')
     call ckpt_manager_free(m)
     call ckpt_saver_free(s)
     call check(ckpt_strerror(CKPT_EMISMATCH) /= '' .and. ckpt_strerror(CKPT_OK) /= &

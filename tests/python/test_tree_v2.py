@@ -190,7 +190,7 @@ def shared_storage():
         mgr.restore(odd)
     check_bits(odd["model"]["lm_head.weight"], want, "a tie of some ranks restored")
 
-    # a TrainingState (its restore does not look the aliases up first)
+    # a TrainingState looks the backup's aliases up first, as the manager does
     ts_state = tied_model(5, True)
     with mpickpt.TrainingState(pc.outdir("training"), ts_state) as ts:
         ts.back_up(0)
@@ -199,6 +199,22 @@ def shared_storage():
         ts.restore()
     check_bits(ts_state["model"]["lm_head.weight"], tied_model(5, True)["model"]["embed.weight"],
                "training: tie restored")
+    # untied in the state, an alias in the backup: both tensors get the tied values (strict)
+    ts_apart = tied_model(7, False)
+    with mpickpt.TrainingState(pc.outdir("training"), ts_apart) as ts:
+        ts.restore()
+    for k in ("embed.weight", "lm_head.weight"):
+        check_bits(ts_apart["model"][k], tied_model(5, True)["model"]["embed.weight"],
+                   f"training: tie -> apart, {k}")
+    # backed up apart, tied in the state: the tie's tensor read, strict and not
+    with mpickpt.TrainingState(pc.outdir("training_apart"), tied_model(8, False)) as ts:
+        ts.back_up(0)
+    for strict in (True, False):
+        ts_tied = tied_model(9, True)
+        with mpickpt.TrainingState(pc.outdir("training_apart"), ts_tied) as ts:
+            ts.restore(strict=strict)
+        check_bits(ts_tied["model"]["embed.weight"], tied_model(8, False)["model"]["embed.weight"],
+                   f"training: apart -> tie (strict={strict})")
 
     # load: the tie rebuilt as a view
     got = mpickpt.load(d)

@@ -384,11 +384,23 @@ class TrainingState(_Base):
     def restore(self, strict: bool = True) -> Optional[Dict[str, Any]]:
         """Restores the backup into the state in place; None when there is none. strict: as
         CheckpointManager.restore's. Collective."""
-        restore_prepare(self._comm, self._reg, self._saver, self._state)
+        restore_prepare(self._comm, self._reg, self._saver, self._state, self._candidate())
         info = self._t.restore(strict=self._c_strict(strict))
         if not info["restored"]:
             return None
         return self._finish(info, bool(strict))
+
+    def _candidate(self) -> Optional[str]:
+        """The backup a restore reads (the newest kept one, in <directory>/chief), for
+        restore_prepare to read its aliases as CheckpointManager's restore does; None when there
+        is none (the restore says so)."""
+        try:
+            entries = self._t.state()["entries"]
+        except Error:
+            return None
+        if not entries or "persistent" not in entries[-1]["levels"]:
+            return None
+        return os.path.join(self._dir, "chief", entries[-1]["prefix"])
 
     @property
     def initial_epoch(self) -> int:

@@ -72,8 +72,6 @@ int ckpt__export_read(ckpt_reader *r, const ckpt__export_sel *sel, size_t k,
 void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *totals,
                          const ckpt_tensor_info *info, uint64_t bytes);
 
-#pragma GCC visibility push(default) /* for the CLI (lib/cli/cmd_import.c, cmd_dump.c) */
-
 /* The Python package's record of plain values (lib/export_record.c): one JSON document per rank
  * in the blob tensor `__mpickpt__/json/rank_<r>`, versions 1 and 2 (/docs/python.md). */
 typedef struct ckpt__record {
@@ -103,6 +101,5 @@ int ckpt__is_internal_name(const char *name);
  * `checkpoint` file resolved (its model_checkpoint_path, last component, in that directory),
  * anything else as given. `mpickpt import-tf` reports it as "bundle". */
 int ckpt__tf_resolve_prefix(char *out, size_t size, const char *tf_prefix);
-#pragma GCC visibility pop
 
 #endif

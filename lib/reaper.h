@@ -16,8 +16,6 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 typedef struct ckpt__reaper {
     pthread_t thread;
     int running;     /* a batch's thread was started and not joined */
@@ -35,7 +33,5 @@ int ckpt__reaper_delete_inline(const char *const *prefixes, size_t n);
 
 /* Waits until the batch in flight (if any) is deleted. Safe on a zeroed reaper. */
 void ckpt__reaper_wait(ckpt__reaper *r);
-
-#pragma GCC visibility pop
 
 #endif

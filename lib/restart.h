@@ -22,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* The control file's name in the directory of the state file. */
 #define CKPT__RESTART_FILE "restart"
 /* Larger control files are refused as damaged. */
@@ -83,7 +81,5 @@ int ckpt__restart_remove_drop(ckpt__restart *c, const char *name, int64_t counte
 /* The index of the entry the next restore starts from when nothing fails: the newest that is
  * neither set aside nor dropped; -1 when there is none. */
 long ckpt__restart_point(const ckpt__restart *c, const ckpt_state *st);
-
-#pragma GCC visibility pop
 
 #endif

@@ -107,8 +107,9 @@ function(ckpt_sanitizer_skip)
   endif()
 endfunction()
 
-# Builds an MPI test program (linked with libmpickpt and the test model of tests/mpi/model.h,
-# mpickpt_testmodel in tests/CMakeLists.txt) under build/tests.
+# Builds an MPI test program (linked with the library's static mpickpt_internal, so that it may
+# call internal functions, and the test model of tests/mpi/model.h, mpickpt_testmodel in
+# tests/CMakeLists.txt) under build/tests.
 function(ckpt_add_mpi_program NAME)
   add_executable(${NAME} ${ARGN})
   target_compile_options(${NAME} PRIVATE ${MPICKPT_WARNINGS})

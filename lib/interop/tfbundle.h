@@ -1,5 +1,5 @@
 /* TensorFlow's tensor bundle (docs/interop.md): the names of its files, its dtypes, and the keys
- * of a partitioned tensor's slices. The table that holds the index is lib/sstable.h; the
+ * of a partitioned tensor's slices. The table that holds the index is lib/interop/sstable.h; the
  * metadata messages are proto/tf_bundle.proto. */
 #ifndef MPICKPT_TFBUNDLE_H
 #define MPICKPT_TFBUNDLE_H

@@ -249,7 +249,7 @@ void run_collectives(const opts *o)
 
     /* Every save makes collective calls: none counted from the library means its MPI_* calls do
      * not reach the executable's definitions, or its code is not where bench_pmpi.c looks
-     * (mpi/bench_text.ld). */
+     * (mpi/bench/bench_text.ld). */
     if (g_rank == 0) {
         if (lib_first > 0)
             printf("  (interposition checked: the chief counted %ld collective calls from "

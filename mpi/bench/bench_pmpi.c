@@ -9,8 +9,8 @@
  * definition in lookup order, the executable's, provided the executable exports it: GNU ld does
  * for a symbol that a linked shared library (libmpi.so) also defines, and mpickpt-bench is linked
  * with ENABLE_EXPORTS (-rdynamic) so that it does not depend on the link line. The library's code
- * lies between __start_mpickpt_text and __stop_mpickpt_text (mpi/bench_text.ld); a call from a
- * shared libmpickpt*.so counts as the library's too. The collectives scenario checks that calls
+ * lies between __start_mpickpt_text and __stop_mpickpt_text (mpi/bench/bench_text.ld); a call from
+ * a shared libmpickpt*.so counts as the library's too. The collectives scenario checks that calls
  * from libmpickpt were counted (bench_scale.c).
  *
  * Counting is off outside a window (pmpi_begin .. pmpi_end): a wrapper then costs one relaxed
@@ -49,7 +49,7 @@ static const int g_kinds[NFUNC] = { PMPI_FUNCS(X_KIND) };
 
 static atomic_int g_on;
 static const char g_anchor = 0; /* an address inside the executable */
-/* the library's code in this executable (mpi/bench_text.ld); weak: NULL when not linked so */
+/* the library's code in this executable (mpi/bench/bench_text.ld); weak: NULL when not linked so */
 extern const char __start_mpickpt_text[] __attribute__((weak, visibility("hidden")));
 extern const char __stop_mpickpt_text[] __attribute__((weak, visibility("hidden")));
 static atomic_long g_count[NFUNC][PMPI_NCALLER];

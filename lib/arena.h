@@ -4,8 +4,6 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#pragma GCC visibility push(default)
-
 /*
  * protobuf-c's unpack makes one malloc per message, string and repeated field: about ten per
  * index piece, half of the chief's unpack time at 1M pieces. An arena hands out memory from a few
@@ -33,7 +31,5 @@ void ckpt__arena_free(ckpt__arena *a);
  * 10^7: a median of 5.5 s -> 2.9 s; docs/performance.md).
  */
 void *ckpt__malloc_huge(size_t n);
-
-#pragma GCC visibility pop
 
 #endif

@@ -26,8 +26,6 @@
 
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 /* A data file to move: entry from_name of directory from_fd (or of its subdirectory from_subdir,
  * when that is not empty: opened by descriptor for this file only, so a commit of thousands of
  * ranks' files holds one directory open at a time) becomes `name` in the checkpoint's directory. */
@@ -71,7 +69,5 @@ int ckpt__commit_move(int dirfd, const char *dir, const ckpt__commit_file *files
                       size_t *done, int replace);
 void ckpt__commit_unmove(int dirfd, const ckpt__commit_file *files, size_t done);
 int ckpt__commit_index(const ckpt__commit_req *req);
-
-#pragma GCC visibility pop
 
 #endif

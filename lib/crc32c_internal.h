@@ -5,8 +5,6 @@
 
 #include "mpickpt/common.h"
 
-#pragma GCC visibility push(default)
-
 /* Same contract as ckpt_crc32c_extend(), always with the portable slicing-by-8 tables. */
 uint32_t ckpt__crc32c_portable(uint32_t crc, const void *data, size_t len);
 
@@ -33,7 +31,5 @@ uint32_t ckpt__crc32c_fold_extend(uint32_t crc, const void *data, size_t len);
 #else
 #define CKPT__CRC32C_HAVE_HW 0
 #endif
-
-#pragma GCC visibility pop
 
 #endif

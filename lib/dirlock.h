@@ -29,8 +29,6 @@
 #include "internal.h"
 #include "paths.h" /* CKPT__LOCK_FILE */
 
-#pragma GCC visibility push(default)
-
 typedef struct ckpt__dirlock ckpt__dirlock;
 
 /*
@@ -52,7 +50,5 @@ int ckpt__dirlock_held(const ckpt__dirlock *l);
 /* MPICKPT_LOCK_WAIT (seconds, 0..31536000; unset or empty: 0) into *seconds; CKPT_EINVAL naming
  * the value otherwise. */
 int ckpt__dirlock_env_wait(double *seconds);
-
-#pragma GCC visibility pop
 
 #endif

@@ -9,8 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* 1/true/yes/on or 0/false/no/off (case-insensitive). */
 int ckpt__env_bool(int *out, const char *name, int dflt);
 
@@ -72,7 +70,5 @@ int ckpt__setting_check(const ckpt__setting *s, const char **value);
  * unset; *mode 0 = fail, 1 = kill, 2 = hold. ckpt__fault() (mpi/fault.c) returns that error too,
  * so a malformed value fails the save it was meant for instead of silently injecting nothing. */
 int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode);
-
-#pragma GCC visibility pop
 
 #endif

@@ -10,8 +10,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /*
  * Fragments built in memory by a writer (one rank's view): ckpt__fragment_add() appends a tensor
  * entry holding one piece (copies every string and array); `cap` is the caller's capacity counter
@@ -33,7 +31,5 @@ int ckpt__fragment_piece(Mpickpt__Tensor *t, size_t i, int rank, const ckpt_slic
 
 int ckpt__fragment_add_file(Mpickpt__Fragment *f, const char *name, uint64_t bytes);
 void ckpt__fragment_free_built(Mpickpt__Fragment *f);
-
-#pragma GCC visibility pop
 
 #endif

@@ -15,8 +15,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* Maps errno to a status (ENOSPC/EDQUOT -> CKPT_ENOSPC, ENOENT -> CKPT_ENOTFOUND, ENOMEM ->
  * CKPT_ENOMEM, EEXIST -> CKPT_EEXISTS, ELOOP (a symbolic link met with O_NOFOLLOW) ->
  * CKPT_ECORRUPT, else CKPT_EIO) and records "<what> <path>: <cause>". */
@@ -184,7 +182,5 @@ DIR *ckpt__listing(int fd);
 int ckpt__listing_or_close(DIR **d, int fd, const char *dir);
 int ckpt__has_magic(int dirfd, const char *name, const char *magic, size_t len);
 int ckpt__is_data_file(int dirfd, const char *name);
-
-#pragma GCC visibility pop
 
 #endif

@@ -10,8 +10,6 @@
 
 #include <hdf5.h>
 
-#pragma GCC visibility push(default)
-
 /* Group under which every dataset lives. */
 #define CKPT__H5_GROUP "/tensors"
 
@@ -103,7 +101,5 @@ int ckpt__h5_raw_address(hid_t file, hid_t dset, int *fd, uint64_t *addr, uint64
  * full disk (after a failed metadata flush HDF5 1.10 can neither close the file nor exit cleanly).
  * The file on disk keeps whatever was written before. Returns 1 when done, 0 when not possible. */
 int ckpt__h5_detach_file(hid_t file);
-
-#pragma GCC visibility pop
 
 #endif

@@ -20,8 +20,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 #define CKPT__HALT_MAX_BYTES 4096
 #define CKPT__HALT_MAGIC "mpickpt halt request v1"
 
@@ -65,7 +63,5 @@ int ckpt__halt_find(ckpt__halt *out, char *where, size_t size, const char *dir);
 int ckpt__halt_read(ckpt__halt *out, const char *dir);
 int ckpt__halt_write(const char *dir, const ckpt__halt *h);
 int ckpt__halt_clear(const char *dir, int *removed);
-
-#pragma GCC visibility pop
 
 #endif

@@ -15,8 +15,6 @@
 
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 #define CKPT__IDENTITY_FILE "identity"
 /* Hex digits of an identity. */
 #define CKPT__IDENTITY_HEX 32
@@ -36,7 +34,5 @@ int ckpt__identity_get(char out[CKPT__IDENTITY_HEX + 1], int dirfd, const char *
 
 /* 1 when `name` is "mpickpt-<identity>" (any identity). */
 int ckpt__is_cache_subdir(const char *name);
-
-#pragma GCC visibility pop
 
 #endif

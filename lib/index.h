@@ -15,8 +15,6 @@
 
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* Container: magic[8] | u32 LE format version | u32 LE flags (0) | u64 LE payload length |
  * payload (protobuf) | u32 LE CRC-32C of everything before it. See docs/format.md. */
 #define CKPT__MAGIC_INDEX "MPCKIDX\x01"
@@ -126,7 +124,5 @@ int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8
  * the descriptor. */
 void ckpt__reader_set_fetched(ckpt_reader *r, int dirfd);
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);
-
-#pragma GCC visibility pop
 
 #endif

@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Internal functions are exported from the shared library (the ckpt__ prefix marks them private)
- * so that libmpickpt, the programs and the unit tests can use them. */
-#pragma GCC visibility push(default)
+/* Internal functions (the ckpt__ prefix) have hidden visibility like everything not marked
+ * CKPT_EXTERN: no shared library exports them. libmpickpt.so holds the core's objects as well;
+ * the programs and tests that call them link the static mpickpt_core_internal or mpickpt_internal
+ * (lib/CMakeLists.txt, docs/building.md "What the libraries export"). */
 
 /*
  * Records an error for ckpt_error_last() on the calling thread and returns `code`, so that error
@@ -103,7 +104,5 @@ int ckpt__log_enabled(ckpt_log_level level);
 #define CKPT__MAXLOC_RANKS (1 << 24)
 double ckpt__maxloc_encode(double seconds, int rank);
 void ckpt__maxloc_decode(double v, double *seconds, int *rank);
-
-#pragma GCC visibility pop
 
 #endif

@@ -24,8 +24,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#pragma GCC visibility push(default)
-
 /* Deepest nesting the writer tracks; a deeper begin call is a programming error (abort(), like
  * a failed assertion: the project's documents are shallow and fixed by code, not by data). */
 #define CKPT__JSON_MAX_DEPTH 128 /* room for a read value (64 levels) inside a document */
@@ -129,7 +127,5 @@ const ckpt__jv *ckpt__jv_get(const ckpt__jv *obj, const char *key);
  * them, strict JSON does not); else as the strings "NaN", "Infinity", "-Infinity" (this file's
  * convention). */
 void ckpt__json_value(ckpt__json_writer *w, const ckpt__jv *v, int python);
-
-#pragma GCC visibility pop
 
 #endif

@@ -23,8 +23,6 @@
 
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 /* The cache directory of node `node` from `pattern` into out[size]. CKPT_EINVAL for an empty
  * pattern, an unknown "%" sequence, or a result that does not fit. */
 int ckpt__cache_dir(char *out, size_t size, const char *pattern, int node);
@@ -33,7 +31,5 @@ int ckpt__cache_dir(char *out, size_t size, const char *pattern, int node);
  * failure group (any int; NULL: each node its own group). CKPT_EINVAL when nnodes < 2 or every
  * node is in one group (no partner could survive the loss of that group); CKPT_ENOMEM. */
 int ckpt__partner_nodes(int *partner, const int *groups, int nnodes);
-
-#pragma GCC visibility pop
 
 #endif

@@ -7,8 +7,6 @@
 
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 /*
  * Merges fragments into `out` (whose header the caller sets): tensors of the same name are
  * combined (dtype, shape and kind must agree: CKPT_EMISMATCH naming both ranks; an empty name is
@@ -43,7 +41,5 @@ void ckpt__index_merged_free(Mpickpt__Index *idx);
  */
 int ckpt__fragment_merge(Mpickpt__Fragment *out, Mpickpt__Fragment *const *frags, size_t n);
 void ckpt__fragment_merged_free(Mpickpt__Fragment *f);
-
-#pragma GCC visibility pop
 
 #endif

@@ -25,8 +25,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#pragma GCC visibility push(default)
-
 #define CKPT__METRICS_PHASES 5
 
 /* One save's record. What the saver fills and what the parser returns. */
@@ -135,7 +133,5 @@ int ckpt__metrics_read_line(FILE *f, char *buf, size_t *len);
 /* Frees what ckpt__metrics_parse_line() allocated in m and sets m->prefix to NULL. NULL is a
  * no-op. */
 void ckpt__metrics_record_clear(ckpt__metrics_record *m);
-
-#pragma GCC visibility pop
 
 #endif

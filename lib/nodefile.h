@@ -39,8 +39,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* A dataset without an extent (no element): nothing is written for it. */
 #define CKPT__NODEFILE_NO_EXTENT UINT64_MAX
 
@@ -67,7 +65,5 @@ int ckpt__nodefile_create(ckpt__nodefile *out, Mpickpt__Fragment *const *lists, 
 int ckpt__nodefile_write(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shard_bufs *bufs,
                          const uint64_t *off, size_t n_off, uint64_t size, int fd,
                          const char *shown);
-
-#pragma GCC visibility pop
 
 #endif

@@ -44,8 +44,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* The directory name of the training-state layout's chief (docs/design.md §3). */
 #define CKPT__CHIEF_DIR "chief"
 /* The manager's state file in a checkpoint directory (TensorFlow's name). */
@@ -142,7 +140,5 @@ void ckpt__temp_cleanup(const ckpt__save_names *n, int rank, int dirfd, int work
  */
 int ckpt__counter_free(int64_t *next, const int *dirfds, const char *const *shown, size_t n,
                        const char *stem);
-
-#pragma GCC visibility pop
 
 #endif

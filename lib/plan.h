@@ -25,8 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* One registration. */
 typedef struct ckpt__reg {
     char *name;   /* as registered */
@@ -105,7 +103,5 @@ int ckpt__plan_fragment(Mpickpt__Fragment *f, const ckpt__regs *regs, const ckpt
  * the merge): CKPT_EMISMATCH naming the tensor otherwise. */
 int ckpt__plan_check_replicated(const Mpickpt__Index *plan, Mpickpt__Fragment *const *frags,
                                 size_t nfrags, int size);
-
-#pragma GCC visibility pop
 
 #endif

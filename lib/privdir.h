@@ -20,8 +20,6 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
-#pragma GCC visibility push(default)
-
 /* Opens `path` (absolute, or relative to the working directory) as a private directory, creating
  * the components that are missing with mode 0700. On success *fd is the held descriptor. A
  * directory that fails a check is CKPT_EINVAL naming the path, what failed, its owner and mode;
@@ -39,7 +37,5 @@ int ckpt__private_subdir_open(int *fd, int parentfd, const char *name, const cha
 /* 1 when the directory open as `fd` is the directory `top` (device and inode) or lies below it
  * (its chain of ".." reaches `top`), else 0; -1 when it cannot be walked (errno set). */
 int ckpt__dir_within(int fd, const struct stat *top);
-
-#pragma GCC visibility pop
 
 #endif

@@ -19,8 +19,6 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#pragma GCC visibility push(default)
-
 typedef struct ckpt__reaper {
     pthread_t thread;
     int running; /* a batch's thread was started and not joined */
@@ -41,7 +39,5 @@ void ckpt__reaper_wait(ckpt__reaper *r);
  * ckpt__file_open: regular files only, no link followed, no blocking) is unlinked unheld. */
 int ckpt__checkpoint_delete_held(const char *prefix, uint64_t hold_min, int **held,
                                  size_t *nheld);
-
-#pragma GCC visibility pop
 
 #endif

@@ -19,8 +19,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* One piece as written. */
 typedef struct ckpt__written {
     const char *name;         /* owned in a record (copied by ckpt__record_add) */
@@ -64,7 +62,5 @@ uint64_t ckpt__record_bytes(const ckpt__record *r);
  * ckpt__fragment_free_built(). */
 int ckpt__record_fragment(Mpickpt__Fragment *f, const ckpt__record *r, int rank,
                           const char *file);
-
-#pragma GCC visibility pop
 
 #endif

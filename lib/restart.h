@@ -22,8 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* The control file's name in the directory of the state file. */
 #define CKPT__RESTART_FILE "restart"
 /* Larger control files are refused as damaged. */
@@ -108,7 +106,5 @@ int ckpt__restart_candidate(const ckpt__restart *c, const ckpt_state_entry *e, u
  * listed): CKPT_ENOTFOUND naming the pin and the ways out. */
 int ckpt__restart_pin_error(const ckpt__restart *c, const char *dir, int pin_listed);
 
-
-#pragma GCC visibility pop
 
 #endif

@@ -25,8 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* What one rank writes at a save. */
 typedef struct ckpt__shard_input {
     const ckpt__regs *regs;
@@ -99,7 +97,5 @@ int ckpt__disk_full(int dirfd);
 
 /* The size of open file fd; `shown` names it in messages. */
 int ckpt__fd_size(uint64_t *size, int fd, const char *shown);
-
-#pragma GCC visibility pop
 
 #endif

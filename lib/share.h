@@ -29,8 +29,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 typedef struct ckpt__share ckpt__share;
 
 /* Selection state over `idx` (which must outlive it). */
@@ -45,7 +43,5 @@ int ckpt__share_want(Mpickpt__Fragment *wants, size_t *cap, const char *name,
 /* The share of `wants`, packed into *out (malloc'd, *len bytes). */
 int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **out,
                      size_t *len);
-
-#pragma GCC visibility pop
 
 #endif

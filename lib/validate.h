@@ -6,8 +6,6 @@
 
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /*
  * Validates an index: header (version, world size, layout, save counter in [0,
  * CKPT__COUNTER_MAX]), files (safe names, unique), tensors (UTF-8 names, sorted and unique,
@@ -23,7 +21,5 @@ int ckpt__index_validate(const Mpickpt__Index *idx, int bad, const char *what);
  * not tile it (in piece-dimension visits; 0: the default, about 64 million); past the cap the
  * message only says that the pieces overlap or leave a gap. For tests; not thread-safe. */
 void ckpt__index_set_search_budget(uint64_t visits);
-
-#pragma GCC visibility pop
 
 #endif

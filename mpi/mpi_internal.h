@@ -8,8 +8,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default)
-
 /* Maps an MPI error code to CKPT_EMPI with MPI's own text; returns CKPT_EMPI. */
 int ckpt__mpi_error(int mpi_rc, const char *what);
 
@@ -136,7 +134,5 @@ int ckpt__saver_save_level(struct ckpt_saver *s, const char *prefix, int cache,
                            const struct ckpt_save_info *info, int64_t counter,
                            ckpt__commit_hook hook,
                            void *payload);
-
-#pragma GCC visibility pop
 
 #endif

@@ -2,7 +2,7 @@
  * plain values of the Python package's record (all of them, or one by name). */
 #include "cli.h"
 
-#include "interop.h" /* lib/interop.h: the records of plain values */
+#include "interop/interop.h" /* lib/interop/interop.h: the records of plain values */
 
 #include <inttypes.h>
 #include <math.h>
@@ -316,7 +316,7 @@ static int dump_tensor(const cli_command *cmd, ckpt_reader *r, const char *name,
     return rc == CKPT_OK ? EXIT_OK : EXIT_BAD;
 }
 
-/* ---- plain values (the Python package's record, lib/interop.h ckpt__records_load) ---- */
+/* ---- plain values (the Python package's record, lib/interop/interop.h ckpt__records_load) ---- */
 
 /* A read value as text: compact JSON as Python's json writes it (NaN, Infinity as such). */
 static void value_line(const ckpt__jv *v)
@@ -553,7 +553,8 @@ const cli_command cli_cmd_dump = {
     "                or a full TensorFlow slice spec \"4 10 0,2:-\" (shape must match)\n"
     "  --json        a tensor: {\"name\",\"dtype\",\"shape\",\"values\"} with values flattened\n"
     "                row-major; NaN and infinities as the strings \"NaN\", \"Infinity\",\n"
-    "                \"-Infinity\". Plain values: {\"prefix\",\"records\":[{\"rank\",\"version\"}],\n"
+    "                \"-Infinity\". Plain values: "
+    "{\"prefix\",\"records\":[{\"rank\",\"version\"}],\n"
     "                \"replicated\":{},\"per_rank\":[{\"rank\",\"values\"}],\"aliases\":{}};\n"
     "                one: {\"prefix\",\"name\",\"value\"|\"per_rank\"|\"alias_of\"}\n",
     cmd_dump};

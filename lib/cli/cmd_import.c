@@ -1,7 +1,7 @@
 /* mpickpt import-tf: a TensorFlow tensor bundle in, an mpickpt checkpoint out
  * (ckpt_import_tf(), docs/interop.md). */
 #include "cli.h"
-#include "interop.h" /* lib/interop.h: ckpt__tf_resolve_prefix */
+#include "interop/interop.h" /* lib/interop/interop.h: ckpt__tf_resolve_prefix */
 
 #include "mpickpt/interop.h"
 

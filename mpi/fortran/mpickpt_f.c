@@ -10,15 +10,48 @@
  *     extent > 1, of the element one step along it; a registration keeps a pointer to the whole
  *     array, so anything but a contiguous array (a strided section) is refused here with a message
  *     in Fortran terms (the C check would name C dimensions).
- * Every function returns a ckpt_status and leaves the detail in ckpt_error_last(). Collective where
- * the C function it calls is. The symbols are hidden: only the module's procedures are public.
+ * Every function returns a ckpt_status and leaves the detail for ckpt__f_error_message(): the C
+ * library's ckpt_error_last(), or an error found here (f_error). Collective where the C function it
+ * calls is. The symbols are hidden: only the module's procedures are public. Public C API only (the
+ * library's internal functions are not exported, docs/building.md).
  */
 #include "mpickpt.h"
 
-#include "internal.h"
-
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+
+/* The last error found here, on this thread. Recording one clears the C library's
+ * (ckpt_error_clear), so that ckpt__f_error_message() shows the C library's error when it has one
+ * (a C call failed since) and this one otherwise: the last error either way. */
+static _Thread_local char f_message[2048];
+
+/* Records an error of the Fortran layer; returns `code`. */
+static int f_error(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+static int f_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f_message, sizeof f_message, fmt, ap); /* the arguments may be the C library's */
+    va_end(ap);
+    ckpt_error_clear();
+    return code;
+}
+
+/* Prefixes the C library's current error (or the text of `code`) with `fmt`, as an error of the
+ * Fortran layer; returns `code`. */
+static int f_error_wrap(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);
+static int f_error_wrap(int code, const char *fmt, ...)
+{
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    const ckpt_error *e = ckpt_error_last();
+    return f_error(code, "%s: %s", prefix, e && e->message ? e->message : ckpt_strerror(code));
+}
 
 /* Registration kinds, the module's KIND_* parameters: ckpt_saver_add (the whole array, or with
  * global_shape and start a block of a global array), ckpt_saver_add_replicated (the same value on
@@ -32,8 +65,8 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
                       int has_start, const int64_t *fstart);
 int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, int max_to_keep,
                            const char *name, int has_name, int strict);
-int ckpt__f_manager_save(ckpt_manager *m, int64_t epoch, int64_t step, int end_of_epoch,
-                         int force, char *out, int64_t out_size);
+int ckpt__f_manager_save(ckpt_manager *m, int64_t epoch, int64_t step, int end_of_epoch, int force,
+                         char *out, int64_t out_size);
 int ckpt__f_manager_restore(ckpt_manager *m, int *restored, int64_t *epoch, int64_t *step,
                             char *prefix, int64_t prefix_size);
 int ckpt__f_manager_latest(const ckpt_manager *m, char *out, int64_t out_size);
@@ -47,8 +80,8 @@ int ckpt__f_saver_create(ckpt_saver **out, MPI_Fint fcomm, int async)
     int init = 0;
     MPI_Initialized(&init);
     if (!init)
-        return ckpt__error(CKPT_EMPI, "ckpt_saver_create: MPI is not initialized (call "
-                                      "MPI_Init first)");
+        return f_error(CKPT_EMPI, "ckpt_saver_create: MPI is not initialized (call "
+                                  "MPI_Init first)");
     ckpt_saver_options opts = CKPT_SAVER_OPTIONS_INIT;
     opts.async = async != 0;
     return ckpt_saver_create(out, MPI_Comm_f2c(fcomm), &opts);
@@ -73,10 +106,9 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
                       int has_start, const int64_t *fstart)
 {
     if (!s)
-        return ckpt__error(CKPT_EINVAL, "tensor '%s': the saver was not created (or was freed)",
-                           name);
+        return f_error(CKPT_EINVAL, "tensor '%s': the saver was not created (or was freed)", name);
     if (ndims < 1 || ndims > CKPT_MAX_DIMS)
-        return ckpt__error(CKPT_EINVAL, "tensor '%s': rank %d is out of range", name, ndims);
+        return f_error(CKPT_EINVAL, "tensor '%s': rank %d is out of range", name, ndims);
     /* Contiguity, from the addresses of a's elements: the step along dimension d (Fortran order)
      * must be the product of the extents before it. */
     int64_t stride = esize;
@@ -84,14 +116,14 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
         if (fshape[d] > 1 && first) {
             intptr_t step = (intptr_t)steps[d] - (intptr_t)first;
             if (step != (intptr_t)stride)
-                return ckpt__error(CKPT_EINVAL,
-                                   "tensor '%s': the array is not contiguous in dimension %d (a "
-                                   "strided section?): register a contiguous array with the "
-                                   "TARGET attribute",
-                                   name, d + 1);
+                return f_error(CKPT_EINVAL,
+                               "tensor '%s': the array is not contiguous in dimension %d (a "
+                               "strided section?): register a contiguous array with the "
+                               "TARGET attribute",
+                               name, d + 1);
         }
         if (__builtin_mul_overflow(stride, fshape[d] > 0 ? fshape[d] : 1, &stride))
-            return ckpt__error(CKPT_EINVAL, "tensor '%s': the array is too large", name);
+            return f_error(CKPT_EINVAL, "tensor '%s': the array is too large", name);
     }
     ckpt_shape local;
     int64_t dims[CKPT_MAX_DIMS];
@@ -99,7 +131,7 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
         dims[d] = fshape[ndims - 1 - d];
     int rc = ckpt_shape_init(&local, ndims, dims);
     if (rc != CKPT_OK)
-        return ckpt__error_wrap(rc, "tensor '%s'", name);
+        return f_error_wrap(rc, "tensor '%s'", name);
     void *data = (void *)(uintptr_t)first; /* the restore writes into the caller's array */
 
     switch (kind) {
@@ -114,31 +146,31 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
         return ckpt_saver_add_replicated(s, name, (ckpt_dtype)dtype, &local, data,
                                          CKPT_REPLICA_PER_COMPONENT);
     default:
-        return ckpt__error(CKPT_EINVAL, "tensor '%s': unknown registration kind %d", name, kind);
+        return f_error(CKPT_EINVAL, "tensor '%s': unknown registration kind %d", name, kind);
     }
     /* A block of a global array: both global_shape and start, each with one entry per dimension
      * of the array, the block inside the global array. Checked here so that the message speaks
      * of Fortran dimensions and 1-based indices. */
     if (!has_global || !has_start)
-        return ckpt__error(CKPT_EINVAL,
-                           "tensor '%s': give both global_shape and start (a block of a global "
-                           "array) or neither (the whole array)",
-                           name);
+        return f_error(CKPT_EINVAL,
+                       "tensor '%s': give both global_shape and start (a block of a global "
+                       "array) or neither (the whole array)",
+                       name);
     if (has_global != ndims || has_start != ndims)
-        return ckpt__error(CKPT_EINVAL,
-                           "tensor '%s': global_shape has %d and start %d entries, the array has "
-                           "rank %d",
-                           name, has_global, has_start, ndims);
+        return f_error(CKPT_EINVAL,
+                       "tensor '%s': global_shape has %d and start %d entries, the array has "
+                       "rank %d",
+                       name, has_global, has_start, ndims);
     int64_t cstart[CKPT_MAX_DIMS], ccount[CKPT_MAX_DIMS];
     for (int d = 0; d < ndims; d++) {
         int64_t end;
         if (fglobal[d] < 0 || fstart[d] < 1 ||
             __builtin_add_overflow(fstart[d] - 1, fshape[d], &end) || end > fglobal[d])
-            return ckpt__error(CKPT_EINVAL,
-                               "tensor '%s': in dimension %d the block of extent %lld at start "
-                               "%lld (1-based) does not fit in global_shape %lld",
-                               name, d + 1, (long long)fshape[d], (long long)fstart[d],
-                               (long long)fglobal[d]);
+            return f_error(CKPT_EINVAL,
+                           "tensor '%s': in dimension %d the block of extent %lld at start "
+                           "%lld (1-based) does not fit in global_shape %lld",
+                           name, d + 1, (long long)fshape[d], (long long)fstart[d],
+                           (long long)fglobal[d]);
         int c = ndims - 1 - d;
         dims[c] = fglobal[d];
         cstart[c] = fstart[d] - 1;
@@ -148,7 +180,7 @@ int ckpt__f_saver_add(ckpt_saver *s, const char *name, int dtype, int kind, int 
     ckpt_slice slice;
     if ((rc = ckpt_shape_init(&global, ndims, dims)) != CKPT_OK ||
         (rc = ckpt_slice_init(&slice, ndims, cstart, ccount)) != CKPT_OK)
-        return ckpt__error_wrap(rc, "tensor '%s'", name);
+        return f_error_wrap(rc, "tensor '%s'", name);
     return ckpt_saver_add_slice(s, name, (ckpt_dtype)dtype, &global, &slice, data);
 }
 
@@ -157,7 +189,7 @@ int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, i
 {
     *out = NULL;
     if (!s)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_create: the saver was not created");
+        return f_error(CKPT_EINVAL, "ckpt_manager_create: the saver was not created");
     ckpt_manager_options opts = CKPT_MANAGER_OPTIONS_INIT;
     /* strict=.true.: every checkpoint entry nobody registered and every registered one the
      * checkpoint lacks fail the restore (options version 4); by default the module's restores
@@ -170,11 +202,11 @@ int ckpt__f_manager_create(ckpt_manager **out, ckpt_saver *s, const char *dir, i
     return ckpt_manager_create(out, s, dir, &opts);
 }
 
-int ckpt__f_manager_save(ckpt_manager *m, int64_t epoch, int64_t step, int end_of_epoch,
-                         int force, char *out, int64_t out_size)
+int ckpt__f_manager_save(ckpt_manager *m, int64_t epoch, int64_t step, int end_of_epoch, int force,
+                         char *out, int64_t out_size)
 {
     if (!m)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_save: the manager was not created");
+        return f_error(CKPT_EINVAL, "ckpt_manager_save: the manager was not created");
     ckpt_manager_save_info info = {epoch, step, end_of_epoch != 0, force != 0};
     char name[4096];
     int rc = ckpt_manager_save(m, &info, name, sizeof name);
@@ -189,8 +221,8 @@ int ckpt__f_manager_restore(ckpt_manager *m, int *restored, int64_t *epoch, int6
     *epoch = *step = 0;
     to_fortran(prefix, prefix_size, "");
     if (!m)
-        return ckpt__error(CKPT_EINVAL,
-                           "ckpt_manager_restore_or_initialize: the manager was not created");
+        return f_error(CKPT_EINVAL,
+                       "ckpt_manager_restore_or_initialize: the manager was not created");
     ckpt_manager_restored r;
     int rc = ckpt_manager_restore_or_initialize(m, &r);
     if (rc == CKPT_OK && r.restored) {
@@ -206,7 +238,7 @@ int ckpt__f_manager_latest(const ckpt_manager *m, char *out, int64_t out_size)
 {
     to_fortran(out, out_size, "");
     if (!m)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_latest: the manager was not created");
+        return f_error(CKPT_EINVAL, "ckpt_manager_latest: the manager was not created");
     char path[4096];
     int rc = ckpt_manager_latest(m, path, sizeof path);
     if (rc == CKPT_OK)
@@ -217,7 +249,7 @@ int ckpt__f_manager_latest(const ckpt_manager *m, char *out, int64_t out_size)
 int64_t ckpt__f_error_message(char *buf, int64_t size)
 {
     const ckpt_error *e = ckpt_error_last();
-    return to_fortran(buf, size, e && e->message ? e->message : "");
+    return to_fortran(buf, size, e && e->message ? e->message : f_message);
 }
 
 int64_t ckpt__f_strerror(int code, char *buf, int64_t size)
@@ -228,5 +260,5 @@ int64_t ckpt__f_strerror(int code, char *buf, int64_t size)
 /* An error found on the Fortran side, for ckpt_error_message(). */
 int ckpt__f_error_set(int code, const char *msg)
 {
-    return ckpt__error(code, "%s", msg);
+    return f_error(code, "%s", msg);
 }

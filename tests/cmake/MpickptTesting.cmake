@@ -107,13 +107,14 @@ function(ckpt_sanitizer_skip)
   endif()
 endfunction()
 
-# Builds an MPI test program (linked with libmpickpt and the test model of tests/mpi/model.h,
-# mpickpt_testmodel in tests/CMakeLists.txt) under build/tests.
+# Builds an MPI test program (linked with the library's static mpickpt_internal, so that it may
+# call internal functions, and the test model of tests/mpi/model.h, mpickpt_testmodel in
+# tests/CMakeLists.txt) under build/tests.
 function(ckpt_add_mpi_program NAME)
   add_executable(${NAME} ${ARGN})
   target_compile_options(${NAME} PRIVATE ${MPICKPT_WARNINGS})
   target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/tests)
-  target_link_libraries(${NAME} PRIVATE mpickpt_testmodel mpickpt HDF5::HDF5)
+  target_link_libraries(${NAME} PRIVATE mpickpt_testmodel mpickpt_internal HDF5::HDF5)
   set_target_properties(${NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 endfunction()
 

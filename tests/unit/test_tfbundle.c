@@ -1,4 +1,4 @@
-/* lib/sstable.c and lib/tfbundle.c, the TensorFlow bundle's parts without files:
+/* lib/interop/sstable.c and lib/interop/tfbundle.c, the TensorFlow bundle's parts without files:
  * - OrderedCode slice keys against the examples of TensorFlow's ordered_code.cc and by hand;
  * - tables written and scanned back (block sizes from tiny to TensorFlow's, restart intervals 1,
  *   2 and 16, stored and Snappy blocks, empty values, long shared prefixes, 0x00/0xff bytes);
@@ -6,8 +6,8 @@
  *   (footer padding is unused), every truncation fails, and nothing reads out of bounds (ASan);
  * - the dtype table both ways. */
 #include "check.h"
-#include "sstable.h"
-#include "tfbundle.h"
+#include "interop/sstable.h"
+#include "interop/tfbundle.h"
 
 #include "mpickpt/common.h"
 

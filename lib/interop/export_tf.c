@@ -5,8 +5,8 @@
  * an entry {dtype, shape, shard 0, offset, size, masked CRC-32C}; then the index, an SSTable of
  * the header (num_shards 1, little-endian, version {producer 1}) under the empty key followed by
  * the entries in key order, built block by block as TensorFlow's TableBuilder builds it
- * (lib/sstable.c), uncompressed. Partitioned tensors are written whole (assembled), so the bundle
- * has no sliced entries. The data file is committed first, the index last. */
+ * (lib/interop/sstable.c), uncompressed. Partitioned tensors are written whole (assembled), so the
+ * bundle has no sliced entries. The data file is committed first, the index last. */
 #include "interop.h"
 
 #include "fsutil.h"
@@ -77,7 +77,8 @@ int ckpt__export_tf(ckpt_reader *r, const ckpt__export_sel *sel, const char *out
                     const ckpt_export_options *opts, ckpt_interop_totals *totals)
 {
     if (!ckpt_reader_header(r)->little_endian)
-        return ckpt__error(CKPT_EINVAL, "export to a TensorFlow bundle: the checkpoint holds big-endian data");
+        return ckpt__error(CKPT_EINVAL,
+                           "export to a TensorFlow bundle: the checkpoint holds big-endian data");
     char data_path[4400], index_path[4400];
     int rc = ckpt__tf_data_name(data_path, sizeof data_path, out, 0, 1);
     if (rc == CKPT_OK)

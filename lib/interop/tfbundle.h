@@ -1,5 +1,5 @@
 /* TensorFlow's tensor bundle (docs/interop.md): the names of its files, its dtypes, and the keys
- * of a partitioned tensor's slices. The table that holds the index is lib/sstable.h; the
+ * of a partitioned tensor's slices. The table that holds the index is lib/interop/sstable.h; the
  * metadata messages are proto/tf_bundle.proto. */
 #ifndef MPICKPT_TFBUNDLE_H
 #define MPICKPT_TFBUNDLE_H
@@ -10,8 +10,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#pragma GCC visibility push(default) /* for the unit test (tests/unit/test_tfbundle.c) */
 
 /* The bundle format version TensorFlow writes and reads (kTensorBundleVersion). */
 #define CKPT__TF_BUNDLE_VERSION 1
@@ -52,7 +50,5 @@ int ckpt__tf_index_name(char *out, size_t size, const char *base);
  * before, and never equal, a tensor's name. */
 int ckpt__tf_slice_key(uint8_t **out, size_t *len, const char *name, int ndims,
                        const int64_t *start, const int64_t *length);
-
-#pragma GCC visibility pop
 
 #endif

@@ -1,6 +1,6 @@
 /* The Python package's record of plain values, read back by `mpickpt dump` and by ckpt_export()
  * (its aliases): each rank's JSON document in the blob tensor `__mpickpt__/json/rank_<r>`,
- * versions 1 and 2 (docs/python.md; lib/interop.h ckpt__records_load). */
+ * versions 1 and 2 (docs/python.md; lib/interop/interop.h ckpt__records_load). */
 #include "interop.h"
 
 #include "mpickpt/dtype.h"

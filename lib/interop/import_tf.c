@@ -1,11 +1,11 @@
 /* ckpt_import_tf(): a TensorFlow tensor bundle in, an mpickpt checkpoint out (docs/interop.md).
  *
- * The index (an SSTable, lib/sstable.c) is read whole and checked block by block; its entries are
- * kept in key order. The first is the header under the empty key; every other key that does not
- * start with a 0 byte is a tensor: either stored whole (shard, offset, size, masked CRC-32C) or
- * partitioned, its slices stored under keys of their own (lib/tfbundle.c). Each tensor (or slice)
- * is read from its shard, checked against its CRC and given to the single-process writer
- * (include/mpickpt/checkpoint.h), which commits only when everything was added. */
+ * The index (an SSTable, lib/interop/sstable.c) is read whole and checked block by block; its
+ * entries are kept in key order. The first is the header under the empty key; every other key that
+ * does not start with a 0 byte is a tensor: either stored whole (shard, offset, size, masked
+ * CRC-32C) or partitioned, its slices stored under keys of their own (lib/interop/tfbundle.c). Each
+ * tensor (or slice) is read from its shard, checked against its CRC and given to the single-process
+ * writer (include/mpickpt/checkpoint.h), which commits only when everything was added. */
 #include "interop.h"
 
 #include "fsutil.h"

@@ -247,8 +247,9 @@ void run_collectives(const opts *o)
         die("ckpt_saver_close", rc);
     delete_ckpt(pa);
 
-    /* Every save makes collective calls: none counted means the executable's MPI_* definitions
-     * are not the ones libmpickpt.so binds to (not exported: link with -rdynamic). */
+    /* Every save makes collective calls: none counted from the library means its MPI_* calls do
+     * not reach the executable's definitions, or its code is not where bench_pmpi.c looks
+     * (mpi/bench/bench_text.ld). */
     if (g_rank == 0) {
         if (lib_first > 0)
             printf("  (interposition checked: the chief counted %ld collective calls from "

@@ -3,12 +3,15 @@
  * from (libmpickpt's ckpt_mpi_agree, the rest of libmpickpt, HDF5, the benchmark itself, anything
  * else), and calls PMPI_X.
  *
- * Why it sees the library's calls: libmpickpt.so and libhdf5 call MPI_X through their PLT, and the
- * dynamic linker binds it to the first definition in lookup order, the executable's, provided the
- * executable exports it: GNU ld does for a symbol that a linked shared library (libmpi.so) also
- * defines, and mpickpt-bench is linked with ENABLE_EXPORTS (-rdynamic) so that it does not depend
- * on the link line. The collectives scenario checks that calls from libmpickpt were counted
- * (bench_scale.c).
+ * Why it sees the library's calls: the library is linked into the executable (the static
+ * mpickpt_internal, mpi/CMakeLists.txt), so its calls of MPI_X bind to the definitions below at
+ * link time; libhdf5 calls MPI_X through its PLT, and the dynamic linker binds it to the first
+ * definition in lookup order, the executable's, provided the executable exports it: GNU ld does
+ * for a symbol that a linked shared library (libmpi.so) also defines, and mpickpt-bench is linked
+ * with ENABLE_EXPORTS (-rdynamic) so that it does not depend on the link line. The library's code
+ * lies between __start_mpickpt_text and __stop_mpickpt_text (mpi/bench/bench_text.ld); a call from
+ * a shared libmpickpt*.so counts as the library's too. The collectives scenario checks that calls
+ * from libmpickpt were counted (bench_scale.c).
  *
  * Counting is off outside a window (pmpi_begin .. pmpi_end): a wrapper then costs one relaxed
  * atomic load. Inside it, counters are atomic: an async save's writer thread counts too. */
@@ -46,11 +49,15 @@ static const int g_kinds[NFUNC] = { PMPI_FUNCS(X_KIND) };
 
 static atomic_int g_on;
 static const char g_anchor = 0; /* an address inside the executable */
+/* the library's code in this executable (mpi/bench/bench_text.ld); weak: NULL when not linked so */
+extern const char __start_mpickpt_text[] __attribute__((weak, visibility("hidden")));
+extern const char __stop_mpickpt_text[] __attribute__((weak, visibility("hidden")));
 static atomic_long g_count[NFUNC][PMPI_NCALLER];
 
 /* The caller of a wrapper, by its return address (a few dozen call sites: a table under a lock):
- * the object it lies in, and for libmpickpt whether it is ckpt_mpi_agree (exported, so dladdr1
- * finds its symbol and size). */
+ * the library's code (mpickpt_text in this executable, or a libmpickpt*.so) or the object it lies
+ * in, and for the library whether it is ckpt_mpi_agree (exported, so dladdr1 finds its symbol and
+ * size). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     const void *ra;
@@ -67,7 +74,9 @@ static int classify_uncached(const void *ra)
     const char *n = info.dli_fname ? info.dli_fname : "";
     const char *slash = strrchr(n, '/');
     const char *base = slash ? slash + 1 : n;
-    if (!strncmp(base, "libmpickpt", 10)) {
+    const char *p = ra;
+    int in_text = __start_mpickpt_text && p >= __start_mpickpt_text && p < __stop_mpickpt_text;
+    if (in_text || !strncmp(base, "libmpickpt", 10)) {
         if (info.dli_sname && !strcmp(info.dli_sname, "ckpt_mpi_agree") && sym &&
             (const char *)ra < (const char *)info.dli_saddr + sym->st_size)
             return PMPI_CALLER_AGREE;

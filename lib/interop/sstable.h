@@ -17,8 +17,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#pragma GCC visibility push(default) /* for the unit test (tests/unit/test_tfbundle.c) */
-
 #define CKPT__SST_MAGIC 0xdb4775248b80fb57ull
 #define CKPT__SST_FOOTER_SIZE 48
 #define CKPT__SST_BLOCK_SIZE 262144 /* TensorFlow's table::Options::block_size */
@@ -57,7 +55,5 @@ void ckpt__sst_writer_free(ckpt__sst_writer *w);
 /* varints as the format writes them; get returns the bytes used, 0 when malformed/truncated. */
 size_t ckpt__varint_put(uint8_t *out, uint64_t v); /* out: 10 bytes */
 size_t ckpt__varint_get(const uint8_t *p, size_t avail, uint64_t *v, int max_bytes);
-
-#pragma GCC visibility pop
 
 #endif

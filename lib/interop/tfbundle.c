@@ -1,4 +1,4 @@
-/* TensorFlow's tensor bundle: names, dtypes, slice keys (lib/tfbundle.h). */
+/* TensorFlow's tensor bundle: names, dtypes, slice keys (lib/interop/tfbundle.h). */
 #include "tfbundle.h"
 
 #include "fsutil.h"

@@ -1,5 +1,5 @@
-/* ckpt_export(): the formats' names, the dispatch to each format's writer (lib/interop.h), and
- * what the writers share: output files written whole or not at all, reading a tensor whole,
+/* ckpt_export(): the formats' names, the dispatch to each format's writer (lib/interop/interop.h),
+ * and what the writers share: output files written whole or not at all, reading a tensor whole,
  * reporting it. docs/interop.md describes the formats. */
 #include "interop.h"
 

@@ -1,9 +1,9 @@
 /* Internal seams of import and export (include/mpickpt/interop.h, docs/interop.md).
  *
- * lib/export.c: ckpt_export() opens the reader and calls the format's writer below;
- * lib/export_tf.c, lib/export_hdf5.c, lib/export_safetensors.c: one format each;
- * lib/import_tf.c: ckpt_import_tf(); lib/tfbundle.c + lib/sstable.c: TensorFlow's bundle and
- * its SSTable index. */
+ * lib/interop/export.c: ckpt_export() opens the reader and calls the format's writer below;
+ * lib/interop/export_tf.c, lib/export_hdf5.c, lib/interop/export_safetensors.c: one format each;
+ * lib/interop/import_tf.c: ckpt_import_tf(); lib/interop/tfbundle.c + lib/interop/sstable.c:
+ * TensorFlow's bundle and its SSTable index. */
 #ifndef MPICKPT_INTEROP_INTERNAL_H
 #define MPICKPT_INTEROP_INTERNAL_H
 
@@ -40,7 +40,7 @@ void ckpt__outfile_close(ckpt__outfile *o);
 
 /* What ckpt_export() writes: the selected tensors (opts->only; all without it) in the reader's
  * order (by name; stripping a prefix common to all keeps that order), their written names, and the
- * aliases among them (lib/export.c). */
+ * aliases among them (lib/interop/export.c). */
 typedef struct ckpt__export_sel {
     size_t n;
     size_t *index;      /* the reader's index of each written tensor */
@@ -72,10 +72,8 @@ int ckpt__export_read(ckpt_reader *r, const ckpt__export_sel *sel, size_t k,
 void ckpt__export_report(const ckpt_export_options *opts, ckpt_interop_totals *totals,
                          const ckpt_tensor_info *info, uint64_t bytes);
 
-#pragma GCC visibility push(default) /* for the CLI (lib/cli/cmd_import.c, cmd_dump.c) */
-
-/* The Python package's record of plain values (lib/export_record.c): one JSON document per rank
- * in the blob tensor `__mpickpt__/json/rank_<r>`, versions 1 and 2 (/docs/python.md). */
+/* The Python package's record of plain values (lib/interop/export_record.c): one JSON document per
+ * rank in the blob tensor `__mpickpt__/json/rank_<r>`, versions 1 and 2 (/docs/python.md). */
 typedef struct ckpt__record {
     int rank;
     int version;              /* "mpickpt_json" */
@@ -103,6 +101,5 @@ int ckpt__is_internal_name(const char *name);
  * `checkpoint` file resolved (its model_checkpoint_path, last component, in that directory),
  * anything else as given. `mpickpt import-tf` reports it as "bundle". */
 int ckpt__tf_resolve_prefix(char *out, size_t size, const char *tf_prefix);
-#pragma GCC visibility pop
 
 #endif

@@ -1,4 +1,4 @@
-/* TensorFlow's table format: reader and writer (lib/sstable.h). */
+/* TensorFlow's table format: reader and writer (lib/interop/sstable.h). */
 #include "sstable.h"
 
 #include "mpickpt/crc32c.h"

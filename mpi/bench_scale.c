@@ -4,8 +4,9 @@
  *                save (the plan is made), a save with the cached plan, the restore of that
  *                checkpoint, and an async save with a cached plan (start to ckpt_saver_sync);
  *                then a manager's (mgr_*): ckpt_manager_save with the plan cached, without and
- *                with retention deleting a checkpoint, and ckpt_manager_restore_or_initialize
- *                by a new manager (--verbose: each collective's call site, offsets in libmpickpt);
+ *                with retention deleting a checkpoint, ckpt_manager_restore_or_initialize by a
+ *                new manager, and an async manager's save to its ckpt_saver_sync (--verbose:
+ *                each collective's call site, offsets in libmpickpt);
  *                per rank, reported as the max over ranks and the chief's (rank 0).
  *   memory       per-rank peak memory growth during ckpt_saver_restore against the total piece
  *                count (tiny pieces: one float32 each), on the chief and on the other ranks.
@@ -188,6 +189,7 @@ static void remove_tree(const char *dir);
 
 typedef struct mgr_call {
     ckpt_manager *mg;
+    ckpt_saver *saver;
     ckpt_manager_save_info si;
     ckpt_manager_restored got;
 } mgr_call;
@@ -196,6 +198,14 @@ static int mgr_save(void *arg)
 {
     mgr_call *a = arg;
     return ckpt_manager_save(a->mg, &a->si, NULL, 0);
+}
+
+/* an async saver's: the save and its completion (the commit hook on the writer thread) */
+static int mgr_save_async(void *arg)
+{
+    mgr_call *a = arg;
+    int rc = ckpt_manager_save(a->mg, &a->si, NULL, 0);
+    return rc == CKPT_OK ? ckpt_saver_sync(a->saver) : rc;
 }
 
 static int mgr_restore(void *arg)
@@ -244,6 +254,23 @@ static void run_manager_calls(const opts *o, large_model *m, long *c)
     }
     ckpt_manager_free(a.mg);
     ckpt_saver_free(s);
+    if (g_rank == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* async: a save with the plan cached, to its ckpt_saver_sync */
+    a.saver = make_saver(o, 1);
+    large_register(a.saver, m, 0);
+    if ((rc = ckpt_manager_create(&a.mg, a.saver, dir, &mo)) != CKPT_OK)
+        die("ckpt_manager_create", rc);
+    a.si.step = 1;
+    if ((rc = mgr_save_async(&a)) != CKPT_OK) /* the plan made */
+        die("ckpt_manager_save (async)", rc);
+    a.si.step = 2;
+    count_window(o, c, mgr_save_async, &a, "mgr_async", "ckpt_manager_save (async)");
+    ckpt_manager_free(a.mg);
+    if ((rc = ckpt_saver_close(a.saver)) != CKPT_OK)
+        die("ckpt_saver_close", rc);
     if (g_rank == 0)
         remove_tree(dir);
     MPI_Barrier(MPI_COMM_WORLD);

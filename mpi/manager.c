@@ -814,7 +814,7 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
     (void)comm;
     ckpt_manager *m = payload;
     const ckpt_manager_save_info *info = &m->pending;
-    /* (none: the chief ran no first half, a manager going away with its save: ckpt__saver_detach) */
+    /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
     if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
         ckpt_state_entry e;
         new_entry(&e, prefix, counter, info, 0);

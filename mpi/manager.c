@@ -159,13 +159,12 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
 }
 
 /*
- * Every rank adopts rank 0's reading of the restart control. At creation (`strict`) a control
- * file that cannot be read is an error on every rank: restoring past what an operator pinned or
- * dropped would be worse than not starting. Not `strict`, it is a warning and the control read
- * before stays: a running job does not fail because of it (before a save: vote_control, the
- * same rule in one call). Collective.
+ * At creation every rank adopts rank 0's reading of the restart control; a control file that
+ * cannot be read is an error on every rank: restoring past what an operator pinned or dropped
+ * would be worse than not starting. (Before a save it is a warning and the control read before
+ * stays, a running job does not fail because of it: vote_control.) Collective.
  */
-static int share_control(ckpt_manager *m, int strict)
+static int share_control(ckpt_manager *m)
 {
     ckpt__restart c;
     memset(&c, 0, sizeof c);
@@ -174,14 +173,8 @@ static int share_control(ckpt_manager *m, int strict)
     size_t len = 0;
     if (m->rank == 0) {
         local = ckpt__restart_read(&c, m->dir);
-        if (local != CKPT_OK && !strict) {
-            ckpt__log(CKPT_LOG_WARN, "%s; the restart control read before stays in effect",
-                      ckpt_error_last()->message);
-            ckpt_error_clear();
-            local = ckpt__restart_format((char **)&buf, &len, &m->ctl);
-        } else if (local == CKPT_OK) {
+        if (local == CKPT_OK)
             local = ckpt__restart_format((char **)&buf, &len, &c);
-        }
     }
     int rc = bcast_bytes(m, m->comm, &buf, &len, local);
     if (rc == CKPT_OK) {
@@ -193,7 +186,7 @@ static int share_control(ckpt_manager *m, int strict)
         ckpt__restart_clear(&c);
         return rc;
     }
-    if (m->rank == 0 && strict && (c.pinned || c.num_drops))
+    if (m->rank == 0 && (c.pinned || c.num_drops))
         ckpt__log(CKPT_LOG_WARN, "%s/%s: %s%s%s%zu checkpoint(s) dropped", m->dir,
                   CKPT__RESTART_FILE, c.pinned ? "pinned " : "", c.pinned ? c.pin : "",
                   c.pinned ? " (newer ones listed when it was pinned are set aside), " : "",
@@ -208,8 +201,7 @@ static int share_control(ckpt_manager *m, int strict)
 /*
  * Before a save: every rank joins one MPI_Allreduce (a bitwise OR of bytes the others leave zero)
  * that brings it the chief's reading of the restart control, the rest after it when it is long.
- * The control is a warning when unreadable there, as in share_control(m, 0): the one read before
- * stays. Returns this rank's status, not agreed (the caller's save agrees it); on failure the
+ * A control that cannot be read there is a warning: the one read before stays. Returns this rank's status, not agreed (the caller's save agrees it); on failure the
  * control read before stays on that rank. Needs no save in flight (its hook reads the control).
  */
 static int vote_control(ckpt_manager *m)
@@ -475,7 +467,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     if (rc == CKPT_OK)
         rc = share_state(m, m->comm, CKPT_OK);
     if (rc == CKPT_OK)
-        rc = share_control(m, 1);
+        rc = share_control(m);
     if (rc == CKPT_OK)
         rc = levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */

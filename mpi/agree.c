@@ -85,8 +85,8 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
  * the most negative code; a failure then costs the agreement that carries its message. */
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n)
 {
-    double in[9], out[9];
-    if (n < 0 || n > 8)
+    double in[17], out[17];
+    if (n < 0 || n > 16)
         return ckpt__error(CKPT_EINVAL, "ckpt__mpi_vote: %d values", n);
     in[0] = -(double)local;
     for (int i = 0; i < n; i++)

@@ -17,6 +17,7 @@
 #include "mpickpt/collective.h"
 #include "mpickpt/preempt.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -156,12 +157,12 @@ static int share_state(ckpt_manager *m, MPI_Comm comm, int local)
 }
 
 /*
- * Every rank adopts rank 0's reading of the restart control. At creation (`strict`) a control
- * file that cannot be read is an error on every rank: restoring past what an operator pinned or
- * dropped would be worse than not starting. Before a save it is a warning and the control read
- * before stays: a running job does not fail because of it. Collective.
+ * At creation every rank adopts rank 0's reading of the restart control; a control file that
+ * cannot be read is an error on every rank: restoring past what an operator pinned or dropped
+ * would be worse than not starting. (Before a save it is a warning and the control read before
+ * stays, a running job does not fail because of it: vote_control.) Collective.
  */
-static int share_control(ckpt_manager *m, int strict)
+static int share_control(ckpt_manager *m)
 {
     ckpt__restart c;
     memset(&c, 0, sizeof c);
@@ -170,14 +171,8 @@ static int share_control(ckpt_manager *m, int strict)
     size_t len = 0;
     if (m->rank == 0) {
         local = ckpt__restart_read(&c, m->dir);
-        if (local != CKPT_OK && !strict) {
-            ckpt__log(CKPT_LOG_WARN, "%s; the restart control read before stays in effect",
-                      ckpt_error_last()->message);
-            ckpt_error_clear();
-            local = ckpt__restart_format((char **)&buf, &len, &m->ctl);
-        } else if (local == CKPT_OK) {
+        if (local == CKPT_OK)
             local = ckpt__restart_format((char **)&buf, &len, &c);
-        }
     }
     int rc = bcast_bytes(m, m->comm, &buf, &len, local);
     if (rc == CKPT_OK) {
@@ -189,11 +184,85 @@ static int share_control(ckpt_manager *m, int strict)
         ckpt__restart_clear(&c);
         return rc;
     }
-    if (m->rank == 0 && strict && (c.pinned || c.num_drops))
+    if (m->rank == 0 && (c.pinned || c.num_drops))
         ckpt__log(CKPT_LOG_WARN, "%s/%s: %s%s%s%zu checkpoint(s) dropped", m->dir,
                   CKPT__RESTART_FILE, c.pinned ? "pinned " : "", c.pinned ? c.pin : "",
                   c.pinned ? " (newer ones listed when it was pinned are set aside), " : "",
                   c.num_drops);
+    pthread_mutex_lock(&m->lock);
+    ckpt__restart_clear(&m->ctl);
+    m->ctl = c;
+    pthread_mutex_unlock(&m->lock);
+    return CKPT_OK;
+}
+
+/*
+ * Before a save: every rank joins one MPI_Allreduce (a bitwise OR of bytes the others leave zero)
+ * that brings it the chief's reading of the restart control, the rest after it when it is long.
+ * A control that cannot be read there is a warning: the one read before stays. Returns this rank's status, not agreed (the caller's save agrees it); on failure the
+ * control read before stays on that rank. Needs no save in flight (its hook reads the control).
+ */
+static int vote_control(ckpt_manager *m)
+{
+    struct {
+        int64_t status;
+        uint64_t len;
+        char text[2048];
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    char *buf = NULL;
+    size_t len = 0;
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        ckpt__restart c;
+        memset(&c, 0, sizeof c);
+        local = ckpt__restart_read(&c, m->dir);
+        if (local != CKPT_OK) {
+            ckpt__log(CKPT_LOG_WARN, "%s; the restart control read before stays in effect",
+                      ckpt_error_last()->message);
+            ckpt_error_clear();
+            local = ckpt__restart_format(&buf, &len, &m->ctl);
+        } else {
+            local = ckpt__restart_format(&buf, &len, &c);
+        }
+        ckpt__restart_clear(&c);
+        msg.status = local;
+        msg.len = local == CKPT_OK ? len : 0;
+        if (local == CKPT_OK && len <= sizeof msg.text)
+            memcpy(msg.text, buf, len);
+    }
+    if (MPI_Allreduce(MPI_IN_PLACE, &msg, (int)sizeof msg, MPI_BYTE, MPI_BOR, m->comm) !=
+        MPI_SUCCESS) {
+        free(buf);
+        return ckpt__error(CKPT_EMPI, "MPI_Allreduce of the restart control failed");
+    }
+    if (msg.status != CKPT_OK) { /* the chief's failure: it reports it (its save's broadcast) */
+        free(buf);
+        return m->rank == 0 ? local : CKPT_OK;
+    }
+    if (msg.len > sizeof msg.text) { /* the long control, from the chief, in pieces */
+        if (m->rank != 0 && !(buf = malloc(msg.len)))
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+        for (uint64_t off = 0; off < msg.len; off += sizeof msg.text) {
+            uint64_t n = msg.len - off < sizeof msg.text ? msg.len - off : sizeof msg.text;
+            /* a rank without room still joins, into the scratch */
+            if (MPI_Bcast(buf ? buf + off : msg.text, (int)n, MPI_BYTE, 0, m->comm) !=
+                    MPI_SUCCESS &&
+                local == CKPT_OK)
+                local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the restart control failed");
+        }
+        if (local != CKPT_OK) {
+            free(buf);
+            return local;
+        }
+    }
+    ckpt__restart c;
+    memset(&c, 0, sizeof c);
+    local = ckpt__restart_parse(&c, msg.len > sizeof msg.text ? buf : msg.text, (size_t)msg.len,
+                                "the broadcast restart control");
+    free(buf);
+    if (local != CKPT_OK)
+        return local;
     pthread_mutex_lock(&m->lock);
     ckpt__restart_clear(&m->ctl);
     m->ctl = c;
@@ -396,7 +465,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     if (rc == CKPT_OK)
         rc = share_state(m, m->comm, CKPT_OK);
     if (rc == CKPT_OK)
-        rc = share_control(m, 1);
+        rc = share_control(m);
     if (rc == CKPT_OK)
         rc = levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
@@ -558,13 +627,19 @@ void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list)
 /* Data files from this size on have their blocks freed in the background (lib/reaper.h). */
 #define RETENTION_HOLD_MIN ((uint64_t)1 << 20)
 
-static int apply_retention(ckpt_manager *m)
+/* Retention's update of the state, the same on every rank (the same state, control and
+ * options; no allocation): what leaves the persistent directory goes to `doomed` (room for every
+ * entry) when not NULL (the chief). */
+static void retire(ckpt_manager *m, char (*doomed)[256], size_t *ndoomed_out)
 {
     ckpt_state *st = m->state;
-    char (*doomed)[256] = calloc(st->num_entries ? st->num_entries : 1, sizeof *doomed);
     size_t ndoomed = 0;
-    if (!doomed)
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
+#define DOOM(e)                                                                                    \
+    do {                                                                                           \
+        if (doomed)                                                                                \
+            snprintf(doomed[ndoomed], 256, "%s", (e)->prefix);                                     \
+        ndoomed++;                                                                                 \
+    } while (0)
     /* Dropped (`mpickpt drop`): out of the state and off every level whatever max_to_keep (the
      * caches' copies go with the next sweep), but never the newest entry. */
     for (size_t i = 0; i + 1 < st->num_entries;) {
@@ -573,9 +648,10 @@ static int apply_retention(ckpt_manager *m)
             i++;
             continue;
         }
-        ckpt__log(CKPT_LOG_INFO, "retiring %s/%s: it was dropped", m->dir, e->prefix);
+        if (doomed)
+            ckpt__log(CKPT_LOG_INFO, "retiring %s/%s: it was dropped", m->dir, e->prefix);
         if (levels_of(e) & CKPT_LEVEL_PERSISTENT)
-            snprintf(doomed[ndoomed++], 256, "%s", e->prefix);
+            DOOM(e);
         ckpt_state_remove(st, i);
     }
     /* Set aside by a pin: neither counted nor deleted. */
@@ -598,7 +674,7 @@ static int apply_retention(ckpt_manager *m)
             i++;
             continue;
         }
-        snprintf(doomed[ndoomed++], 256, "%s", e->prefix);
+        DOOM(e);
         if (levels_of(e) & CKPT_LEVEL_CACHE) { /* still in the cache: only its copy here goes */
             e->levels = CKPT_LEVEL_CACHE;
             i++;
@@ -606,6 +682,19 @@ static int apply_retention(ckpt_manager *m)
             ckpt_state_remove(st, i);
         }
     }
+#undef DOOM
+    *ndoomed_out = ndoomed;
+}
+
+/* The chief: retention (retire), then the state file, then the deletions. */
+static int apply_retention(ckpt_manager *m)
+{
+    ckpt_state *st = m->state;
+    char (*doomed)[256] = calloc(st->num_entries ? st->num_entries : 1, sizeof *doomed);
+    size_t ndoomed = 0;
+    if (!doomed)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    retire(m, doomed, &ndoomed);
     int rc = ckpt_state_write(st, m->dir);
     /* Large data files are held open across their unlink and closed by a background thread,
      * which frees their blocks while the job trains (lib/reaper.h); MPICKPT_RETENTION=inline:
@@ -655,32 +744,88 @@ static void new_entry(ckpt_state_entry *e, const char *prefix, int64_t counter,
 }
 
 /*
- * After a commit, on every rank, on the communicator of the thread that committed (the writer
- * thread's in async mode): the chief records the checkpoint, applies retention and everybody
- * adopts the new state. Collective over `comm`.
+ * State updates ride the commit vote (the saver's hook in two halves, on the thread that
+ * committed: the writer thread in async mode). The first half, between the chief's commit point
+ * and the commit vote: the chief records the checkpoint, applies retention and writes the state
+ * file; the vote carries its status, the entry's time and its bytes to every rank; the other
+ * ranks make room for the entry, so that adding it cannot fail. The second half, after the vote:
+ * every other rank makes the same update to its copy (the same entry, the same retention: the
+ * same state, restart control and options everywhere), with no collective call. A failure of
+ * the first half anywhere is the save's error, agreed by the saver.
  */
-static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void *payload)
+enum { HV_TIME, HV_BYTES, HV_EPOCH = HV_BYTES + 2, HV_STEP = HV_EPOCH + 2, HV_EOE = HV_STEP + 2 };
+
+/* A 64-bit integer as two doubles, exactly (the vote carries doubles). */
+static void put64(double *v, int64_t x)
+{
+    v[0] = (double)(x >> 32);
+    v[1] = (double)(uint32_t)x;
+}
+
+static int64_t get64(const double *v)
+{
+    return (int64_t)(((uint64_t)(int64_t)v[0] << 32) | (uint64_t)(uint32_t)v[1]);
+}
+
+static int commit_prep(const char *prefix, int64_t counter, ckpt__hook_vote *v, void *payload)
 {
     ckpt_manager *m = payload;
-    const ckpt_manager_save_info *info = &m->pending;
     int local = CKPT_OK;
+    pthread_mutex_lock(&m->lock);
     if (m->rank == 0) {
         ckpt_state_entry e;
-        new_entry(&e, prefix, counter, info, 0); /* 0: the directory, as before levels */
+        new_entry(&e, prefix, counter, &m->pending, 0); /* 0: the directory, as before levels */
         local = ckpt_checkpoint_bytes(&e.bytes, prefix);
-        pthread_mutex_lock(&m->lock);
         if (local == CKPT_OK)
             local = ckpt_state_append(m->state, &e);
         if (local == CKPT_OK)
             local = apply_retention(m);
+        /* the chief's entry, exactly: every rank records what the chief's state file lists */
+        v->vals[HV_TIME] = e.timestamp;
+        put64(&v->vals[HV_BYTES], (int64_t)e.bytes);
+        put64(&v->vals[HV_EPOCH], e.epoch);
+        put64(&v->vals[HV_STEP], e.step);
+        v->vals[HV_EOE] = e.end_of_epoch;
+    } else { /* room for the entry (ckpt_state_append reallocates to the same size: in place) */
+        ckpt_state *st = m->state;
+        ckpt_state_entry *n = realloc(st->entries, (st->num_entries + 1) * sizeof *n);
+        if (n)
+            st->entries = n;
+        else
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", m->rank);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return local;
+}
+
+static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
+                       const ckpt__hook_vote *v, void *payload)
+{
+    (void)comm;
+    ckpt_manager *m = payload;
+    const ckpt_manager_save_info *info = &m->pending;
+    /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
+    if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
+        ckpt_state_entry e;
+        new_entry(&e, prefix, counter, info, 0);
+        e.timestamp = v->vals[HV_TIME];
+        e.bytes = (uint64_t)get64(&v->vals[HV_BYTES]);
+        e.epoch = get64(&v->vals[HV_EPOCH]);
+        e.step = get64(&v->vals[HV_STEP]);
+        e.end_of_epoch = v->vals[HV_EOE] != 0;
+        size_t nd = 0;
+        pthread_mutex_lock(&m->lock);
+        ckpt_state *st = m->state; /* the room is there (commit_prep) */
+        st->entries[st->num_entries++] = e;
+        snprintf(st->latest, sizeof st->latest, "%s", e.prefix);
+        if (e.save_counter > st->save_counter)
+            st->save_counter = e.save_counter;
+        retire(m, NULL, &nd);
         pthread_mutex_unlock(&m->lock);
     }
-    int rc = share_state(m, comm, local);
-    if (rc == CKPT_OK) {
-        m->have_last = 1;
-        m->last_step = info->step;
-    }
-    return rc;
+    m->have_last = 1;
+    m->last_step = info->step;
+    return CKPT_OK;
 }
 
 /* ---- the cache level (docs/levels.md) ---------------------------------------------------- */
@@ -691,6 +836,8 @@ static int levels_setup(ckpt_manager *m, int from_env)
 {
     struct {
         int64_t status, on, partner, every, keep;
+        int64_t max_to_keep; /* retention's options: every rank applies the chief's */
+        double keep_hours;
         double lock_wait; /* for each node cache's lock: the directory lock's (take_dirlock) */
         char pattern[4096];
         char identity[CKPT__IDENTITY_HEX + 8];
@@ -745,6 +892,8 @@ static int levels_setup(ckpt_manager *m, int from_env)
             msg.on = local == CKPT_OK;
         }
         msg.partner = red == CKPT_REDUNDANCY_PARTNER;
+        msg.max_to_keep = m->opts.max_to_keep;
+        msg.keep_hours = m->opts.keep_every_n_hours;
         msg.every = every;
         msg.keep = keep;
     }
@@ -754,6 +903,8 @@ static int levels_setup(ckpt_manager *m, int from_env)
     if (msg.status != CKPT_OK || local != CKPT_OK)
         return ckpt_mpi_agree(m->comm, local != CKPT_OK ? local : (int)msg.status);
     int rc = ckpt_mpi_agree(m->comm, CKPT_OK);
+    m->opts.max_to_keep = (int)msg.max_to_keep;
+    m->opts.keep_every_n_hours = msg.keep_hours;
     if (rc != CKPT_OK || !msg.on)
         return rc;
     msg.pattern[sizeof msg.pattern - 1] = '\0';
@@ -824,8 +975,10 @@ static void cache_retention(ckpt_manager *m)
 /* After a commit to the cache (the saver's hook, collective over `comm`): the chief lists it at
  * level cache (its size from the index: the files are on several nodes), applies both levels'
  * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
-static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter, void *payload)
+static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
+                             const ckpt__hook_vote *v, void *payload)
 {
+    (void)v; /* no first half: the state goes by broadcast (share_state) */
     ckpt_manager *m = payload;
     m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
     const ckpt_manager_save_info *info = &m->pending;
@@ -977,11 +1130,11 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
 
     /* The chief sweeps what crashed or failed saves left before writing anew, once every rank is
      * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which
-     * the sweep must not race with. */
-    if ((rc = ckpt_mpi_agree(m->comm, CKPT_OK)) != CKPT_OK)
-        return rc;
-    int local = CKPT_OK;
-    if (m->rank == 0) {
+     * the sweep must not race with. The collective that tells the chief so also brings every
+     * rank the chief's restart control (drops and pins an operator made since: their retention
+     * applies after this commit). */
+    int local = vote_control(m);
+    if (m->rank == 0 && local == CKPT_OK) {
         size_t removed = 0;
         local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
         if (local == CKPT_OK && removed)
@@ -990,11 +1143,8 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     }
     if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
         local = ckpt__cache_gc(m->saver);
-    if ((rc = ckpt_mpi_agree(m->comm, local)) != CKPT_OK)
-        return rc;
-    /* drops and pins an operator made since (their retention applies after this commit) */
-    if ((rc = share_control(m, 0)) != CKPT_OK)
-        return rc;
+    /* from here, a failure on any rank is agreed by the save's first collectives (its prefix's
+     * broadcast for the chief's, its first vote for the others') */
 
     /* Number past every checkpoint ever committed here, whatever was restored. */
     int64_t next = st->save_counter;
@@ -1004,36 +1154,34 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     if (ckpt_saver_counter(m->saver) > next)
         next = ckpt_saver_counter(m->saver);
     /* every counter is checked on the way in (state file, indexes): this cannot overflow */
-    if (next >= CKPT__COUNTER_MAX)
-        return ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new directory",
-                           m->dir, (long long)next);
+    if (next >= CKPT__COUNTER_MAX && local == CKPT_OK)
+        local = ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new "
+                                         "directory",
+                            m->dir, (long long)next);
     next++;
     /* A counter whose names are taken (planted, another job's) is passed, with a warning, instead
      * of failing every save from now on; every rank adopts the chief's choice with the save's
      * prefix (ckpt__save_bcast_prefix), and learns it back from the saver. */
-    if (m->rank == 0)
+    if (m->rank == 0 && local == CKPT_OK)
         local = free_counter(m, &next);
 
-    char name[4400];
+    char name[4400] = "";
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
-        if ((rc = ckpt_mpi_agree(m->comm, local != CKPT_OK ? local
-                                          : ckpt__path(name, sizeof name, "%s-%lld", m->name,
-                                                       (long long)next))) != CKPT_OK)
-            return rc;
+        if (local == CKPT_OK)
+            local = ckpt__path(name, sizeof name, "%s-%lld", m->name, (long long)next);
         m->pending = *info;
-        rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, cache_commit_hook, m);
+        rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, local, NULL, cache_commit_hook,
+                                    m);
         if (rc == CKPT_OK && out && out_size)
             snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
                      (long long)ckpt__saver_prepared_counter(m->saver));
         return rc;
     }
-    if ((rc = ckpt_mpi_agree(m->comm, local != CKPT_OK ? local
-                                      : ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir,
-                                                   m->name, (long long)next))) != CKPT_OK)
-        return rc;
+    if (local == CKPT_OK)
+        local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
     m->pending = *info;
-    rc = ckpt__saver_save_hook(m->saver, name, &si, next, commit_hook, m);
+    rc = ckpt__saver_save_level(m->saver, name, 0, &si, next, local, commit_prep, commit_hook, m);
     if (rc == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name,
                  (long long)ckpt__saver_prepared_counter(m->saver));

@@ -48,7 +48,7 @@ int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *bu
 
 /* One collective for a status and some maxima: every rank passes its status and `n` values; on
  * return vals[] hold the maxima over ranks. When any status is not CKPT_OK, every rank returns the
- * same error (the failing rank's message, through ckpt_mpi_agree). At most 8 values. */
+ * same error (the failing rank's message, through ckpt_mpi_agree). At most 16 values. */
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
 /* Saver internals the manager needs. */
@@ -115,9 +115,25 @@ int ckpt__saver_detach(struct ckpt_saver *s, void *payload);
 /* Waits for a save in flight and keeps its failure for the next save, sync or close. */
 void ckpt__saver_wait_keep(struct ckpt_saver *s);
 
+/* What a commit hook's first half (ckpt__commit_prep) tells every rank through the commit vote:
+ * the status of its rank (the worst over ranks after the vote) and the chief's values (the
+ * others' are ignored). */
+#define CKPT__HOOK_VALS 8
+typedef struct ckpt__hook_vote {
+    int status;
+    double vals[CKPT__HOOK_VALS];
+} ckpt__hook_vote;
+
+/* The first half of a commit hook, optional: on every rank after the chief's commit point and
+ * before the commit vote, which carries v->status and the chief's v->vals (a chief's state update
+ * then costs no collective of its own). Local: no collective call. */
+typedef int (*ckpt__commit_prep)(const char *prefix, int64_t counter, ckpt__hook_vote *v,
+                                 void *payload);
 /* Runs after a save committed, on every rank, on the communicator of the thread that ran the save
- * (the saver's, or its writer thread's in async mode). Collective over `comm`. */
-typedef int (*ckpt__commit_hook)(MPI_Comm comm, const char *prefix, int64_t counter, void *payload);
+ * (the saver's, or its writer thread's in async mode); `v` is what the commit vote carried of the
+ * first half (status CKPT_OK and no values without one). Collective over `comm`. */
+typedef int (*ckpt__commit_hook)(MPI_Comm comm, const char *prefix, int64_t counter,
+                                 const ckpt__hook_vote *v, void *payload);
 
 /* A save at exactly `prefix` recording `counter`, with a hook run after the commit. Collective. */
 struct ckpt_save_info;
@@ -129,10 +145,12 @@ int ckpt__saver_save_hook(struct ckpt_saver *s, const char *prefix,
  * ckpt__saver_prepared_counter() once the call returned. */
 int64_t ckpt__saver_prepared_counter(const struct ckpt_saver *s);
 /* The same to the cache level when `cache` (ckpt__saver_cache_init first): `prefix` is then the
- * checkpoint's name, which each rank puts in its node's cache directory. */
+ * checkpoint's name, which each rank puts in its node's cache directory. `local` is the caller's
+ * status on this rank, joined to the save's first collectives (the chief's to the prefix's
+ * broadcast, every rank's to the first vote): a caller's failure is agreed there, at no call of
+ * its own. `prep` (optional) is the hook's first half. */
 int ckpt__saver_save_level(struct ckpt_saver *s, const char *prefix, int cache,
-                           const struct ckpt_save_info *info, int64_t counter,
-                           ckpt__commit_hook hook,
-                           void *payload);
+                           const struct ckpt_save_info *info, int64_t counter, int local,
+                           ckpt__commit_prep prep, ckpt__commit_hook hook, void *payload);
 
 #endif

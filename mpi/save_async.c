@@ -176,12 +176,12 @@ int ckpt__save_start(ckpt_saver *s, save_job *j)
 int ckpt__saver_save_hook(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
                           int64_t counter, ckpt__commit_hook hook, void *payload)
 {
-    return ckpt__saver_save_level(s, prefix, 0, info, counter, hook, payload);
+    return ckpt__saver_save_level(s, prefix, 0, info, counter, CKPT_OK, NULL, hook, payload);
 }
 
 int ckpt__saver_save_level(ckpt_saver *s, const char *prefix, int cache,
-                           const ckpt_save_info *info, int64_t counter, ckpt__commit_hook hook,
-                           void *payload)
+                           const ckpt_save_info *info, int64_t counter, int local,
+                           ckpt__commit_prep prep, ckpt__commit_hook hook, void *payload)
 {
     double t_start = ckpt__mono_seconds();
     /* At most one save in flight: wait for the previous one; its failure is this call's error. */
@@ -191,9 +191,10 @@ int ckpt__saver_save_level(ckpt_saver *s, const char *prefix, int cache,
     if (rc != CKPT_OK)
         return rc;
     save_job *j;
-    if ((rc = ckpt__save_prepare(s, prefix, info, counter, cache, &j)) != CKPT_OK)
+    if ((rc = ckpt__save_prepare(s, prefix, info, counter, cache, local, &j)) != CKPT_OK)
         return rc;
     j->t_start = t_start;
+    j->prep = prep;
     j->hook = hook;
     j->hook_payload = payload;
     return ckpt__save_start(s, j);

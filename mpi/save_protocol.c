@@ -29,6 +29,7 @@
 #include "mpickpt/collective.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +42,18 @@
  * save also adopts the chief's counter (a manager's chief may have moved past a taken name) and
  * the save's id, which the chief draws here: every in-flight name of the save carries it
  * (lib/paths.h), so no other job's save shares one. save_id and counter may be NULL (a restore). */
+static int bcast_prefix(ckpt_saver *s, int local, const char *prefix, char *out, size_t size,
+                        uint64_t *save_id, int64_t *counter);
+
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size,
                             uint64_t *save_id, int64_t *counter)
+{
+    return bcast_prefix(s, CKPT_OK, prefix, out, size, save_id, counter);
+}
+
+/* The same with the chief's status so far (`local`, on the chief): its failure is agreed here. */
+static int bcast_prefix(ckpt_saver *s, int local, const char *prefix, char *out, size_t size,
+                        uint64_t *save_id, int64_t *counter)
 {
     /* {status, id, counter, path} in one broadcast; a failure costs the agreement that carries
      * its message */
@@ -53,8 +64,9 @@ int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t
         char path[4096];
     } msg;
     memset(&msg, 0, sizeof msg);
-    int local = CKPT_OK;
-    if (s->rank == 0) {
+    if (s->rank != 0)
+        local = CKPT_OK; /* (a caller's failure there joins the first vote) */
+    else if (local == CKPT_OK) {
         local = ckpt__path(msg.path, size < sizeof msg.path ? size : sizeof msg.path, "%s",
                            prefix ? prefix : "");
         msg.save_id = save_id ? ckpt__random_u64() : 0;
@@ -359,16 +371,18 @@ static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
  * On success *out is a job ready to run.
  */
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
-                       int64_t counter, int cache, save_job **out)
+                       int64_t counter, int cache, int caller_local, save_job **out)
 {
     *out = NULL;
     char prefix[4096], name[4096];
     uint64_t save_id = 0;
-    int rc = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix, &save_id, &counter);
+    int rc = bcast_prefix(s, caller_local, prefix_arg, prefix, sizeof prefix, &save_id, &counter);
     if (rc != CKPT_OK)
         return rc;
     save_job *j = calloc(1, sizeof *j);
-    int local = j ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    int local = caller_local; /* another rank's failure (the chief's was agreed above) */
+    if (local == CKPT_OK && !j)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (j)
         j->c.dirfd = j->c.workfd = j->c.tempfd = -1; /* until init_ctx */
     if (local == CKPT_OK && cache) { /* the name, in this rank's node's cache directory */
@@ -716,9 +730,28 @@ static void record_metrics(save_job *j, double *mx, const int *slowest, double h
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The commit hook's first half (the manager's chief: the new entry, retention, the state file),
+ * before the commit vote, which carries *v to every rank; read under the lock like the hook. */
+static void run_prep(save_job *j, ckpt__hook_vote *v)
+{
+    ckpt_saver *s = j->s;
+    pthread_mutex_lock(&s->lock);
+    ckpt__commit_prep prep = j->prep;
+    s->hook_running = prep != NULL;
+    pthread_mutex_unlock(&s->lock);
+    if (!prep)
+        return;
+    v->status = prep(j->c.n.prefix, j->counter, v, j->hook_payload);
+    pthread_mutex_lock(&s->lock);
+    s->hook_running = 0;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* The commit hook (the manager's state file and retention), read under the lock: a borrower
- * that went away (ckpt__saver_detach) may have withdrawn it. */
-static int run_hook(save_job *j)
+ * that went away (ckpt__saver_detach) may have withdrawn it. `v`: what the commit vote carried
+ * of its first half. */
+static int run_hook(save_job *j, const ckpt__hook_vote *v)
 {
     ckpt_saver *s = j->s;
     pthread_mutex_lock(&s->lock);
@@ -727,7 +760,7 @@ static int run_hook(save_job *j)
     pthread_mutex_unlock(&s->lock);
     if (!hook)
         return CKPT_OK;
-    int rc = hook(j->c.comm, j->c.n.prefix, j->counter, j->hook_payload);
+    int rc = hook(j->c.comm, j->c.n.prefix, j->counter, v, j->hook_payload);
     pthread_mutex_lock(&s->lock);
     s->hook_running = 0;
     pthread_cond_broadcast(&s->cond);
@@ -742,7 +775,8 @@ static int run_hook(save_job *j)
  * that communicator. Runs on the caller's thread (sync) or the writer thread (async). With the
  * directories opened at prepare, a save makes five collective calls here: the gather of the
  * fragments (a gather of statuses, the verdict's broadcast, a gatherv), the pre-commit vote and
- * the commit vote, which also carries the metrics.
+ * the commit vote, which also carries the metrics and what the commit hook's first half (run
+ * between the chief's commit point and that vote) tells every rank.
  */
 int ckpt__save_run(save_job *j)
 {
@@ -824,8 +858,15 @@ int ckpt__save_run(save_job *j)
                             s->rank);
     double t3 = ckpt__mono_seconds();
     rc = ckpt__mpi_vote(c->comm, local, NULL, 0);
-    double mx[6] = { 0 };
+    /* mx: the metrics (5 phases, each with the rank that had it; the index's bytes), then the
+     * hook's first half: its status (negated: the worst wins) and the chief's values */
+    double mx[6 + 1 + CKPT__HOOK_VALS] = { 0 };
     int slowest[CKPT__METRICS_PHASES] = { -1, -1, -1, -1, -1 };
+    ckpt__hook_vote hv = { CKPT_OK, { 0 } };
+    for (int k = 0; k < CKPT__HOOK_VALS; k++)
+        hv.vals[k] = -HUGE_VAL; /* none (no first half ran on the chief) */
+    double th = 0;
+    int prep_rc = CKPT_OK;
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
             if (!j->cache)
@@ -843,9 +884,19 @@ int ckpt__save_run(save_job *j)
                                                     j->t_commit };
         /* each maximum with the rank that had it (save_summary.c), in the same vote */
         ckpt__summary_encode(mx, mine, CKPT__METRICS_PHASES, s->rank);
-        rc = ckpt__mpi_vote(c->comm, local, mx, 6);
-        if (rc == CKPT_OK)
+        th = ckpt__mono_seconds();
+        if (local == CKPT_OK) /* committed, if the chief's commit point held */
+            run_prep(j, &hv);
+        prep_rc = hv.status;
+        mx[6] = -(double)prep_rc;
+        for (int k = 0; k < CKPT__HOOK_VALS; k++)
+            mx[7 + k] = s->rank == 0 ? hv.vals[k] : -HUGE_VAL;
+        rc = ckpt__mpi_vote(c->comm, local, mx, 6 + 1 + CKPT__HOOK_VALS);
+        if (rc == CKPT_OK) {
             ckpt__summary_decode(mx, slowest, mx, CKPT__METRICS_PHASES);
+            for (int k = 0; k < CKPT__HOOK_VALS; k++)
+                hv.vals[k] = mx[7 + k];
+        }
     }
     ckpt__index_merged_free(&idx);
     ckpt__free_frags(frags, frag_arena);
@@ -857,8 +908,9 @@ int ckpt__save_run(save_job *j)
     ckpt__cache_placed_free(placed, nplaced);
     if (rc != CKPT_OK)
         goto out;
-    double th = ckpt__mono_seconds();
-    rc = run_hook(j);
+    /* committed; a first half that failed on some rank (the vote told every rank) is the save's
+     * error, with that rank's message, and its hook does not run */
+    rc = mx[6] > 0 ? ckpt_mpi_agree(c->comm, prep_rc) : run_hook(j, &hv);
     if (rc == CKPT_OK)
         record_metrics(j, mx, slowest, ckpt__mono_seconds() - th);
 out:

@@ -486,8 +486,10 @@ int ckpt__saver_detach(ckpt_saver *s, void *payload)
             /* closed with the save still running: the saver is left to the process's exit, and
              * so must the borrower be if the hook may still run */
             pthread_mutex_lock(&s->lock);
-            if (!s->job_done && !s->hook_running)
+            if (!s->job_done && !s->hook_running) {
                 s->job->hook = NULL;
+                s->job->prep = NULL;
+            }
             busy = s->hook_running || (s->job->hook != NULL && !s->job_done);
             pthread_mutex_unlock(&s->lock);
         }

@@ -140,6 +140,7 @@ struct save_job {
     save_ctx c;
     ckpt_save_info info;
     int64_t counter;
+    ckpt__commit_prep prep; /* the hook's first half (mpi_internal.h), or NULL */
     ckpt__commit_hook hook;
     void *hook_payload;
     double t_start, t_block; /* caller's clock: start of save, time it blocked */
@@ -177,7 +178,7 @@ void ckpt__restore_log_summary(const ckpt_saver *s, const char *prefix, uint64_t
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size,
                             uint64_t *save_id, int64_t *counter);
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
-                       int64_t counter, int cache, save_job **out);
+                       int64_t counter, int cache, int local, save_job **out);
 int ckpt__save_run(save_job *j);
 void ckpt__save_job_free(save_job *j);
 void ckpt__save_free_plan(ckpt_saver *s);

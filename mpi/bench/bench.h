@@ -131,5 +131,7 @@ const char *pmpi_func_name(int f);
 int pmpi_func_kind(int f);
 void pmpi_begin(void);    /* zeroes this process's counters and starts counting */
 void pmpi_end(long *out); /* stops; out[f * PMPI_NCALLER + caller] for f < pmpi_nfunc() */
+void pmpi_sites(int on);  /* also records each collective call's stack (costly: --verbose) */
+void pmpi_sites_print(void); /* this process's call sites of the last window, on stdout */
 
 #endif

@@ -18,9 +18,12 @@
 #include "bench.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* name, kind: C collective (blocking or not, communicator and file management included), P
@@ -111,11 +114,81 @@ static int classify(const void *ra)
     return c;
 }
 
+/* Call sites (pmpi_sites(1), for --verbose): each collective call's stack, as offsets into
+ * libmpickpt of its innermost frames there (addr2line -f -i -e LIB OFFSET names them). */
+#define SITE_FRAMES 5
+static atomic_int g_sites_on;
+static struct {
+    int func, nframes;
+    uintptr_t off[SITE_FRAMES];
+    long n;
+} g_site[256];
+static int g_nsite;
+static char g_lib_path[512];
+
+static void count_site(int f)
+{
+    void *bt[24];
+    int n = backtrace(bt, 24);
+    uintptr_t off[SITE_FRAMES];
+    int k = 0;
+    for (int i = 0; i < n && k < SITE_FRAMES; i++) {
+        Dl_info info;
+        if (!dladdr(bt[i], &info) || !info.dli_fname)
+            continue;
+        const char *slash = strrchr(info.dli_fname, '/');
+        if (strncmp(slash ? slash + 1 : info.dli_fname, "libmpickpt", 10) != 0)
+            continue;
+        if (!g_lib_path[0])
+            snprintf(g_lib_path, sizeof g_lib_path, "%s", info.dli_fname);
+        /* a return address: the call is the instruction before it */
+        off[k++] = (uintptr_t)bt[i] - (uintptr_t)info.dli_fbase - 1;
+    }
+    pthread_mutex_lock(&g_lock);
+    int s = 0;
+    for (; s < g_nsite; s++)
+        if (g_site[s].func == f && g_site[s].nframes == k &&
+            !memcmp(g_site[s].off, off, (size_t)k * sizeof *off))
+            break;
+    if (s == g_nsite && g_nsite < (int)(sizeof g_site / sizeof g_site[0])) {
+        g_site[s].func = f;
+        g_site[s].nframes = k;
+        memcpy(g_site[s].off, off, (size_t)k * sizeof *off);
+        g_site[s].n = 0;
+        g_nsite++;
+    }
+    if (s < g_nsite)
+        g_site[s].n++;
+    pthread_mutex_unlock(&g_lock);
+}
+
 static void count(int f, const void *ra)
 {
     if (!atomic_load_explicit(&g_on, memory_order_relaxed))
         return;
     atomic_fetch_add_explicit(&g_count[f][classify(ra)], 1, memory_order_relaxed);
+    if (atomic_load_explicit(&g_sites_on, memory_order_relaxed) && g_kinds[f] == PMPI_COLL)
+        count_site(f);
+}
+
+void pmpi_sites(int on)
+{
+    atomic_store(&g_sites_on, on);
+}
+
+void pmpi_sites_print(void)
+{
+    pthread_mutex_lock(&g_lock);
+    printf("    call sites (this rank; offsets in %s, innermost first):\n",
+           g_lib_path[0] ? g_lib_path : "libmpickpt");
+    for (int s = 0; s < g_nsite; s++) {
+        printf("    %3ld %-16s", g_site[s].n, g_names[g_site[s].func]);
+        for (int k = 0; k < g_site[s].nframes; k++)
+            printf(" %#lx", (unsigned long)g_site[s].off[k]);
+        printf("\n");
+    }
+    pthread_mutex_unlock(&g_lock);
+    fflush(stdout);
 }
 
 int pmpi_nfunc(void)
@@ -135,6 +208,9 @@ int pmpi_func_kind(int f)
 
 void pmpi_begin(void)
 {
+    pthread_mutex_lock(&g_lock);
+    g_nsite = 0;
+    pthread_mutex_unlock(&g_lock);
     for (int f = 0; f < NFUNC; f++)
         for (int c = 0; c < PMPI_NCALLER; c++)
             atomic_store(&g_count[f][c], 0);

@@ -3,6 +3,10 @@
  *   collectives  MPI calls per save and restore, counted through PMPI (bench_pmpi.c): the first
  *                save (the plan is made), a save with the cached plan, the restore of that
  *                checkpoint, and an async save with a cached plan (start to ckpt_saver_sync);
+ *                then a manager's (mgr_*): ckpt_manager_save with the plan cached, without and
+ *                with retention deleting a checkpoint, ckpt_manager_restore_or_initialize by a
+ *                new manager, and an async manager's save to its ckpt_saver_sync (--verbose:
+ *                each collective's call site, offsets in libmpickpt);
  *                per rank, reported as the max over ranks and the chief's (rank 0).
  *   memory       per-rank peak memory growth during ckpt_saver_restore against the total piece
  *                count (tiny pieces: one float32 each), on the chief and on the other ranks.
@@ -164,6 +168,114 @@ static void calls_header(const opts *o)
     fflush(stdout);
 }
 
+/* One counted window around fn(arg); the call sites printed too with --verbose (the chief's). */
+static void count_window(const opts *o, long *c, int (*fn)(void *), void *arg, const char *op,
+                         const char *what)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    pmpi_sites(o->verbose);
+    pmpi_begin();
+    int rc = fn(arg);
+    pmpi_end(c);
+    pmpi_sites(0);
+    if (rc != CKPT_OK)
+        die(what, rc);
+    report_calls(o, op, c);
+    if (o->verbose && g_rank == 0)
+        pmpi_sites_print();
+}
+
+static void remove_tree(const char *dir);
+
+typedef struct mgr_call {
+    ckpt_manager *mg;
+    ckpt_saver *saver;
+    ckpt_manager_save_info si;
+    ckpt_manager_restored got;
+} mgr_call;
+
+static int mgr_save(void *arg)
+{
+    mgr_call *a = arg;
+    return ckpt_manager_save(a->mg, &a->si, NULL, 0);
+}
+
+/* an async saver's: the save and its completion (the commit hook on the writer thread) */
+static int mgr_save_async(void *arg)
+{
+    mgr_call *a = arg;
+    int rc = ckpt_manager_save(a->mg, &a->si, NULL, 0);
+    return rc == CKPT_OK ? ckpt_saver_sync(a->saver) : rc;
+}
+
+static int mgr_restore(void *arg)
+{
+    mgr_call *a = arg;
+    return ckpt_manager_restore_or_initialize(a->mg, &a->got);
+}
+
+/* The manager (sync saver, the layout's default options): a save with the plan cached (the
+ * second; the first makes the plan) and ckpt_manager_restore_or_initialize of it by a new
+ * manager on the same directory (as a restarted job). Collective. */
+static void run_manager_calls(const opts *o, large_model *m, long *c)
+{
+    char dir[4096];
+    scale_path(dir, sizeof dir, o, "coll-manager");
+    if (g_rank == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+    ckpt_saver *s = make_saver(o, 0);
+    large_register(s, m, 0);
+    ckpt_manager_options mo = CKPT_MANAGER_OPTIONS_INIT;
+    mo.max_to_keep = 2;
+    mgr_call a;
+    memset(&a, 0, sizeof a);
+    int rc = ckpt_manager_create(&a.mg, s, dir, &mo);
+    if (rc != CKPT_OK)
+        die("ckpt_manager_create", rc);
+    a.si.step = 1;
+    if ((rc = ckpt_manager_save(a.mg, &a.si, NULL, 0)) != CKPT_OK) /* the plan made */
+        die("ckpt_manager_save", rc);
+    a.si.step = 2;
+    count_window(o, c, mgr_save, &a, "mgr_save", "ckpt_manager_save");
+    a.si.step = 3; /* retention (max_to_keep 2) deletes the first */
+    count_window(o, c, mgr_save, &a, "mgr_save_ret", "ckpt_manager_save");
+    ckpt_manager_free(a.mg);
+    a.mg = NULL;
+    memset(m->arena, 0, m->bytes);
+    if ((rc = ckpt_manager_create(&a.mg, s, dir, &mo)) != CKPT_OK)
+        die("ckpt_manager_create", rc);
+    count_window(o, c, mgr_restore, &a, "mgr_restore", "ckpt_manager_restore_or_initialize");
+    if (!a.got.restored || a.got.step != 3 || !large_check(m, 0)) {
+        if (g_rank == 0)
+            fprintf(stderr, "mpickpt-bench: collectives: the manager restored %s (step %lld)\n",
+                    a.got.restored ? "wrong values" : "nothing", (long long)a.got.step);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ckpt_manager_free(a.mg);
+    ckpt_saver_free(s);
+    if (g_rank == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* async: a save with the plan cached, to its ckpt_saver_sync */
+    a.saver = make_saver(o, 1);
+    large_register(a.saver, m, 0);
+    if ((rc = ckpt_manager_create(&a.mg, a.saver, dir, &mo)) != CKPT_OK)
+        die("ckpt_manager_create", rc);
+    a.si.step = 1;
+    if ((rc = mgr_save_async(&a)) != CKPT_OK) /* the plan made */
+        die("ckpt_manager_save (async)", rc);
+    a.si.step = 2;
+    count_window(o, c, mgr_save_async, &a, "mgr_async", "ckpt_manager_save (async)");
+    ckpt_manager_free(a.mg);
+    if ((rc = ckpt_saver_close(a.saver)) != CKPT_OK)
+        die("ckpt_saver_close", rc);
+    if (g_rank == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 void run_collectives(const opts *o)
 {
     int nf = pmpi_nfunc();
@@ -246,6 +358,8 @@ void run_collectives(const opts *o)
     if ((rc = ckpt_saver_close(a)) != CKPT_OK)
         die("ckpt_saver_close", rc);
     delete_ckpt(pa);
+
+    run_manager_calls(o, &m, c);
 
     /* Every save makes collective calls: none counted from the library means its MPI_* calls do
      * not reach the executable's definitions, or its code is not where bench_pmpi.c looks

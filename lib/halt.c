@@ -166,7 +166,7 @@ int ckpt__halt_read(ckpt__halt *out, const char *dir)
 int ckpt__halt_write(const char *dir, const ckpt__halt *h)
 {
     char text[256];
-    size_t len;
+    size_t len = 0;
     int rc = ckpt__halt_format(text, sizeof text, &len, h);
     if (rc != CKPT_OK)
         return rc;

@@ -389,7 +389,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
         return ckpt__error(CKPT_EINVAL, "ckpt_manager_options version %u, expected 1 to %d",
                            opts->version, CKPT_MANAGER_OPTIONS_VERSION);
     ckpt_manager *m = calloc(1, sizeof *m);
-    MPI_Comm comm = ckpt__saver_comm(saver);
+    MPI_Comm comm = ckpt_saver_comm(saver);
     int local = m ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
     int rc = ckpt_mpi_agree(comm, local);
     if (rc != CKPT_OK) {
@@ -399,7 +399,7 @@ static int manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir
     m->saver = saver;
     m->comm = comm;
     pthread_mutex_init(&m->lock, NULL);
-    m->rank = ckpt__saver_rank(saver);
+    MPI_Comm_rank(comm, &m->rank);
     ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
     m->opts = defaults;
     if (opts) /* an older caller's struct ends before the fields its version lacks */
@@ -767,7 +767,7 @@ static int64_t get64(const double *v)
     return (int64_t)(((uint64_t)(int64_t)v[0] << 32) | (uint64_t)(uint32_t)v[1]);
 }
 
-static int commit_prep(const char *prefix, int64_t counter, ckpt__hook_vote *v, void *payload)
+static int commit_prep(const char *prefix, int64_t counter, ckpt_commit_vote *v, void *payload)
 {
     ckpt_manager *m = payload;
     int local = CKPT_OK;
@@ -799,7 +799,7 @@ static int commit_prep(const char *prefix, int64_t counter, ckpt__hook_vote *v, 
 }
 
 static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
-                       const ckpt__hook_vote *v, void *payload)
+                       const ckpt_commit_vote *v, void *payload)
 {
     (void)comm;
     ckpt_manager *m = payload;
@@ -976,7 +976,7 @@ static void cache_retention(ckpt_manager *m)
  * level cache (its size from the index: the files are on several nodes), applies both levels'
  * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
 static int cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
-                             const ckpt__hook_vote *v, void *payload)
+                             const ckpt_commit_vote *v, void *payload)
 {
     (void)v; /* no first half: the state goes by broadcast (share_state) */
     ckpt_manager *m = payload;
@@ -1167,24 +1167,36 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
 
     char name[4400] = "";
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
+    /* the manager's state update rides the save's commit vote: its commit hook, the public
+     * extension point any saver user has (saver.h, ckpt_commit_hooks) */
+    ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT;
+    hooks.payload = m;
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    int64_t counter = next;
+    so.counter = next;
+    so.hooks = &hooks;
+    so.counter_out = &counter; /* the chief's (free_counter may have passed taken names) */
+    m->pending = *info;
     if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
         if (local == CKPT_OK)
             local = ckpt__path(name, sizeof name, "%s-%lld", m->name, (long long)next);
-        m->pending = *info;
-        rc = ckpt__saver_save_level(m->saver, name, 1, &si, next, local, NULL, cache_commit_hook,
-                                    m);
+        /* no first half: the state goes by broadcast (share_state) */
+        hooks.committed = cache_commit_hook;
+        so.status = local;
+        rc = ckpt__saver_save_cache(m->saver, name, &si, &so);
         if (rc == CKPT_OK && out && out_size)
             snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
-                     (long long)ckpt__saver_prepared_counter(m->saver));
+                     (long long)counter);
         return rc;
     }
     if (local == CKPT_OK)
         local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
-    m->pending = *info;
-    rc = ckpt__saver_save_level(m->saver, name, 0, &si, next, local, commit_prep, commit_hook, m);
+    hooks.prepare = commit_prep;
+    hooks.committed = commit_hook;
+    so.status = local;
+    rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
     if (rc == CKPT_OK && out && out_size)
-        snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name,
-                 (long long)ckpt__saver_prepared_counter(m->saver));
+        snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name, (long long)counter);
     return rc;
 }
 
@@ -1307,7 +1319,7 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
     memset(out, 0, sizeof *out);
     /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is
      * reported by the next save, sync or close). */
-    ckpt__saver_wait_keep(m->saver);
+    ckpt_saver_wait(m->saver);
     const ckpt_state *st = m->state;
     /* A pin (`mpickpt pin`): the pinned checkpoint is the restart point unless a newer one,
      * committed after the pin was set, can be restored; the restore never goes past it. */
@@ -1398,7 +1410,7 @@ static int restore_chosen(ckpt_manager_restored *out, ckpt_manager *m, int by_co
                           int64_t value)
 {
     memset(out, 0, sizeof *out);
-    ckpt__saver_wait_keep(m->saver); /* a save in flight may commit the one asked for */
+    ckpt_saver_wait(m->saver); /* a save in flight may commit the one asked for */
     /* every rank must choose the same checkpoint: rank 0's value, checked */
     int64_t first = value;
     int local = MPI_Bcast(&first, 1, MPI_INT64_T, 0, m->comm) == MPI_SUCCESS
@@ -1470,7 +1482,7 @@ int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir
                   : ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK)
         local = ckpt__path(chief, sizeof chief, "%s/" CKPT__CHIEF_DIR, t->dir);
-    int rc = ckpt_mpi_agree(ckpt__saver_comm(saver), local);
+    int rc = ckpt_mpi_agree(ckpt_saver_comm(saver), local);
     if (rc != CKPT_OK) {
         free(t);
         return rc;

@@ -51,7 +51,8 @@ int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *bu
  * same error (the failing rank's message, through ckpt_mpi_agree). At most 16 values. */
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
-/* Saver internals the manager needs. */
+/* Saver internals the manager still needs: the cache level (until one storage-target interface
+ * replaces it) and the borrower lifetimes (attach/detach). */
 struct ckpt_saver;
 /* The cache level (docs/levels.md, mpi/save_levels.c): nodes, this node's cache directory from
  * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
@@ -98,59 +99,22 @@ const char *ckpt__saver_cache_shown(const struct ckpt_saver *s);
  * in-flight directory of a crashed save. Collective over `comm`. */
 int ckpt__cache_sweep(struct ckpt_saver *s, MPI_Comm comm, const char *stem, const int64_t *keep,
                       size_t n);
-MPI_Comm ckpt__saver_comm(const struct ckpt_saver *s);
-int ckpt__saver_rank(const struct ckpt_saver *s);
-void ckpt__saver_set_counter(struct ckpt_saver *s, int64_t counter);
+/* A save to the cache level (ckpt__saver_cache_init first): ckpt_saver_write_ex() with `name`
+ * the checkpoint's name, which each rank puts in its node's cache directory. Internal because the
+ * cache level is (its set-up above); the options, the hook included, are the public ones. */
+struct ckpt_save_info;
+struct ckpt_save_options;
+int ckpt__saver_save_cache(struct ckpt_saver *s, const char *name,
+                           const struct ckpt_save_info *info, const struct ckpt_save_options *opts);
 
 /* A borrower of the saver (a manager): `gone(payload)` is called when the saver is freed, so the
  * borrower never touches it afterwards. */
 int ckpt__saver_attach(struct ckpt_saver *s, void (*gone)(void *payload), void *payload);
 
 /* The borrower `payload` is going away: a save in flight whose commit hook calls it is waited for
- * (its failure kept for the next save, sync or close). Returns 1, having withdrawn nothing, when
- * the saver was closed with that save still running and its hook may still call the borrower (the
- * borrower must then stay allocated); else 0, detached. */
+ * (ckpt_saver_wait: its failure kept for the next save, sync or close). Returns 1, having
+ * withdrawn nothing, when the saver was closed with that save still running and its hook may
+ * still call the borrower (the borrower must then stay allocated); else 0, detached. */
 int ckpt__saver_detach(struct ckpt_saver *s, void *payload);
-
-/* Waits for a save in flight and keeps its failure for the next save, sync or close. */
-void ckpt__saver_wait_keep(struct ckpt_saver *s);
-
-/* What a commit hook's first half (ckpt__commit_prep) tells every rank through the commit vote:
- * the status of its rank (the worst over ranks after the vote) and the chief's values (the
- * others' are ignored). */
-#define CKPT__HOOK_VALS 8
-typedef struct ckpt__hook_vote {
-    int status;
-    double vals[CKPT__HOOK_VALS];
-} ckpt__hook_vote;
-
-/* The first half of a commit hook, optional: on every rank after the chief's commit point and
- * before the commit vote, which carries v->status and the chief's v->vals (a chief's state update
- * then costs no collective of its own). Local: no collective call. */
-typedef int (*ckpt__commit_prep)(const char *prefix, int64_t counter, ckpt__hook_vote *v,
-                                 void *payload);
-/* Runs after a save committed, on every rank, on the communicator of the thread that ran the save
- * (the saver's, or its writer thread's in async mode); `v` is what the commit vote carried of the
- * first half (status CKPT_OK and no values without one). Collective over `comm`. */
-typedef int (*ckpt__commit_hook)(MPI_Comm comm, const char *prefix, int64_t counter,
-                                 const ckpt__hook_vote *v, void *payload);
-
-/* A save at exactly `prefix` recording `counter`, with a hook run after the commit. Collective. */
-struct ckpt_save_info;
-int ckpt__saver_save_hook(struct ckpt_saver *s, const char *prefix,
-                          const struct ckpt_save_info *info, int64_t counter,
-                          ckpt__commit_hook hook, void *payload);
-/* Every rank adopts the chief's `prefix` and `counter` (the save's prefix broadcast): a caller
- * whose chief chose another counter than the others learns it from
- * ckpt__saver_prepared_counter() once the call returned. */
-int64_t ckpt__saver_prepared_counter(const struct ckpt_saver *s);
-/* The same to the cache level when `cache` (ckpt__saver_cache_init first): `prefix` is then the
- * checkpoint's name, which each rank puts in its node's cache directory. `local` is the caller's
- * status on this rank, joined to the save's first collectives (the chief's to the prefix's
- * broadcast, every rank's to the first vote): a caller's failure is agreed there, at no call of
- * its own. `prep` (optional) is the hook's first half. */
-int ckpt__saver_save_level(struct ckpt_saver *s, const char *prefix, int cache,
-                           const struct ckpt_save_info *info, int64_t counter, int local,
-                           ckpt__commit_prep prep, ckpt__commit_hook hook, void *payload);
 
 #endif

@@ -424,7 +424,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
      * or close to report (restoring an older checkpoint is fine). */
-    ckpt__saver_wait_keep(s);
+    ckpt_saver_wait(s);
     double t0 = ckpt__mono_seconds(); /* the summary line's phases (save_summary.c) */
     uint64_t ckpt_bytes = 0;
     char prefix[4096], base[4096] = "";

@@ -172,16 +172,11 @@ int ckpt__save_start(ckpt_saver *s, save_job *j)
     return CKPT_OK;
 }
 
-/* A whole save at an exact prefix with an optional commit hook. Collective. */
-int ckpt__saver_save_hook(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
-                          int64_t counter, ckpt__commit_hook hook, void *payload)
-{
-    return ckpt__saver_save_level(s, prefix, 0, info, counter, CKPT_OK, NULL, hook, payload);
-}
-
-int ckpt__saver_save_level(ckpt_saver *s, const char *prefix, int cache,
-                           const ckpt_save_info *info, int64_t counter, int local,
-                           ckpt__commit_prep prep, ckpt__commit_hook hook, void *payload)
+/* A whole save at `prefix` (to the cache level when `cache`) recording `counter`, with the
+ * commit hook's halves (either may be NULL). `local`: the caller's status on this rank, joined to
+ * the save's first collectives. Collective. */
+static int save_level(ckpt_saver *s, const char *prefix, int cache, const ckpt_save_info *info,
+                      int64_t counter, int local, const ckpt_commit_hooks *h)
 {
     double t_start = ckpt__mono_seconds();
     /* At most one save in flight: wait for the previous one; its failure is this call's error. */
@@ -194,17 +189,68 @@ int ckpt__saver_save_level(ckpt_saver *s, const char *prefix, int cache,
     if ((rc = ckpt__save_prepare(s, prefix, info, counter, cache, local, &j)) != CKPT_OK)
         return rc;
     j->t_start = t_start;
-    j->prep = prep;
-    j->hook = hook;
-    j->hook_payload = payload;
+    if (h) {
+        j->prep = h->prepare;
+        j->hook = h->committed;
+        j->hook_payload = h->payload;
+    }
     return ckpt__save_start(s, j);
+}
+
+/* ckpt_saver_write_ex and the cache level's save: the options checked into this rank's status
+ * (a bad one on any rank is agreed by the save's first collectives). */
+static int save_opts(ckpt_saver *s, const char *prefix, int cache, const ckpt_save_info *info,
+                     const ckpt_save_options *o)
+{
+    if (!s)
+        return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    int local = CKPT_OK;
+    int64_t counter = 0;
+    const ckpt_commit_hooks *h = NULL;
+    if (o && o->version != CKPT_SAVE_OPTIONS_VERSION)
+        local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options version %u, expected %d",
+                            s->rank, o->version, CKPT_SAVE_OPTIONS_VERSION);
+    else if (o) {
+        counter = o->counter;
+        h = o->hooks;
+        local = o->status;
+        if (local > 0) /* not a ckpt_status */
+            local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options.status %d is positive",
+                                s->rank, local);
+        if (local == CKPT_OK && counter < 0)
+            local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options.counter %lld is negative",
+                                s->rank, (long long)counter);
+        if (local == CKPT_OK && h && h->version != CKPT_COMMIT_HOOKS_VERSION)
+            local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_commit_hooks version %u, expected %d",
+                                s->rank, h->version, CKPT_COMMIT_HOOKS_VERSION);
+    }
+    if (local != CKPT_OK) {
+        h = NULL;
+        counter = 0;
+    }
+    int rc = save_level(s, prefix ? prefix : "", cache, info, counter, local, h);
+    if (rc == CKPT_OK && o && o->version == CKPT_SAVE_OPTIONS_VERSION && o->counter_out)
+        *o->counter_out = s->prepared_counter; /* the chief's (ckpt__save_bcast_prefix) */
+    return rc;
+}
+
+int ckpt_saver_write_ex(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                        const ckpt_save_options *opts)
+{
+    return save_opts(s, prefix, 0, info, opts);
+}
+
+int ckpt__saver_save_cache(ckpt_saver *s, const char *name, const ckpt_save_info *info,
+                           const ckpt_save_options *opts)
+{
+    return save_opts(s, name, 1, info, opts);
 }
 
 int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *info)
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
-    return ckpt__saver_save_hook(s, prefix ? prefix : "", info, 0, NULL, NULL);
+    return save_level(s, prefix ? prefix : "", 0, info, 0, CKPT_OK, NULL);
 }
 
 int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info, char *out,
@@ -223,13 +269,15 @@ int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *inf
     int local = ckpt__path(name, sizeof name, "%s-%lld", prefix ? prefix : "", (long long)n);
     if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
         return rc;
-    if ((rc = ckpt__saver_save_hook(s, name, info, n, NULL, NULL)) == CKPT_OK && out && out_size)
+    if ((rc = save_level(s, name, 0, info, n, CKPT_OK, NULL)) == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s", name);
     return rc;
 }
 
-void ckpt__saver_wait_keep(ckpt_saver *s)
+void ckpt_saver_wait(ckpt_saver *s)
 {
+    if (!s)
+        return;
     int rc = ckpt__save_wait(s, -1);
     if (rc != CKPT_OK && s->pending_rc == CKPT_OK) {
         s->pending_rc = rc;

@@ -732,16 +732,18 @@ static void record_metrics(save_job *j, double *mx, const int *slowest, double h
 
 /* The commit hook's first half (the manager's chief: the new entry, retention, the state file),
  * before the commit vote, which carries *v to every rank; read under the lock like the hook. */
-static void run_prep(save_job *j, ckpt__hook_vote *v)
+static void run_prep(save_job *j, ckpt_commit_vote *v)
 {
     ckpt_saver *s = j->s;
     pthread_mutex_lock(&s->lock);
-    ckpt__commit_prep prep = j->prep;
+    int (*prep)(const char *, int64_t, ckpt_commit_vote *, void *) = j->prep;
     s->hook_running = prep != NULL;
     pthread_mutex_unlock(&s->lock);
     if (!prep)
         return;
-    v->status = prep(j->c.n.prefix, j->counter, v, j->hook_payload);
+    int rc = prep(j->c.n.prefix, j->counter, v, j->hook_payload);
+    if (v->status == CKPT_OK) /* returned or put in the vote: either fails the save */
+        v->status = rc;
     pthread_mutex_lock(&s->lock);
     s->hook_running = 0;
     pthread_cond_broadcast(&s->cond);
@@ -751,11 +753,11 @@ static void run_prep(save_job *j, ckpt__hook_vote *v)
 /* The commit hook (the manager's state file and retention), read under the lock: a borrower
  * that went away (ckpt__saver_detach) may have withdrawn it. `v`: what the commit vote carried
  * of its first half. */
-static int run_hook(save_job *j, const ckpt__hook_vote *v)
+static int run_hook(save_job *j, const ckpt_commit_vote *v)
 {
     ckpt_saver *s = j->s;
     pthread_mutex_lock(&s->lock);
-    ckpt__commit_hook hook = j->hook;
+    int (*hook)(MPI_Comm, const char *, int64_t, const ckpt_commit_vote *, void *) = j->hook;
     s->hook_running = hook != NULL;
     pthread_mutex_unlock(&s->lock);
     if (!hook)
@@ -859,12 +861,13 @@ int ckpt__save_run(save_job *j)
     double t3 = ckpt__mono_seconds();
     rc = ckpt__mpi_vote(c->comm, local, NULL, 0);
     /* mx: the metrics (5 phases, each with the rank that had it; the index's bytes), then the
-     * hook's first half: its status (negated: the worst wins) and the chief's values */
-    double mx[6 + 1 + CKPT__HOOK_VALS] = { 0 };
+     * hook's first half: its status (negated: the worst wins) and its values (each the maximum
+     * over ranks: the manager's chief sets them, the others leave -inf) */
+    double mx[6 + 1 + CKPT_COMMIT_VOTE_VALS] = { 0 };
     int slowest[CKPT__METRICS_PHASES] = { -1, -1, -1, -1, -1 };
-    ckpt__hook_vote hv = { CKPT_OK, { 0 } };
-    for (int k = 0; k < CKPT__HOOK_VALS; k++)
-        hv.vals[k] = -HUGE_VAL; /* none (no first half ran on the chief) */
+    ckpt_commit_vote hv = { CKPT_OK, { 0 } };
+    for (int k = 0; k < CKPT_COMMIT_VOTE_VALS; k++)
+        hv.vals[k] = -HUGE_VAL; /* none (no first half ran, or it set nothing) */
     double th = 0;
     int prep_rc = CKPT_OK;
     if (rc == CKPT_OK) {
@@ -889,12 +892,12 @@ int ckpt__save_run(save_job *j)
             run_prep(j, &hv);
         prep_rc = hv.status;
         mx[6] = -(double)prep_rc;
-        for (int k = 0; k < CKPT__HOOK_VALS; k++)
-            mx[7 + k] = s->rank == 0 ? hv.vals[k] : -HUGE_VAL;
-        rc = ckpt__mpi_vote(c->comm, local, mx, 6 + 1 + CKPT__HOOK_VALS);
+        for (int k = 0; k < CKPT_COMMIT_VOTE_VALS; k++)
+            mx[7 + k] = hv.vals[k]; /* the maximum over ranks (saver.h: ckpt_commit_vote) */
+        rc = ckpt__mpi_vote(c->comm, local, mx, 6 + 1 + CKPT_COMMIT_VOTE_VALS);
         if (rc == CKPT_OK) {
             ckpt__summary_decode(mx, slowest, mx, CKPT__METRICS_PHASES);
-            for (int k = 0; k < CKPT__HOOK_VALS; k++)
+            for (int k = 0; k < CKPT_COMMIT_VOTE_VALS; k++)
                 hv.vals[k] = mx[7 + k];
         }
     }

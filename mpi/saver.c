@@ -308,24 +308,9 @@ int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
     return have ? CKPT_OK : ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
 }
 
-MPI_Comm ckpt__saver_comm(const ckpt_saver *s)
+MPI_Comm ckpt_saver_comm(const ckpt_saver *s)
 {
-    return s->comm;
-}
-
-int ckpt__saver_rank(const ckpt_saver *s)
-{
-    return s->rank;
-}
-
-int64_t ckpt__saver_prepared_counter(const ckpt_saver *s)
-{
-    return s->prepared_counter;
-}
-
-void ckpt__saver_set_counter(ckpt_saver *s, int64_t counter)
-{
-    s->counter = counter;
+    return s ? s->comm : MPI_COMM_NULL;
 }
 
 /* ---- registration ------------------------------------------------------------------------------ */
@@ -481,7 +466,7 @@ int ckpt__saver_detach(ckpt_saver *s, void *payload)
     int busy = 0;
     if (s->job && s->job->hook_payload == payload) {
         if (!atomic_load(&s->abandon)) {
-            ckpt__saver_wait_keep(s); /* its commit hook runs with the borrower still alive */
+            ckpt_saver_wait(s); /* its commit hook runs with the borrower still alive */
         } else {
             /* closed with the save still running: the saver is left to the process's exit, and
              * so must the borrower be if the hook may still run */

@@ -140,8 +140,11 @@ struct save_job {
     save_ctx c;
     ckpt_save_info info;
     int64_t counter;
-    ckpt__commit_prep prep; /* the hook's first half (mpi_internal.h), or NULL */
-    ckpt__commit_hook hook;
+    /* the commit hook (saver.h, ckpt_commit_hooks): its halves (each may be NULL; cleared by
+     * ckpt__saver_detach when a borrower went away) and their payload */
+    int (*prep)(const char *prefix, int64_t counter, ckpt_commit_vote *v, void *payload);
+    int (*hook)(MPI_Comm comm, const char *prefix, int64_t counter, const ckpt_commit_vote *v,
+                void *payload);
     void *hook_payload;
     double t_start, t_block; /* caller's clock: start of save, time it blocked */
     double since_prev;       /* from the previous save's start to this one's */

@@ -207,6 +207,116 @@ CKPT_EXTERN int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_s
 CKPT_EXTERN int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
                                 char *out, size_t out_size);
 
+/** How many values a commit vote carries (ckpt_commit_vote.vals). */
+#define CKPT_COMMIT_VOTE_VALS 8
+
+/**
+ * What the first half of a commit hook (ckpt_commit_hooks.prepare) tells every rank, carried by
+ * the save's commit vote at no collective call of its own. On entry to prepare, `status` is
+ * CKPT_OK and every `vals[k]` is -INFINITY. After the vote, the committed half sees on every rank
+ * the worst `status` of all ranks (CKPT_OK, since committed runs only when every prepare
+ * succeeded) and, for each k, the maximum over ranks of `vals[k]`: a value one rank sets (say the
+ * chief, rank 0) while the others leave -INFINITY reaches every rank exactly. Without a prepare
+ * (or on a rank whose prepare did not run) every value is -INFINITY.
+ */
+typedef struct ckpt_commit_vote {
+    int status; /**< prepare's status on this rank; after the vote, the worst over ranks */
+    double vals[CKPT_COMMIT_VOTE_VALS];
+} ckpt_commit_vote;
+
+/**
+ * A commit hook in two halves, run by a save given it (ckpt_save_options.hooks): an extension
+ * point for what must follow a commit on every rank at no extra collective (the manager,
+ * manager.h, keeps its list of checkpoints and its retention this way). Initialize with
+ * CKPT_COMMIT_HOOKS_INIT. Either half may be NULL.
+ *
+ * When and where each half runs: in sync mode on the thread that called the save, before the
+ * save returns; in async mode on the saver's writer thread, after the save call returned and
+ * before the save in flight is complete (ckpt_saver_sync(), ckpt_saver_wait(), the next save or
+ * ckpt_saver_close() return after it). @p prefix is the checkpoint's prefix (the chief's, the
+ * same on every rank) and @p counter the save counter it records (ckpt_save_options.counter).
+ *
+ * - `prepare`, on every rank, after the chief's commit point (the index is written: the
+ *   checkpoint is committed on disk) and before the commit vote, which carries what it put in
+ *   @p vote to every rank (ckpt_commit_vote). Local: it must make no collective call on any
+ *   communicator. A failure (a status other than CKPT_OK, returned or put in vote->status) on any
+ *   rank fails the save on every rank with that rank's code and message (ckpt_error_last() of the
+ *   hook's thread when it holds that code, say from a failed mpickpt call; else the code's text),
+ *   and then: `committed` runs on no rank, ckpt_saver_counter() does not move and
+ *   ckpt_saver_last_metrics() keeps the previous save's. The checkpoint's files stay committed
+ *   (its commit point came first): a caller that keeps its own record of checkpoints should take
+ *   the save's status, not the files, as the outcome.
+ * - `committed`, on every rank when the vote agreed that the commit and every prepare succeeded,
+ *   with what the vote carried. Collective over @p comm: the saver's communicator in sync mode,
+ *   the writer thread's own in async mode (ckpt_saver_comm() is not it then); it may make
+ *   collective calls on @p comm only, in the same order on every rank. Its status is the save's
+ *   (the save is committed either way): it must return the same status on every rank (agree a
+ *   local failure with ckpt_mpi_agree(comm, ...)).
+ *
+ * Neither half may call a function on the saver that runs the save (save, sync, wait, restore,
+ * close, registration): in sync mode that is a re-entrant call, in async mode it waits for the
+ * save that is running the hook. In async mode both run concurrently with the caller's thread:
+ * what they share with it needs a lock. @p payload (and the struct, which the save copies) must
+ * stay valid until the save is complete; when ckpt_saver_close() returns CKPT_ETIMEDOUT, until
+ * the process exits (a save that was already committing may still run its hook).
+ */
+typedef struct ckpt_commit_hooks {
+    unsigned int version; /**< CKPT_COMMIT_HOOKS_VERSION */
+    int (*prepare)(const char *prefix, int64_t counter, ckpt_commit_vote *vote, void *payload);
+    int (*committed)(MPI_Comm comm, const char *prefix, int64_t counter,
+                     const ckpt_commit_vote *vote, void *payload);
+    void *payload;
+} ckpt_commit_hooks;
+
+#define CKPT_COMMIT_HOOKS_VERSION 1
+#define CKPT_COMMIT_HOOKS_INIT { CKPT_COMMIT_HOOKS_VERSION, NULL, NULL, NULL }
+
+/** Options of ckpt_saver_write_ex(). Initialize with CKPT_SAVE_OPTIONS_INIT. */
+typedef struct ckpt_save_options {
+    unsigned int version; /**< CKPT_SAVE_OPTIONS_VERSION */
+    /** The save counter the checkpoint records (ckpt_restore_info.save_counter), >= 0; 0: none,
+     *  as ckpt_saver_write(). Every rank adopts the chief's. Once the save committed (or failed
+     *  with CKPT_EEXISTS at its commit), ckpt_saver_counter() moves up to it. */
+    int64_t counter;
+    /** The caller's status on this rank (CKPT_OK or a negative ckpt_status), joined to the save's
+     *  first collective calls: when it is not CKPT_OK on some rank, nothing is written and every
+     *  rank returns that code with that rank's message (ckpt_error_last(), as for prepare), at no
+     *  collective call of the caller's own. */
+    int status;
+    /** The commit hook (NULL: none); copied by the call. */
+    const ckpt_commit_hooks *hooks;
+    /** Out, may be NULL: set on every rank when the call returns CKPT_OK to the counter the save
+     *  records (the chief's; in async mode, before the save is complete). */
+    int64_t *counter_out;
+} ckpt_save_options;
+
+#define CKPT_SAVE_OPTIONS_VERSION 1
+#define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, 0, CKPT_OK, NULL, NULL }
+
+/**
+ * ckpt_saver_write() with options: a checkpoint at exactly @p prefix recording
+ * @p opts->counter, with a commit hook (ckpt_commit_hooks). @p opts NULL is ckpt_saver_write().
+ * An unknown options or hooks version, or a negative counter, on any rank is CKPT_EINVAL on
+ * every rank (agreed by the save's first collective, nothing written). Collective.
+ */
+CKPT_EXTERN int ckpt_saver_write_ex(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
+                                    const ckpt_save_options *opts);
+
+/**
+ * Waits for the save in flight (async mode; a no-op in sync mode or with none) without taking
+ * its outcome: a failure stays for the next save, ckpt_saver_sync() or ckpt_saver_close() to
+ * report, as when a restore waits for it. After it returns, the save's commit hook has run.
+ * Local (the save it waits for is collective over the writer threads).
+ */
+CKPT_EXTERN void ckpt_saver_wait(ckpt_saver *s);
+
+/**
+ * The saver's communicator (its duplicate of the one given to ckpt_saver_create()), for the
+ * caller's own collective calls between saves on the saver's calling thread (an async save's
+ * writer thread uses another). Owned by the saver: do not free it. Local.
+ */
+CKPT_EXTERN MPI_Comm ckpt_saver_comm(const ckpt_saver *s);
+
 /** Timings of a committed save: the maximum over ranks of each phase, the total bytes. */
 typedef struct ckpt_save_metrics {
     char prefix[4096];

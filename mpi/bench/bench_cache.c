@@ -55,7 +55,9 @@ static double timed_cache_save(ckpt_saver *s, const char *name, int64_t counter,
 {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
-    int rc = ckpt__saver_save_level(s, name, 1, NULL, counter, CKPT_OK, NULL, NULL, NULL);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.counter = counter;
+    int rc = ckpt__saver_save_cache(s, name, NULL, &so);
     double t = now() - t0;
     if (rc != CKPT_OK)
         die("a save to the cache", rc);

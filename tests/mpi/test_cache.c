@@ -273,7 +273,9 @@ static int save_cache(ckpt_saver *s, tm_model *m, const char *base, int64_t step
 {
     tm_fill(m, step);
     ckpt_save_info info = { .epoch = 0, .step = step };
-    int rc = ckpt__saver_save_level(s, base, 1, &info, counter, CKPT_OK, NULL, NULL, NULL);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.counter = counter;
+    int rc = ckpt__saver_save_cache(s, base, &info, &so);
     return rc == CKPT_OK ? ckpt_saver_sync(s) : rc; /* async: its commit */
 }
 

@@ -31,7 +31,9 @@ typedef struct hook_state {
     int64_t counter;
     char prefix[4200];
     ckpt_commit_vote got;
-    int comm_sum; /* an allreduce over committed's comm */
+    int comm_sum;        /* an allreduce over committed's comm */
+    MPI_Comm saver_comm; /* ckpt_saver_comm(), taken before the saves */
+    int on_saver_comm;   /* committed's comm was it */
 } hook_state;
 
 /* The values rank r votes: vals[k] for k < 7 is 100 + r when r % 7 == k (else unset), vals[7]
@@ -63,6 +65,7 @@ static int committed(MPI_Comm comm, const char *prefix, int64_t counter, const c
     h->counter = counter;
     snprintf(h->prefix, sizeof h->prefix, "%s", prefix);
     h->got = *v;
+    h->on_saver_comm = comm == h->saver_comm;
     int one = 1;
     h->comm_sum = 0;
     if (MPI_Allreduce(&one, &h->comm_sum, 1, MPI_INT, MPI_SUM, comm) != MPI_SUCCESS)
@@ -134,6 +137,7 @@ int main(int argc, char **argv)
     hook_state h;
     memset(&h, 0, sizeof h);
     h.fail_rank = -1;
+    h.saver_comm = ckpt_saver_comm(s);
     ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT;
     hooks.prepare = prepare;
     hooks.committed = committed;
@@ -151,6 +155,11 @@ int main(int argc, char **argv)
     CHECK_MSG(h.nprep == 1 && h.ncommitted == 1, "h-1: rank %d: prepare ran %d, committed %d",
               g_rank, h.nprep, h.ncommitted);
     expect_vals(&h, 1, "h-1");
+    /* sync: the saver's communicator; async: the writer thread's own */
+    CHECK_MSG(h.on_saver_comm == !async, "h-1: committed ran on %s communicator",
+              h.on_saver_comm ? "the saver's" : "another");
+    CHECK_MSG(h.saver_comm != MPI_COMM_NULL && h.saver_comm != MPI_COMM_WORLD,
+              "h-1: ckpt_saver_comm() is not the saver's duplicate");
     CHECK_MSG(got_counter == 1, "h-1: counter_out %lld", (long long)got_counter);
     char want[4400];
     snprintf(want, sizeof want, "%s/h-1", g_out);

@@ -6,8 +6,8 @@ Two saves (steps 10, 20). 'no_checkpoint': restore() of an empty directory, rest
 NotFoundError agreed by the Python layer (_state.agree: the last rank's reason on every rank);
 'pinned': a dropped checkpoint asked for by step (`mpickpt drop`), and a pinned checkpoint that
 cannot be restored (`mpickpt pin`, then its data file truncated). A NotFoundError made by hand
-has reason None (the class's). 'no_metrics' has no Python error (Saver.last_metrics() is None then): only
-the constant is checked.
+has reason None (the class's). 'no_metrics' has no Python error (Saver.last_metrics() is None
+then): only the constant is checked.
 
 Usage: mpirun -np N python3 test_notfound_reason.py OUTDIR   (MPICKPT_CLI: the mpickpt program)"""
 import glob

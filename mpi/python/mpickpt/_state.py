@@ -630,7 +630,8 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
             name = next(leaf.name for leaf in leaves if leaf.per_rank)
             raise not_found(
                 f"'{name}' is per-rank and {where} was written by fewer ranks (no "
-                "values of this rank); set skip_missing_per_rank to keep this rank's own", "no_tensor")
+                "values of this rank); set skip_missing_per_rank to keep this rank's own",
+                "no_tensor")
         updates, missing, unexpected = compare_plain(leaves, replicated, own,
                                                      skip_missing_per_rank)
         # aliases of the checkpoint (tied weights stored once) that the state lacks: neither

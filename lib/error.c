@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CKPT__MSG_MAX 2048
 #define ALIAS_MAX 64
 
 /* ckpt__error_alias(): paths by descriptor and the names they are shown by */
@@ -95,6 +94,7 @@ int ckpt__verror(int code, const char *fmt, va_list ap)
     vsnprintf(tl_message, sizeof tl_message, fmt, ap);
     apply_aliases();
     tl_error.sys_errno = 0;
+    tl_error.reason = CKPT_REASON_NONE; /* a new error: ckpt__error_set_reason() gives one */
     if (err > 0 && code != CKPT_OK) {
         const char *text = strerror(err);
         const char *at = text && *text ? strstr(tl_message, text) : NULL;
@@ -150,6 +150,55 @@ int ckpt__error_set_errno(int code, int err)
     return code;
 }
 
+int ckpt__error_set_reason(int code, int reason)
+{
+    if (tl_set && tl_error.code == code)
+        tl_error.reason = reason;
+    return code;
+}
+
+int ckpt__error_reason(int code)
+{
+    return tl_set && tl_error.code == code ? tl_error.reason : CKPT_REASON_NONE;
+}
+
+ckpt__saved_error ckpt__error_save(void)
+{
+    ckpt__saved_error s;
+    memset(&s, 0, sizeof s);
+    s.set = tl_set;
+    s.agreed = tl_agreed;
+    s.error = tl_error;
+    if (tl_set)
+        memcpy(s.message, tl_message, sizeof s.message);
+    return s;
+}
+
+void ckpt__error_restore(const ckpt__saved_error *s)
+{
+    if (!s->set) {
+        ckpt_error_clear();
+        return;
+    }
+    memcpy(tl_message, s->message, sizeof tl_message);
+    tl_error = s->error;
+    tl_error.message = tl_message;
+    tl_set = 1;
+    tl_agreed = s->agreed;
+}
+
+const char *ckpt_reason_name(int reason)
+{
+    switch (reason) {
+    case CKPT_REASON_NONE: return "none";
+    case CKPT_REASON_NO_CHECKPOINT: return "no checkpoint";
+    case CKPT_REASON_NO_TENSOR: return "no tensor";
+    case CKPT_REASON_PINNED: return "pinned";
+    case CKPT_REASON_NO_METRICS: return "no metrics";
+    default: return "unknown reason";
+    }
+}
+
 const ckpt_error *ckpt_error_last(void)
 {
     return tl_set ? &tl_error : NULL;
@@ -160,6 +209,7 @@ void ckpt_error_clear(void)
     tl_set = 0;
     tl_agreed = 0;
     tl_error.sys_errno = 0;
+    tl_error.reason = CKPT_REASON_NONE;
     tl_message[0] = '\0';
 }
 

@@ -765,9 +765,10 @@ int ckpt__read_file(uint8_t **out, size_t *len, const char *path, size_t max)
 int ckpt__rmtree(const char *path)
 {
     char dir[4096], base[4096];
+    ckpt__saved_error keep = ckpt__error_save(); /* undo paths call this with their error */
     int fd, rc = open_parent(&fd, dir, sizeof dir, base, sizeof base, path);
     if (rc == CKPT_ENOTFOUND) { /* no parent: nothing to remove */
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
         return CKPT_OK;
     }
     if (rc != CKPT_OK)
@@ -836,8 +837,9 @@ int ckpt__listing_or_close(DIR **d, int fd, const char *dir)
 int ckpt__has_magic(int dirfd, const char *name, const char *magic, size_t len)
 {
     int fd;
+    ckpt__saved_error keep = ckpt__error_save(); /* a yes/no answer: the caller's error stays */
     if (ckpt__file_open(&fd, NULL, dirfd, name, O_RDONLY, ".") != CKPT_OK) {
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
         return 0;
     }
     char head[16];
@@ -853,8 +855,9 @@ int ckpt__has_magic(int dirfd, const char *name, const char *magic, size_t len)
 int ckpt__is_data_file(int dirfd, const char *name)
 {
     uint64_t size = 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* a yes/no answer: the caller's error stays */
     if (ckpt__stat_regular(&size, dirfd, name, ".") != CKPT_OK) {
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
         return 0;
     }
     return size == 0 || ckpt__has_magic(dirfd, name, HDF5_SIGNATURE, 8);

@@ -59,8 +59,13 @@ typedef struct gc_ctx {
  * ".pad-<rank>" (room for HDF5's metadata). */
 static int temp_content_ok(int dirfd, const char *n)
 {
-    return ckpt__is_temp_content_name(n) &&
-           (ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK || (ckpt_error_clear(), 0));
+    if (!ckpt__is_temp_content_name(n))
+        return 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* a yes/no answer: the caller's error stays */
+    if (ckpt__stat_regular(NULL, dirfd, n, ".") == CKPT_OK)
+        return 1;
+    ckpt__error_restore(&keep);
+    return 0;
 }
 
 /* Removes directory `name` of dirfd when everything in it is a file of ours (walked by descriptor;
@@ -214,9 +219,10 @@ static int gc_dir(const char *dir_arg, int dry_run, ckpt_gc_cb cb, void *payload
      * directory whose chief/ is one (its workertemp_<r> are then ours). */
     int ours = is_checkpoint_dir(fd), work_only = 0, cfd = -1;
     if (!ours && !is_chief) {
+        ckpt__saved_error keep = ckpt__error_save(); /* no chief/ is an answer, not an error */
         if (ckpt__subdir_open(&cfd, fd, CKPT__CHIEF_DIR, 0, dir) == CKPT_OK)
             work_only = ours = is_checkpoint_dir(cfd);
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
     }
     /* A job writing here holds the lock of the state file's directory: that one, also for the
      * workertemp_<r> of a work directory (they are its chief's job's). */
@@ -313,9 +319,10 @@ static int holds_only(int fd, const char *name)
 static int clear_checkpoint_dir(const char *dir, int *ours)
 {
     *ours = 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     int fd, rc = ckpt__ckptdir_open(&fd, NULL, dir, 0);
-    if (rc == CKPT_ENOTFOUND) {
-        ckpt_error_clear();
+    if (rc == CKPT_ENOTFOUND) { /* nothing to clear */
+        ckpt__error_restore(&keep);
         return CKPT_OK;
     }
     if (rc != CKPT_OK)
@@ -325,7 +332,7 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
         if (holds_only(fd, CKPT__LOCK_FILE) &&
             ckpt__stat_regular(NULL, fd, CKPT__LOCK_FILE, dir) == CKPT_OK)
             unlinkat(fd, CKPT__LOCK_FILE, 0);
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
         close(fd);
         return CKPT_OK;
     }
@@ -352,7 +359,8 @@ static int clear_checkpoint_dir(const char *dir, int *ours)
     for (size_t i = 0; rc == CKPT_OK && i < CKPT__ARRAY_LEN(files); i++)
         if (ckpt__stat_regular(NULL, fd, files[i], dir) == CKPT_OK && unlinkat(fd, files[i], 0) != 0)
             rc = ckpt__errno(errno, "unlink", files[i]);
-    ckpt_error_clear();
+    if (rc == CKPT_OK) /* a file that was not there: the stat's answer, not an error */
+        ckpt__error_restore(&keep);
     close(fd);
     return rc;
 }
@@ -367,10 +375,11 @@ int ckpt__remove_backup_dir(const char *work)
     if (rc != CKPT_OK)
         return rc;
     int wfd;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     if ((rc = ckpt__dir_open(&wfd, work)) != CKPT_OK) {
         if (rc != CKPT_ENOTFOUND)
             return rc;
-        ckpt_error_clear();
+        ckpt__error_restore(&keep); /* no work directory: nothing to remove */
         return CKPT_OK;
     }
     gc_ctx g = { work, 0, NULL, NULL, 0 };
@@ -379,7 +388,8 @@ int ckpt__remove_backup_dir(const char *work)
     if (rc == CKPT_OK && ours && ckpt__stat_regular(NULL, wfd, CKPT__HALT_FILE, work) == CKPT_OK &&
         unlinkat(wfd, CKPT__HALT_FILE, 0) != 0 && errno != ENOENT) /* a request made in <work> */
         rc = ckpt__errno(errno, "unlink", CKPT__HALT_FILE);
-    ckpt_error_clear();
+    if (rc == CKPT_OK) /* no halt file: the stat's answer, not an error */
+        ckpt__error_restore(&keep);
     if (rc == CKPT_OK && unlinkat(wfd, CKPT__CHIEF_DIR, AT_REMOVEDIR) != 0 && errno != ENOENT) {
         if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR)
             ckpt__log(CKPT_LOG_WARN, "delete_backup: left %s: it holds files mpickpt did not write",

@@ -128,9 +128,10 @@ int ckpt__halt_dir(char *out, size_t size, const char *dir, int *exists)
     if (exists)
         *exists = 0;
     int fd;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     int rc = ckpt__dir_open(&fd, dir);
-    if (rc == CKPT_ENOTFOUND) {
-        ckpt_error_clear();
+    if (rc == CKPT_ENOTFOUND) { /* no directory is an answer, not an error */
+        ckpt__error_restore(&keep);
         return ckpt__path(out, size, "%s", dir);
     }
     if (rc != CKPT_OK)
@@ -211,9 +212,10 @@ int ckpt__halt_find(ckpt__halt *out, char *where, size_t size, const char *dir)
         return rc;
     if (!exists)
         return ckpt__error(CKPT_ENOTFOUND, "%s: no such directory", dir);
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     rc = ckpt__halt_read(out, sd);
     if (rc == CKPT_ENOTFOUND && strcmp(sd, dir) != 0) { /* DIR/chief had none: DIR itself */
-        ckpt_error_clear();
+        ckpt__error_restore(&keep);
         rc = ckpt__halt_read(out, dir);
         if (rc != CKPT_ENOTFOUND && where)
             snprintf(where, size, "%s", dir);

@@ -63,6 +63,7 @@ int ckpt__identity_get(char out[CKPT__IDENTITY_HEX + 1], int dirfd, const char *
         return ckpt__errno(errno, "stat", shown);
     uint8_t *buf = NULL;
     size_t len = 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     int rc = ckpt__read_file_at(&buf, &len, dirfd, CKPT__IDENTITY_FILE, 256, shown);
     if (rc == CKPT_OK) {
         /* "mpickpt-identity <hex>" then " dir <inode>" (made by mpickpt) or nothing (by hand) */
@@ -106,6 +107,6 @@ int ckpt__identity_get(char out[CKPT__IDENTITY_HEX + 1], int dirfd, const char *
     }
     if (rc != CKPT_ENOTFOUND || !create)
         return rc;
-    ckpt_error_clear(); /* the missing file this function reported above */
+    ckpt__error_restore(&keep); /* the missing file reported above: the caller's error back */
     return make_identity(out, dirfd, shown, (unsigned long long)dst.st_ino);
 }

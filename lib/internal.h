@@ -26,6 +26,26 @@ int ckpt__verror(int code, const char *fmt, va_list ap) CKPT_PRINTF(2, 0);
  * error has `code`. Returns code. ckpt__error_wrap() keeps it. */
 int ckpt__error_set_errno(int code, int err);
 
+/* ckpt_error.reason (a ckpt_notfound_reason): ckpt__error() and ckpt_error_clear() reset it to
+ * CKPT_REASON_NONE; ckpt__error_set_reason() sets it if the current error has `code` and returns
+ * code, so that a raise reads `return ckpt__error_set_reason(ckpt__error(CKPT_ENOTFOUND, ...),
+ * CKPT_REASON_NO_TENSOR)`. ckpt__error_wrap() and the agreement keep it. ckpt__error_reason():
+ * the current error's reason when it has `code`, else CKPT_REASON_NONE. */
+int ckpt__error_set_reason(int code, int reason);
+int ckpt__error_reason(int code);
+
+/* The calling thread's pending error (or its absence), kept across a step whose own failure the
+ * caller handles: a helper that tries something and clears its attempt's error puts the caller's
+ * pending error back with ckpt__error_restore() instead of wiping it (issue 31). */
+#define CKPT__MSG_MAX 2048
+typedef struct ckpt__saved_error {
+    int set, agreed;
+    ckpt_error error;
+    char message[CKPT__MSG_MAX];
+} ckpt__saved_error;
+ckpt__saved_error ckpt__error_save(void);
+void ckpt__error_restore(const ckpt__saved_error *s);
+
 /* Prefixes the current error message with `fmt` (context such as a rank or path); returns code.
  * A message that ckpt_mpi_agree() made stays marked as one (ckpt__error_agreed). */
 int ckpt__error_wrap(int code, const char *fmt, ...) CKPT_PRINTF(2, 3);

@@ -132,7 +132,7 @@ static int check_entry(const Mpickpt__Tensor *t, int rank, size_t j, ckpt_shape 
         __builtin_mul_overflow((uint64_t)n, (uint64_t)ckpt_dtype_size((ckpt_dtype)t->dtype),
                                &bytes) ||
         bytes != p->bytes) {
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: this function's own checks' error, replaced at `bad` */
         what = "box or byte count does not fit its shape";
         goto bad;
     }

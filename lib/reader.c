@@ -223,7 +223,9 @@ static int reader_open(ckpt_reader **out, const char *prefix, int check_files)
     size_t plen;
     if ((rc = ckpt__index_read(&buf, &payload, &plen, index_path)) != CKPT_OK) {
         if (rc == CKPT_ENOTFOUND)
-            ckpt__error(rc, "no checkpoint at %s (%s does not exist)", prefix, index_path);
+            ckpt__error_set_reason(ckpt__error(rc, "no checkpoint at %s (%s does not exist)",
+                                               prefix, index_path),
+                                   CKPT_REASON_NO_CHECKPOINT);
         return rc;
     }
     rc = reader_from_payload(out, prefix, payload, plen, 1, check_files);
@@ -295,7 +297,9 @@ int ckpt_reader_find(size_t *index, const ckpt_reader *r, const char *name)
     Mpickpt__Tensor **hit =
         bsearch(name, r->idx->tensors, r->idx->n_tensors, sizeof *r->idx->tensors, cmp_name_tensor);
     if (!hit)
-        return ckpt__error(CKPT_ENOTFOUND, "no tensor '%s' in %s", name, r->index_path);
+        return ckpt__error_set_reason(
+            ckpt__error(CKPT_ENOTFOUND, "no tensor '%s' in %s", name, r->index_path),
+            CKPT_REASON_NO_TENSOR);
     *index = (size_t)(hit - r->idx->tensors);
     return CKPT_OK;
 }

@@ -232,9 +232,10 @@ int ckpt__restart_read(ckpt__restart *c, const char *dir)
 {
     memset(c, 0, sizeof *c);
     int dfd = -1;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     int rc = ckpt__ckptdir_open(&dfd, NULL, dir, 0);
-    if (rc == CKPT_ENOTFOUND) {
-        ckpt_error_clear();
+    if (rc == CKPT_ENOTFOUND) { /* no directory: no control */
+        ckpt__error_restore(&keep);
         return CKPT_OK;
     }
     if (rc != CKPT_OK)
@@ -245,8 +246,8 @@ int ckpt__restart_read(ckpt__restart *c, const char *dir)
     size_t len = 0;
     rc = ckpt__read_file_at(&buf, &len, dfd, CKPT__RESTART_FILE, CKPT__RESTART_MAX_BYTES, shown);
     ckpt__close(dfd);
-    if (rc == CKPT_ENOTFOUND) {
-        ckpt_error_clear();
+    if (rc == CKPT_ENOTFOUND) { /* no file: no control */
+        ckpt__error_restore(&keep);
         return CKPT_OK;
     }
     if (rc == CKPT_OK)
@@ -292,7 +293,8 @@ int ckpt__restart_write(const ckpt__restart *c, const char *dir)
             else
                 rc = ckpt__fsync_fd(dfd, dir);
         } else if (rc == CKPT_ENOTFOUND) {
-            ckpt_error_clear();
+            ckpt_error_clear(); /* kept: ckpt__restart_write is a top-level write (the CLI's);
+                                 * no file to remove is success */
             rc = CKPT_OK;
         }
         ckpt__close(dfd);
@@ -356,11 +358,13 @@ int ckpt__restart_candidate(const ckpt__restart *c, const ckpt_state_entry *e, u
 
 int ckpt__restart_pin_error(const ckpt__restart *c, const char *dir, int pin_listed)
 {
-    return ckpt__error(CKPT_ENOTFOUND,
-                       "%s is pinned (%s/%s) but %s: clear the pin (mpickpt pin %s --clear) or "
-                       "pin another checkpoint",
-                       c->pin, dir, CKPT__RESTART_FILE,
-                       pin_listed ? "cannot be restored" : "is not a listed checkpoint", dir);
+    return ckpt__error_set_reason(
+        ckpt__error(CKPT_ENOTFOUND,
+                    "%s is pinned (%s/%s) but %s: clear the pin (mpickpt pin %s --clear) or pin "
+                    "another checkpoint",
+                    c->pin, dir, CKPT__RESTART_FILE,
+                    pin_listed ? "cannot be restored" : "is not a listed checkpoint", dir),
+        CKPT_REASON_PINNED);
 }
 
 /* The first candidate of st (newest first) whose index and data open (mpickpt/state.h). */
@@ -395,9 +399,13 @@ static int newest_of(char *out, size_t size, const char *dir, const ckpt_state *
     if (ctl->pinned)
         return ckpt__restart_pin_error(ctl, dir, pin_listed);
     if (skipped)
-        return ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s (%d unreadable: %s)",
-                           dir, skipped, first);
-    return ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s", dir);
+        return ckpt__error_set_reason(
+            ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s (%d unreadable: %s)", dir,
+                        skipped, first),
+            CKPT_REASON_NO_CHECKPOINT);
+    return ckpt__error_set_reason(
+        ckpt__error(CKPT_ENOTFOUND, "no restorable checkpoint in %s", dir),
+        CKPT_REASON_NO_CHECKPOINT);
 }
 
 int ckpt_newest_restorable(char *out, size_t size, const char *dir)

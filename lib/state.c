@@ -240,6 +240,8 @@ int ckpt_state_read(ckpt_state **out, const char *dir)
         rc = ckpt__container_open(&payload, &plen, buf, len, CKPT__MAGIC_STATE, path);
     if (rc == CKPT_OK)
         rc = ckpt__state_unpack(out, payload, plen, path);
+    else if (rc == CKPT_ENOTFOUND) /* no state file: no checkpoint yet */
+        ckpt__error_set_reason(rc, CKPT_REASON_NO_CHECKPOINT);
     free(buf);
     if (rc != CKPT_OK && !*out) {
         int r2 = ckpt_state_new(out);
@@ -327,8 +329,9 @@ static void hold_open(int **held, size_t *nheld, uint64_t hold_min, int dirfd, c
 {
     int f = -1;
     uint64_t size = 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     if (ckpt__file_open(&f, &size, dirfd, name, O_RDONLY, dir) != CKPT_OK) {
-        ckpt_error_clear(); /* raised here, not the caller's: the unlink below decides */
+        ckpt__error_restore(&keep); /* raised here: the unlink below decides */
         return;
     }
     int *p = size >= hold_min ? realloc(*held, (*nheld + 1) * sizeof *p) : NULL;
@@ -457,6 +460,7 @@ static int scan(ckpt_state **out, const char *dir, const char *name, int64_t aft
     if (rc != CKPT_OK)
         return rc;
     ckpt_state *st = *out;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     int fd;
     if ((rc = ckpt__ckptdir_open(&fd, NULL, dir, 0)) != CKPT_OK)
         return rc;
@@ -499,7 +503,7 @@ static int scan(ckpt_state **out, const char *dir, const char *name, int64_t aft
             const ckpt_error *err = ckpt_error_last();
             ckpt__log(CKPT_LOG_WARN, "ignoring %s/%s: %s", dir, n,
                       err ? err->message : ckpt_strerror(r));
-            ckpt_error_clear();
+            ckpt__error_restore(&keep); /* logged; the caller's pending error back */
             continue; /* damaged: not a committed checkpoint */
         }
         if (st->num_entries == cap) { /* doubling: linear in the number of checkpoints */

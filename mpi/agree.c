@@ -50,14 +50,17 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
         return CKPT_OK;
 
     /* Every rank knows that out.rank failed, so all of them take this branch together. The
-     * failing rank's errno travels with its message (ckpt_error.sys_errno on every rank). */
-    struct { int sys_errno; char msg[1536]; } b;
+     * failing rank's errno and reason travel with its message (ckpt_error.sys_errno and .reason
+     * on every rank). */
+    struct { int sys_errno; int reason; char msg[1536]; } b;
     char *msg = b.msg;
     b.sys_errno = 0;
+    b.reason = CKPT_REASON_NONE;
     if (rank == out.rank) {
         const ckpt_error *e = ckpt_error_last();
         int mine = e && e->code == out.code;
         b.sys_errno = mine ? e->sys_errno : 0;
+        b.reason = mine ? e->reason : CKPT_REASON_NONE;
         if (mine && (ckpt__error_agreed() || agreed_text(e->message))) {
             /* agreed before (the status of an inner collective, passed on): it names the rank
              * that failed first; this one, the lowest now holding the code, may be another */
@@ -77,6 +80,7 @@ int ckpt_mpi_agree(MPI_Comm comm, int local_status)
     b.msg[sizeof b.msg - 1] = '\0';
     ckpt__error(out.code, "%s", b.msg);
     ckpt__error_set_errno(out.code, b.sys_errno);
+    ckpt__error_set_reason(out.code, b.reason);
     ckpt__error_mark_agreed();
     return out.code;
 }

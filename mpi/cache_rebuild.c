@@ -243,6 +243,7 @@ static int check_list(const ckpt_saver *s, const uint64_t *w, uint64_t n, const 
     }
     for (size_t f = 0; f < nf; f++)
         fds[f] = -1;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     for (uint64_t i = 0; i + C_N <= n; i += piece_words(w[i + C_NBLOCKS])) {
         const uint64_t *q = w + i;
         size_t f = (size_t)q[C_FILE];
@@ -258,7 +259,7 @@ static int check_list(const ckpt_saver *s, const uint64_t *w, uint64_t n, const 
             const ckpt_error *e = ckpt_error_last();
             ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s", s->node,
                       fname[f], s->cache.dir, e ? e->message : ckpt_strerror(st));
-            ckpt_error_clear();
+            ckpt__error_restore(&keep); /* logged: the caller's pending error back */
         }
     }
     for (size_t f = 0; f < nf; f++)
@@ -413,6 +414,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
     int have = 0, intact = 0;
     const uint8_t *payload = NULL;
     size_t plen = 0, flen = 0, olen = 0;
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     if (local == CKPT_OK) {
         have = ckpt__stat_regular(NULL, dirfd, iname, s->cache.dir) == CKPT_OK;
         intact = have &&
@@ -423,7 +425,8 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         if (have && !intact)
             ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s", me, iname,
                       s->cache.dir, ckpt_error_last() ? ckpt_error_last()->message : "");
-        ckpt_error_clear(); /* a missing, planted or damaged index is what this looks for */
+        ckpt__error_restore(&keep); /* a missing, planted or damaged index is what this looks
+                                     * for: the caller's pending error back */
     }
     /* 1. the index, from the lowest node that has an intact copy */
     int mine[2] = { intact ? me : n, -have }, got[2] = { n, 0 };
@@ -436,6 +439,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         rc = ckpt__error(CKPT_ENOTFOUND, got[1] ? "no node's cache holds an intact copy of %s"
                                                 : "no node's cache holds %s",
                          iname);
+        ckpt__error_set_reason(rc, CKPT_REASON_NO_CHECKPOINT);
         goto out;
     }
     if (me == src) { /* its own copy is the one sent */
@@ -500,6 +504,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
     }
     if (!leaders_can(lc, local == CKPT_OK, &rc))
         goto out; /* a leader that failed reports it */
+    keep = ckpt__error_save();
     for (size_t f = 0; f < nf; f++) {
         uint64_t size = 0;
         if (ckpt__stat_regular(&size, dirfd, idx->files[f]->name, s->cache.dir) != CKPT_OK)
@@ -513,7 +518,7 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
                       (unsigned long long)idx->files[f]->bytes);
         }
     }
-    ckpt_error_clear(); /* a missing file is what this looks for */
+    ckpt__error_restore(&keep); /* a missing file is what this looks for */
     /* the bytes of what looks whole, against the index's checksums, by the node's ranks */
     if (check) {
         checked = 1;
@@ -562,6 +567,8 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
                                         "%s is lost: no node's cache holds it (its node %d%s)",
                                         idx->files[f]->name, hm,
                                         s->cache.pnode ? " and its partner both lost it" : "");
+                if (local == CKPT_ENOTFOUND)
+                    ckpt__error_set_reason(local, CKPT_REASON_NO_CHECKPOINT);
                 else if (local == CKPT_OK)
                     local = ckpt__error(CKPT_ECORRUPT,
                                         "%s is lost: no node's cache holds an intact copy (its "

@@ -38,8 +38,9 @@ void ckpt__fault_hold(int rank, const char *step, atomic_int *release)
 {
     int target, mode;
     char at[16];
+    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
     if (ckpt__fault_spec(&target, at, sizeof at, &mode) != CKPT_OK) {
-        ckpt_error_clear(); /* reported by ckpt__fault() at the same step */
+        ckpt__error_restore(&keep); /* reported by ckpt__fault() at the same step */
         return;
     }
     if (mode != 2 || target != rank || strcmp(at, step) != 0)

@@ -1220,7 +1220,6 @@ static int restored(ckpt_manager *m, ckpt_manager_restored *out, const char *pre
  * control everywhere), never a silent start from an older one or from scratch. */
 static int pin_error(const ckpt_manager *m, int pin_listed)
 {
-    ckpt_error_clear();
     return ckpt__restart_pin_error(&m->ctl, m->dir, pin_listed);
 }
 
@@ -1276,23 +1275,19 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
         ckpt_name_list_free(m->unexp);
         m->miss = m->unexp = NULL;
     }
-    int local = ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
-    /* The chief checks the candidate is complete (index, sizes of its data files) first, so
-     * that a damaged checkpoint is told apart from a registration that does not match. */
-    if (m->rank == 0 && local == CKPT_OK) {
-        ckpt_reader *r = NULL;
-        local = ckpt_reader_open(&r, prefix);
-        ckpt_reader_free(r);
-    }
-    rc = ckpt_mpi_agree(m->comm, local);
-    if (rc == CKPT_OK) {
-        rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
-        if (rc == CKPT_OK)
-            return restored(m, out, prefix, &info);
-        *damaged = rc == CKPT_ECORRUPT; /* else the checkpoint is fine: the registration is not */
-    } else {
-        *damaged = rc == CKPT_ECORRUPT || rc == CKPT_ENOTFOUND || rc == CKPT_EVERSION;
-    }
+    /* (fits: dir < 4096 bytes, a prefix < 256; the saver's restore adopts the chief's) */
+    (void)ckpt__path(prefix, sizeof prefix, "%s/%s", m->dir, e->prefix);
+    /* The saver's chief opens the candidate (index, sizes of its data files) before anything is
+     * read. A damaged checkpoint (corrupt, of a future version, its index gone) is told apart from
+     * a registration that does not match by the agreed status and, for CKPT_ENOTFOUND, its
+     * reason: no checkpoint there (damaged) or a registered tensor it lacks (the registration).
+     * The chief opened it once more before the reason existed (issue 31). */
+    rc = ckpt_saver_restore(m->saver, prefix, &ropts, &info);
+    if (rc == CKPT_OK)
+        return restored(m, out, prefix, &info);
+    *damaged = rc == CKPT_ECORRUPT || rc == CKPT_EVERSION ||
+               (rc == CKPT_ENOTFOUND &&
+                ckpt__error_reason(rc) == CKPT_REASON_NO_CHECKPOINT);
     if (*damaged && fallback && m->rank == 0)
         ckpt__log(CKPT_LOG_WARN, "skipping checkpoint %s: %s; trying an older one", prefix,
                   ckpt_error_last() ? ckpt_error_last()->message : ckpt_strerror(rc));
@@ -1352,7 +1347,8 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
     if (m->rank == 0 && out->skipped)
         ckpt__log(CKPT_LOG_WARN, "no valid checkpoint in %s (%d damaged); starting fresh", m->dir,
                   out->skipped);
-    ckpt_error_clear();
+    ckpt_error_clear(); /* kept: the damaged candidates' errors, its own (logged above); a public
+                         * collective that returns CKPT_OK with nothing restored */
     return CKPT_OK;
 }
 
@@ -1360,24 +1356,25 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
  * same on every rank (the same state and control everywhere). */
 static int refuse(const ckpt_manager *m, const ckpt_state_entry *e, int why)
 {
-    ckpt_error_clear();
     if (why == NOT_DROPPED)
-        return ckpt__error(CKPT_ENOTFOUND,
+        return ckpt__error_set_reason(ckpt__error(CKPT_ENOTFOUND,
                            "%s/%s (step %lld) is dropped (%s/%s): take the drop back with "
                            "`mpickpt drop --undo %s %s` or restore another checkpoint",
                            m->dir, e->prefix, (long long)e->step, m->dir, CKPT__RESTART_FILE,
-                           m->dir, e->prefix);
+                           m->dir, e->prefix), CKPT_REASON_PINNED);
     if (why == NOT_ASIDE)
-        return ckpt__error(CKPT_ENOTFOUND,
+        return ckpt__error_set_reason(ckpt__error(CKPT_ENOTFOUND,
                            "%s/%s (step %lld) is set aside by the pin of %s (%s/%s): clear the "
                            "pin (`mpickpt pin --clear %s`) or pin it (`mpickpt pin %s %s`)",
                            m->dir, e->prefix, (long long)e->step, m->ctl.pin, m->dir,
-                           CKPT__RESTART_FILE, m->dir, m->dir, e->prefix);
-    return ckpt__error(CKPT_ENOTFOUND,
-                       "%s/%s (step %lld) is only in the nodes' cache directories and this "
-                       "manager has no cache level: create it with the cache_dir "
-                       "(MPICKPT_CACHE_DIR) that saved it",
-                       m->dir, e->prefix, (long long)e->step);
+                           CKPT__RESTART_FILE, m->dir, m->dir, e->prefix), CKPT_REASON_PINNED);
+    return ckpt__error_set_reason(
+        ckpt__error(CKPT_ENOTFOUND,
+                    "%s/%s (step %lld) is only in the nodes' cache directories and this "
+                    "manager has no cache level: create it with the cache_dir "
+                    "(MPICKPT_CACHE_DIR) that saved it",
+                    m->dir, e->prefix, (long long)e->step),
+        CKPT_REASON_NO_CHECKPOINT);
 }
 
 /* No checkpoint with that step (save counter): CKPT_ENOTFOUND naming the restorable ones. */
@@ -1398,10 +1395,10 @@ static int not_found(const ckpt_manager *m, int by_counter, int64_t value)
             len += (size_t)snprintf(list + len, sizeof list - len, ", ...");
         n++;
     }
-    ckpt_error_clear();
-    return ckpt__error(CKPT_ENOTFOUND, "%s lists no checkpoint of %s %lld (restorable: %s)",
-                       m->dir, by_counter ? "save counter" : "step", (long long)value,
-                       n ? list : "none");
+    return ckpt__error_set_reason(
+        ckpt__error(CKPT_ENOTFOUND, "%s lists no checkpoint of %s %lld (restorable: %s)", m->dir,
+                    by_counter ? "save counter" : "step", (long long)value, n ? list : "none"),
+        CKPT_REASON_NO_CHECKPOINT);
 }
 
 /* ckpt_manager_restore_step/_counter: the newest entry with that step (save counter) that a

@@ -181,11 +181,7 @@ static int halt_due(double now)
     int due = 0;
     for (int i = 0; i < g_num_watched && !due; i++) {
         /* the caller's last error, put back below: a halt request is no error of theirs */
-        const ckpt_error *prev = ckpt_error_last();
-        int prev_code = prev ? prev->code : 0;
-        char prev_msg[1024] = "";
-        if (prev && prev->message)
-            snprintf(prev_msg, sizeof prev_msg, "%s", prev->message);
+        ckpt__saved_error keep = ckpt__error_save();
         /* the directory by the checkpoint directory's rules: a chief/ swapped for a link is not
          * followed (its halt request is nobody's) */
         int fd = -1;
@@ -194,10 +190,7 @@ static int halt_due(double now)
         if (rc != CKPT_OK || fstatat(fd, CKPT__HALT_FILE, &st, AT_SYMLINK_NOFOLLOW) != 0) {
             g_watched[i].warned = 0; /* none (or no directory): nothing to say */
             ckpt__close(fd);
-            if (prev_code != 0)
-                ckpt__error(prev_code, "%s", prev_msg);
-            else
-                ckpt_error_clear();
+            ckpt__error_restore(&keep);
             continue;
         }
         ckpt__halt h;
@@ -212,10 +205,7 @@ static int halt_due(double now)
                                      "removes it)",
                       ckpt_error_last()->message);
         }
-        if (prev_code != 0)
-            ckpt__error(prev_code, "%s", prev_msg);
-        else
-            ckpt_error_clear();
+        ckpt__error_restore(&keep);
     }
     return due;
 }

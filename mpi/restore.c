@@ -471,7 +471,9 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         size_t plen = 0;
         if ((local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) == CKPT_OK &&
             (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
-            ckpt__error(local, "no checkpoint at %s (%s does not exist)", prefix, ipath);
+            ckpt__error_set_reason(ckpt__error(local, "no checkpoint at %s (%s does not exist)",
+                                               prefix, ipath),
+                                   CKPT_REASON_NO_CHECKPOINT);
         if (local == CKPT_OK)
             local = ckpt__reader_open_payload(&r, prefix, payload, plen,
                                               cache ? CKPT__READER_CHECK_INDEX
@@ -612,7 +614,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             if ((per_rank && opts->skip_missing_per_rank) ||
                 (compare && (!opts->strict ||
                              strncmp(g->stored, RESERVED, sizeof RESERVED - 1) == 0))) {
-                ckpt_error_clear();
+                ckpt_error_clear(); /* kept: the lookup's own "no tensor" (local is CKPT_OK) */
                 continue;
             }
             local = ckpt__error(CKPT_ENOTFOUND,
@@ -621,6 +623,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
                                 per_rank ? "; per-rank data of a rank the writer did not have (set "
                                            "skip_missing_per_rank to leave it untouched)"
                                          : "");
+            ckpt__error_set_reason(local, CKPT_REASON_NO_TENSOR);
             break;
         }
         ckpt_tensor_info t;

@@ -677,7 +677,7 @@ static void write_metrics(const save_job *j, const ckpt__metrics_record *m)
                                     j->cache ? persistent : j->c.n.dir);
     ckpt__close(pfd);
     if (rc != CKPT_OK) {
-        ckpt_error_clear(); /* best effort */
+        ckpt_error_clear(); /* kept: best effort after the commit, its own open's error */
         return;
     }
     FILE *f = fdopen(fd, "a");

@@ -305,7 +305,9 @@ int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
     if (have)
         *out = s->last_metrics;
     pthread_mutex_unlock(&ms->lock);
-    return have ? CKPT_OK : ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
+    return have ? CKPT_OK
+                : ckpt__error_set_reason(ckpt__error(CKPT_ENOTFOUND, "no save has committed yet"),
+                                         CKPT_REASON_NO_METRICS);
 }
 
 MPI_Comm ckpt_saver_comm(const ckpt_saver *s)

@@ -58,7 +58,33 @@ typedef struct ckpt_error {
      *  failing rank's errno to every rank. Added in 0.2 (issue 30): read it only from a
      *  library of that version or later. */
     int sys_errno;
+    /** Which of CKPT_ENOTFOUND's meanings the error is (a ckpt_notfound_reason), so that a
+     *  caller need not parse the message; CKPT_REASON_NONE for every other code and for a
+     *  CKPT_ENOTFOUND of another kind (a file the caller named, a halt request, ...). An error
+     *  agreed across ranks (ckpt_mpi_agree()) carries the failing rank's reason to every rank.
+     *  Added in 0.2 (issue 31): read it only from a library of that version or later. */
+    int reason;
 } ckpt_error;
+
+/** ckpt_error.reason: why a call returned CKPT_ENOTFOUND. The status stays CKPT_ENOTFOUND. */
+typedef enum ckpt_notfound_reason {
+    CKPT_REASON_NONE = 0,          /**< not given (another code, or another kind of "not found") */
+    CKPT_REASON_NO_CHECKPOINT = 1, /**< no checkpoint where one was looked for: no index at the
+                                    *   prefix, no state file, no checkpoint of that step or
+                                    *   counter, nothing restorable in the directory, no copy this
+                                    *   manager can read (only in a cache it lacks, lost from
+                                    *   every node's cache) */
+    CKPT_REASON_NO_TENSOR = 2,     /**< the checkpoint exists but lacks a tensor that was asked
+                                    *   for or registered (a registration that does not match) */
+    CKPT_REASON_PINNED = 3,        /**< the restart control rules it out: the pinned checkpoint
+                                    *   cannot be restored (nothing at or above the pin), or the one
+                                    *   asked for is dropped or set aside by a pin (`mpickpt pin`,
+                                    *   `mpickpt drop`) */
+    CKPT_REASON_NO_METRICS = 4     /**< no save has committed yet: no metrics to report */
+} ckpt_notfound_reason;
+
+/** Short constant name of a ckpt_notfound_reason ("no checkpoint", ...). Never NULL. */
+CKPT_EXTERN const char *ckpt_reason_name(int reason);
 
 /** Short constant description of a status code ("corrupt data", ...). Never NULL. */
 CKPT_EXTERN const char *ckpt_strerror(int code);

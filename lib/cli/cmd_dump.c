@@ -221,7 +221,7 @@ static int dump_parse_slice(const cli_command *cmd, const char *spec, const ckpt
     } else {
         rc = ckpt_slice_parse_extent(slice, shape, spec);
         if (rc != CKPT_OK && looks_python(spec) && python_slice(slice, shape, spec) == 0) {
-            ckpt_error_clear();
+            ckpt_error_clear(); /* kept: the extent parse's own error; the fallback parsed it */
             rc = CKPT_OK;
         }
     }
@@ -523,7 +523,7 @@ static int cmd_dump(const cli_command *cmd, int argc, char **argv)
     } else {
         /* not a tensor: a plain value of the record? */
         int missing = 0;
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: the lookup's own "no tensor" before the fallback */
         rc = dump_values(cmd, r, prefix, argv[1], json, &missing);
         if (rc == EXIT_OK && missing) {
             fprintf(stderr, "mpickpt: %s: ", cmd->name);

@@ -219,7 +219,7 @@ static int cmd_pin(const cli_command *cmd, int argc, char **argv)
                 c.pin_through = highest_counter(newer) > c.pin_through ? highest_counter(newer)
                                                                        : c.pin_through;
             ckpt_state_free(newer);
-            ckpt_error_clear();
+            ckpt_error_clear(); /* kept: the scan's own error (best effort) before the save */
             rc = save(cmd, dir, &c);
         }
     }

@@ -211,7 +211,7 @@ static void read_newest(newest *out, const char *dir)
         }
     }
     ckpt_state_free(st);
-    ckpt_error_clear();
+    ckpt_error_clear(); /* kept: the launcher's own lookups (best effort); nothing is pending */
 }
 
 static void describe_newest(char *buf, size_t size, const newest *n)
@@ -233,7 +233,7 @@ static int halt_due(const char *dir, char *where, size_t size)
     char sd[4200];
     int exists = 0;
     if (ckpt__halt_dir(sd, sizeof sd, dir, &exists) != CKPT_OK || !exists) {
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: the launcher's own lookup; no request */
         return 0;
     }
     const char *cand[2] = { sd, dir };
@@ -247,7 +247,7 @@ static int halt_due(const char *dir, char *where, size_t size)
         }
         if (rc != CKPT_OK && rc != CKPT_ENOTFOUND)
             say("warning: ignoring the halt request: %s", ckpt_error_last()->message);
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: the launcher's own read, said above */
     }
     return 0;
 }

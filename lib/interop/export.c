@@ -315,6 +315,7 @@ static int sel_build(ckpt__export_sel *sel, ckpt_reader *r, const char *prefix,
         }
         rc = ckpt__error(CKPT_ENOTFOUND, "export of %s: no tensor's name starts with %s%s", prefix,
                          o->num_only > 1 ? "any of " : "", list);
+        ckpt__error_set_reason(rc, CKPT_REASON_NO_TENSOR);
     }
     if (rc == CKPT_OK) {
         rc = sel_aliases(sel, r, prefix, o);

@@ -173,10 +173,12 @@ static int get_shard(import_run *run, int id, const char *key, shard **out, char
         }
         rc = ckpt__file_open(&s->fd, &s->size, run->dirfd, name, O_RDONLY, run->dir);
         if (rc == CKPT_ENOTFOUND)
-            return ckpt__error(CKPT_ENOTFOUND,
-                               "%s/%s: missing (tensor '%s' is in shard %d of the %d the "
-                               "header gives)",
-                               run->dir, name, key, id, run->num_shards);
+            return ckpt__error_set_reason(
+                ckpt__error(CKPT_ENOTFOUND,
+                            "%s/%s: missing (tensor '%s' is in shard %d of the %d the header "
+                            "gives)",
+                            run->dir, name, key, id, run->num_shards),
+                CKPT_REASON_NO_CHECKPOINT);
         if (rc != CKPT_OK)
             return ckpt__error_wrap(rc, "%s/%s (shard %d, tensor '%s'): ", run->dir, name, id,
                                     key);
@@ -473,10 +475,12 @@ static int resolve_dir(char *out, size_t size, const char *dir)
         rc = ckpt__read_file_at(&text, &len, dirfd, "checkpoint", 1 << 20, dir);
     ckpt__close(dirfd);
     if (rc == CKPT_ENOTFOUND)
-        return ckpt__error(CKPT_ENOTFOUND,
-                           "%s is a directory without a TensorFlow `checkpoint` file: give the "
-                           "checkpoint's prefix (dir/ckpt-N)",
-                           dir);
+        return ckpt__error_set_reason(
+            ckpt__error(CKPT_ENOTFOUND,
+                        "%s is a directory without a TensorFlow `checkpoint` file: give the "
+                        "checkpoint's prefix (dir/ckpt-N)",
+                        dir),
+            CKPT_REASON_NO_CHECKPOINT);
     if (rc != CKPT_OK)
         return rc;
     /* the line `model_checkpoint_path: "..."` (C-style escapes of text format) */

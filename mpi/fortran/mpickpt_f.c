@@ -35,7 +35,7 @@ static int f_error(int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(f_message, sizeof f_message, fmt, ap); /* the arguments may be the C library's */
     va_end(ap);
-    ckpt_error_clear();
+    ckpt_error_clear(); /* kept: the Fortran layer's message replaces the C one (f_message) */
     return code;
 }
 

@@ -33,6 +33,18 @@ static PyObject *error_class(int code, int sys_errno)
     }
 }
 
+/* NotFoundError.reason: ckpt_error.reason's name in Python (None: CKPT_REASON_NONE). */
+static const char *reason_text(int reason)
+{
+    switch (reason) {
+    case CKPT_REASON_NO_CHECKPOINT: return "no_checkpoint";
+    case CKPT_REASON_NO_TENSOR: return "no_tensor";
+    case CKPT_REASON_PINNED: return "pinned";
+    case CKPT_REASON_NO_METRICS: return "no_metrics";
+    default: return NULL;
+    }
+}
+
 PyObject *pyckpt_raise(int code, const char *fallback)
 {
     const ckpt_error *e = ckpt_error_last();
@@ -51,6 +63,16 @@ PyObject *pyckpt_raise(int code, const char *fallback)
     Py_XDECREF(text);
     if (!exc)
         return NULL;
+    const char *why = mine && code == CKPT_ENOTFOUND ? reason_text(e->reason) : NULL;
+    if (why) { /* the class's `reason` (None) otherwise */
+        PyObject *r = PyUnicode_FromString(why);
+        int bad = !r || PyObject_SetAttrString(exc, "reason", r) < 0;
+        Py_XDECREF(r);
+        if (bad) {
+            Py_DECREF(exc);
+            return NULL;
+        }
+    }
     if (sys_errno && PyObject_IsSubclass(cls, PyExc_OSError) == 1) {
         PyObject *n = PyLong_FromLong(sys_errno);
         int bad = !n || PyObject_SetAttrString(exc, "errno", n) < 0;
@@ -337,7 +359,26 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
         Py_CLEAR(b);                                                                           \
     } while (0)
     SUB(g_notfound, "NotFoundError", PyExc_LookupError, CKPT_ENOTFOUND,
-        "A checkpoint, file or tensor does not exist (CKPT_ENOTFOUND).");
+        "A checkpoint, file or tensor does not exist (CKPT_ENOTFOUND). `reason` tells which "
+        "(ckpt_error.reason): 'no_checkpoint' (no index, state or checkpoint of that step: "
+        "nothing to restore there), 'no_tensor' (the checkpoint lacks a tensor or value asked "
+        "for or registered), 'pinned' (the pinned checkpoint cannot be restored, or the one "
+        "asked for is dropped or set aside: `mpickpt pin`, `mpickpt drop`), 'no_metrics' (no "
+        "save has committed yet), or None (another kind: a file named by the caller, ...).");
+    {
+        static const char *const names[][2] = { { "reason", NULL },
+                                                { "NO_CHECKPOINT", "no_checkpoint" },
+                                                { "NO_TENSOR", "no_tensor" },
+                                                { "PINNED", "pinned" },
+                                                { "NO_METRICS", "no_metrics" } };
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            PyObject *v = names[i][1] ? PyUnicode_FromString(names[i][1]) : Py_NewRef(Py_None);
+            int bad = !v || PyObject_SetAttrString(g_notfound, names[i][0], v) < 0;
+            Py_XDECREF(v);
+            if (bad)
+                goto fail;
+        }
+    }
     SUB(g_corrupt, "CorruptError", (PyObject *)NULL, CKPT_ECORRUPT,
         "Data on disk is malformed, truncated or fails its checksum (CKPT_ECORRUPT).");
     SUB(g_mismatch, "MismatchError", PyExc_ValueError, CKPT_EMISMATCH,

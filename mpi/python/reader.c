@@ -179,7 +179,7 @@ static PyObject *Reader_verify(ReaderObject *self, PyObject *noargs)
         /* the library's own message only counts the bad pieces: name the first one */
         char msg[1200];
         snprintf(msg, sizeof msg, "%s (%zu bad piece(s) in all)", found.first, found.bad);
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: replaced by the message naming the first bad piece */
         return pyckpt_raise(rc, msg);
     }
     if (rc != CKPT_OK)

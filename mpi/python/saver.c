@@ -545,7 +545,7 @@ static PyObject *Saver_last_metrics(SaverObject *self, PyObject *noargs)
         return NULL;
     ckpt_save_metrics m;
     if (ckpt_saver_last_metrics(self->s, &m) != CKPT_OK) {
-        ckpt_error_clear();
+        ckpt_error_clear(); /* kept: its own call's "no metrics" (reason no_metrics) is None */
         Py_RETURN_NONE;
     }
     return Py_BuildValue("{s:s,s:O,s:K,s:i,s:d,s:d,s:d,s:d,s:d}", "prefix", m.prefix, "async",

@@ -1,11 +1,17 @@
 /* Unit test of the status codes and thread-local error messages. */
 #include "check.h"
+#include "fsutil.h"
 #include "internal.h"
 #include "mpickpt.h"
+#include "restart.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 
 /* issue 30: ckpt_error.sys_errno */
 static void test_sys_errno(void)
@@ -47,6 +53,60 @@ static void test_sys_errno(void)
     ckpt_error_clear();
 }
 
+/* issue 31: ckpt_error.reason */
+static void test_reason(void)
+{
+    ckpt__error(CKPT_ENOTFOUND, "no tensor '%s'", "x");
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NONE); /* none unless given */
+    CHECK_EQ_INT(ckpt__error_set_reason(CKPT_ENOTFOUND, CKPT_REASON_NO_TENSOR), CKPT_ENOTFOUND);
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NO_TENSOR);
+    CHECK_EQ_INT(ckpt__error_reason(CKPT_ENOTFOUND), CKPT_REASON_NO_TENSOR);
+    CHECK_EQ_INT(ckpt__error_reason(CKPT_EIO), CKPT_REASON_NONE); /* another code */
+    ckpt__error_set_reason(CKPT_EIO, CKPT_REASON_PINNED);            /* another code: no change */
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NO_TENSOR);
+    ckpt__error_wrap(CKPT_ENOTFOUND, "rank %d", 1); /* a wrap keeps it */
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NO_TENSOR);
+    ckpt__error(CKPT_ENOTFOUND, "again"); /* a new error resets it */
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NONE);
+    ckpt__error_set_reason(CKPT_ENOTFOUND, CKPT_REASON_PINNED);
+    ckpt_error_clear();
+    ckpt__error(CKPT_ENOTFOUND, "after a clear");
+    CHECK_EQ_INT(ckpt_error_last()->reason, CKPT_REASON_NONE);
+    CHECK(strcmp(ckpt_reason_name(CKPT_REASON_NO_CHECKPOINT), "no checkpoint") == 0);
+    CHECK(strcmp(ckpt_reason_name(CKPT_REASON_PINNED), "pinned") == 0);
+    ckpt_error_clear();
+}
+
+/* issue 31: a helper that answers yes/no, or takes a missing file for an empty answer, leaves the
+ * caller's pending error as it was (they used to clear it); with none pending, none is left. */
+static void test_pending_survives(void)
+{
+    const char *tmp = getenv("MPICKPT_TEST_DIR") ? getenv("MPICKPT_TEST_DIR") : "/tmp";
+    char missing[4200], deep[4300];
+    snprintf(missing, sizeof missing, "%s/no-such-dir-%d", tmp, (int)getpid());
+    snprintf(deep, sizeof deep, "%s/a/b", missing);
+    errno = EACCES;
+    ckpt__error(CKPT_EIO, "write %s: %s", "/x/part", strerror(EACCES));
+    ckpt__error_set_reason(CKPT_EIO, CKPT_REASON_NONE);
+    CHECK_EQ_INT(ckpt__is_data_file(AT_FDCWD, missing), 0);  /* yes/no: no */
+    CHECK_EQ_INT(ckpt__has_magic(AT_FDCWD, missing, "x", 1), 0);
+    CHECK_EQ_INT(ckpt__rmtree(deep), CKPT_OK); /* no parent: nothing to remove */
+    ckpt__restart c;
+    CHECK_EQ_INT(ckpt__restart_read(&c, missing), CKPT_OK); /* no directory: no control */
+    ckpt__restart_clear(&c);
+    const ckpt_error *e = ckpt_error_last();
+    CHECK(e != NULL);
+    if (e) {
+        CHECK_EQ_INT(e->code, CKPT_EIO);
+        CHECK(strcmp(e->message, "write /x/part: Permission denied") == 0);
+        CHECK_EQ_INT(e->sys_errno, EACCES);
+    }
+    ckpt_error_clear();
+    CHECK_EQ_INT(ckpt__is_data_file(AT_FDCWD, missing), 0);
+    CHECK_EQ_INT(ckpt__rmtree(deep), CKPT_OK);
+    CHECK(ckpt_error_last() == NULL);
+}
+
 static void *other_thread(void *arg)
 {
     (void)arg;
@@ -60,6 +120,8 @@ int main(void)
 {
     CHECK(strcmp(ckpt_version(), CKPT_VERSION_STRING) == 0);
     test_sys_errno();
+    test_reason();
+    test_pending_survives();
     CHECK(strcmp(ckpt_strerror(CKPT_OK), "success") == 0);
     CHECK(strcmp(ckpt_strerror(CKPT_ECORRUPT), "corrupt data") == 0);
     CHECK(strcmp(ckpt_strerror(12345), "unknown error") == 0);

@@ -326,8 +326,10 @@ class CheckpointManager(_Base):
         else:
             info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
             if not info["restored"]:
-                raise NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
+                err = NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
                                     "damaged)")
+                err.reason = NotFoundError.NO_CHECKPOINT
+                raise err
         return self._finish(info, bool(strict))
 
     @uninterruptible

@@ -11,9 +11,10 @@ import numpy as np
 
 from . import _mpickpt as _C
 from . import _tree
-from ._mpickpt import CorruptError, InvalidArgumentError, NotFoundError
+from ._mpickpt import CorruptError, InvalidArgumentError
 from ._state import collective, load_record, uninterruptible
 from ._tree import CODE_NAMES, CODE_NUMPY, JSON_BLOB, RESERVED, PerRank, Shard, alias_view, unescape
+from ._tree import not_found
 
 
 # ---- read-only access, without MPI ----------------------------------------------------------------
@@ -130,7 +131,7 @@ class Checkpoint(Mapping[str, Array]):
         try:
             return self._arrays[name]
         except KeyError:
-            raise NotFoundError(f"no tensor '{name}' in {self.prefix}") from None
+            raise not_found(f"no tensor '{name}' in {self.prefix}", "no_tensor") from None
 
     # A missing name raises NotFoundError, which is a LookupError but not the KeyError that
     # Mapping's `in` and get() catch: they answer from the names instead.
@@ -394,7 +395,7 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
         def tensor_info(tname: str) -> Dict[str, Any]:
             info = infos.get(tname)
             if info is None:
-                raise NotFoundError(f"tensor '{tname}' is not in {prefix}")
+                raise not_found(f"tensor '{tname}' is not in {prefix}", "no_tensor")
             return info
 
         def alloc(tname: str, code: int, shape: Sequence[int], as_torch: bool, name: str) -> Any:
@@ -430,7 +431,7 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
             if k == "v":
                 table = own_values if per_rank else replicated
                 if table is None or name not in table:
-                    raise NotFoundError(f"the plain value '{name}' is not in {prefix}")
+                    raise not_found(f"the plain value '{name}' is not in {prefix}", "no_tensor")
                 return table[name]
             if k == "a":
                 return _Alias(name)
@@ -464,9 +465,9 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
                 return False
             if skip:
                 return True
-            raise NotFoundError(f"{prefix} was written by {writers} ranks: rank {rank} has no "
+            raise not_found(f"{prefix} was written by {writers} ranks: rank {rank} has no "
                                 "per-rank values in it (load with skip_missing_per_rank=True "
-                                "to get PerRank(None))")
+                                "to get PerRank(None))", "no_tensor")
 
         state = visit(tree, "", False)
         state = _resolve_aliases(state, arrays, aliases, prefix)

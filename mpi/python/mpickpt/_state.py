@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from . import _mpickpt as _C
 from ._tree import (CODE_NAMES, JSON_BLOB, MAX_STATE_DEPTH, Flat, Leaf, alias_view, array_view,
-                    find_aliases, flatten_tree, is_tensor, iter_json, put_back_all)
+                    find_aliases, flatten_tree, is_tensor, iter_json, not_found, put_back_all)
 
 T = TypeVar("T")
 
@@ -96,11 +96,16 @@ def agree(comm: Any, exc: Optional[BaseException]) -> None:
                 name = ("InvalidArgumentError" if isinstance(exc, (ValueError, TypeError))
                         else "Error")
         text = str(exc)
-        payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}", errno)
-    name, msg, errno = comm.bcast(payload, root=lowest)
+        # a NotFoundError's reason too (which kind of "not found": NotFoundError.NO_TENSOR, ...)
+        reason = getattr(exc, "reason", None) if isinstance(exc, _C.NotFoundError) else None
+        payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}", errno,
+                   reason)
+    name, msg, errno, reason = comm.bcast(payload, root=lowest)
     err = _ERRORS[name](msg)
     if errno is not None and isinstance(err, OSError):
         err.errno = errno
+    if reason is not None and isinstance(err, _C.NotFoundError):
+        err.reason = reason
     if exc is not None and comm.rank == lowest:
         raise err from exc
     raise err
@@ -467,7 +472,7 @@ def _read_apart(leaf: Leaf, where: str, rank: int) -> None:
     try:
         info = next((t for t in r.tensors() if t["name"] == name), None)
         if info is None:
-            raise _C.NotFoundError(f"tensor '{name}' is not in {where}")
+            raise not_found(f"tensor '{name}' is not in {where}", "no_tensor")
         if tuple(info["shape"]) != tmp.shape or info["dtype"] != code:
             raise _C.MismatchError(
                 f"tensor '{leaf.name}': {CODE_NAMES[code]} {list(tmp.shape)}, the checkpoint's "
@@ -510,9 +515,9 @@ def restore_aliases(reg: Registered, aliases: Optional[Dict[str, dict]], where: 
         target = by.get(a["of"])
         if target is None or target.shard is not None or not target.is_array or \
                 target.alias is not None or target.name in (reg.expected or ()):
-            raise _C.NotFoundError(
+            raise not_found(
                 f"'{leaf.name}' is an alias of '{a['of']}' in {where}, which the state does not "
-                "hold as a restored array")
+                "hold as a restored array", "no_tensor")
         view = alias_view(target.value, a)
         if tuple(view.shape) != tuple(leaf.value.shape):
             raise _C.MismatchError(
@@ -607,9 +612,9 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
                      for leaf in reg.leaves)
         if first is None:  # no record (a C program's)
             if leaves and strict:
-                raise _C.NotFoundError(
+                raise not_found(
                     f"{where} holds no plain values (it was not written by the Python package), "
-                    f"but the state has {len(leaves)}, e.g. '{leaves[0].name}'")
+                    f"but the state has {len(leaves)}, e.g. '{leaves[0].name}'", "no_tensor")
             if unread:  # aliases read apart
                 restore_aliases(reg, {}, where, False, comm.rank)
             return compare_plain(leaves, None, None, skip_missing_per_rank)
@@ -623,9 +628,10 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
         if own is None and any(leaf.per_rank for leaf in leaves) and not skip_missing_per_rank \
                 and strict:
             name = next(leaf.name for leaf in leaves if leaf.per_rank)
-            raise _C.NotFoundError(
+            raise not_found(
                 f"'{name}' is per-rank and {where} was written by fewer ranks (no "
-                "values of this rank); set skip_missing_per_rank to keep this rank's own")
+                "values of this rank); set skip_missing_per_rank to keep this rank's own",
+                "no_tensor")
         updates, missing, unexpected = compare_plain(leaves, replicated, own,
                                                      skip_missing_per_rank)
         # aliases of the checkpoint (tied weights stored once) that the state lacks: neither

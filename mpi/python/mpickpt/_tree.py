@@ -463,3 +463,11 @@ def alias_view(target: Any, alias: dict) -> Any:
     base = flat[alias["offset"] // item:]
     return np.lib.stride_tricks.as_strided(
         base, shape=alias["shape"], strides=[s * item for s in alias["strides"]])
+
+
+def not_found(msg: str, reason: Optional[str]) -> BaseException:
+    """A NotFoundError whose `reason` says which kind of "not found" it is (the C library's
+    ckpt_error.reason: NotFoundError.NO_TENSOR, NO_CHECKPOINT, PINNED, NO_METRICS)."""
+    err = _C.NotFoundError(msg)
+    err.reason = reason
+    return err

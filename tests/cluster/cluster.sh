@@ -55,8 +55,9 @@ holder() {
   local name=$1 i=$2 st=$ROOT/$1
   rm -f "$st/$i.ready"
   # setsid: the holder outlives the shell that started it (and its process group's signals);
-  # exec chain: the pid of $! is the process that holds the mount and UTS namespaces
-  setsid ip netns exec "mpkc-$name-$i" unshare --mount --uts --propagation private \
+  # exec chain: the pid of $! is the process that holds the mount and UTS namespaces; nsenter,
+  # not `ip netns exec`, which would remount /sys (and lose /sys/fs/cgroup, which slurmd needs)
+  setsid nsenter --net="/run/netns/mpkc-$name-$i" unshare --mount --uts --propagation private \
     bash -c "hostname ${name}n$i && mount -t tmpfs -o size=1g,mode=1777 tmpfs /dev/shm &&
              mount --bind '$st/hosts' /etc/hosts && touch '$st/$i.ready' && exec sleep infinity" \
     </dev/null >/dev/null 2>"$st/$i.err" &

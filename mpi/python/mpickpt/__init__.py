@@ -172,12 +172,9 @@ class _Base:
     def _c_strict(self, strict: bool) -> bool:
         """Whether C compares the names before reading: not when the state has aliases (leaves
         sharing another's memory, not registered), which C would call unexpected where the
-        checkpoint stored them as tensors; _finish compares them then."""
-        from mpi4py import MPI
-
-        # agreed: PerRank aliases may differ by rank, and every rank must take the same path
-        self._aliased = bool(self._comm.allreduce(
-            any(leaf.alias is not None for leaf in self._reg.leaves), op=MPI.LOR))
+        checkpoint stored them as tensors; _finish compares them then. self._aliased: agreed by
+        restore_prepare (PerRank aliases may differ by rank, and every rank must take the same
+        path)."""
         return bool(strict) and not self._aliased
 
     def _close(self, inner: Any) -> None:
@@ -320,7 +317,8 @@ class CheckpointManager(_Base):
         were read: one error lists the tensors' mismatches, or else the plain values'. With
         strict=False what matches is restored, the rest left as it is, and info lists the
         'missing' and 'unexpected' names. Collective."""
-        restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(step))
+        self._aliased = restore_prepare(self._comm, self._reg, self._saver, state,
+                                        self._candidate(step))
         if step is not None:
             info = self._mgr.restore(step=int(step), strict=self._c_strict(strict))
         else:
@@ -338,7 +336,8 @@ class CheckpointManager(_Base):
         """restore(state, strict=strict), or None when there is nothing to restore: the caller
         initializes (every array of the state: a damaged checkpoint may have left values in
         them)."""
-        restore_prepare(self._comm, self._reg, self._saver, state, self._candidate(None))
+        self._aliased = restore_prepare(self._comm, self._reg, self._saver, state,
+                                        self._candidate(None))
         info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
         if not info["restored"]:
             return None
@@ -386,7 +385,8 @@ class TrainingState(_Base):
     def restore(self, strict: bool = True) -> Optional[Dict[str, Any]]:
         """Restores the backup into the state in place; None when there is none. strict: as
         CheckpointManager.restore's. Collective."""
-        restore_prepare(self._comm, self._reg, self._saver, self._state, self._candidate())
+        self._aliased = restore_prepare(self._comm, self._reg, self._saver, self._state,
+                                        self._candidate())
         info = self._t.restore(strict=self._c_strict(strict))
         if not info["restored"]:
             return None

@@ -340,10 +340,11 @@ def load(path: str, comm: Any = None, *, to: Optional[str] = None, shard: Any = 
 
 
 def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Dict[str, Any]:
-    rank, size = comm.rank, comm.size
-
+    """load()'s collective part: rank 0 reads the header, the tensor list and its record (one
+    agreement and a broadcast), then every rank reads its own record, builds its tree of new
+    arrays and registers them with a saver (one agreement), and the C restore fills them."""
     def first() -> Any:
-        if rank != 0:
+        if comm.rank != 0:
             return None
         prefix = _prefix_of(path)
         r = _C.Reader(prefix)
@@ -356,134 +357,10 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
         return prefix, header, infos, rec
 
     prefix, header, infos, rec0 = comm.bcast(collective(comm, first), root=0)
-    writers = int(header["world_size"])
-    v2 = rec0 is not None and rec0.get("mpickpt_json", 1) >= 2
-
-    def own() -> Optional[dict]:
-        if rank == 0:
-            return rec0
-        if rank >= writers or rec0 is None:
-            return None
-        if v2 and not _has_per_rank(rec0["tree"]):
-            return None
-        r = _C.Reader(prefix)
-        try:
-            return _read_record(r, rank, prefix, infos)
-        finally:
-            r.close()
-
-    mine = collective(comm, own)
-    missing = rank >= writers
-
-    def build() -> Tuple[Dict[str, Any], List[Tuple[str, Any, int, Any]]]:
-        if v2:
-            tree = (mine if mine is not None else rec0)["tree"]
-        else:
-            tree = _v1_tree(infos, rec0["replicated"] if rec0 else {},
-                            mine["per_rank"] if mine is not None else None, prefix)
-        _check_tree(tree, prefix)
-        if tree[0] != "d":
-            raise CorruptError(f"{prefix}: the record's tree is not a dict")
-        replicated = rec0["replicated"] if rec0 else {}
-        own_values = mine["per_rank"] if mine is not None else None
-        aliases = dict(rec0.get("aliases", {})) if rec0 else {}
-        if mine is not None and mine is not rec0:
-            aliases.update(mine.get("aliases", {}))
-        arrays: Dict[str, Any] = {}
-        regs: List[Tuple[str, Any, int, Any]] = []  # (tensor name, view, code, kind)
-
-        def tensor_info(tname: str) -> Dict[str, Any]:
-            info = infos.get(tname)
-            if info is None:
-                raise not_found(f"tensor '{tname}' is not in {prefix}", "no_tensor")
-            return info
-
-        def alloc(tname: str, code: int, shape: Sequence[int], as_torch: bool, name: str) -> Any:
-            if as_torch:
-                torch = _tree._torch_module()
-                tdt = {v: k for k, v in _tree._TORCH_CODES.items()}.get(code)
-                if tdt is None:
-                    raise InvalidArgumentError(f"tensor '{name}': {CODE_NAMES[code]} has no "
-                                               "PyTorch dtype mpickpt uses; load it with "
-                                               "to='numpy'")
-                return torch.empty(tuple(shape), dtype=tdt)
-            return np.empty(tuple(shape), dtype=CODE_NUMPY[code])
-
-        def torch_leaf(kind: str) -> bool:
-            return to == "torch" or (to is None and kind == "T")
-
-        def visit(node: list, name: str, per_rank: bool) -> Any:
-            k = node[0]
-            if k == "d":
-                out = {}
-                for key, child in node[1]:
-                    out[key] = visit(child, f"{name}/{_tree._escape(key)}" if name else
-                                     _tree._escape(key), per_rank)
-                return out
-            if k in ("l", "t"):
-                items = [visit(c, f"{name}/{i}" if name else str(i), per_rank)
-                         for i, c in enumerate(node[1])]
-                return tuple(items) if k == "t" else items
-            if k == "p":
-                if per_rank_missing():
-                    return PerRank(None)
-                return PerRank(visit(node[1], name, True))
-            if k == "v":
-                table = own_values if per_rank else replicated
-                if table is None or name not in table:
-                    raise not_found(f"the plain value '{name}' is not in {prefix}", "no_tensor")
-                return table[name]
-            if k == "a":
-                return _Alias(name)
-            if k == "s":
-                info = tensor_info(name)
-                gshape = tuple(info["shape"])
-                as_torch = to == "torch"
-                if shard is None:
-                    offsets, shp = (0,) * len(gshape), gshape
-                else:
-                    fn = _even if shard == "even" else shard
-                    offsets, shp = fn(name, gshape, rank, size)
-                    offsets, shp = tuple(int(o) for o in offsets), tuple(int(d) for d in shp)
-                a = alloc(name, info["dtype"], shp, as_torch, name)
-                view = _tree.array_view(a, name)[0]  # bfloat16 as uint16 bits: the file's code
-                regs.append((name, view, info["dtype"], ("slice", gshape, offsets, shp)))
-                arrays[name] = a
-                return a if shard is None else Shard(a, gshape, offsets)
-            # "n" / "T"
-            tname = name if not per_rank or rank == 0 else f"{name}/parallel_component_{rank}"
-            info = tensor_info(tname)
-            a = alloc(tname, info["dtype"], info["shape"], torch_leaf(k), name)
-            view, _, shape = _tree.array_view(a, name)
-            regs.append((name, view, info["dtype"],
-                         ("component" if per_rank else "replicated", shape)))
-            arrays[name] = a
-            return a
-
-        def per_rank_missing() -> bool:
-            if not missing:
-                return False
-            if skip:
-                return True
-            raise not_found(f"{prefix} was written by {writers} ranks: rank {rank} has no "
-                                "per-rank values in it (load with skip_missing_per_rank=True "
-                                "to get PerRank(None))", "no_tensor")
-
-        state = visit(tree, "", False)
-        state = _resolve_aliases(state, arrays, aliases, prefix)
-        return state, regs
-
-    state, regs = collective(comm, build)
+    tree = _LoadTree(comm, prefix, int(header["world_size"]), infos, rec0, to, shard, skip)
     saver = _C.Saver(comm, layout=_C.LAYOUT_DEFAULT, async_save=False)
     try:
-        def register() -> None:
-            for name, view, code, kind in regs:
-                if kind[0] == "slice":
-                    saver.add_slice(name, view, code, kind[1], kind[2], kind[3])
-                else:
-                    saver.add_replicated(name, view, code, kind[1], kind[0] == "component")
-
-        collective(comm, register)
+        state = collective(comm, lambda: tree.build_and_register(saver))
         # not strict: a C program's registered savers (blobs) are in the checkpoint and not
         # loaded; every array registered here comes from the checkpoint's own list, so one it
         # lacks is a damaged record (the same lists on every rank)
@@ -496,6 +373,142 @@ def _load(comm: Any, path: str, to: Optional[str], shard: Any, skip: bool) -> Di
     finally:
         saver.close()
     return state
+
+
+class _LoadTree:
+    """One rank's tree of new arrays for load(), from the checkpoint's records: rank 0's
+    (replicated values, the tree, aliases) and this rank's own (per-rank values). Local."""
+
+    def __init__(self, comm: Any, prefix: str, writers: int, infos: Dict[str, Any],
+                 rec0: Optional[dict], to: Optional[str], shard: Any, skip: bool) -> None:
+        self.rank, self.size = comm.rank, comm.size
+        self.prefix, self.writers, self.infos, self.rec0 = prefix, writers, infos, rec0
+        self.to, self.shard, self.skip = to, shard, skip
+        self.v2 = rec0 is not None and rec0.get("mpickpt_json", 1) >= 2
+        self.missing = self.rank >= writers
+        self.own_values: Optional[Dict[str, Any]] = None
+        self.replicated: Dict[str, Any] = rec0["replicated"] if rec0 else {}
+        self.arrays: Dict[str, Any] = {}
+        self.regs: List[Tuple[str, Any, int, Any]] = []  # (tensor name, view, code, kind)
+
+    def own_record(self) -> Optional[dict]:
+        """This rank's record of plain values (rank 0's is read already); None when it has
+        none."""
+        if self.rank == 0:
+            return self.rec0
+        if self.missing or self.rec0 is None:
+            return None
+        if self.v2 and not _has_per_rank(self.rec0["tree"]):
+            return None
+        r = _C.Reader(self.prefix)
+        try:
+            return _read_record(r, self.rank, self.prefix, self.infos)
+        finally:
+            r.close()
+
+    def build_and_register(self, saver: Any) -> Dict[str, Any]:
+        """The tree of new arrays, each registered with `saver` for the restore to fill."""
+        rec0, prefix = self.rec0, self.prefix
+        mine = self.own_record()
+        if self.v2:
+            tree = (mine if mine is not None else rec0)["tree"]
+        else:
+            tree = _v1_tree(self.infos, self.replicated,
+                            mine["per_rank"] if mine is not None else None, prefix)
+        _check_tree(tree, prefix)
+        if tree[0] != "d":
+            raise CorruptError(f"{prefix}: the record's tree is not a dict")
+        self.own_values = mine["per_rank"] if mine is not None else None
+        aliases = dict(rec0.get("aliases", {})) if rec0 else {}
+        if mine is not None and mine is not rec0:
+            aliases.update(mine.get("aliases", {}))
+        state = _resolve_aliases(self.visit(tree, "", False), self.arrays, aliases, prefix)
+        for name, view, code, kind in self.regs:
+            if kind[0] == "slice":
+                saver.add_slice(name, view, code, kind[1], kind[2], kind[3])
+            else:
+                saver.add_replicated(name, view, code, kind[1], kind[0] == "component")
+        return state
+
+    def tensor_info(self, tname: str) -> Dict[str, Any]:
+        info = self.infos.get(tname)
+        if info is None:
+            raise not_found(f"tensor '{tname}' is not in {self.prefix}", "no_tensor")
+        return info
+
+    @staticmethod
+    def alloc(code: int, shape: Sequence[int], as_torch: bool, name: str) -> Any:
+        if as_torch:
+            torch = _tree._torch_module()
+            tdt = {v: k for k, v in _tree._TORCH_CODES.items()}.get(code)
+            if tdt is None:
+                raise InvalidArgumentError(f"tensor '{name}': {CODE_NAMES[code]} has no "
+                                           "PyTorch dtype mpickpt uses; load it with "
+                                           "to='numpy'")
+            return torch.empty(tuple(shape), dtype=tdt)
+        return np.empty(tuple(shape), dtype=CODE_NUMPY[code])
+
+    def per_rank_missing(self) -> bool:
+        if not self.missing:
+            return False
+        if self.skip:
+            return True
+        raise not_found(f"{self.prefix} was written by {self.writers} ranks: rank "
+                        f"{self.rank} has no per-rank values in it (load with "
+                        "skip_missing_per_rank=True to get PerRank(None))", "no_tensor")
+
+    def visit(self, node: list, name: str, per_rank: bool) -> Any:
+        k = node[0]
+        if k == "d":
+            return {key: self.visit(child, f"{name}/{_tree._escape(key)}" if name else
+                                    _tree._escape(key), per_rank)
+                    for key, child in node[1]}
+        if k in ("l", "t"):
+            items = [self.visit(c, f"{name}/{i}" if name else str(i), per_rank)
+                     for i, c in enumerate(node[1])]
+            return tuple(items) if k == "t" else items
+        if k == "p":
+            if self.per_rank_missing():
+                return PerRank(None)
+            return PerRank(self.visit(node[1], name, True))
+        if k == "v":
+            table = self.own_values if per_rank else self.replicated
+            if table is None or name not in table:
+                raise not_found(f"the plain value '{name}' is not in {self.prefix}",
+                                "no_tensor")
+            return table[name]
+        if k == "a":
+            return _Alias(name)
+        if k == "s":
+            return self.shard_leaf(name)
+        return self.tensor_leaf(name, k, per_rank)  # "n" / "T"
+
+    def shard_leaf(self, name: str) -> Any:
+        info = self.tensor_info(name)
+        gshape = tuple(info["shape"])
+        if self.shard is None:
+            offsets, shp = (0,) * len(gshape), gshape
+        else:
+            fn = _even if self.shard == "even" else self.shard
+            offsets, shp = fn(name, gshape, self.rank, self.size)
+            offsets, shp = tuple(int(o) for o in offsets), tuple(int(d) for d in shp)
+        a = self.alloc(info["dtype"], shp, self.to == "torch", name)
+        view = _tree.array_view(a, name)[0]  # bfloat16 as uint16 bits: the file's code
+        self.regs.append((name, view, info["dtype"], ("slice", gshape, offsets, shp)))
+        self.arrays[name] = a
+        return a if self.shard is None else Shard(a, gshape, offsets)
+
+    def tensor_leaf(self, name: str, kind: str, per_rank: bool) -> Any:
+        tname = (name if not per_rank or self.rank == 0 else
+                 f"{name}/parallel_component_{self.rank}")
+        info = self.tensor_info(tname)
+        as_torch = self.to == "torch" or (self.to is None and kind == "T")
+        a = self.alloc(info["dtype"], info["shape"], as_torch, name)
+        view, _, shape = _tree.array_view(a, name)
+        self.regs.append((name, view, info["dtype"],
+                          ("component" if per_rank else "replicated", shape)))
+        self.arrays[name] = a
+        return a
 
 
 class _Alias:

@@ -124,6 +124,17 @@ def collective(comm: Any, local: Callable[[], T]) -> T:
     return result
 
 
+def attempt(local: Callable[[], Any]) -> Optional[BaseException]:
+    """Runs `local`; returns what it raised (None: nothing), for an agreement to carry."""
+    try:
+        local()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - any local failure must reach every rank
+        return e
+    return None
+
+
 class Registered:
     """What a saver holds for one state tree: its leaves, and the signature that tells whether the
     next save or restore can reuse the registrations (and the saver's cached plan)."""
@@ -140,7 +151,7 @@ class Registered:
 
     def scan(self, state: Any) -> Dict[str, dict]:
         """Local: flattens `state` and finds its aliases; returns the replicated ones (which
-        every rank must decide alike: agree_aliases)."""
+        every rank must decide alike: agree_local)."""
         self.flat = flatten_tree(state)
         self.leaves = self.flat.leaves
         self.aliases = find_aliases(self.leaves)
@@ -234,20 +245,45 @@ class Registered:
         return json.dumps({"mpickpt_json": 2, **doc}, sort_keys=True, allow_nan=True).encode()
 
 
-def agree_aliases(comm: Any, reg: Registered, mine: Dict[str, dict]) -> None:
-    """Collective: the replicated aliases are the same on every rank (they decide which names are
-    stored). Those some rank does not have alike are stored as tensors everywhere."""
+def _digest(text: bytes) -> int:
+    """An int64 digest of `text` whose negation fits in an int64 (for a MIN allreduce)."""
     import hashlib
 
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little",
+                          signed=True) >> 1
+
+
+def _alias_text(mine: Dict[str, dict]) -> bytes:
+    return json.dumps(mine, sort_keys=True).encode()
+
+
+def _names_text(names: List[str]) -> bytes:
+    return "\0".join(sorted(names)).encode()
+
+
+def agree_local(comm: Any, exc: Optional[BaseException], texts: Tuple[bytes, ...] = (),
+                flag: bool = False) -> Tuple[List[bool], bool]:
+    """Collective, one allreduce: this rank's status, a digest of each text and a flag. Every rank
+    raises the same error when some rank failed (agree); else returns, for each text, whether
+    every rank has the same, and whether some rank's flag is set."""
     import numpy as np
     from mpi4py import MPI
 
-    text = json.dumps(mine, sort_keys=True).encode()
-    h = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little", signed=True) >> 1
-    both = np.array([h, -h], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MIN)
-    if both[0] == -both[1]:
-        return
+    v = np.zeros(2 + 2 * len(texts), dtype=np.int64)
+    v[0] = 0 if exc is None else -1
+    v[1] = -1 if flag else 0
+    for i, text in enumerate(texts):
+        h = _digest(text)
+        v[2 + 2 * i], v[3 + 2 * i] = h, -h
+    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
+    if v[0] < 0:
+        agree(comm, exc)  # every rank saw a failure: every rank raises it
+    return [bool(v[2 + 2 * i] == -v[3 + 2 * i]) for i in range(len(texts))], bool(v[1] < 0)
+
+
+def unalias_disagreed(comm: Any, reg: Registered, mine: Dict[str, dict]) -> None:
+    """Collective: the replicated aliases some rank does not have alike are stored as tensors
+    everywhere (they decide which names are stored). After agree_local found them unlike."""
     everyone = comm.allgather(mine)
     keep = {n for n, a in mine.items() if all(e.get(n) == a for e in everyone)}
     reg.unalias(set(mine) - keep)
@@ -257,22 +293,9 @@ def _ranks(ranks: List[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def agree_replicated_names(comm: Any, names: List[str]) -> None:
-    """Collective: every rank has the same replicated plain values (by name), else every rank
-    raises the same MismatchError naming one that some rank lacks. Restore reads them from rank
-    0's record: one that only another rank saved could never be restored, so the save refuses it
-    as the C plan refuses an array registered on some ranks only."""
-    import hashlib
-
-    import numpy as np
-    from mpi4py import MPI
-
-    digest = hashlib.blake2b("\0".join(sorted(names)).encode(), digest_size=8).digest()
-    h = int.from_bytes(digest, "little", signed=True) >> 1  # -h fits in an int64
-    both = np.array([h, -h], dtype=np.int64)
-    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MIN)
-    if both[0] == -both[1]:
-        return
+def replicated_names_mismatch(comm: Any, names: List[str]) -> None:
+    """Collective, after agree_local found the replicated plain values' names unlike: every
+    rank raises the same MismatchError naming one that some rank lacks."""
     everyone = [set(n) for n in comm.allgather(names)]
     name = min(set().union(*everyone) - set.intersection(*everyone))
     have = [r for r, n in enumerate(everyone) if name in n]
@@ -283,15 +306,33 @@ def agree_replicated_names(comm: Any, names: List[str]) -> None:
 
 
 def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
-    """Collective: registers `state` and sets this rank's plain values for the next save."""
-    agree_aliases(comm, reg, collective(comm, lambda: reg.scan(state)))
+    """Collective: registers `state` and sets this rank's plain values for the next save.
 
-    def local() -> List[str]:
+    One allreduce when every rank prepared alike (docs/python.md, "Collective calls"): each rank
+    scans and registers its state first, then a single agreement carries its status and digests
+    of its replicated aliases and of its replicated plain values' names. Only when they differ
+    does more follow: the aliases some rank does not share are stored as tensors (registered
+    again and agreed), and unlike names are a MismatchError on every rank."""
+    mine: Dict[str, dict] = {}
+    names: List[str] = []
+
+    def local() -> None:
         reg.prepare(saver)
         saver.set_blob(JSON_BLOB, reg.json_bytes())
-        return [leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank]
 
-    agree_replicated_names(comm, collective(comm, local))
+    def first() -> None:
+        mine.update(reg.scan(state))
+        names.extend(leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank)
+        local()
+
+    err = attempt(first)
+    (aliases_alike, names_alike), _ = agree_local(comm, err, (_alias_text(mine),
+                                                         _names_text(names)))
+    if not aliases_alike:
+        unalias_disagreed(comm, reg, mine)
+        collective(comm, local)
+    if not names_alike:
+        replicated_names_mismatch(comm, names)
 
 
 def peek_aliases(comm: Any, prefix: Optional[str],
@@ -332,12 +373,19 @@ def peek_aliases(comm: Any, prefix: Optional[str],
 
 
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
-                    prefix: Optional[str] = None) -> None:
-    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs.
+                    prefix: Optional[str] = None) -> bool:
+    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs;
+    returns whether the state has aliases (leaves sharing another's memory) on some rank.
     `prefix`: the checkpoint the restore will most likely read: its aliases are not registered
     (restore_aliases gives them their values after the restore), and this state's contiguous
-    aliases that it stored as tensors are (read in place; the others: restore_aliases)."""
-    agree_aliases(comm, reg, collective(comm, lambda: reg.scan(state)))
+    aliases that it stored as tensors are (read in place; the others: restore_aliases).
+    Three collective calls: an allreduce (every rank scanned its state; the replicated aliases
+    are alike), the broadcast of rank 0's record of the checkpoint, an allreduce (registered;
+    aliases)."""
+    mine: Dict[str, dict] = {}
+    err = attempt(lambda: mine.update(reg.scan(state)))
+    if not agree_local(comm, err, (_alias_text(mine),))[0][0]:  # one allreduce for both
+        unalias_disagreed(comm, reg, mine)
     per_rank = any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
     expected, has_record = peek_aliases(comm, prefix, per_rank)
 
@@ -353,7 +401,9 @@ def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
         reg.prepare(saver, restore_rank=comm.rank, skip=skip, record=has_record)
         saver.reset_blobs()
 
-    collective(comm, local)
+    # one allreduce: local's status, and whether the state has aliases on some rank
+    return agree_local(comm, attempt(local),
+                       flag=any(leaf.alias is not None for leaf in reg.leaves))[1]
 
 
 def _contiguous_array(x: Any) -> bool:
@@ -602,7 +652,8 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
     did not have keeps its own when skip_missing_per_rank. The state's plain values are compared
     with the records (compare_plain): strict, any missing or unexpected one is a MismatchError on
     every rank listing them all, and nothing is put back; else what matches is put back. Returns
-    the (missing, unexpected) names of every rank."""
+    the (missing, unexpected) names of every rank. Two collective calls: rank 0's record
+    broadcast, an allgather of every rank's outcome and names."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     first = comm.bcast(mine if comm.rank == 0 else None, root=0)
 
@@ -641,8 +692,13 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
         restore_aliases(reg, aliases, where, own is None, comm.rank)
         return updates, missing, unexpected
 
-    updates, missing, unexpected = collective(comm, local)
-    every = comm.allgather((missing, unexpected))
+    out: List[Any] = []
+    err = attempt(lambda: out.extend(local()))
+    # one allgather: every rank's names, or None from a rank whose local step failed
+    every = comm.allgather(None if err is not None else (out[1], out[2]))
+    if any(e is None for e in every):
+        agree(comm, err)
+    updates = out[0]
     missing = sorted(set().union(*(m for m, _ in every)))
     unexpected = sorted(set().union(*(u for _, u in every)))
     if strict and (missing or unexpected):

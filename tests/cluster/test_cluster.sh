@@ -1,0 +1,132 @@
+#!/bin/bash
+# Cluster tests on real nodes (tests/cluster/cluster.sh; docs/testing-faults.md, "Real nodes"):
+# the demo (mpickpt-demo, which checks every value it restores, exactly, on any rank count) on 3
+# nodes of 2 ranks, each node with its own hostname and /dev/shm, Open MPI across them over TCP.
+#
+#   test_cluster.sh CASE BIN_DIR OUTDIR
+#
+#   pernode       per-node layout: 6 ranks on 3 nodes write one data file per node (3 files, the
+#                 nodes found by MPI_Comm_split_type); 3 ranks on 2 nodes restore them exactly
+#   hier          the hierarchical merge (MPICKPT_HIER_MERGE=1) on the same nodes, then a restore
+#                 on 4 ranks of 2 nodes
+#   partner       the cache level with partner copies; node 1 killed with its /dev/shm, a
+#                 replacement joins: the newest checkpoint (in the caches only) is rebuilt on the
+#                 new node from its partner's copy and restored exactly
+#   partner_lost  nodes 1 and 2 killed (a node and its partner): the cache's newest checkpoint
+#                 cannot be made whole; the restore falls back to the persistent level's, never
+#                 wrong values
+#   drain_kill    a rank of node 1 killed inside the drain to the persistent level, then node 1
+#                 dies: no torn checkpoint in the persistent directory; the relaunch rebuilds the
+#                 checkpoint from the partner, restores it exactly and drains it
+#
+# Exit 77 (ctest: skipped) where namespaces are not permitted. The cluster is taken down at the
+# end, whatever happens (and by the cluster_cleanup fixture after a test that was killed).
+set -u
+case_=$1
+bin=$2
+out=$3
+here=$(cd "$(dirname "$0")" && pwd)
+C=$here/cluster.sh
+"$C" check || exit $?
+
+case $case_ in
+  pernode) name=cpn ;; hier) name=chm ;; partner) name=cpa ;; partner_lost) name=cpl ;;
+  drain_kill) name=cdk ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
+esac
+"$C" down "$name"
+trap '"$C" down "$name"' EXIT
+rm -rf "$out" && mkdir -p "$out" || exit 1
+dir=$out/ckpt
+log=$out/log
+
+fail() { echo "FAIL ($case_): $*" >&2; echo "--- last run:" >&2; tail -30 "$log" >&2; exit 1; }
+
+# run HOSTS NP ARGS...: the demo across the cluster; its output in $log; returns its status
+run() {
+  local hosts=$1 np=$2
+  shift 2
+  local xs=(-x MPICKPT_LOG=info -x MPICKPT_HIER_MERGE)
+  [ -n "${MPICKPT_FAULT:-}" ] && xs+=(-x MPICKPT_FAULT)
+  echo "+ mpirun --host $hosts -np $np mpickpt-demo $*" >&2
+  timeout 180 "$C" mpirun "$name" "$hosts" -np "$np" "${xs[@]}" "$bin/mpickpt-demo" --dir "$dir" --mb 1 --steps-per-epoch 6 --ckpt-every 2 "$@" \
+    > "$log" 2>&1
+}
+
+expect() { # expect REGEX WHAT: the last run's output has a line matching REGEX
+  grep -Eq "$1" "$log" || fail "$2 (no line matching '$1')"
+}
+
+resumed_step() {
+  sed -n 's/^resumed epoch=[0-9]* step=\([0-9]*\) from=.*/\1/p' "$log"
+}
+
+"$C" up "$name" 3 || exit 1
+# real nodes: 6 ranks report 3 hostnames, 2 each
+# (mpirun's own warnings on stderr left out)
+got=$(timeout 60 "$C" mpirun "$name" 0:2,1:2,2:2 -np 6 hostname 2>/dev/null | sort | uniq -c |
+      awk '{print $2 "x" $1}' | tr '\n' ' ')
+[ "$got" = "${name}n0x2 ${name}n1x2 ${name}n2x2 " ] || { echo "FAIL: hostnames: $got" >&2; exit 1; }
+export MPICKPT_HIER_MERGE=0
+cache=(--cache-dir /dev/shm/mpkc/ck --redundancy partner --cache-keep 3)
+
+case $case_ in
+  pernode|hier)
+    [ "$case_" = hier ] && export MPICKPT_HIER_MERGE=1
+    run 0:2,1:2,2:2 6 --layout per-node --epochs 1 || fail "the 6-rank run failed"
+    expect '^done epoch=0 step=6' "the 6-rank run did not finish"
+    n=$(ls "$dir/chief" | grep -c '^ckpt-3\.data-')
+    [ "$n" = 3 ] || fail "ckpt-3 has $n data files, want 3 (one per node)"
+    if [ "$case_" = pernode ]; then hosts=0:2,1:1 np=3; else hosts=0:2,1:2 np=4; fi
+    run $hosts $np --layout per-node --epochs 2 || fail "the $np-rank resume failed"
+    expect "^resumed epoch=0 step=6 from=$dir/chief/ckpt-3\$" "not resumed from ckpt-3"
+    expect "^verified every restored value at step 6: .* of ranks 0-$((np - 1))\$" \
+      "restored values not verified"
+    expect '^done epoch=1 step=12' "the resumed run did not finish"
+    ;;
+  partner)
+    # persist every 4th: ckpt-1..3 are in the nodes' caches only
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 4 --epochs 1 || fail "the first run failed"
+    expect '^done epoch=0 step=6' "the first run did not finish"
+    ls "$dir/chief" | grep -q '\.index$' && fail "a checkpoint reached the persistent level"
+    "$C" exec "$name" 1 sh -c 'find /dev/shm/mpkc -name "ckpt-3*" | grep -q .' ||
+      fail "node 1's cache has no file of ckpt-3"
+    "$C" kill "$name" 1 && "$C" replace "$name" 1 || fail "node 1 not replaced"
+    "$C" exec "$name" 1 sh -c '[ -z "$(ls -A /dev/shm)" ]' || fail "the new node's /dev/shm is not empty"
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 4 --epochs 2 || fail "the relaunch failed"
+    expect "host ${name}n1\] info: node 1: [0-9]+ files of ckpt-3 rebuilt" "node 1 not rebuilt"
+    expect '^resumed epoch=0 step=6 from=/dev/shm/mpkc/ck/[^ ]*/ckpt-3$' "not resumed from the cache's ckpt-3"
+    expect '^verified every restored value at step 6: .* of ranks 0-5$' "restored values not verified"
+    expect '^done epoch=1 step=12' "the relaunch did not finish"
+    ;;
+  partner_lost)
+    # persist every 2nd: ckpt-2 (step 4) on the persistent level, ckpt-3 (step 6) cache only
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 1 || fail "the first run failed"
+    expect '^done epoch=0 step=6' "the first run did not finish"
+    [ -e "$dir/chief/ckpt-2.index" ] && [ ! -e "$dir/chief/ckpt-3.index" ] ||
+      fail "want ckpt-2 and not ckpt-3 on the persistent level: $(ls "$dir/chief")"
+    for i in 1 2; do "$C" kill "$name" $i && "$C" replace "$name" $i || fail "node $i not replaced"; done
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 2 || fail "the relaunch failed"
+    expect "^resumed epoch=0 step=4 from=$dir/chief/ckpt-2\$" "not resumed from the persistent ckpt-2"
+    expect '^verified every restored value at step 4: .* of ranks 0-5$' "restored values not verified"
+    expect '^done epoch=1 step=12' "the relaunch did not finish"
+    ;;
+  drain_kill)
+    # rank 2 (node 1) killed at the drain of ckpt-2, the first checkpoint to persist
+    MPICKPT_FAULT=2:drain:kill run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 1 &&
+      fail "the run with a rank killed in the drain succeeded"
+    expect 'killing this rank at drain' "the fault did not fire"
+    [ -e "$dir/chief/ckpt-2.index" ] && fail "a torn ckpt-2 committed on the persistent level"
+    ls "$dir/chief" | grep -q '^ckpt-2\.data' && fail "ckpt-2's data in the persistent directory"
+    "$C" kill "$name" 1 && "$C" replace "$name" 1 || fail "node 1 not replaced"
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 1 || fail "the relaunch failed"
+    expect "host ${name}n1\] info: node 1: [0-9]+ files of ckpt-2 rebuilt" "node 1 not rebuilt"
+    expect '^resumed epoch=0 step=4 from=/dev/shm/mpkc/ck/[^ ]*/ckpt-2$' "not resumed from the cache's ckpt-2"
+    expect '^verified every restored value at step 4: .* of ranks 0-5$' "restored values not verified"
+    expect "drained ckpt-2 to $dir/chief" "ckpt-2 not drained again"
+    expect '^done epoch=0 step=6' "the relaunch did not finish"
+    [ -e "$dir/chief/ckpt-2.index" ] || fail "ckpt-2 not on the persistent level after the relaunch"
+    ls "$dir/chief" | grep -q '_temp$' && fail "an in-flight directory left: $(ls "$dir/chief")"
+    ;;
+  *) echo "unknown case '$case_'" >&2; exit 2 ;;
+esac
+echo "ok: $case_ (step $(resumed_step) restored exactly on real nodes)"

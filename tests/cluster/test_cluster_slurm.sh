@@ -1,0 +1,178 @@
+#!/bin/bash
+# A multi-node Slurm on real nodes (tests/cluster/cluster.sh; docs/testing-faults.md, "Real
+# nodes"): munged on the machine (its socket is a file every node reaches), slurmctld in node 0,
+# one slurmd per node, each node's spool and TmpFS on its own /dev/shm (they die with the node).
+#
+#   test_cluster_slurm.sh SOURCE_DIR BIN_DIR OUTDIR
+#
+# `sbatch -N 3 -n 6 --requeue` of the generic template (jobs/slurm/mpickpt-run.sbatch) runs the
+# demo through mpickpt-run with srun --mpi=pmix, with the cache level and partner copies (nothing
+# persisted yet). Once it committed a checkpoint at step 4 or later, node 1 dies (slurmd, its ranks
+# and its /dev/shm with it). Slurm marks the node down and requeues the job (NODE_FAIL); a
+# replacement node 1 joins (a fresh /dev/shm, a new slurmd); the job's second run (Slurm's
+# SLURM_RESTART_COUNT=1) resumes from the newest checkpoint, node 1's files rebuilt from its
+# partner's copies, checks every value and finishes: COMPLETED, exit code 0.
+#
+# Exit 77 (skipped) without root, namespaces or the Slurm packages.
+set -u
+src=$1
+bin=$2
+out=$3
+here=$(cd "$(dirname "$0")" && pwd)
+C=$here/cluster.sh
+"$C" check || exit $?
+for t in munged mungekey slurmctld slurmd sbatch squeue scontrol sinfo srun; do
+  command -v "$t" >/dev/null || { echo "SKIP: $t is not installed (jobs/deps.sh slurm)"; exit 77; }
+done
+name=csl
+rm -rf "$out" && mkdir -p "$out" || exit 1
+# Unix socket paths are limited to ~107 bytes: the daemons' files under a short directory
+sd=$(mktemp -d /tmp/mpkc-slurm.XXXXXX) || exit 1
+ln -s "$sd" "$out/slurm"
+nodes=3
+
+stop_all() {
+  [ -n "${SLURM_CONF:-}" ] && [ -e "$SLURM_CONF" ] &&
+    "$C" exec "$name" 0 scancel --quiet --user root 2>/dev/null
+  "$C" down "$name"
+  [ -f "$sd/munged.pid" ] && kill "$(cat "$sd/munged.pid")" 2>/dev/null
+  sleep 0.2
+  rm -f "$out/slurm" && cp -r "$sd/log" "$out/slurm-log" 2>/dev/null
+  rm -rf "$sd"
+}
+trap stop_all EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- job output ($log):" >&2; tail -40 "$log" >&2 2>/dev/null
+  echo "--- slurmctld:" >&2; tail -15 "$sd/log/slurmctld.log" >&2 2>/dev/null
+  exit 1
+}
+on() { "$C" exec "$name" 0 "$@"; } # Slurm's commands, from node 0 (the controller's network)
+wait_for() { # TIMEOUT-S WHAT COMMAND...
+  local end=$((SECONDS + $1)) what=$2
+  shift 2
+  while [ $SECONDS -lt $end ]; do "$@" && return 0; sleep 0.3; done
+  fail "timed out after ${end}s waiting for: $what"
+}
+
+"$C" up "$name" $nodes || exit 1
+sub=$(cat /run/mpickpt-cluster/$name/subnet)
+mkdir -p "$sd/etc" "$sd/munge" "$sd/state" "$sd/log" && chmod 755 "$sd" "$sd/munge"
+mungekey --create --keyfile="$sd/munge/munge.key" || fail "mungekey"
+chmod 600 "$sd/munge/munge.key"
+setsid munged -F --key-file="$sd/munge/munge.key" --socket="$sd/munge/munge.socket.2" \
+  --pid-file="$sd/munge/munged.pid" --log-file="$sd/log/munged.log" \
+  --seed-file="$sd/munge/munged.seed" </dev/null >/dev/null 2>&1 &
+echo $! > "$sd/munged.pid"
+disown
+wait_for 10 "munged's socket" test -S "$sd/munge/munge.socket.2"
+
+export SLURM_CONF=$sd/etc/slurm.conf
+{
+  cat <<EOF
+ClusterName=mpkc
+SlurmctldHost=${name}n0($sub.1)
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sd/munge/munge.socket.2,cred_expire=10
+StateSaveLocation=$sd/state
+SlurmdSpoolDir=/dev/shm/slurmspool
+TmpFS=/dev/shm/slurmtmp
+SlurmctldPidFile=$sd/slurmctld-daemon.pid
+SlurmdPidFile=$sd/slurmd-%n.pid
+SlurmctldLogFile=$sd/log/slurmctld.log
+SlurmdLogFile=$sd/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0
+ReturnToService=2
+SlurmdTimeout=10
+JobRequeue=1
+SlurmdParameters=config_overrides
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+EOF
+  for i in $(seq 0 $((nodes - 1))); do
+    echo "NodeName=${name}n$i NodeAddr=$sub.$((i + 1)) CPUs=2 RealMemory=1000 State=UNKNOWN"
+  done
+  echo "PartitionName=cl Nodes=${name}n[0-$((nodes - 1))] Default=YES MaxTime=INFINITE State=UP"
+} > "$SLURM_CONF"
+
+slurmd_on() { # I: node I's slurmd (its TmpFS on the node's own /dev/shm)
+  "$C" exec "$name" "$1" mkdir -p /dev/shm/slurmtmp /dev/shm/slurmspool ||
+    fail "node $1: TmpFS and spool"
+  setsid "$C" exec "$name" "$1" slurmd -D -N "${name}n$1" -f "$SLURM_CONF" \
+    </dev/null >> "$sd/log/slurmd-$1.out" 2>&1 &
+  disown
+}
+node_state() { on sinfo -h -n "${name}n$1" -o %t 2>/dev/null; }
+all_idle() { [ "$(on sinfo -h -o %t 2>/dev/null | sort -u)" = idle ]; }
+
+setsid "$C" exec "$name" 0 slurmctld -D -f "$SLURM_CONF" </dev/null >> "$sd/log/slurmctld.out" 2>&1 &
+disown
+for i in $(seq 0 $((nodes - 1))); do slurmd_on "$i"; done
+log=$out/job.out
+wait_for 60 "3 idle nodes" all_idle
+
+dir=$out/ckpt
+export OMPI_MCA_mpi_yield_when_idle=1 MPICKPT_RUN=$bin/mpickpt-run
+job=$(cd "$out" && on sbatch --parsable -N 3 -n 6 -o "$log" "$src/jobs/slurm/mpickpt-run.sbatch" \
+  --dir "$dir" -- "$bin/mpickpt-demo" --dir "$dir" --mb 1 --epochs 2 --steps-per-epoch 10 \
+  --ckpt-every 2 --step-sleep 300 --cache-dir /dev/shm/mpkc/ck --redundancy partner \
+  --persist-every 100 --cache-keep 3) || fail "sbatch"
+job=${job%%;*}
+echo "submitted job $job (output: $log)"
+job_field() { on scontrol show job "$job" 2>/dev/null | grep -o "$1=[^ ]*" | head -1 | cut -d= -f2; }
+saved_step() { sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\1/p' "$log" | tail -1; }
+far_enough() { [ "$(saved_step)" -ge 4 ] 2>/dev/null; }
+wait_for 120 "a checkpoint at step 4 or later" far_enough
+step=$(saved_step)
+grep -q "^sbatch\[$job\]: start SLURM_RESTART_COUNT=0 on ${name}n0 ntasks=6" "$log" ||
+  fail "the first run did not start on ${name}n0 with 6 tasks"
+
+echo "node 1 dies (last checkpoint printed: step $step)"
+"$C" kill "$name" 1 || fail "kill node 1"
+requeued() { [ "$(job_field Restarts)" -ge 1 ] 2>/dev/null; }
+wait_for 90 "the job requeued after node 1's failure" requeued
+echo "node 1: $(node_state 1); job: $(job_field JobState), Restarts=$(job_field Restarts)"
+# the first run's newest printed checkpoint: the run may have committed one more (every 2 steps)
+# between the kill and the line (the step sleeps 0.3 s)
+step=$(sed '/SLURM_RESTART_COUNT=1/q' "$log" |
+       sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\1/p' | tail -1)
+
+"$C" replace "$name" 1 || fail "replace node 1"
+slurmd_on 1
+wait_for 60 "node 1 back" sh -c "case \"\$($C exec $name 0 sinfo -h -n ${name}n1 -o %t)\" in idle|alloc|mix) true;; *) false;; esac"
+sleep 2
+on scontrol update JobId="$job" StartTime=now 2>/dev/null
+finished() { case "$(job_field JobState)" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL) true ;; *) false ;; esac; }
+wait_for 240 "job $job finished" finished
+
+[ "$(job_field JobState)" = COMPLETED ] || fail "job state $(job_field JobState), want COMPLETED"
+[ "$(job_field ExitCode)" = 0:0 ] || fail "exit code $(job_field ExitCode), want 0:0"
+grep -q "^sbatch\[$job\]: start SLURM_RESTART_COUNT=1 " "$log" || fail "no second run"
+grep -Eq "host ${name}n1\] info: node 1: [0-9]+ files of ckpt-[0-9]+ rebuilt" "$log" ||
+  fail "node 1's cache not rebuilt from its partner"
+got=$(sed -n 's|^resumed epoch=[0-9]* step=\([0-9]*\) from=/dev/shm/mpkc/ck/[^ ]*/ckpt-[0-9]*$|\1|p' "$log")
+[ "$got" = "$step" ] || [ "$got" = $((step + 2)) ] ||
+  fail "the second run resumed at step '${got}' from the cache, want $step (or $((step + 2)))"
+grep -Eq "^verified every restored value at step $got: .* of ranks 0-5\$" "$log" ||
+  fail "restored values not verified"
+step=$got
+grep -q '^done epoch=1 step=20$' "$log" || fail "the second run did not finish"
+echo "ok: node 1 lost under Slurm; requeued, resumed at step $step on a replacement node, exactly"

@@ -786,16 +786,24 @@ static int commit_prep(const char *prefix, int64_t counter, ckpt_commit_vote *v,
         put64(&v->vals[HV_EPOCH], e.epoch);
         put64(&v->vals[HV_STEP], e.step);
         v->vals[HV_EOE] = e.end_of_epoch;
-    } else { /* room for the entry (ckpt_state_append reallocates to the same size: in place) */
-        ckpt_state *st = m->state;
-        ckpt_state_entry *n = realloc(st->entries, (st->num_entries + 1) * sizeof *n);
-        if (n)
-            st->entries = n;
-        else
-            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", m->rank);
-    }
+    } /* the others made room for the entry before the save (reserve_entry): nothing to fail */
     pthread_mutex_unlock(&m->lock);
     return local;
+}
+
+/* Room for one more entry in this rank's state, made before a save: a rank other than the chief
+ * then records the committed checkpoint in commit_hook with nothing that can fail after the
+ * chief has written the state file (an out-of-memory there would leave this rank's state without
+ * the entry the chief's lists). ckpt_state_append reallocates to the same size: in place. Local. */
+static int reserve_entry(ckpt_manager *m)
+{
+    pthread_mutex_lock(&m->lock);
+    ckpt_state *st = m->state;
+    ckpt_state_entry *n = realloc(st->entries, (st->num_entries + 1) * sizeof *n);
+    if (n)
+        st->entries = n;
+    pthread_mutex_unlock(&m->lock);
+    return n ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", m->rank);
 }
 
 static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
@@ -1191,6 +1199,8 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     }
     if (local == CKPT_OK)
         local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
+    if (local == CKPT_OK && m->rank != 0)
+        local = reserve_entry(m);
     hooks.prepare = commit_prep;
     hooks.committed = commit_hook;
     so.status = local;

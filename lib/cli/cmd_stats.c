@@ -249,18 +249,12 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     ckpt__json_writer w;
     ckpt__json_init(&w, stdout);
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "path");
-    ckpt__json_string(&w, path);
-    ckpt__json_key(&w, "saves");
-    ckpt__json_uint(&w, n);
-    ckpt__json_key(&w, "sync_saves");
-    ckpt__json_uint(&w, n - async);
-    ckpt__json_key(&w, "async_saves");
-    ckpt__json_uint(&w, async);
-    ckpt__json_key(&w, "skipped_lines");
-    ckpt__json_uint(&w, skipped);
-    ckpt__json_key(&w, "bytes");
-    ckpt__json_uint(&w, bytes);
+    ckpt__json_kstring(&w, "path", path);
+    ckpt__json_kuint(&w, "saves", n);
+    ckpt__json_kuint(&w, "sync_saves", n - async);
+    ckpt__json_kuint(&w, "async_saves", async);
+    ckpt__json_kuint(&w, "skipped_lines", skipped);
+    ckpt__json_kuint(&w, "bytes", bytes);
     static const char *const keys[] = {"blocking_s_median", "blocking_s_max",
                                        "background_s_median", "background_s_max",
                                        "training_time_saved_s"};
@@ -272,12 +266,9 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     ckpt__json_key(&w, "straggler");
     if (st->saves) {
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "rank");
-        ckpt__json_int(&w, st->rank);
-        ckpt__json_key(&w, "slowest_saves");
-        ckpt__json_uint(&w, st->count);
-        ckpt__json_key(&w, "saves");
-        ckpt__json_uint(&w, st->saves);
+        ckpt__json_kint(&w, "rank", st->rank);
+        ckpt__json_kuint(&w, "slowest_saves", st->count);
+        ckpt__json_kuint(&w, "saves", st->saves);
         ckpt__json_key(&w, "write_vs_median_median");
         json_double_or_null(&w, st->ratio_median);
         ckpt__json_key(&w, "write_vs_median_max");
@@ -292,8 +283,7 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     for (size_t i = 0; i < n; i++) {
         const ckpt__metrics_record *r = &rows[i];
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "prefix");
-        ckpt__json_string(&w, r->prefix);
+        ckpt__json_kstring(&w, "prefix", r->prefix);
         for (int k = 0; k < CKPT__METRICS_PHASES; k++) {
             char key[40];
             snprintf(key, sizeof key, "%s_s", ckpt__metrics_phase_names[k]);

@@ -9,11 +9,11 @@
 #include "dirlock.h"
 
 #include "env.h"
+#include "forkfd.h"
 #include "fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,57 +33,6 @@ struct ckpt__dirlock {
     pid_t pid;  /* the taker: in a child made by fork() the descriptor is closed (below) and its
                  * number may be another file's, so a release there touches nothing */
 };
-
-/* ---- descriptors closed in children made by fork() ------------------------------------------ */
-
-/* The open lock descriptors of this process. A child made by fork() shares their open file
- * descriptions, and so the locks: a data-loader worker outliving a killed job would keep the
- * directory locked. The child closes its copies (the parent's lock stays held: a flock lock goes
- * only when the last descriptor of the description closes). */
-#define FORK_SLOTS 64
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_fds[FORK_SLOTS];
-static int g_nfds;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-
-static void fork_prepare(void)
-{
-    pthread_mutex_lock(&g_mu);
-}
-
-static void fork_parent(void)
-{
-    pthread_mutex_unlock(&g_mu);
-}
-
-static void fork_child(void)
-{
-    for (int i = 0; i < g_nfds; i++)
-        close(g_fds[i]);
-    g_nfds = 0;
-    pthread_mutex_unlock(&g_mu);
-}
-
-static void fork_setup(void)
-{
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-static void fork_track(int fd, int add)
-{
-    pthread_once(&g_once, fork_setup);
-    pthread_mutex_lock(&g_mu);
-    if (add && g_nfds < FORK_SLOTS) {
-        g_fds[g_nfds++] = fd;
-    } else if (!add) {
-        for (int i = 0; i < g_nfds; i++)
-            if (g_fds[i] == fd) {
-                g_fds[i] = g_fds[--g_nfds];
-                break;
-            }
-    }
-    pthread_mutex_unlock(&g_mu);
-}
 
 /* ---- the holder's record ------------------------------------------------------------------- */
 
@@ -313,6 +262,26 @@ static int busy_error(const char *shown, const char *holder, double waited)
                        shown, w, holder, shown);
 }
 
+/* The handle of a taken lock (locked 0: flock unsupported, nothing held) on fd, which it owns. A
+ * child made by fork() closes its copy (lib/forkfd.h): a data-loader worker outliving a killed job
+ * would keep the directory locked; the parent's lock stays held (a flock lock goes only when the
+ * last descriptor of the description closes). Without memory for that registry the lock stays
+ * unregistered. */
+static int lock_new(ckpt__dirlock **out, int fd, int locked)
+{
+    ckpt__dirlock *l = malloc(sizeof *l);
+    if (!l) {
+        close(fd);
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    l->fd = fd;
+    l->locked = locked;
+    l->pid = getpid();
+    (void)ckpt__forkfd_add(&fd, 1);
+    *out = l;
+    return CKPT_OK;
+}
+
 int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double wait_seconds)
 {
     *out = NULL;
@@ -340,18 +309,8 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
                                    "directory",
                                    shown);
             }
-            ckpt__dirlock *l = malloc(sizeof *l);
-            if (!l) {
-                close(fd);
-                return ckpt__error(CKPT_ENOMEM, "out of memory");
-            }
-            l->fd = fd;
-            l->locked = 1;
-            l->pid = getpid();
             record_write(fd, shown);
-            fork_track(fd, 1);
-            *out = l;
-            return CKPT_OK;
+            return lock_new(out, fd, 1);
         }
         if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP) {
             ckpt__log(CKPT_LOG_WARN,
@@ -360,17 +319,7 @@ int ckpt__dirlock_take(ckpt__dirlock **out, int dirfd, const char *shown, double
                       "without -o flock); going on WITHOUT the lock: nothing stops a second job "
                       "from writing to %s at the same time (docs/operations.md)",
                       shown, strerror(err), shown);
-            ckpt__dirlock *l = malloc(sizeof *l);
-            if (!l) {
-                close(fd);
-                return ckpt__error(CKPT_ENOMEM, "out of memory");
-            }
-            l->fd = fd;
-            l->locked = 0;
-            l->pid = getpid();
-            fork_track(fd, 1);
-            *out = l;
-            return CKPT_OK;
+            return lock_new(out, fd, 0);
         }
         if (err != EWOULDBLOCK) {
             close(fd);
@@ -406,7 +355,6 @@ void ckpt__dirlock_release(ckpt__dirlock *l)
         free(l);
         return;
     }
-    fork_track(l->fd, 0);
     if (l->locked) {
         /* the record goes first: a job refused meanwhile reads no stale holder */
         if (ftruncate(l->fd, 0) != 0) {
@@ -414,7 +362,7 @@ void ckpt__dirlock_release(ckpt__dirlock *l)
         }
         flock(l->fd, LOCK_UN);
     }
-    close(l->fd);
+    ckpt__forkfd_close(l->fd);
     free(l);
 }
 

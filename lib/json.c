@@ -135,6 +135,30 @@ void ckpt__json_bool(ckpt__json_writer *w, int v)
     fputs(v ? "true" : "false", w->out);
 }
 
+void ckpt__json_kstring(ckpt__json_writer *w, const char *key, const char *s)
+{
+    ckpt__json_key(w, key);
+    ckpt__json_string(w, s);
+}
+
+void ckpt__json_kint(ckpt__json_writer *w, const char *key, int64_t v)
+{
+    ckpt__json_key(w, key);
+    ckpt__json_int(w, v);
+}
+
+void ckpt__json_kuint(ckpt__json_writer *w, const char *key, uint64_t v)
+{
+    ckpt__json_key(w, key);
+    ckpt__json_uint(w, v);
+}
+
+void ckpt__json_kbool(ckpt__json_writer *w, const char *key, int v)
+{
+    ckpt__json_key(w, key);
+    ckpt__json_bool(w, v);
+}
+
 void ckpt__json_null(ckpt__json_writer *w)
 {
     json_separate(w);

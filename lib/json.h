@@ -56,6 +56,11 @@ void ckpt__json_int(ckpt__json_writer *w, int64_t v);
 void ckpt__json_uint(ckpt__json_writer *w, uint64_t v);
 void ckpt__json_bool(ckpt__json_writer *w, int v);
 void ckpt__json_null(ckpt__json_writer *w);
+/* A member: ckpt__json_key() then the value (string, signed or unsigned integer, bool). */
+void ckpt__json_kstring(ckpt__json_writer *w, const char *key, const char *s);
+void ckpt__json_kint(ckpt__json_writer *w, const char *key, int64_t v);
+void ckpt__json_kuint(ckpt__json_writer *w, const char *key, uint64_t v);
+void ckpt__json_kbool(ckpt__json_writer *w, const char *key, int v);
 
 /* A floating-point value with `digits` significant digits ("%.*g"). Negative zero is written
  * "-0.0" so that it survives parsers that read "-0" as an integer. */

@@ -186,6 +186,18 @@ static int decide_settings(ckpt_saver *s)
     return default_layout(s);
 }
 
+/* The last of a saver: its communicator, lock and condition, scratch, itself (at a failed create
+ * and at close). */
+static void free_shell(ckpt_saver *s)
+{
+    if (s->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&s->comm);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s->gather_scratch);
+    free(s);
+}
+
 int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options *opts)
 {
     *out = NULL;
@@ -232,11 +244,7 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->abandon, 0);
     if ((rc = decide_settings(s)) != CKPT_OK) {
-        MPI_Comm_free(&s->comm);
-        pthread_mutex_destroy(&s->lock);
-        pthread_cond_destroy(&s->cond);
-        free(s->gather_scratch);
-        free(s);
+        free_shell(s);
         return rc;
     }
     if (s->async) {
@@ -442,12 +450,7 @@ int ckpt_saver_close(ckpt_saver *s)
     ckpt__save_node_free(s);
     if (s->async_comm != MPI_COMM_NULL)
         MPI_Comm_free(&s->async_comm);
-    if (s->comm != MPI_COMM_NULL)
-        MPI_Comm_free(&s->comm);
-    pthread_mutex_destroy(&s->lock);
-    pthread_cond_destroy(&s->cond);
-    free(s->gather_scratch);
-    free(s);
+    free_shell(s);
     return rc;
 }
 

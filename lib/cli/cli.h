@@ -123,6 +123,11 @@ int cli_check_dir(const cli_command *cmd, const char *dir);
  * printing a usage error for a bad --wait, or EXIT_BAD for a bad MPICKPT_LOCK_WAIT. */
 int cli_lock_wait(const cli_command *cmd, const char *arg, double *seconds);
 
+/* cli_parse(), then cli_lock_wait() of the --wait value it stored in *wait_arg: CLI_GO, or the
+ * exit status of the first that failed. */
+int cli_parse_wait(const cli_command *cmd, const cli_spec *spec, int argc, char **argv, int *nops,
+                   const char *const *wait_arg, double *seconds);
+
 /* Takes the lock of directory dir (a state file's directory: DIR or DIR/chief), waiting up to
  * `wait` seconds; *lock is released with ckpt__dirlock_release(). Returns 0, or EXIT_BAD after
  * printing why (a job holding it: its host, pid and since when). */

@@ -40,27 +40,19 @@ static void print_json(const config_row *rows, size_t n, size_t invalid)
     for (size_t i = 0; i < n; i++) {
         const config_row *r = &rows[i];
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "name");
-        ckpt__json_string(&w, r->s->name);
-        ckpt__json_key(&w, "value");
-        ckpt__json_string(&w, r->value ? r->value : r->s->dflt);
-        ckpt__json_key(&w, "source");
-        ckpt__json_string(&w, r->value ? "environment" : "default");
-        ckpt__json_key(&w, "valid");
-        ckpt__json_bool(&w, !r->error[0]);
+        ckpt__json_kstring(&w, "name", r->s->name);
+        ckpt__json_kstring(&w, "value", r->value ? r->value : r->s->dflt);
+        ckpt__json_kstring(&w, "source", r->value ? "environment" : "default");
+        ckpt__json_kbool(&w, "valid", !r->error[0]);
         ckpt__json_key(&w, "error");
         if (r->error[0])
             ckpt__json_string(&w, r->error);
         else
             ckpt__json_null(&w);
-        ckpt__json_key(&w, "default");
-        ckpt__json_string(&w, r->s->dflt);
-        ckpt__json_key(&w, "scope");
-        ckpt__json_string(&w, r->s->scope);
-        ckpt__json_key(&w, "read_by");
-        ckpt__json_string(&w, r->s->read_by);
-        ckpt__json_key(&w, "meaning");
-        ckpt__json_string(&w, r->s->meaning);
+        ckpt__json_kstring(&w, "default", r->s->dflt);
+        ckpt__json_kstring(&w, "scope", r->s->scope);
+        ckpt__json_kstring(&w, "read_by", r->s->read_by);
+        ckpt__json_kstring(&w, "meaning", r->s->meaning);
         ckpt__json_object_end(&w);
     }
     ckpt__json_array_end(&w);
@@ -71,10 +63,8 @@ static void print_json(const config_row *rows, size_t n, size_t invalid)
         if (unknown_variable(*e, name, sizeof name))
             ckpt__json_string(&w, name);
     ckpt__json_array_end(&w);
-    ckpt__json_key(&w, "invalid");
-    ckpt__json_uint(&w, invalid);
-    ckpt__json_key(&w, "ok");
-    ckpt__json_bool(&w, invalid == 0);
+    ckpt__json_kuint(&w, "invalid", invalid);
+    ckpt__json_kbool(&w, "ok", invalid == 0);
     ckpt__json_object_end(&w);
     fputc('\n', stdout);
 }

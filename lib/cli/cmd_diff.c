@@ -163,8 +163,7 @@ static void tensor_side_json(ckpt__json_writer *w, const char *key, const ckpt_t
 {
     ckpt__json_key(w, key);
     ckpt__json_object_begin(w);
-    ckpt__json_key(w, "dtype");
-    ckpt__json_string(w, ckpt_dtype_name(t->dtype));
+    ckpt__json_kstring(w, "dtype", ckpt_dtype_name(t->dtype));
     ckpt__json_key(w, "shape");
     cli_json_dims(w, t->shape.ndims, t->shape.dims);
     ckpt__json_object_end(w);
@@ -200,8 +199,7 @@ static void diff_print_json(const diff_result *res, const diff_header_field *hf,
     ckpt__json_writer w;
     ckpt__json_init(&w, stdout);
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "identical");
-    ckpt__json_bool(&w, identical);
+    ckpt__json_kbool(&w, "identical", identical);
     ckpt__json_key(&w, "only_in_a");
     ckpt__json_array_begin(&w);
     for (size_t i = 0; i < res->n_only_a; i++)
@@ -217,10 +215,8 @@ static void diff_print_json(const diff_result *res, const diff_header_field *hf,
     for (size_t i = 0; i < res->n_changed; i++) {
         const diff_change *c = &res->changed[i];
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "name");
-        ckpt__json_string(&w, c->name);
-        ckpt__json_key(&w, "reason");
-        ckpt__json_string(&w, diff_reason_names[c->reason]);
+        ckpt__json_kstring(&w, "name", c->name);
+        ckpt__json_kstring(&w, "reason", diff_reason_names[c->reason]);
         ckpt__json_key(&w, "differing_elements");
         if (c->reason == DIFF_VALUES)
             ckpt__json_uint(&w, c->differing);

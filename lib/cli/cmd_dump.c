@@ -243,10 +243,8 @@ static void dump_print(int json, const char *name, ckpt_dtype dtype, const ckpt_
         ckpt__json_writer w;
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "name");
-        ckpt__json_string(&w, name);
-        ckpt__json_key(&w, "dtype");
-        ckpt__json_string(&w, ckpt_dtype_name(dtype));
+        ckpt__json_kstring(&w, "name", name);
+        ckpt__json_kstring(&w, "dtype", ckpt_dtype_name(dtype));
         ckpt__json_key(&w, "shape");
         cli_json_dims(&w, slice->ndims, slice->count);
         ckpt__json_key(&w, "values");
@@ -397,16 +395,13 @@ static size_t values_json(const ckpt__records *recs, const char *prefix, const c
         if (!rep && !al && !per)
             return 0;
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "prefix");
-        ckpt__json_string(&w, prefix);
-        ckpt__json_key(&w, "name");
-        ckpt__json_string(&w, name);
+        ckpt__json_kstring(&w, "prefix", prefix);
+        ckpt__json_kstring(&w, "name", name);
         if (rep) {
             ckpt__json_key(&w, "value");
             ckpt__json_value(&w, rep, 0);
         } else if (al) {
-            ckpt__json_key(&w, "alias_of");
-            ckpt__json_string(&w, ckpt__jv_get(al, "of")->text);
+            ckpt__json_kstring(&w, "alias_of", ckpt__jv_get(al, "of")->text);
         } else {
             ckpt__json_key(&w, "per_rank");
             ckpt__json_array_begin(&w);
@@ -415,8 +410,7 @@ static size_t values_json(const ckpt__records *recs, const char *prefix, const c
                 if (!v)
                     continue;
                 ckpt__json_object_begin(&w);
-                ckpt__json_key(&w, "rank");
-                ckpt__json_int(&w, recs->r[k].rank);
+                ckpt__json_kint(&w, "rank", recs->r[k].rank);
                 ckpt__json_key(&w, "value");
                 ckpt__json_value(&w, v, 0);
                 ckpt__json_object_end(&w);
@@ -428,16 +422,13 @@ static size_t values_json(const ckpt__records *recs, const char *prefix, const c
         return 1;
     }
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "prefix");
-    ckpt__json_string(&w, prefix);
+    ckpt__json_kstring(&w, "prefix", prefix);
     ckpt__json_key(&w, "records");
     ckpt__json_array_begin(&w);
     for (size_t k = 0; k < recs->n; k++) {
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "rank");
-        ckpt__json_int(&w, recs->r[k].rank);
-        ckpt__json_key(&w, "version");
-        ckpt__json_int(&w, recs->r[k].version);
+        ckpt__json_kint(&w, "rank", recs->r[k].rank);
+        ckpt__json_kint(&w, "version", recs->r[k].version);
         ckpt__json_object_end(&w);
     }
     ckpt__json_array_end(&w);
@@ -456,8 +447,7 @@ static size_t values_json(const ckpt__records *recs, const char *prefix, const c
         if (!pr || pr->n == 0)
             continue;
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "rank");
-        ckpt__json_int(&w, recs->r[k].rank);
+        ckpt__json_kint(&w, "rank", recs->r[k].rank);
         ckpt__json_key(&w, "values");
         ckpt__json_value(&w, pr, 0);
         ckpt__json_object_end(&w);

@@ -95,16 +95,11 @@ static int cmd_export(const cli_command *cmd, int argc, char **argv)
         ckpt__json_writer w;
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "input");
-        ckpt__json_string(&w, prefix);
-        ckpt__json_key(&w, "output");
-        ckpt__json_string(&w, out);
-        ckpt__json_key(&w, "format");
-        ckpt__json_string(&w, fmt);
-        ckpt__json_key(&w, "tensors");
-        ckpt__json_uint(&w, totals.tensors);
-        ckpt__json_key(&w, "bytes");
-        ckpt__json_uint(&w, totals.bytes);
+        ckpt__json_kstring(&w, "input", prefix);
+        ckpt__json_kstring(&w, "output", out);
+        ckpt__json_kstring(&w, "format", fmt);
+        ckpt__json_kuint(&w, "tensors", totals.tensors);
+        ckpt__json_kuint(&w, "bytes", totals.bytes);
         ckpt__json_key(&w, "files");
         ckpt__json_array_begin(&w);
         if (eo.format == CKPT_EXPORT_TF) {

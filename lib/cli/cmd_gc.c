@@ -101,10 +101,8 @@ static void gc_report(const char *path, const char *why, void *payload)
         return;
     if (st->json) {
         ckpt__json_object_begin(st->json);
-        ckpt__json_key(st->json, "path");
-        ckpt__json_string(st->json, path);
-        ckpt__json_key(st->json, "why");
-        ckpt__json_string(st->json, why ? why : "");
+        ckpt__json_kstring(st->json, "path", path);
+        ckpt__json_kstring(st->json, "why", why ? why : "");
         ckpt__json_object_end(st->json);
         return;
     }
@@ -125,11 +123,9 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     const cli_option opts[] = {
         {"--dry-run", &dry_run, NULL}, {"--json", &json, NULL}, {"--wait", NULL, &wait_arg}};
     const cli_spec spec = {opts, 3, 1, 1, "missing DIR", "expected one DIR", 1};
-    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    double wait;
+    int rc = cli_parse_wait(cmd, &spec, argc, argv, &nops, &wait_arg, &wait);
     if (rc != CLI_GO)
-        return rc;
-    double wait = 0;
-    if ((rc = cli_lock_wait(cmd, wait_arg, &wait)) != 0)
         return rc;
     char *dir = cli_dir_operand(argv[0]);
     char *chief = dir ? cli_path_join(dir, CKPT__CHIEF_DIR) : NULL;
@@ -143,10 +139,8 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     if (json) {
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "dir");
-        ckpt__json_string(&w, dir);
-        ckpt__json_key(&w, "dry_run");
-        ckpt__json_bool(&w, dry_run);
+        ckpt__json_kstring(&w, "dir", dir);
+        ckpt__json_kbool(&w, "dry_run", dry_run);
         ckpt__json_key(&w, "removed");
         ckpt__json_array_begin(&w);
     }
@@ -164,10 +158,8 @@ static int cmd_gc(const cli_command *cmd, int argc, char **argv)
     }
     if (json) {
         ckpt__json_array_end(&w);
-        ckpt__json_key(&w, "count");
-        ckpt__json_uint(&w, st.count);
-        ckpt__json_key(&w, "ok");
-        ckpt__json_bool(&w, !error[0]);
+        ckpt__json_kuint(&w, "count", st.count);
+        ckpt__json_kbool(&w, "ok", !error[0]);
         ckpt__json_key(&w, "error");
         if (error[0])
             ckpt__json_string(&w, error);

@@ -28,16 +28,13 @@ static void print_json(const char *dir, const char *action, const ckpt__halt *h,
     ckpt__json_writer w;
     ckpt__json_init(&w, stdout);
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "dir");
-    ckpt__json_string(&w, dir);
+    ckpt__json_kstring(&w, "dir", dir);
     ckpt__json_key(&w, "file");
     char *file = cli_path_join(dir, CKPT__HALT_FILE);
     ckpt__json_string(&w, file ? file : "");
     free(file);
-    ckpt__json_key(&w, "action");
-    ckpt__json_string(&w, action);
-    ckpt__json_key(&w, "present");
-    ckpt__json_bool(&w, present);
+    ckpt__json_kstring(&w, "action", action);
+    ckpt__json_kbool(&w, "present", present);
     ckpt__json_key(&w, "after");
     if (present)
         ckpt__json_int(&w, h->after);
@@ -48,11 +45,9 @@ static void print_json(const char *dir, const char *action, const ckpt__halt *h,
         ckpt__json_int(&w, h->requested);
     else
         ckpt__json_null(&w);
-    ckpt__json_key(&w, "due");
-    ckpt__json_bool(&w, present && ckpt__halt_due(h, now));
+    ckpt__json_kbool(&w, "due", present && ckpt__halt_due(h, now));
     if (!strcmp(action, "clear")) {
-        ckpt__json_key(&w, "removed");
-        ckpt__json_bool(&w, removed);
+        ckpt__json_kbool(&w, "removed", removed);
     }
     ckpt__json_object_end(&w);
     fputc('\n', stdout);

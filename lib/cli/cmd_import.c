@@ -117,18 +117,12 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         ckpt__json_writer w;
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "input");
-        ckpt__json_string(&w, in);
-        ckpt__json_key(&w, "bundle");
-        ckpt__json_string(&w, bundle);
-        ckpt__json_key(&w, "output");
-        ckpt__json_string(&w, out);
-        ckpt__json_key(&w, "format");
-        ckpt__json_string(&w, "tf");
-        ckpt__json_key(&w, "tensors");
-        ckpt__json_uint(&w, totals.tensors);
-        ckpt__json_key(&w, "bytes");
-        ckpt__json_uint(&w, totals.bytes);
+        ckpt__json_kstring(&w, "input", in);
+        ckpt__json_kstring(&w, "bundle", bundle);
+        ckpt__json_kstring(&w, "output", out);
+        ckpt__json_kstring(&w, "format", "tf");
+        ckpt__json_kuint(&w, "tensors", totals.tensors);
+        ckpt__json_kuint(&w, "bytes", totals.bytes);
         ckpt__json_key(&w, "files");
         ckpt__json_array_begin(&w);
         size_t n = strlen(out) + 32;
@@ -145,12 +139,9 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         ckpt__json_array_begin(&w);
         for (size_t i = 0; i < rep.nskipped; i++) {
             ckpt__json_object_begin(&w);
-            ckpt__json_key(&w, "name");
-            ckpt__json_string(&w, rep.skipped_names[i]);
-            ckpt__json_key(&w, "dtype");
-            ckpt__json_string(&w, rep.skipped_dtypes[i]);
-            ckpt__json_key(&w, "reason");
-            ckpt__json_string(&w, rep.skipped_reasons[i]);
+            ckpt__json_kstring(&w, "name", rep.skipped_names[i]);
+            ckpt__json_kstring(&w, "dtype", rep.skipped_dtypes[i]);
+            ckpt__json_kstring(&w, "reason", rep.skipped_reasons[i]);
             ckpt__json_object_end(&w);
         }
         ckpt__json_array_end(&w);

@@ -14,22 +14,15 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
     ckpt__json_writer w;
     ckpt__json_init(&w, stdout);
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "format_version");
-    ckpt__json_uint(&w, h->format_version);
-    ckpt__json_key(&w, "world_size");
-    ckpt__json_int(&w, h->world_size);
-    ckpt__json_key(&w, "layout");
-    ckpt__json_string(&w, ckpt_layout_name(h->layout));
-    ckpt__json_key(&w, "save_counter");
-    ckpt__json_int(&w, h->save_counter);
-    ckpt__json_key(&w, "epoch");
-    ckpt__json_int(&w, h->epoch);
-    ckpt__json_key(&w, "step");
-    ckpt__json_int(&w, h->step);
+    ckpt__json_kuint(&w, "format_version", h->format_version);
+    ckpt__json_kint(&w, "world_size", h->world_size);
+    ckpt__json_kstring(&w, "layout", ckpt_layout_name(h->layout));
+    ckpt__json_kint(&w, "save_counter", h->save_counter);
+    ckpt__json_kint(&w, "epoch", h->epoch);
+    ckpt__json_kint(&w, "step", h->step);
     ckpt__json_key(&w, "timestamp");
     ckpt__json_real(&w, h->timestamp);
-    ckpt__json_key(&w, "producer");
-    ckpt__json_string(&w, h->producer ? h->producer : "");
+    ckpt__json_kstring(&w, "producer", h->producer ? h->producer : "");
     ckpt__json_key(&w, "tensors");
     ckpt__json_array_begin(&w);
     size_t n = ckpt_reader_num_tensors(r);
@@ -39,14 +32,11 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
         if (rc != CKPT_OK)
             return cli_lib_error(cmd, rc);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "name");
-        ckpt__json_string(&w, t.name);
-        ckpt__json_key(&w, "dtype");
-        ckpt__json_string(&w, ckpt_dtype_name(t.dtype));
+        ckpt__json_kstring(&w, "name", t.name);
+        ckpt__json_kstring(&w, "dtype", ckpt_dtype_name(t.dtype));
         ckpt__json_key(&w, "shape");
         cli_json_dims(&w, t.shape.ndims, t.shape.dims);
-        ckpt__json_key(&w, "kind");
-        ckpt__json_string(&w, ckpt_kind_name(t.kind));
+        ckpt__json_kstring(&w, "kind", ckpt_kind_name(t.kind));
         ckpt__json_key(&w, "pieces");
         ckpt__json_array_begin(&w);
         for (size_t j = 0; j < t.num_pieces; j++) {
@@ -58,26 +48,19 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
             cli_json_dims(&w, p.slice.ndims, p.slice.start);
             ckpt__json_key(&w, "count");
             cli_json_dims(&w, p.slice.ndims, p.slice.count);
-            ckpt__json_key(&w, "rank");
-            ckpt__json_int(&w, p.rank);
-            ckpt__json_key(&w, "file");
-            ckpt__json_string(&w, p.file);
-            ckpt__json_key(&w, "dataset");
-            ckpt__json_string(&w, p.dataset);
+            ckpt__json_kint(&w, "rank", p.rank);
+            ckpt__json_kstring(&w, "file", p.file);
+            ckpt__json_kstring(&w, "dataset", p.dataset);
             ckpt__json_key(&w, "dataset_start");
             cli_json_dims(&w, p.dataset_slice.ndims, p.dataset_slice.start);
-            ckpt__json_key(&w, "bytes");
-            ckpt__json_uint(&w, p.bytes);
-            ckpt__json_key(&w, "crc32c");
-            ckpt__json_uint(&w, p.crc32c);
+            ckpt__json_kuint(&w, "bytes", p.bytes);
+            ckpt__json_kuint(&w, "crc32c", p.crc32c);
             int packed = 0;
             uint64_t pack_offset = 0;
             if ((rc = ckpt_reader_piece_packing(&packed, &pack_offset, r, i, j)) != CKPT_OK)
                 return cli_lib_error(cmd, rc);
-            ckpt__json_key(&w, "packed");
-            ckpt__json_bool(&w, packed);
-            ckpt__json_key(&w, "pack_offset");
-            ckpt__json_uint(&w, pack_offset);
+            ckpt__json_kbool(&w, "packed", packed);
+            ckpt__json_kuint(&w, "pack_offset", pack_offset);
             ckpt__json_object_end(&w);
         }
         ckpt__json_array_end(&w);
@@ -89,33 +72,10 @@ static int inspect_json(const cli_command *cmd, const ckpt_reader *r)
     return EXIT_OK;
 }
 
-/* Header lines, then one table row per tensor. Names wider than the cap overflow their row
- * rather than widening the whole table. */
-static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char *prefix)
+/* The header lines of `mpickpt inspect PREFIX` (text). */
+static void print_summary(const char *prefix, const ckpt_header *h, size_t n, size_t all_pieces,
+                          uint64_t all_bytes)
 {
-    enum { NAME_CAP = 60 };
-    const ckpt_header *h = ckpt_reader_header(r);
-    size_t n = ckpt_reader_num_tensors(r);
-    size_t all_pieces = 0;
-    uint64_t all_bytes = 0;
-    int name_w = 4;
-    int shape_w = 5;
-    char shape[CLI_DIMS_BUF];
-    for (size_t i = 0; i < n; i++) {
-        ckpt_tensor_info t;
-        size_t pieces;
-        uint64_t bytes;
-        int rc = cli_tensor_row(r, i, &t, &pieces, &bytes);
-        if (rc != CKPT_OK)
-            return cli_lib_error(cmd, rc);
-        all_pieces += pieces;
-        all_bytes += bytes;
-        int tw = cli_text_width(t.name);
-        name_w = tw > name_w ? (tw < NAME_CAP ? tw : NAME_CAP) : name_w;
-        cli_format_dims(shape, sizeof shape, t.shape.ndims, t.shape.dims);
-        shape_w = (int)strlen(shape) > shape_w ? (int)strlen(shape) : shape_w;
-    }
-
     printf("checkpoint    ");
     cli_text_name(stdout, prefix);
     printf("\nformat        %" PRIu32 " (%s)\n", h->format_version, h->producer ? h->producer : "");
@@ -135,23 +95,51 @@ static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char
     printf("epoch         %" PRId64 "\n", h->epoch);
     printf("step          %" PRId64 "\n", h->step);
     printf("tensors       %zu (%zu pieces, %" PRIu64 " bytes)\n", n, all_pieces, all_bytes);
-    if (n == 0)
-        return EXIT_OK;
+}
 
-    printf("\n%-*s  %-8s  %-*s  %-11s  %6s  %s\n", name_w, "NAME", "DTYPE", shape_w, "SHAPE",
-           "KIND", "PIECES", "BYTES");
-    for (size_t i = 0; i < n; i++) {
-        ckpt_tensor_info t;
-        size_t pieces;
-        uint64_t bytes;
-        int rc = cli_tensor_row(r, i, &t, &pieces, &bytes);
-        if (rc != CKPT_OK)
-            return cli_lib_error(cmd, rc);
-        cli_text_name(stdout, t.name);
-        int pad = name_w - cli_text_width(t.name);
-        cli_format_dims(shape, sizeof shape, t.shape.ndims, t.shape.dims);
-        printf("%*s  %-8s  %-*s  %-11s  %6zu  %" PRIu64 "\n", pad > 0 ? pad : 0, "",
-               ckpt_dtype_name(t.dtype), shape_w, shape, ckpt_kind_name(t.kind), pieces, bytes);
+/* Header lines, then one table row per tensor. Names wider than the cap overflow their row
+ * rather than widening the whole table. */
+static int inspect_text(const cli_command *cmd, const ckpt_reader *r, const char *prefix)
+{
+    enum { NAME_CAP = 60 };
+    const ckpt_header *h = ckpt_reader_header(r);
+    size_t n = ckpt_reader_num_tensors(r);
+    size_t all_pieces = 0;
+    uint64_t all_bytes = 0;
+    int name_w = 4;
+    int shape_w = 5;
+    char shape[CLI_DIMS_BUF];
+    /* two passes over the tensors: the totals and the columns' widths, then the rows */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            print_summary(prefix, h, n, all_pieces, all_bytes);
+            if (n == 0)
+                return EXIT_OK;
+            printf("\n%-*s  %-8s  %-*s  %-11s  %6s  %s\n", name_w, "NAME", "DTYPE", shape_w,
+                   "SHAPE", "KIND", "PIECES", "BYTES");
+        }
+        for (size_t i = 0; i < n; i++) {
+            ckpt_tensor_info t;
+            size_t pieces;
+            uint64_t bytes;
+            int rc = cli_tensor_row(r, i, &t, &pieces, &bytes);
+            if (rc != CKPT_OK)
+                return cli_lib_error(cmd, rc);
+            cli_format_dims(shape, sizeof shape, t.shape.ndims, t.shape.dims);
+            if (pass == 0) {
+                all_pieces += pieces;
+                all_bytes += bytes;
+                int tw = cli_text_width(t.name);
+                name_w = tw > name_w ? (tw < NAME_CAP ? tw : NAME_CAP) : name_w;
+                shape_w = (int)strlen(shape) > shape_w ? (int)strlen(shape) : shape_w;
+                continue;
+            }
+            cli_text_name(stdout, t.name);
+            int pad = name_w - cli_text_width(t.name);
+            printf("%*s  %-8s  %-*s  %-11s  %6zu  %" PRIu64 "\n", pad > 0 ? pad : 0, "",
+                   ckpt_dtype_name(t.dtype), shape_w, shape, ckpt_kind_name(t.kind), pieces,
+                   bytes);
+        }
     }
     return EXIT_OK;
 }

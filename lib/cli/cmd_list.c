@@ -54,20 +54,14 @@ static int list_print(const ckpt_state *st, char **paths, const uint64_t *bytes,
         for (size_t i = 0; i < st->num_entries; i++) {
             const ckpt_state_entry *e = &st->entries[i];
             ckpt__json_object_begin(&w);
-            ckpt__json_key(&w, "prefix");
-            ckpt__json_string(&w, paths[i]);
-            ckpt__json_key(&w, "save_counter");
-            ckpt__json_int(&w, e->save_counter);
-            ckpt__json_key(&w, "epoch");
-            ckpt__json_int(&w, e->epoch);
-            ckpt__json_key(&w, "step");
-            ckpt__json_int(&w, e->step);
+            ckpt__json_kstring(&w, "prefix", paths[i]);
+            ckpt__json_kint(&w, "save_counter", e->save_counter);
+            ckpt__json_kint(&w, "epoch", e->epoch);
+            ckpt__json_kint(&w, "step", e->step);
             ckpt__json_key(&w, "timestamp");
             ckpt__json_real(&w, e->timestamp);
-            ckpt__json_key(&w, "bytes");
-            ckpt__json_uint(&w, bytes[i]);
-            ckpt__json_key(&w, "end_of_epoch");
-            ckpt__json_bool(&w, e->end_of_epoch != 0);
+            ckpt__json_kuint(&w, "bytes", bytes[i]);
+            ckpt__json_kbool(&w, "end_of_epoch", e->end_of_epoch != 0);
             ckpt__json_key(&w, "levels"); /* where it is: docs/levels.md */
             ckpt__json_array_begin(&w);
             if (!e->levels || (e->levels & CKPT_LEVEL_PERSISTENT))

@@ -71,8 +71,7 @@ static void print_restart(const char *dir, const ckpt__restart *c, const ckpt_st
         ckpt__json_writer w;
         ckpt__json_init(&w, stdout);
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "dir");
-        ckpt__json_string(&w, dir);
+        ckpt__json_kstring(&w, "dir", dir);
         ckpt__json_key(&w, "pinned");
         if (c->pinned)
             ckpt__json_string(&w, c->pin);
@@ -239,11 +238,9 @@ static int cmd_drop(const cli_command *cmd, int argc, char **argv)
     const cli_option opts[] = {
         {"--json", &json, NULL}, {"--undo", &undo, NULL}, {"--wait", NULL, &wait_arg}};
     const cli_spec spec = {opts, 3, 2, -1, "expected DIR and at least one NAME", NULL, 1};
-    int rc = cli_parse(cmd, &spec, argc, argv, &nops);
+    double wait;
+    int rc = cli_parse_wait(cmd, &spec, argc, argv, &nops, &wait_arg, &wait);
     if (rc != CLI_GO)
-        return rc;
-    double wait = 0;
-    if ((rc = cli_lock_wait(cmd, wait_arg, &wait)) != 0)
         return rc;
     char *dir = NULL;
     ckpt_state *st = NULL;

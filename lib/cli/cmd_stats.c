@@ -249,18 +249,12 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     ckpt__json_writer w;
     ckpt__json_init(&w, stdout);
     ckpt__json_object_begin(&w);
-    ckpt__json_key(&w, "path");
-    ckpt__json_string(&w, path);
-    ckpt__json_key(&w, "saves");
-    ckpt__json_uint(&w, n);
-    ckpt__json_key(&w, "sync_saves");
-    ckpt__json_uint(&w, n - async);
-    ckpt__json_key(&w, "async_saves");
-    ckpt__json_uint(&w, async);
-    ckpt__json_key(&w, "skipped_lines");
-    ckpt__json_uint(&w, skipped);
-    ckpt__json_key(&w, "bytes");
-    ckpt__json_uint(&w, bytes);
+    ckpt__json_kstring(&w, "path", path);
+    ckpt__json_kuint(&w, "saves", n);
+    ckpt__json_kuint(&w, "sync_saves", n - async);
+    ckpt__json_kuint(&w, "async_saves", async);
+    ckpt__json_kuint(&w, "skipped_lines", skipped);
+    ckpt__json_kuint(&w, "bytes", bytes);
     static const char *const keys[] = {"blocking_s_median", "blocking_s_max",
                                        "background_s_median", "background_s_max",
                                        "training_time_saved_s"};
@@ -272,12 +266,9 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     ckpt__json_key(&w, "straggler");
     if (st->saves) {
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "rank");
-        ckpt__json_int(&w, st->rank);
-        ckpt__json_key(&w, "slowest_saves");
-        ckpt__json_uint(&w, st->count);
-        ckpt__json_key(&w, "saves");
-        ckpt__json_uint(&w, st->saves);
+        ckpt__json_kint(&w, "rank", st->rank);
+        ckpt__json_kuint(&w, "slowest_saves", st->count);
+        ckpt__json_kuint(&w, "saves", st->saves);
         ckpt__json_key(&w, "write_vs_median_median");
         json_double_or_null(&w, st->ratio_median);
         ckpt__json_key(&w, "write_vs_median_max");
@@ -292,8 +283,7 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     for (size_t i = 0; i < n; i++) {
         const ckpt__metrics_record *r = &rows[i];
         ckpt__json_object_begin(&w);
-        ckpt__json_key(&w, "prefix");
-        ckpt__json_string(&w, r->prefix);
+        ckpt__json_kstring(&w, "prefix", r->prefix);
         for (int k = 0; k < CKPT__METRICS_PHASES; k++) {
             char key[40];
             snprintf(key, sizeof key, "%s_s", ckpt__metrics_phase_names[k]);
@@ -323,6 +313,30 @@ static void stats_print_json(const char *path, const ckpt__metrics_record *rows,
     fputc('\n', stdout);
 }
 
+/* summary: blocking median and max, background (write + agree + merge + commit) median and max,
+ * training time saved, over rows[0..n), n > 0. 0, or -1 when out of memory. */
+static int summarize(double summary[5], const ckpt__metrics_record *rows, size_t n)
+{
+    double *scratch = malloc(n * sizeof *scratch);
+    if (!scratch)
+        return -1;
+    for (int k = 0; k < 5; k++)
+        summary[k] = 0;
+    for (size_t i = 0; i < n; i++) {
+        double bg = ckpt__metrics_background_s(&rows[i]);
+        scratch[i] = rows[i].blocking_s;
+        summary[1] = rows[i].blocking_s > summary[1] ? rows[i].blocking_s : summary[1];
+        summary[3] = bg > summary[3] ? bg : summary[3];
+        summary[4] += rows[i].training_time_saved_s;
+    }
+    summary[0] = median(scratch, n);
+    for (size_t i = 0; i < n; i++)
+        scratch[i] = ckpt__metrics_background_s(&rows[i]);
+    summary[2] = median(scratch, n);
+    free(scratch);
+    return 0;
+}
+
 static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 {
     int json = 0, nops = 0;
@@ -338,7 +352,6 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
 
     ckpt__metrics_record *rows = NULL;
     size_t n = 0, cap = 0, skipped = 0, lineno = 0;
-    double *scratch = NULL;
     /* one line at a time in a buffer of bounded size (lib/metrics.h) */
     char *line = malloc(CKPT__METRICS_MAX_LINE);
     size_t len;
@@ -396,21 +409,9 @@ static int cmd_stats(const cli_command *cmd, int argc, char **argv)
         goto out;
     }
 
-    /* blocking median/max, background median/max, training time saved */
-    double summary[5] = {0, 0, 0, 0, 0};
-    if (!(scratch = malloc(n * sizeof *scratch)))
+    double summary[5];
+    if (summarize(summary, rows, n) != 0)
         goto oom;
-    for (size_t i = 0; i < n; i++) {
-        double bg = ckpt__metrics_background_s(&rows[i]);
-        scratch[i] = rows[i].blocking_s;
-        summary[1] = rows[i].blocking_s > summary[1] ? rows[i].blocking_s : summary[1];
-        summary[3] = bg > summary[3] ? bg : summary[3];
-        summary[4] += rows[i].training_time_saved_s;
-    }
-    summary[0] = median(scratch, n);
-    for (size_t i = 0; i < n; i++)
-        scratch[i] = ckpt__metrics_background_s(&rows[i]);
-    summary[2] = median(scratch, n);
     stragglers st;
     if (find_stragglers(&st, rows, n) != 0)
         goto oom;
@@ -425,7 +426,6 @@ out:
     for (size_t i = 0; i < n; i++)
         ckpt__metrics_record_clear(&rows[i]);
     free(rows);
-    free(scratch);
     free(line);
     fclose(f);
     free(path);

@@ -43,17 +43,14 @@ static int verify_report(const char *tensor, size_t piece, const char *file, int
     ckpt__json_writer *w = st->run->json;
     if (w) {
         ckpt__json_object_begin(w);
-        ckpt__json_key(w, "tensor");
-        ckpt__json_string(w, tensor);
-        ckpt__json_key(w, "piece");
-        ckpt__json_uint(w, piece);
+        ckpt__json_kstring(w, "tensor", tensor);
+        ckpt__json_kuint(w, "piece", piece);
         ckpt__json_key(w, "file");
         if (file)
             ckpt__json_string(w, file);
         else
             ckpt__json_null(w);
-        ckpt__json_key(w, "error");
-        ckpt__json_string(w, why);
+        ckpt__json_kstring(w, "error", why);
         ckpt__json_object_end(w);
     }
     return 0;
@@ -88,8 +85,7 @@ static void json_checkpoint_begin(ckpt__json_writer *w, const char *prefix, int 
                                   size_t pieces, uint64_t bytes)
 {
     ckpt__json_object_begin(w);
-    ckpt__json_key(w, "prefix");
-    ckpt__json_string(w, prefix);
+    ckpt__json_kstring(w, "prefix", prefix);
     const char *keys[] = {"tensors", "pieces", "bytes"};
     uint64_t vals[] = {n, pieces, bytes};
     for (size_t i = 0; i < 3; i++) {
@@ -107,8 +103,7 @@ static void json_checkpoint_begin(ckpt__json_writer *w, const char *prefix, int 
 static void json_checkpoint_end(ckpt__json_writer *w, int good, int rc)
 {
     ckpt__json_array_end(w);
-    ckpt__json_key(w, "ok");
-    ckpt__json_bool(w, good);
+    ckpt__json_kbool(w, "ok", good);
     ckpt__json_key(w, "error");
     if (good) {
         ckpt__json_null(w);
@@ -329,8 +324,7 @@ static int cmd_verify(const cli_command *cmd, int argc, char **argv)
         for (size_t i = 0; i < run.nerrors; i++)
             ckpt__json_string(&w, run.errors[i]);
         ckpt__json_array_end(&w);
-        ckpt__json_key(&w, "ok");
-        ckpt__json_bool(&w, good);
+        ckpt__json_kbool(&w, "ok", good);
         ckpt__json_object_end(&w);
         fputc('\n', stdout);
     }

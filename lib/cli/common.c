@@ -186,6 +186,17 @@ int cli_lock_wait(const cli_command *cmd, const char *arg, double *seconds)
     return 0;
 }
 
+int cli_parse_wait(const cli_command *cmd, const cli_spec *spec, int argc, char **argv, int *nops,
+                   const char *const *wait_arg, double *seconds)
+{
+    *seconds = 0;
+    int rc = cli_parse(cmd, spec, argc, argv, nops);
+    if (rc != CLI_GO)
+        return rc;
+    rc = cli_lock_wait(cmd, *wait_arg, seconds);
+    return rc != 0 ? rc : CLI_GO;
+}
+
 int cli_lock_dir(const cli_command *cmd, const char *dir, double wait, ckpt__dirlock **lock)
 {
     *lock = NULL;

@@ -578,6 +578,115 @@ static int parse_options(options *o, int argc, char **argv)
     return 0;
 }
 
+/* A signal mpickpt-run was started with ignored (nohup: SIGHUP) stays ignored, for the job
+ * too: it is neither taken nor forwarded. SIGCHLD must not be ignored: the kernel would then
+ * reap the job itself and no SIGCHLD would ever end the wait. The watched signals are blocked. */
+static void watch_signals(void)
+{
+    sigemptyset(&g_watched);
+    sigemptyset(&g_ignored);
+    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++) {
+        struct sigaction old;
+        if (sigaction(g_forwarded[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            sigaddset(&g_ignored, g_forwarded[i]);
+        else
+            sigaddset(&g_watched, g_forwarded[i]);
+    }
+    signal(SIGCHLD, SIG_DFL);
+    sigaddset(&g_watched, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &g_watched, NULL);
+}
+
+/* Runs the job (jv, shown as `line`) until it finishes, is halted or preempted, makes no
+ * progress or has used its --max-runs; returns mpickpt-run's exit status. */
+static int run_loop(const options *o, char **jv, const char *line, int term_signal)
+{
+    int status = 0, signalled = 0;
+    char where[4200], desc[512], what[128];
+    for (long run = 1;; run++) {
+        int pending = drain_signals();
+        if (pending) {
+            /* not a success: Slurm must not report the job COMPLETED */
+            say("not starting run %ld: SIG%s arrived (exit %d)", run, sig_name(pending),
+                128 + pending);
+            status = 128 + pending;
+            break;
+        }
+        if (o->dir && halt_due(o->dir, where, sizeof where)) {
+            say("a halt request is due in %s: not starting the job (exit 0); remove it with "
+                "'mpickpt halt %s --clear'",
+                where, o->dir);
+            status = 0;
+            break;
+        }
+        newest before, after;
+        memset(&before, 0, sizeof before);
+        memset(&after, 0, sizeof after);
+        if (o->dir) {
+            read_newest(&before, o->dir);
+            describe_newest(desc, sizeof desc, &before);
+            say("the newest checkpoint in %s: %s", o->dir, desc);
+        }
+        char attempt[32];
+        snprintf(attempt, sizeof attempt, "%ld", run);
+        setenv("MPICKPT_RUN_ATTEMPT", attempt, 1);
+        say("run %ld of %ld (MPICKPT_RUN_ATTEMPT=%ld): %s", run, o->max_runs, run, line);
+        int exec_failed = 0, killed_by = 0;
+        signalled = 0;
+        status = run_child(jv, term_signal, &signalled, &exec_failed, &killed_by);
+        if (exec_failed)
+            break;
+        describe_status(what, sizeof what, status, killed_by);
+        say("run %ld: %s %s", run, base_name(jv[0]), what);
+        if (o->dir && halt_due(o->dir, where, sizeof where)) {
+            if (status == 0 || status == EXIT_PREEMPTED) {
+                say("halted by the request in %s: exit 0, no requeue, no relaunch (remove it "
+                    "with 'mpickpt halt %s --clear' before running the job again)",
+                    where, o->dir);
+                status = 0;
+            } else {
+                say("a halt request is due in %s: not relaunching", where);
+            }
+            break;
+        }
+        if (status == 0) {
+            say("the job finished");
+            break;
+        }
+        if (status == EXIT_PREEMPTED) {
+            status = preempted(o);
+            break;
+        }
+        if (signalled) {
+            say("not relaunching: the job was signalled during the run");
+            break;
+        }
+        int progress = 1;
+        if (o->dir) {
+            read_newest(&after, o->dir);
+            progress = after.found && after.counter > before.counter;
+            describe_newest(desc, sizeof desc, &after);
+        }
+        if (run >= o->max_runs) {
+            if (o->max_runs > 1)
+                say("giving up after %ld runs (--max-runs %ld)", run, o->max_runs);
+            break;
+        }
+        if (run > 1 && !progress) {
+            say("run %ld made no progress (the newest checkpoint is still %s): not relaunching "
+                "(%ld of %ld runs used)",
+                run, desc, run, o->max_runs);
+            break;
+        }
+        if (o->dir)
+            say("relaunching after the crash (run %ld of %ld) from the newest checkpoint: %s",
+                run + 1, o->max_runs, desc);
+        else
+            say("relaunching after the crash (run %ld of %ld)", run + 1, o->max_runs);
+    }
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     options o = { NULL, L_AUTO, 0, NULL, 0, 1, RQ_AUTO, 20, 0 };
@@ -621,107 +730,11 @@ int main(int argc, char **argv)
     char line[8192];
     join_argv(line, sizeof line, jv);
 
-    /* A signal mpickpt-run was started with ignored (nohup: SIGHUP) stays ignored, for the job
-     * too: it is neither taken nor forwarded. SIGCHLD must not be ignored: the kernel would then
-     * reap the job itself and no SIGCHLD would ever end the wait. */
-    sigemptyset(&g_watched);
-    sigemptyset(&g_ignored);
-    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++) {
-        struct sigaction old;
-        if (sigaction(g_forwarded[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            sigaddset(&g_ignored, g_forwarded[i]);
-        else
-            sigaddset(&g_watched, g_forwarded[i]);
-    }
-    signal(SIGCHLD, SIG_DFL);
-    sigaddset(&g_watched, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &g_watched, NULL);
+    watch_signals();
 
     if (!o.dir && o.max_runs > 1)
         say("warning: no --dir: progress cannot be checked, every relaunch counts as progress");
-    int status = 0, signalled = 0;
-    char where[4200], desc[512], what[128];
-    for (long run = 1;; run++) {
-        int pending = drain_signals();
-        if (pending) {
-            /* not a success: Slurm must not report the job COMPLETED */
-            say("not starting run %ld: SIG%s arrived (exit %d)", run, sig_name(pending),
-                128 + pending);
-            status = 128 + pending;
-            break;
-        }
-        if (o.dir && halt_due(o.dir, where, sizeof where)) {
-            say("a halt request is due in %s: not starting the job (exit 0); remove it with "
-                "'mpickpt halt %s --clear'",
-                where, o.dir);
-            status = 0;
-            break;
-        }
-        newest before, after;
-        memset(&before, 0, sizeof before);
-        memset(&after, 0, sizeof after);
-        if (o.dir) {
-            read_newest(&before, o.dir);
-            describe_newest(desc, sizeof desc, &before);
-            say("the newest checkpoint in %s: %s", o.dir, desc);
-        }
-        char attempt[32];
-        snprintf(attempt, sizeof attempt, "%ld", run);
-        setenv("MPICKPT_RUN_ATTEMPT", attempt, 1);
-        say("run %ld of %ld (MPICKPT_RUN_ATTEMPT=%ld): %s", run, o.max_runs, run, line);
-        int exec_failed = 0, killed_by = 0;
-        signalled = 0;
-        status = run_child(jv, term_signal, &signalled, &exec_failed, &killed_by);
-        if (exec_failed)
-            break;
-        describe_status(what, sizeof what, status, killed_by);
-        say("run %ld: %s %s", run, base_name(jv[0]), what);
-        if (o.dir && halt_due(o.dir, where, sizeof where)) {
-            if (status == 0 || status == EXIT_PREEMPTED) {
-                say("halted by the request in %s: exit 0, no requeue, no relaunch (remove it "
-                    "with 'mpickpt halt %s --clear' before running the job again)",
-                    where, o.dir);
-                status = 0;
-            } else {
-                say("a halt request is due in %s: not relaunching", where);
-            }
-            break;
-        }
-        if (status == 0) {
-            say("the job finished");
-            break;
-        }
-        if (status == EXIT_PREEMPTED) {
-            status = preempted(&o);
-            break;
-        }
-        if (signalled) {
-            say("not relaunching: the job was signalled during the run");
-            break;
-        }
-        int progress = 1;
-        if (o.dir) {
-            read_newest(&after, o.dir);
-            progress = after.found && after.counter > before.counter;
-            describe_newest(desc, sizeof desc, &after);
-        }
-        if (run >= o.max_runs) {
-            if (o.max_runs > 1)
-                say("giving up after %ld runs (--max-runs %ld)", run, o.max_runs);
-            break;
-        }
-        if (run > 1 && !progress) {
-            say("run %ld made no progress (the newest checkpoint is still %s): not relaunching "
-                "(%ld of %ld runs used)",
-                run, desc, run, o.max_runs);
-            break;
-        }
-        if (o.dir)
-            say("relaunching after the crash (run %ld of %ld) from the newest checkpoint: %s",
-                run + 1, o.max_runs, desc);
-        else
-            say("relaunching after the crash (run %ld of %ld)", run + 1, o.max_runs);
-    }
+    int status = run_loop(&o, jv, line, term_signal);
     free(jv);
     free(o.largs);
     return status;

@@ -201,7 +201,7 @@ static void usage(void)
             "         [-v]\n");
 }
 
-static int parse(opts *o, int argc, char **argv)
+static void set_defaults(opts *o)
 {
     memset(o, 0, sizeof *o);
     o->scenario = "all";
@@ -221,6 +221,47 @@ static int parse(opts *o, int argc, char **argv)
     o->mem_pieces[0] = 1000;
     o->mem_pieces[1] = 10000;
     o->mem_pieces[2] = 100000;
+}
+
+/* 0 when every comma-separated name of `list` is a known scenario; else -1, named on rank 0. */
+static int check_scenarios(const char *list)
+{
+    static const char *const known[] = { "large", "small", "restore", "async", "all",
+                                         "collectives", "memory", "files", "fixed", "cache",
+                                         "replicas" };
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            ok |= strlen(known[k]) == n && !strncmp(p, known[k], n);
+        if (!ok) {
+            if (g_rank == 0)
+                fprintf(stderr, "mpickpt-bench: unknown scenario %.*s\n", (int)n, p);
+            return -1;
+        }
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+/* --mem-pieces P1,P2,...: at least one, at most MAX_MEM_POINTS, each >= 1. 0 or -1. */
+static int parse_mem_pieces(opts *o, const char *v)
+{
+    o->n_mem = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10);
+        if (end == p || n < 1 || o->n_mem == MAX_MEM_POINTS || (*end && *end != ','))
+            return -1;
+        o->mem_pieces[o->n_mem++] = n;
+        p = *end ? end + 1 : end;
+    }
+    return o->n_mem == 0 ? -1 : 0;
+}
+
+static int parse(opts *o, int argc, char **argv)
+{
+    set_defaults(o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
@@ -286,16 +327,7 @@ static int parse(opts *o, int argc, char **argv)
             else
                 return -1;
         } else if (!strcmp(a, "--mem-pieces")) {
-            o->n_mem = 0;
-            for (const char *p = v; *p;) {
-                char *end;
-                long n = strtol(p, &end, 10);
-                if (end == p || n < 1 || o->n_mem == MAX_MEM_POINTS || (*end && *end != ','))
-                    return -1;
-                o->mem_pieces[o->n_mem++] = n;
-                p = *end ? end + 1 : end;
-            }
-            if (o->n_mem == 0)
+            if (parse_mem_pieces(o, v) != 0)
                 return -1;
         }
         else if (!strcmp(a, "--hint")) {
@@ -317,21 +349,8 @@ static int parse(opts *o, int argc, char **argv)
         o->min_kb < 1 || o->max_kb < o->min_kb || o->fixed_mb < 1 || o->fixed_reps < 1 ||
         o->fixed_reps > MAX_REPS || o->ranks_per_node < 0 || o->mem_rank1 < 0)
         return -1;
-    static const char *const known[] = { "large", "small", "restore", "async", "all",
-                                         "collectives", "memory", "files", "fixed", "cache",
-                                         "replicas" };
-    for (const char *p = o->scenario; *p;) {
-        size_t n = strcspn(p, ",");
-        int ok = 0;
-        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
-            ok |= strlen(known[k]) == n && !strncmp(p, known[k], n);
-        if (!ok) {
-            if (g_rank == 0)
-                fprintf(stderr, "mpickpt-bench: unknown scenario %.*s\n", (int)n, p);
-            return -1;
-        }
-        p += n + (p[n] == ',');
-    }
+    if (check_scenarios(o->scenario) != 0)
+        return -1;
     return o->scenario[0] ? 0 : -1;
 }
 

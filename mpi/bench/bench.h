@@ -1,8 +1,8 @@
 /* mpickpt-bench's shared parts (not installed): the options, a result row, the large model, and
  * what each of bench.c (main, options, output), bench_posix.c (timing, the plain-POSIX baselines),
  * bench_scenarios.c (the models and the scenarios), bench_scale.c (the scale rows: collective
- * calls, restore memory, files, fixed cost) and bench_pmpi.c (MPI calls counted through PMPI)
- * takes from another. */
+ * calls, restore memory), bench_files.c (the scale rows: files, fixed cost) and bench_pmpi.c (MPI
+ * calls counted through PMPI) takes from another. */
 #ifndef MPICKPT_BENCH_H
 #define MPICKPT_BENCH_H
 
@@ -79,6 +79,9 @@ typedef struct result {
 } result;
 
 void print_result(const opts *o, const result *r);
+/* *r zeroed, then its scenario, baseline, bytes per rank and o->reps set (bench_scenarios.c) */
+void result_begin(result *r, const opts *o, const char *scenario, const char *baseline,
+                  size_t bytes);
 double median(const double *v, int n);
 double quantile(const double *v, int n, double q);
 const char *layout_name(const opts *o);
@@ -112,6 +115,9 @@ void delete_ckpt(const char *prefix);
 double timed_save(ckpt_saver *s, const char *prefix, result *r, int i);
 /* the phases of the saver's last save into row r's sample i */
 void record_phases(ckpt_saver *s, result *r, int i);
+/* The end of a timed save started at t0 (rc its status, `what` the call to name if it failed):
+ * seconds, max over ranks; phases into r at sample i (when r != NULL). */
+double timed_save_end(ckpt_saver *s, double t0, int rc, const char *what, result *r, int i);
 double timed_restore(ckpt_saver *s, const char *prefix);
 
 /* ---- bench_scale.c: the scale rows (issue 15) ---- */
@@ -119,6 +125,11 @@ void run_collectives(const opts *o);
 void run_memory(const opts *o);
 void run_files(const opts *o);
 void run_fixed(const opts *o);
+/* shared by bench_scale.c and bench_files.c (bench_files.c: files and fixed rows) */
+void scale_path(char *out, size_t n, const opts *o, const char *what); /* DIR/bench-WHAT */
+void agreed_reason(char *why, size_t n, const char *what, int rc);
+void print_skipped(const opts *o, const char *scenario, const char *layout, const char *why);
+void remove_tree(const char *dir); /* bench_files.c; rank 0 only, links not followed */
 /* bench_replicas.c: the replica check's cost (check_replicas off / first / every) */
 void run_replicas(const opts *o);
 

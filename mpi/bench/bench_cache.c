@@ -58,13 +58,7 @@ static double timed_cache_save(ckpt_saver *s, const char *name, int64_t counter,
     ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
     so.counter = counter;
     int rc = ckpt__saver_save_cache(s, name, NULL, &so);
-    double t = now() - t0;
-    if (rc != CKPT_OK)
-        die("a save to the cache", rc);
-    t = max_all(t);
-    if (r)
-        record_phases(s, r, i);
-    return t;
+    return timed_save_end(s, t0, rc, "a save to the cache", r, i);
 }
 
 void run_cache(const opts *o, large_model *m)
@@ -80,11 +74,7 @@ void run_cache(const opts *o, large_model *m)
     snprintf(dir, sizeof dir, "%s/mpickpt-%s", node_dir, id);
     snprintf(base, sizeof base, "%s/bench-raw-%05d.bin", node_dir, g_rank);
     for (int red = 0; red < 2; red++) {
-        memset(&r, 0, sizeof r);
-        r.scenario = red ? "cache_partner" : "cache";
-        r.baseline = "write+fsync";
-        r.bytes = m->bytes;
-        r.reps = o->reps;
+        result_begin(&r, o, red ? "cache_partner" : "cache", "write+fsync", m->bytes);
         ckpt_saver *s = make_saver(o, 0);
         large_register(s, m, 0);
         int rc = ckpt__saver_cache_init(s, pat, red ? CKPT__REDUNDANCY_PARTNER
@@ -154,11 +144,8 @@ void run_cache_drain(const opts *o, large_model *m)
     snprintf(pat, sizeof pat, "%s/cache/%%n", o->dir);
     snprintf(dir, sizeof dir, "%s/persist", o->dir);
     for (int row = 0; row < 2; row++) {
-        memset(&r, 0, sizeof r);
-        r.scenario = row ? "drain_compute" : "cache_bg_compute";
-        r.baseline = "compute alone";
-        r.bytes = m->bytes;
-        r.reps = o->reps;
+        result_begin(&r, o, row ? "drain_compute" : "cache_bg_compute", "compute alone",
+                     m->bytes);
         if (provided != MPI_THREAD_MULTIPLE) {
             r.skipped = "needs MPI_THREAD_MULTIPLE (the async saver)";
             print_result(o, &r);

@@ -220,13 +220,28 @@ double timed_save(ckpt_saver *s, const char *prefix, result *r, int i)
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = now();
     int rc = ckpt_saver_write(s, prefix, NULL);
+    return timed_save_end(s, t0, rc, "ckpt_saver_write", r, i);
+}
+
+double timed_save_end(ckpt_saver *s, double t0, int rc, const char *what, result *r, int i)
+{
     double t = now() - t0;
     if (rc != CKPT_OK)
-        die("ckpt_saver_write", rc);
+        die(what, rc);
     t = max_all(t);
     if (r)
         record_phases(s, r, i);
     return t;
+}
+
+void result_begin(result *r, const opts *o, const char *scenario, const char *baseline,
+                  size_t bytes)
+{
+    memset(r, 0, sizeof *r);
+    r->scenario = scenario;
+    r->baseline = baseline;
+    r->bytes = bytes;
+    r->reps = o->reps;
 }
 
 void record_phases(ckpt_saver *s, result *r, int i)
@@ -254,10 +269,7 @@ static void save_scenario(const opts *o, ckpt_saver *s, const char *name, const 
 {
     char prefix[4096], base[4096];
     baseline_path(base, sizeof base, o);
-    r->scenario = name;
-    r->baseline = "write+fsync";
-    r->bytes = bytes;
-    r->reps = o->reps;
+    result_begin(r, o, name, "write+fsync", bytes);
     /* warm-up: the plan, HDF5's first use, the file system's first allocation */
     ckpt_path(prefix, sizeof prefix, o, name, 0);
     timed_save(s, prefix, NULL, 0);
@@ -305,11 +317,7 @@ void run_small(const opts *o)
 
     /* restore_small: that checkpoint restored warm vs read(2) of the same bytes */
     static result rr;
-    memset(&rr, 0, sizeof rr);
-    rr.scenario = "restore_small";
-    rr.baseline = "read (warm)";
-    rr.bytes = m.bytes;
-    rr.reps = o->reps;
+    result_begin(&rr, o, "restore_small", "read (warm)", m.bytes);
     rr.has_chk = 1;
     char prefix[4096], base[4096];
     ckpt_path(prefix, sizeof prefix, o, "restore_small", 0);
@@ -453,11 +461,7 @@ void run_restore(const opts *o, large_model *m)
 void run_async(const opts *o, large_model *m)
 {
     static result r;
-    memset(&r, 0, sizeof r);
-    r.scenario = "async";
-    r.baseline = "memcpy";
-    r.bytes = m->bytes;
-    r.reps = o->reps;
+    result_begin(&r, o, "async", "memcpy", m->bytes);
     r.async = 1;
     unsigned char *dst = alloc_touched(m->bytes);
     memcpy(dst, m->arena, m->bytes); /* warm */

@@ -497,9 +497,7 @@ static PyObject *Training_back_up(TrainingObject *self, PyObject *args, PyObject
     Py_BEGIN_ALLOW_THREADS
     rc = ckpt_training_back_up(self->t, epoch, step, eoe);
     Py_END_ALLOW_THREADS
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *Training_restore(TrainingObject *self, PyObject *args, PyObject *kw)
@@ -544,9 +542,7 @@ static PyObject *Training_delete_backup(TrainingObject *self, PyObject *noargs)
     Py_BEGIN_ALLOW_THREADS
     rc = ckpt_training_delete_backup(self->t);
     Py_END_ALLOW_THREADS
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *Training_state(TrainingObject *self, PyObject *noargs)

@@ -87,6 +87,13 @@ PyObject *pyckpt_raise(int code, const char *fallback)
     return NULL;
 }
 
+PyObject *pyckpt_none_or_raise(int rc)
+{
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
 int pyckpt_comm(PyObject *obj, MPI_Comm *out)
 {
     if (!g_mpi4py_ready) {
@@ -193,9 +200,7 @@ static PyObject *py_preempt_install(PyObject *self, PyObject *args, PyObject *kw
         Py_DECREF(fast);
     }
     int rc = ckpt_preempt_install(n ? list : NULL, n);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *py_preempt_check(PyObject *self, PyObject *args, PyObject *kw)
@@ -226,9 +231,7 @@ static PyObject *py_preempt_set_deadline(PyObject *self, PyObject *args, PyObjec
                                      &reserve))
         return NULL;
     int rc = ckpt_preempt_set_deadline(deadline, reserve);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *py_preempt_watch_dir(PyObject *self, PyObject *args, PyObject *kw)
@@ -243,9 +246,7 @@ static PyObject *py_preempt_watch_dir(PyObject *self, PyObject *args, PyObject *
         return NULL;
     int rc = ckpt_preempt_watch_dir(bytes ? PyBytes_AS_STRING(bytes) : NULL);
     Py_XDECREF(bytes);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *py_preempt_signalled(PyObject *self, PyObject *noargs)

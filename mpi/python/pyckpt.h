@@ -16,6 +16,8 @@
 /* Raises the mpickpt.Error subclass of `code` with ckpt_error_last()'s message (or `fallback`
  * when there is none); returns NULL, for `return pyckpt_raise(rc, "...")`. */
 PyObject *pyckpt_raise(int code, const char *fallback);
+/* None for CKPT_OK, else pyckpt_raise(rc, NULL): the end of a method that returns nothing. */
+PyObject *pyckpt_none_or_raise(int rc);
 
 /* The MPI_Comm of an mpi4py communicator (None: MPI_COMM_WORLD); mpi4py is imported, and with it
  * MPI initialized, on first use. -1 with an exception set on failure. */

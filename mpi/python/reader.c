@@ -140,9 +140,7 @@ static PyObject *Reader_read(ReaderObject *self, PyObject *args)
     rc = ckpt_reader_read(self->r, name, dt, slp, v.buf, (size_t)v.len);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 /* What verify() found: the first bad piece's message and how many were bad. */
@@ -182,9 +180,7 @@ static PyObject *Reader_verify(ReaderObject *self, PyObject *noargs)
         ckpt_error_clear(); /* kept: replaced by the message naming the first bad piece */
         return pyckpt_raise(rc, msg);
     }
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *Reader_close(ReaderObject *self, PyObject *noargs)

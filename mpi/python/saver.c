@@ -401,9 +401,7 @@ static PyObject *Saver_sync(SaverObject *self, PyObject *noargs)
     if (check_open(self) < 0)
         return NULL;
     int rc = sync_released(self);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 /* Removes every registration, once a save in flight is done (it reads them). Its failure, if
@@ -469,9 +467,7 @@ static PyObject *Saver_write(SaverObject *self, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     rc = ckpt_saver_write(self->s, prefix, &info);
     Py_END_ALLOW_THREADS
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *Saver_restore(SaverObject *self, PyObject *args, PyObject *kw)
@@ -533,9 +529,7 @@ static PyObject *Saver_close(SaverObject *self, PyObject *noargs)
 {
     (void)noargs;
     int rc = saver_close(self);
-    if (rc != CKPT_OK)
-        return pyckpt_raise(rc, NULL);
-    Py_RETURN_NONE;
+    return pyckpt_none_or_raise(rc);
 }
 
 static PyObject *Saver_last_metrics(SaverObject *self, PyObject *noargs)

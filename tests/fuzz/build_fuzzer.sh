@@ -56,8 +56,8 @@ mkdir -p "$(dirname "$out")"
     "$src/tests/fuzz/fuzz_index.c" \
     "$src/lib/index.c" "$src/lib/validate.c" "$src/lib/tiling.c" "$src/lib/merge.c" \
     "$src/lib/fragment.c" "$src/lib/utf8.c" "$src/lib/slice.c" "$src/lib/crc32c.c" \
-    "$src/lib/dtype.c" "$src/lib/error.c" "$src/lib/fsutil.c" "$src/lib/arena.c" \
-    "$src/lib/json.c" "$src/lib/json_read.c" \
+    "$src/lib/dtype.c" "$src/lib/error.c" "$src/lib/fsutil.c" "$src/lib/fileio.c" \
+    "$src/lib/arena.c" "$src/lib/json.c" "$src/lib/json_read.c" \
     "$pb_c" \
     $(pkg-config --libs libprotobuf-c) \
     -o "$out"

@@ -106,11 +106,13 @@ def _layout(layout: Optional[str]) -> int:
 
 
 class _Base:
-    """A saver with a registered state; closed at exit at the latest."""
+    """A saver with a registered state over a directory; closed at exit at the latest."""
 
-    def __init__(self, comm: Any, async_save: bool, layout: Optional[str],
-                 skip_missing_per_rank: bool, check_replicas: Optional[str] = None,
+    def __init__(self, directory: str, lock_wait: Optional[float], comm: Any, async_save: bool,
+                 layout: Optional[str], skip_missing_per_rank: bool,
+                 check_replicas: Optional[str] = None,
                  replica_mismatch: Optional[str] = None) -> None:
+        self._wait = _lock_wait(lock_wait)  # the C option lock_wait_seconds
         self._saver = None
         self._reg = Registered()
         self._aliased = False  # the state of the last restore has aliases (on some rank)
@@ -131,6 +133,7 @@ class _Base:
             self._comm.Free()
             raise
         _open.add(self)
+        self._dir = os.fspath(directory)
 
     @property
     def comm(self) -> Any:
@@ -235,10 +238,8 @@ class CheckpointManager(_Base):
                  failure_group: Optional[str] = None,
                  lock_wait: Optional[float] = None, check_replicas: Optional[str] = None,
                  replica_mismatch: Optional[str] = None) -> None:
-        wait = _lock_wait(lock_wait)
-        super().__init__(comm, async_save, layout, skip_missing_per_rank, check_replicas,
-                         replica_mismatch)
-        self._dir = os.fspath(directory)
+        super().__init__(directory, lock_wait, comm, async_save, layout, skip_missing_per_rank,
+                         check_replicas, replica_mismatch)
         try:
             levels: Dict[str, Any] = {}
             if cache_dir:
@@ -249,7 +250,7 @@ class CheckpointManager(_Base):
                                    skip_missing_per_rank=self._skip,
                                    redundancy=redundancy, persist_every=persist_every or 0,
                                    cache_max_to_keep=cache_max_to_keep or 0,
-                                   failure_group=failure_group, lock_wait=wait, **levels)
+                                   failure_group=failure_group, lock_wait=self._wait, **levels)
         except BaseException:
             self._close(None)
             raise
@@ -363,14 +364,12 @@ class TrainingState(_Base):
                  skip_missing_per_rank: bool = False,
                  lock_wait: Optional[float] = None, check_replicas: Optional[str] = None,
                  replica_mismatch: Optional[str] = None) -> None:
-        wait = _lock_wait(lock_wait)
-        super().__init__(comm, async_save, layout, skip_missing_per_rank, check_replicas,
-                         replica_mismatch)
-        self._dir = os.fspath(directory)
+        super().__init__(directory, lock_wait, comm, async_save, layout, skip_missing_per_rank,
+                         check_replicas, replica_mismatch)
         self._state = state
         try:
             self._t = _C.Training(self._saver, self._dir, skip_missing_per_rank=self._skip,
-                                  lock_wait=wait)
+                                  lock_wait=self._wait)
         except BaseException:
             self._close(None)
             raise

@@ -191,7 +191,7 @@ typedef struct mgr_call {
     ckpt_manager *mg;
     ckpt_saver *saver;
     ckpt_manager_save_info si;
-    ckpt_manager_restored got;
+    ckpt_manager_restore_result got;
 } mgr_call;
 
 static int mgr_save(void *arg)
@@ -211,7 +211,8 @@ static int mgr_save_async(void *arg)
 static int mgr_restore(void *arg)
 {
     mgr_call *a = arg;
-    return ckpt_manager_restore_or_initialize(a->mg, &a->got);
+    a->got = (ckpt_manager_restore_result)CKPT_MANAGER_RESTORE_RESULT_INIT;
+    return ckpt_manager_restore_latest(&a->got, a->mg);
 }
 
 /* The manager (sync saver, the layout's default options): a save with the plan cached (the
@@ -831,9 +832,9 @@ static void span_save(ckpt_saver *s, const char *prefix, result *r, int i, doubl
     if (rc != CKPT_OK)
         die("ckpt_saver_write", rc);
     span_end(t0, span, own);
-    ckpt_save_metrics mt;
-    if ((rc = ckpt_saver_last_metrics(s, &mt)) != CKPT_OK)
-        die("ckpt_saver_last_metrics", rc);
+    ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
+    if ((rc = ckpt_saver_metrics_get(&mt, s)) != CKPT_OK)
+        die("ckpt_saver_metrics_get", rc);
     r->ph[0][i] = mt.write_s;
     r->ph[1][i] = mt.agree_s;
     r->ph[2][i] = mt.merge_s;

@@ -332,23 +332,17 @@ int ckpt_saver_metrics_get(ckpt_saver_metrics *out, const ckpt_saver *s)
     return CKPT_OK;
 }
 
-/* Deprecated wrapper (docs/api.md "Deprecated"): the old struct, filled as before. */
+/* Deprecated (docs/api.md "Deprecated"): ckpt_saver_metrics_get(). Reads the saver's copy as
+ * before, so that the prefix a ckpt_saver_metrics_get() handed out stays valid. */
 int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
 {
-    ckpt_saver_metrics m = CKPT_SAVER_METRICS_INIT;
-    int rc = ckpt_saver_metrics_get(&m, s);
-    if (rc != CKPT_OK)
-        return rc;
-    snprintf(out->prefix, sizeof out->prefix, "%s", m.prefix);
-    out->async = m.async;
-    out->bytes = m.bytes;
-    out->ranks = m.ranks;
-    out->blocking_s = m.blocking_s;
-    out->write_s = m.write_s;
-    out->agree_s = m.agree_s;
-    out->merge_s = m.merge_s;
-    out->commit_s = m.commit_s;
-    return CKPT_OK;
+    ckpt_saver *ms = (ckpt_saver *)s; /* the lock only */
+    pthread_mutex_lock(&ms->lock);
+    int have = s->have_metrics;
+    if (have)
+        *out = s->last_metrics;
+    pthread_mutex_unlock(&ms->lock);
+    return have ? CKPT_OK : ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
 }
 
 MPI_Comm ckpt__saver_comm(const ckpt_saver *s)

@@ -218,8 +218,8 @@ typedef struct ckpt_save_metrics {
     double write_s, agree_s, merge_s, commit_s;
 } ckpt_save_metrics;
 
-/** Deprecated (removed after 0.3): ckpt_saver_metrics_get(), whose prefix has no length limit.
- *  Copies what ckpt_saver_metrics_get() reports into @p out, the prefix cut to 4095 bytes. */
+/** Deprecated (removed after 0.3): ckpt_saver_metrics_get(), whose prefix has no fixed buffer.
+ *  The same metrics into @p out, the prefix in its 4096-byte buffer. Local. */
 CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
     CKPT_DEPRECATED("use ckpt_saver_metrics_get()");
 

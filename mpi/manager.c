@@ -1306,9 +1306,8 @@ void ckpt_manager_restore_names(const ckpt_manager *m, const ckpt_name_list **mi
         *unexpected = m ? m->unexp : NULL;
 }
 
-/* A restore's result before it starts: CKPT_EINVAL for a version this library does not know
- * (before any communication: every rank passes the same compile-time constant), else emptied
- * (the version kept, the prefix ""). */
+/* A restore's result before it starts: CKPT_EINVAL (nothing written) for a version this library
+ * does not know, else emptied (the version kept, the prefix ""). Local. */
 static int result_start(ckpt_manager_restore_result *out, ckpt_manager *m, const char *fn)
 {
     if (!out || !m)
@@ -1342,6 +1341,8 @@ static void result_legacy(ckpt_manager_restored *out, const ckpt_manager_restore
 
 int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
 {
+    /* before any communication (no agreement to fold it into: the restore's collectives stay 8
+     * at most); every rank passes the same version, a compile-time constant */
     int rc = result_start(out, m, "ckpt_manager_restore_latest");
     if (rc != CKPT_OK)
         return rc;
@@ -1446,21 +1447,23 @@ static int not_found(const ckpt_manager *m, int by_counter, int64_t value)
 static int restore_chosen(ckpt_manager_restore_result *out, ckpt_manager *m, int by_counter,
                           int64_t value)
 {
-    int rc = result_start(out, m, by_counter ? "ckpt_manager_restore_at_counter"
-                                             : "ckpt_manager_restore_at_step");
-    if (rc != CKPT_OK)
-        return rc;
+    if (!m)
+        return ckpt__error(CKPT_EINVAL, "ckpt_manager_restore_at_%s: NULL manager",
+                           by_counter ? "counter" : "step");
+    /* an unknown version, on any rank, is CKPT_EINVAL on every rank (folded into the check) */
+    int checked = result_start(out, m, by_counter ? "ckpt_manager_restore_at_counter"
+                                                  : "ckpt_manager_restore_at_step");
     ckpt__saver_wait_keep(m->saver); /* a save in flight may commit the one asked for */
     /* every rank must choose the same checkpoint: rank 0's value, checked */
     int64_t first = value;
     int local = MPI_Bcast(&first, 1, MPI_INT64_T, 0, m->comm) == MPI_SUCCESS
-                    ? CKPT_OK
+                    ? checked
                     : ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
     if (local == CKPT_OK && first != value)
         local = ckpt__error(CKPT_EINVAL, "rank %d asked to restore %s %lld, rank 0 %lld", m->rank,
                             by_counter ? "save counter" : "step", (long long)value,
                             (long long)first);
-    rc = ckpt_mpi_agree(m->comm, local);
+    int rc = ckpt_mpi_agree(m->comm, local);
     if (rc != CKPT_OK)
         return rc;
     /* decided from the shared state and control: the same on every rank */

@@ -244,8 +244,8 @@ CKPT_EXTERN void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list
  *   cause), with no fallback to an older one; a registration that does not match a valid
  *   checkpoint is an error as for restore_or_initialize.
  * A checkpoint older than the pin (CKPT_RESTART_BEHIND_PIN) may be chosen. On success
- * out->restored is 1 and out->skipped 0. out->version as for ckpt_manager_restore_latest().
- * Collective (the same status on every rank).
+ * out->restored is 1 and out->skipped 0. An out->version this library does not know, on any rank,
+ * is CKPT_EINVAL on every rank. Collective (the same status on every rank).
  */
 CKPT_EXTERN int ckpt_manager_restore_at_step(ckpt_manager_restore_result *out, ckpt_manager *m,
                                              int64_t step);

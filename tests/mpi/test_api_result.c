@@ -6,7 +6,7 @@
  * Each field is asserted on every rank and found the same on every rank: the prefix (a pointer the
  * saver or manager owns, no fixed buffer), counters, epoch, step, world size, bytes. A version the
  * library does not know (0, or one newer than CKPT_*_VERSION) is CKPT_EINVAL on every rank with
- * nothing else written. The deprecated wrappers (ckpt_saver_last_metrics,
+ * nothing else written; passed by one rank only to a chosen restore, CKPT_EINVAL on every rank. The deprecated wrappers (ckpt_saver_last_metrics,
  * ckpt_manager_restore_or_initialize, _restore_step, _restore_counter, ckpt_training_restored,
  * ckpt_manager_state) still work and report the same values as their replacements.
  */
@@ -239,6 +239,14 @@ static void test_manager(const char *dir)
         CHECK_MSG(strcmp(b.prefix, "untouched") == 0 && b.save_counter == -7,
                   "version %u: the struct was written", bad[k]);
     }
+    /* one rank's unknown version: CKPT_EINVAL on every rank (the chosen restores agree on it) */
+    ckpt_manager_restore_result one = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (g_rank == g_size - 1)
+        one.version = CKPT_MANAGER_RESTORE_RESULT_VERSION + 1;
+    CHECK(coll(ckpt_manager_restore_at_step(&one, mg, 10), CKPT_EINVAL,
+               "restore_at_step, the last rank's version unknown"));
+    CHECK(coll(ckpt_manager_restore_at_counter(&one, mg, 1), CKPT_EINVAL,
+               "restore_at_counter, the last rank's version unknown"));
     legacy_manager(mg, &second, &first);
     ckpt_manager_free(mg);
 out:

@@ -681,7 +681,6 @@ static void case_back2back(void)
         snprintf(prev, sizeof prev, "%s-%d", prefix, k - 1);
         int prev_idx = k == 1 || index_exists(prev);
         ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
-        memset(&mt, 0, sizeof mt);
         int mrc = ckpt_saver_metrics_get(&mt, s);
         int64_t counter = ckpt_saver_counter(s);
         tm_fill(&m, 1000 + k); /* changed right away */
@@ -996,7 +995,7 @@ static void case_metrics(void)
         coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: save");
         coll(ckpt_saver_sync(s), CKPT_OK, "metrics: sync");
     }
-    memset(&mt, 0, sizeof mt);
+    mt = (ckpt_saver_metrics)CKPT_SAVER_METRICS_INIT;
     int rc = ckpt_saver_metrics_get(&mt, s);
     CHECK_OK(rc);
     snprintf(name, sizeof name, "%s-3", prefix);

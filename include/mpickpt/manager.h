@@ -160,12 +160,13 @@ typedef struct ckpt_manager_restore_result {
     { CKPT_MANAGER_RESTORE_RESULT_VERSION, 0, NULL, 0, 0, 0, 0, 0, 0 }
 
 /**
- * Restores the newest valid checkpoint (restore-or-initialize): candidates are the state file's entries newest first
- * (or the scanned directory). A candidate that is damaged or incomplete (missing index or data,
- * a failed checksum) is skipped with a warning naming it and the cause, and the next older one is
- * tried — never silently, never a torn one. A mismatch between the registrations and a valid
- * checkpoint is an error, not a reason to fall back. When nothing valid exists, returns CKPT_OK with
- * restored = 0. Epoch and step come from what the chief read, identical on every rank.
+ * Restores the newest valid checkpoint (restore-or-initialize): candidates are the state file's
+ * entries newest first (or the scanned directory). A candidate that is damaged or incomplete
+ * (missing index or data, a failed checksum) is skipped with a warning naming it and the cause,
+ * and the next older one is tried — never silently, never a torn one. A mismatch between the
+ * registrations and a valid checkpoint is an error, not a reason to fall back. When nothing valid
+ * exists, returns CKPT_OK with restored = 0. Epoch and step come from what the chief read,
+ * identical on every rank.
  * The restart control (`mpickpt pin`/`drop`, docs/operations.md) is followed: dropped checkpoints
  * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
  * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a

@@ -208,7 +208,8 @@ CKPT_EXTERN int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_sa
                                 char *out, size_t out_size);
 
 /** Timings of a committed save: the maximum over ranks of each phase, the total bytes.
- *  Deprecated with ckpt_saver_last_metrics() (fixed prefix buffer, no version): ckpt_saver_metrics. */
+ *  Deprecated with ckpt_saver_last_metrics() (a fixed prefix buffer, no version): use
+ *  ckpt_saver_metrics. */
 typedef struct ckpt_save_metrics {
     char prefix[4096];
     int async;
@@ -238,7 +239,8 @@ typedef struct ckpt_saver_metrics {
 } ckpt_saver_metrics;
 
 #define CKPT_SAVER_METRICS_VERSION 1
-#define CKPT_SAVER_METRICS_INIT { CKPT_SAVER_METRICS_VERSION, NULL, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0 }
+#define CKPT_SAVER_METRICS_INIT                                                                   \
+    { CKPT_SAVER_METRICS_VERSION, NULL, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0 }
 
 /**
  * Metrics of the last save that committed (in async mode: known once it completed, e.g. after

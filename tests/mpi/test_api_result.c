@@ -6,9 +6,10 @@
  * Each field is asserted on every rank and found the same on every rank: the prefix (a pointer the
  * saver or manager owns, no fixed buffer), counters, epoch, step, world size, bytes. A version the
  * library does not know (0, or one newer than CKPT_*_VERSION) is CKPT_EINVAL on every rank with
- * nothing else written; passed by one rank only to a chosen restore, CKPT_EINVAL on every rank. The deprecated wrappers (ckpt_saver_last_metrics,
- * ckpt_manager_restore_or_initialize, _restore_step, _restore_counter, ckpt_training_restored,
- * ckpt_manager_state) still work and report the same values as their replacements.
+ * nothing else written; passed by one rank only to a chosen restore, CKPT_EINVAL on every rank.
+ * The deprecated wrappers (ckpt_saver_last_metrics, ckpt_manager_restore_or_initialize,
+ * _restore_step, _restore_counter, ckpt_training_restored, ckpt_manager_state) still work and
+ * report the same values as their replacements.
  */
 #include "mpi_check.h"
 #include "mpickpt.h"

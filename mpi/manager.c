@@ -58,6 +58,8 @@ struct ckpt_manager {
      * removal of the directory and the free */
     ckpt__reaper reaper;
     int retention_inline;
+    /* the last restore's prefix, where ckpt_manager_restore_result.prefix points */
+    char restored_prefix[4400];
 };
 
 /* What the restart control makes of entry `e` (CKPT__RS_*). */
@@ -545,6 +547,7 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     return rc;
 }
 
+/* Deprecated (docs/api.md "Deprecated"): ckpt_manager_state_copy() or ckpt_manager_restorable() */
 const ckpt_state *ckpt_manager_state(const ckpt_manager *m)
 {
     return m->state;
@@ -1210,12 +1213,13 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     return rc;
 }
 
-/* What restore_or_initialize tells after restoring `prefix`. */
-static int restored(ckpt_manager *m, ckpt_manager_restored *out, const char *prefix,
+/* What restore_or_initialize tells after restoring `prefix` (out->prefix: the manager's copy). */
+static int restored(ckpt_manager *m, ckpt_manager_restore_result *out, const char *prefix,
                     const ckpt_restore_info *info)
 {
     out->restored = 1;
-    snprintf(out->prefix, sizeof out->prefix, "%s", prefix);
+    snprintf(m->restored_prefix, sizeof m->restored_prefix, "%s", prefix);
+    out->prefix = m->restored_prefix;
     out->save_counter = info->save_counter;
     out->epoch = info->epoch;
     out->step = info->step;
@@ -1241,7 +1245,7 @@ static int pin_error(const ckpt_manager *m, int pin_listed)
  * registered does not match a valid checkpoint, an error for every caller. Collective.
  */
 static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned levels,
-                         int fallback, ckpt_manager_restored *out, int *damaged)
+                         int fallback, ckpt_manager_restore_result *out, int *damaged)
 {
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
@@ -1319,9 +1323,46 @@ void ckpt_manager_restore_names(const ckpt_manager *m, const ckpt_name_list **mi
         *unexpected = m ? m->unexp : NULL;
 }
 
-int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
+/* A restore's result before it starts: CKPT_EINVAL (nothing written) for a version this library
+ * does not know, else emptied (the version kept, the prefix ""). Local. */
+static int result_start(ckpt_manager_restore_result *out, ckpt_manager *m, const char *fn)
+{
+    if (!out || !m)
+        return ckpt__error(CKPT_EINVAL, "%s: NULL argument", fn);
+    if (out->version < 1 || out->version > CKPT_MANAGER_RESTORE_RESULT_VERSION)
+        return ckpt__error(CKPT_EINVAL,
+                           "%s: unknown ckpt_manager_restore_result version %u (this library "
+                           "knows 1..%d)",
+                           fn, out->version, CKPT_MANAGER_RESTORE_RESULT_VERSION);
+    unsigned int version = out->version;
+    memset(out, 0, sizeof *out);
+    out->version = version;
+    m->restored_prefix[0] = '\0';
+    out->prefix = m->restored_prefix;
+    return CKPT_OK;
+}
+
+/* The deprecated result (ckpt_manager_restored) of a restore, as before: the prefix cut. */
+static void result_legacy(ckpt_manager_restored *out, const ckpt_manager_restore_result *r)
 {
     memset(out, 0, sizeof *out);
+    out->restored = r->restored;
+    snprintf(out->prefix, sizeof out->prefix, "%s", r->prefix ? r->prefix : "");
+    out->save_counter = r->save_counter;
+    out->epoch = r->epoch;
+    out->step = r->step;
+    out->end_of_epoch = r->end_of_epoch;
+    out->world_size = r->world_size;
+    out->skipped = r->skipped;
+}
+
+int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
+{
+    /* before any communication (no agreement to fold it into: the restore's collectives stay 8
+     * at most); every rank passes the same version, a compile-time constant */
+    int rc = result_start(out, m, "ckpt_manager_restore_latest");
+    if (rc != CKPT_OK)
+        return rc;
     /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is
      * reported by the next save, sync or close). */
     ckpt_saver_wait(m->saver);
@@ -1346,7 +1387,7 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
         if (c == NOT_LEVEL)
             continue; /* only in a cache this manager does not use */
         int damaged = 0;
-        int rc = restore_entry(m, e, lv, 1, out, &damaged);
+        rc = restore_entry(m, e, lv, 1, out, &damaged);
         if (rc == CKPT_OK || !damaged)
             return rc;
         out->skipped++;
@@ -1360,6 +1401,15 @@ int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *o
     ckpt_error_clear(); /* kept: the damaged candidates' errors, its own (logged above); a public
                          * collective that returns CKPT_OK with nothing restored */
     return CKPT_OK;
+}
+
+/* Deprecated wrapper (docs/api.md "Deprecated"): ckpt_manager_restore_latest() */
+int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
+{
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_latest(&r, m);
+    result_legacy(out, &r);
+    return rc;
 }
 
 /* Why `e` (candidate() gave `why` < 0) cannot be restored, and what to do: CKPT_ENOTFOUND. The
@@ -1413,15 +1463,20 @@ static int not_found(const ckpt_manager *m, int by_counter, int64_t value)
 
 /* ckpt_manager_restore_step/_counter: the newest entry with that step (save counter) that a
  * restore may use, else an error naming why; never another checkpoint. Collective. */
-static int restore_chosen(ckpt_manager_restored *out, ckpt_manager *m, int by_counter,
+static int restore_chosen(ckpt_manager_restore_result *out, ckpt_manager *m, int by_counter,
                           int64_t value)
 {
-    memset(out, 0, sizeof *out);
+    if (!m)
+        return ckpt__error(CKPT_EINVAL, "ckpt_manager_restore_at_%s: NULL manager",
+                           by_counter ? "counter" : "step");
+    /* an unknown version, on any rank, is CKPT_EINVAL on every rank (folded into the check) */
+    int checked = result_start(out, m, by_counter ? "ckpt_manager_restore_at_counter"
+                                                  : "ckpt_manager_restore_at_step");
     ckpt_saver_wait(m->saver); /* a save in flight may commit the one asked for */
     /* every rank must choose the same checkpoint: rank 0's value, checked */
     int64_t first = value;
     int local = MPI_Bcast(&first, 1, MPI_INT64_T, 0, m->comm) == MPI_SUCCESS
-                    ? CKPT_OK
+                    ? checked
                     : ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
     if (local == CKPT_OK && first != value)
         local = ckpt__error(CKPT_EINVAL, "rank %d asked to restore %s %lld, rank 0 %lld", m->rank,
@@ -1460,15 +1515,33 @@ static int restore_chosen(ckpt_manager_restored *out, ckpt_manager *m, int by_co
     return rc;
 }
 
-int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m, int64_t step)
+int ckpt_manager_restore_at_step(ckpt_manager_restore_result *out, ckpt_manager *m, int64_t step)
 {
     return restore_chosen(out, m, 0, step);
+}
+
+int ckpt_manager_restore_at_counter(ckpt_manager_restore_result *out, ckpt_manager *m,
+                                    int64_t save_counter)
+{
+    return restore_chosen(out, m, 1, save_counter);
+}
+
+/* Deprecated wrappers (docs/api.md "Deprecated"): ckpt_manager_restore_at_step(), _at_counter() */
+int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m, int64_t step)
+{
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_at_step(&r, m, step);
+    result_legacy(out, &r);
+    return rc;
 }
 
 int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_manager *m,
                                  int64_t save_counter)
 {
-    return restore_chosen(out, m, 1, save_counter);
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_at_counter(&r, m, save_counter);
+    result_legacy(out, &r);
+    return rc;
 }
 
 /* ---- training state -------------------------------------------------------------------------- */
@@ -1476,7 +1549,9 @@ int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_manager *m,
 struct ckpt_training {
     ckpt_manager *m;
     char dir[4096];
-    ckpt_manager_restored restored;
+    ckpt_manager_restore_result restored; /* prefix: `prefix` below */
+    char prefix[4400];
+    ckpt_manager_restored legacy; /* the same for the deprecated ckpt_training_restored() */
 };
 
 int ckpt_training_create(ckpt_training **out, ckpt_saver *saver, const char *dir,
@@ -1526,9 +1601,26 @@ void ckpt_training_free(ckpt_training *t)
     free(t);
 }
 
+int ckpt_training_restore_result(ckpt_manager_restore_result *out, const ckpt_training *t)
+{
+    if (!out || !t)
+        return ckpt__error(CKPT_EINVAL, "ckpt_training_restore_result: NULL argument");
+    if (out->version < 1 || out->version > CKPT_MANAGER_RESTORE_RESULT_VERSION)
+        return ckpt__error(CKPT_EINVAL,
+                           "ckpt_training_restore_result: unknown ckpt_manager_restore_result "
+                           "version %u (this library knows 1..%d)",
+                           out->version, CKPT_MANAGER_RESTORE_RESULT_VERSION);
+    unsigned int version = out->version;
+    *out = t->restored;
+    out->version = version;
+    out->prefix = t->prefix;
+    return CKPT_OK;
+}
+
+/* Deprecated wrapper (docs/api.md "Deprecated"): ckpt_training_restore_result() */
 const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t)
 {
-    return &t->restored;
+    return &t->legacy;
 }
 
 ckpt_manager *ckpt_training_manager(ckpt_training *t)
@@ -1545,7 +1637,12 @@ int ckpt_training_back_up(ckpt_training *t, int64_t epoch, int64_t step, int end
 int ckpt_training_restore(ckpt_training *t, int *restored)
 {
     /* Epoch and step come from the index the chief read and broadcast, identical everywhere. */
-    int rc = ckpt_manager_restore_or_initialize(t->m, &t->restored);
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_latest(&r, t->m);
+    snprintf(t->prefix, sizeof t->prefix, "%s", r.prefix ? r.prefix : "");
+    t->restored = r;
+    t->restored.prefix = t->prefix;
+    result_legacy(&t->legacy, &r);
     if (restored)
         *restored = rc == CKPT_OK && t->restored.restored;
     return rc;

@@ -195,6 +195,7 @@ static void free_shell(ckpt_saver *s)
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     free(s->gather_scratch);
+    free(s->metrics_prefix);
     free(s);
 }
 
@@ -305,6 +306,43 @@ int64_t ckpt_saver_counter(const ckpt_saver *s)
     return s->counter;
 }
 
+int ckpt_saver_metrics_get(ckpt_saver_metrics *out, const ckpt_saver *s)
+{
+    if (!out || !s)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_metrics_get: NULL argument");
+    if (out->version < 1 || out->version > CKPT_SAVER_METRICS_VERSION)
+        return ckpt__error(CKPT_EINVAL,
+                           "ckpt_saver_metrics_get: unknown ckpt_saver_metrics version %u (this "
+                           "library knows 1..%d)",
+                           out->version, CKPT_SAVER_METRICS_VERSION);
+    ckpt_saver *ms = (ckpt_saver *)s; /* the lock, and the caller's copy of the prefix */
+    pthread_mutex_lock(&ms->lock);
+    int have = s->have_metrics;
+    ckpt_save_metrics m;
+    if (have)
+        m = s->last_metrics;
+    pthread_mutex_unlock(&ms->lock);
+    if (!have)
+        return ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
+    char *p = strdup(m.prefix);
+    if (!p)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    free(ms->metrics_prefix); /* the previous call's: valid until this one */
+    ms->metrics_prefix = p;
+    out->prefix = p;
+    out->async = m.async;
+    out->bytes = m.bytes;
+    out->ranks = m.ranks;
+    out->blocking_s = m.blocking_s;
+    out->write_s = m.write_s;
+    out->agree_s = m.agree_s;
+    out->merge_s = m.merge_s;
+    out->commit_s = m.commit_s;
+    return CKPT_OK;
+}
+
+/* Deprecated (docs/api.md "Deprecated"): ckpt_saver_metrics_get(). Reads the saver's copy as
+ * before, so that the prefix a ckpt_saver_metrics_get() handed out stays valid. */
 int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
 {
     ckpt_saver *ms = (ckpt_saver *)s; /* the lock only */

@@ -47,6 +47,7 @@ struct ckpt_saver {
     double last_save_start;
     ckpt_save_metrics last_metrics; /* guarded by lock */
     int have_metrics;
+    char *metrics_prefix; /* the prefix ckpt_saver_metrics_get() last handed out */
     int rank, size;
     ckpt_saver_options opts;
     ckpt_layout layout;

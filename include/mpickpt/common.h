@@ -27,6 +27,17 @@ extern "C" {
 #endif
 
 /**
+ * Marks a public entry point kept for one more release (docs/api.md "Deprecated"): a call compiles
+ * with a warning naming the replacement (GCC, Clang); elsewhere nothing. Define
+ * CKPT_NO_DEPRECATION_WARNINGS before including the headers to silence them all.
+ */
+#if defined(__GNUC__) && !defined(CKPT_NO_DEPRECATION_WARNINGS)
+#define CKPT_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define CKPT_DEPRECATED(msg)
+#endif
+
+/**
  * Status codes. Every function that can fail returns one of these (CKPT_OK is 0, errors are
  * negative); the detail is in ckpt_error_last().
  */

@@ -110,10 +110,12 @@ CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info 
 CKPT_EXTERN int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size);
 
 /**
- * The kept checkpoints, oldest first. Valid until the next manager call, and only while no async
- * save is in flight (its commit replaces the state): use ckpt_manager_state_copy() then. Local.
+ * Deprecated (removed after 0.3): ckpt_manager_state_copy() or ckpt_manager_restorable(). The
+ * kept checkpoints, oldest first. Valid until the next manager call, and only while no async
+ * save is in flight (its commit replaces the state). Local.
  */
-CKPT_EXTERN const ckpt_state *ckpt_manager_state(const ckpt_manager *m);
+CKPT_EXTERN const ckpt_state *ckpt_manager_state(const ckpt_manager *m)
+    CKPT_DEPRECATED("racy with an async commit: use ckpt_manager_state_copy()");
 
 /**
  * A copy of the kept checkpoints, oldest first, taken under the lock that an async save's commit
@@ -122,7 +124,9 @@ CKPT_EXTERN const ckpt_state *ckpt_manager_state(const ckpt_manager *m);
  */
 CKPT_EXTERN int ckpt_manager_state_copy(ckpt_state **out, const ckpt_manager *m);
 
-/** Result of ckpt_manager_restore_or_initialize(). */
+/** Result of the deprecated ckpt_manager_restore_or_initialize(), _restore_step(),
+ *  _restore_counter() and ckpt_training_restored() (fixed prefix buffer, no version): use
+ *  ckpt_manager_restore_result. */
 typedef struct ckpt_manager_restored {
     int restored;        /**< 1: restored from `prefix`; 0: nothing valid, caller initializes */
     char prefix[4096];
@@ -134,20 +138,49 @@ typedef struct ckpt_manager_restored {
     int skipped;         /**< damaged or incomplete checkpoints skipped (each logged as a warning) */
 } ckpt_manager_restored;
 
+/** Result of a manager's restore (ckpt_manager_restore_latest(), _restore_at_step(),
+ *  _restore_at_counter(), ckpt_training_restore_result()). The caller sets `version`
+ *  (CKPT_MANAGER_RESTORE_RESULT_INIT); later versions append fields. */
+typedef struct ckpt_manager_restore_result {
+    unsigned int version; /**< in: CKPT_MANAGER_RESTORE_RESULT_VERSION */
+    int restored;         /**< 1: restored from `prefix`; 0: nothing valid, caller initializes */
+    /** The restored checkpoint's full path ("" when restored = 0), owned by the manager (the
+     *  training state): valid until its next restore or its free. */
+    const char *prefix;
+    int64_t save_counter;
+    int64_t epoch;
+    int64_t step;
+    int end_of_epoch;
+    int32_t world_size; /**< ranks that wrote it */
+    int skipped;        /**< damaged or incomplete checkpoints skipped (each logged as a warning) */
+} ckpt_manager_restore_result;
+
+#define CKPT_MANAGER_RESTORE_RESULT_VERSION 1
+#define CKPT_MANAGER_RESTORE_RESULT_INIT                                                          \
+    { CKPT_MANAGER_RESTORE_RESULT_VERSION, 0, NULL, 0, 0, 0, 0, 0, 0 }
+
 /**
- * Restores the newest valid checkpoint: candidates are the state file's entries newest first
- * (or the scanned directory). A candidate that is damaged or incomplete (missing index or data,
- * a failed checksum) is skipped with a warning naming it and the cause, and the next older one is
- * tried — never silently, never a torn one. A mismatch between the registrations and a valid
- * checkpoint is an error, not a reason to fall back. When nothing valid exists, returns CKPT_OK with
- * restored = 0. Epoch and step come from what the chief read, identical on every rank.
+ * Restores the newest valid checkpoint (restore-or-initialize): candidates are the state file's
+ * entries newest first (or the scanned directory). A candidate that is damaged or incomplete
+ * (missing index or data, a failed checksum) is skipped with a warning naming it and the cause,
+ * and the next older one is tried — never silently, never a torn one. A mismatch between the
+ * registrations and a valid checkpoint is an error, not a reason to fall back. When nothing valid
+ * exists, returns CKPT_OK with restored = 0. Epoch and step come from what the chief read,
+ * identical on every rank.
  * The restart control (`mpickpt pin`/`drop`, docs/operations.md) is followed: dropped checkpoints
  * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
  * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a
  * fall back past it. The candidates are those ckpt_manager_restorable() lists, from its `start`
- * down, never one behind the pin. Collective.
+ * down, never one behind the pin. out->version 0 or newer than this library's is CKPT_EINVAL
+ * before any communication (every rank passes the same version: a compile-time constant).
+ * Collective.
  */
-CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out);
+CKPT_EXTERN int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m);
+
+/** Deprecated (removed after 0.3): ckpt_manager_restore_latest(). The same restore, the prefix
+ *  cut to 4095 bytes. Collective. */
+CKPT_EXTERN int ckpt_manager_restore_or_initialize(ckpt_manager *m, ckpt_manager_restored *out)
+    CKPT_DEPRECATED("use ckpt_manager_restore_latest()");
 
 /** Sets whether this manager's restores are strict (ckpt_manager_options.strict_restore).
  *  Local: call it with the same value on every rank. */
@@ -212,15 +245,26 @@ CKPT_EXTERN void ckpt_manager_restorable_free(ckpt_manager_restorable_list *list
  *   cause), with no fallback to an older one; a registration that does not match a valid
  *   checkpoint is an error as for restore_or_initialize.
  * A checkpoint older than the pin (CKPT_RESTART_BEHIND_PIN) may be chosen. On success
- * out->restored is 1 and out->skipped 0. Collective (the same status on every rank).
+ * out->restored is 1 and out->skipped 0. An out->version this library does not know, on any rank,
+ * is CKPT_EINVAL on every rank. Collective (the same status on every rank).
  */
-CKPT_EXTERN int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m,
-                                          int64_t step);
+CKPT_EXTERN int ckpt_manager_restore_at_step(ckpt_manager_restore_result *out, ckpt_manager *m,
+                                             int64_t step);
 
-/** ckpt_manager_restore_step() of the checkpoint with save counter @p save_counter (its number:
- *  ckpt-7 has 7). Collective. */
+/** ckpt_manager_restore_at_step() of the checkpoint with save counter @p save_counter (its
+ *  number: ckpt-7 has 7). Collective. */
+CKPT_EXTERN int ckpt_manager_restore_at_counter(ckpt_manager_restore_result *out,
+                                                ckpt_manager *m, int64_t save_counter);
+
+/** Deprecated (removed after 0.3): ckpt_manager_restore_at_step(). Collective. */
+CKPT_EXTERN int ckpt_manager_restore_step(ckpt_manager_restored *out, ckpt_manager *m,
+                                          int64_t step)
+    CKPT_DEPRECATED("use ckpt_manager_restore_at_step()");
+
+/** Deprecated (removed after 0.3): ckpt_manager_restore_at_counter(). Collective. */
 CKPT_EXTERN int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_manager *m,
-                                             int64_t save_counter);
+                                             int64_t save_counter)
+    CKPT_DEPRECATED("use ckpt_manager_restore_at_counter()");
 
 /* ------------------------------------------------------------------------------------------ */
 /* Worker training state (TensorFlow's BackupAndRestore)                                       */
@@ -260,8 +304,15 @@ CKPT_EXTERN int64_t ckpt_training_initial_epoch(const ckpt_training *t, int64_t 
 /** The global step to start from: the saved step + 1 after any backup; else @p initial. Local. */
 CKPT_EXTERN int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial);
 
-/** What ckpt_training_restore() restored (restored = 0 when nothing). Local. */
-CKPT_EXTERN const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t);
+/** What ckpt_training_restore() restored (restored = 0 when nothing; out->prefix owned by the
+ *  training state, valid until its next restore or its free). CKPT_EINVAL for an unknown
+ *  out->version. Local. */
+CKPT_EXTERN int ckpt_training_restore_result(ckpt_manager_restore_result *out,
+                                             const ckpt_training *t);
+
+/** Deprecated (removed after 0.3): ckpt_training_restore_result(). Local. */
+CKPT_EXTERN const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t)
+    CKPT_DEPRECATED("use ckpt_training_restore_result()");
 
 /** The manager behind the training state (for latest/state/list). */
 CKPT_EXTERN ckpt_manager *ckpt_training_manager(ckpt_training *t);

@@ -317,7 +317,9 @@ CKPT_EXTERN void ckpt_saver_wait(ckpt_saver *s);
  */
 CKPT_EXTERN MPI_Comm ckpt_saver_comm(const ckpt_saver *s);
 
-/** Timings of a committed save: the maximum over ranks of each phase, the total bytes. */
+/** Timings of a committed save: the maximum over ranks of each phase, the total bytes.
+ *  Deprecated with ckpt_saver_last_metrics() (a fixed prefix buffer, no version): use
+ *  ckpt_saver_metrics. */
 typedef struct ckpt_save_metrics {
     char prefix[4096];
     int async;
@@ -327,12 +329,37 @@ typedef struct ckpt_save_metrics {
     double write_s, agree_s, merge_s, commit_s;
 } ckpt_save_metrics;
 
+/** Deprecated (removed after 0.3): ckpt_saver_metrics_get(), whose prefix has no fixed buffer.
+ *  The same metrics into @p out, the prefix in its 4096-byte buffer. Local. */
+CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out)
+    CKPT_DEPRECATED("use ckpt_saver_metrics_get()");
+
+/** Timings of a committed save (ckpt_saver_metrics_get()). The caller sets `version`
+ *  (CKPT_SAVER_METRICS_INIT); later versions append fields. */
+typedef struct ckpt_saver_metrics {
+    unsigned int version; /**< in: CKPT_SAVER_METRICS_VERSION */
+    /** The checkpoint's prefix, owned by the saver: valid until the next ckpt_saver_metrics_get()
+     *  on this saver or its close (not to be called on one saver from two threads at once). */
+    const char *prefix;
+    int async;         /**< 1: saved in async mode */
+    uint64_t bytes;    /**< stored by all ranks */
+    int32_t ranks;
+    double blocking_s; /**< time the caller was blocked in save (async: the snapshot) */
+    double write_s, agree_s, merge_s, commit_s; /**< the maximum over ranks of each phase */
+} ckpt_saver_metrics;
+
+#define CKPT_SAVER_METRICS_VERSION 1
+#define CKPT_SAVER_METRICS_INIT                                                                   \
+    { CKPT_SAVER_METRICS_VERSION, NULL, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0.0 }
+
 /**
  * Metrics of the last save that committed (in async mode: known once it completed, e.g. after
- * ckpt_saver_sync() or at the next save). CKPT_ENOTFOUND when none has. The chief also appends
- * each save's metrics as one JSON line to `<checkpoint dir>/metrics.jsonl`. Local.
+ * ckpt_saver_sync() or at the next save). CKPT_ENOTFOUND when none has; CKPT_EINVAL when
+ * out->version is 0 or newer than this library's (then nothing else in @p out is written). The
+ * chief also appends each save's metrics as one JSON line to `<checkpoint dir>/metrics.jsonl`.
+ * Local.
  */
-CKPT_EXTERN int ckpt_saver_last_metrics(const ckpt_saver *s, ckpt_save_metrics *out);
+CKPT_EXTERN int ckpt_saver_metrics_get(ckpt_saver_metrics *out, const ckpt_saver *s);
 
 /** Current save counter: the highest of the saves this saver committed or found taken (a save
  *  that failed with CKPT_EEXISTS at its commit: the next numbered save moves past it). Local. */

@@ -51,7 +51,7 @@
  * Output: a table on rank 0; with --json also one JSON line per scenario:
  *   {"scenario","ranks","layout","collective","bytes_per_rank","reps","mpickpt_s","baseline_s",
  *    "speed_ratio" (= baseline_s / mpickpt_s),"mpickpt_gbps","baseline_gbps" (aggregate over ranks,
- *    1e9 bytes/s),"phases":{"write","agree","merge","commit"} (medians of ckpt_saver_last_metrics;
+ *    1e9 bytes/s),"phases":{"write","agree","merge","commit"} (medians of ckpt_saver_metrics_get;
  *    for restore scenarios: of the save that wrote the checkpoint), ...}
  *   "paired_ratio_p25/p50/p75": quartiles of the per-rep ratios (each rep's baseline / library
  *   time, measured back to back): the spread that the disk's drift and other load leave;

@@ -221,7 +221,7 @@ typedef struct mgr_call {
     ckpt_manager *mg;
     ckpt_saver *saver;
     ckpt_manager_save_info si;
-    ckpt_manager_restored got;
+    ckpt_manager_restore_result got;
 } mgr_call;
 
 static int mgr_save(void *arg)
@@ -241,7 +241,8 @@ static int mgr_save_async(void *arg)
 static int mgr_restore(void *arg)
 {
     mgr_call *a = arg;
-    return ckpt_manager_restore_or_initialize(a->mg, &a->got);
+    a->got = (ckpt_manager_restore_result)CKPT_MANAGER_RESTORE_RESULT_INIT;
+    return ckpt_manager_restore_latest(&a->got, a->mg);
 }
 
 /* The manager (sync saver, the layout's default options): a save with the plan cached (the

@@ -246,10 +246,10 @@ void result_begin(result *r, const opts *o, const char *scenario, const char *ba
 
 void record_phases(ckpt_saver *s, result *r, int i)
 {
-    ckpt_save_metrics m;
-    int rc = ckpt_saver_last_metrics(s, &m);
+    ckpt_saver_metrics m = CKPT_SAVER_METRICS_INIT;
+    int rc = ckpt_saver_metrics_get(&m, s);
     if (rc != CKPT_OK)
-        die("ckpt_saver_last_metrics", rc);
+        die("ckpt_saver_metrics_get", rc);
     r->ph[0][i] = m.write_s;
     r->ph[1][i] = m.agree_s;
     r->ph[2][i] = m.merge_s;
@@ -493,9 +493,9 @@ void run_async(const opts *o, large_model *m)
                 double t2 = now();
                 r.lib[i] = max_all(t1 - t0);
                 r.bg[i] = max_all(t2 - t0);
-                ckpt_save_metrics mt;
-                if ((rc = ckpt_saver_last_metrics(s, &mt)) != CKPT_OK)
-                    die("ckpt_saver_last_metrics", rc);
+                ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
+                if ((rc = ckpt_saver_metrics_get(&mt, s)) != CKPT_OK)
+                    die("ckpt_saver_metrics_get", rc);
                 r.ph[0][i] = mt.write_s;
                 r.ph[1][i] = mt.agree_s;
                 r.ph[2][i] = mt.merge_s;

@@ -477,9 +477,9 @@ static int flush_pending(demo *d)
     int rc = ckpt_saver_sync(d->saver);
     if (rc != CKPT_OK)
         return lib_error(d->rank, rc, 1);
-    ckpt_save_metrics mt;
+    ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
     double w = 0;
-    if (ckpt_saver_last_metrics(d->saver, &mt) == CKPT_OK)
+    if (ckpt_saver_metrics_get(&mt, d->saver) == CKPT_OK)
         w = mt.write_s + mt.agree_s + mt.merge_s + mt.commit_s;
     if (d->rank == 0) {
         printf("checkpoint prefix=%s epoch=%lld step=%lld blocking_s=%.3f write_s=%.3f\n",
@@ -638,7 +638,9 @@ int main(int argc, char **argv)
             set_step(&d, 0);
         } else {
             /* What was restored (identical on every rank: the chief's view). */
-            const ckpt_manager_restored *res = ckpt_training_restored(train);
+            ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+            (void)ckpt_training_restore_result(&r, train); /* cannot fail: a known version */
+            const ckpt_manager_restore_result *res = &r;
             {
                 const char *dir_prefix = res->prefix;
                 int64_t saved_step = res->step, saved_epoch = res->epoch;

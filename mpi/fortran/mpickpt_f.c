@@ -223,8 +223,8 @@ int ckpt__f_manager_restore(ckpt_manager *m, int *restored, int64_t *epoch, int6
     if (!m)
         return f_error(CKPT_EINVAL,
                        "ckpt_manager_restore_or_initialize: the manager was not created");
-    ckpt_manager_restored r;
-    int rc = ckpt_manager_restore_or_initialize(m, &r);
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_latest(&r, m);
     if (rc == CKPT_OK && r.restored) {
         *restored = 1;
         *epoch = r.epoch;

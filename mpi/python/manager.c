@@ -19,7 +19,7 @@ typedef struct {
 
 /* The restore's result; with `m`, the names it compared ('missing', 'unexpected': the C lists
  * of ckpt_manager_restore_names, empty when it compared none). */
-static PyObject *restored_dict(const ckpt_manager_restored *r, const ckpt_manager *m)
+static PyObject *restored_dict(const ckpt_manager_restore_result *r, const ckpt_manager *m)
 {
     const ckpt_name_list *miss = NULL, *unexp = NULL;
     ckpt_manager_restore_names(m, &miss, &unexp);
@@ -293,10 +293,10 @@ static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *ar
         !PyArg_ParseTupleAndKeywords(args, kw, "|$p:restore_or_initialize", names, &strict))
         return NULL;
     ckpt_manager_set_strict(self->m, strict);
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_manager_restore_or_initialize(self->m, &r);
+    rc = ckpt_manager_restore_latest(&r, self->m);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -320,11 +320,11 @@ static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *
     if (v == -1 && PyErr_Occurred())
         return NULL;
     ckpt_manager_set_strict(self->m, strict);
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = step != Py_None ? ckpt_manager_restore_step(&r, self->m, v)
-                         : ckpt_manager_restore_counter(&r, self->m, v);
+    rc = step != Py_None ? ckpt_manager_restore_at_step(&r, self->m, v)
+                         : ckpt_manager_restore_at_counter(&r, self->m, v);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -514,7 +514,10 @@ static PyObject *Training_restore(TrainingObject *self, PyObject *args, PyObject
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
-    return restored_dict(ckpt_training_restored(self->t), ckpt_training_manager(self->t));
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if ((rc = ckpt_training_restore_result(&r, self->t)) != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
+    return restored_dict(&r, ckpt_training_manager(self->t));
 }
 
 static PyObject *Training_initial_epoch(TrainingObject *self, PyObject *args)

@@ -537,11 +537,14 @@ static PyObject *Saver_last_metrics(SaverObject *self, PyObject *noargs)
     (void)noargs;
     if (check_open(self) < 0)
         return NULL;
-    ckpt_save_metrics m;
-    if (ckpt_saver_last_metrics(self->s, &m) != CKPT_OK) {
-        ckpt_error_clear(); /* kept: its own call's "no metrics" (reason no_metrics) is None */
+    ckpt_saver_metrics m = CKPT_SAVER_METRICS_INIT;
+    int rc = ckpt_saver_metrics_get(&m, self->s);
+    if (rc == CKPT_ENOTFOUND) { /* no save committed yet */
+        ckpt_error_clear(); /* kept: its own call's "no metrics" (reason no_metrics) */
         Py_RETURN_NONE;
     }
+    if (rc != CKPT_OK)
+        return pyckpt_raise(rc, NULL);
     return Py_BuildValue("{s:s,s:O,s:K,s:i,s:d,s:d,s:d,s:d,s:d}", "prefix", m.prefix, "async",
                          m.async ? Py_True : Py_False, "bytes", (unsigned long long)m.bytes,
                          "ranks", (int)m.ranks, "blocking_s", m.blocking_s, "write_s", m.write_s,

@@ -35,7 +35,7 @@
  *   training      training state in async mode, max_to_keep=2: after the final sync the state file
  *                 lists the newest two and retention deleted the rest; restore gives the newest
  *                 exactly; a restore issued while a backup is in flight waits for it.
- *   metrics       ckpt_saver_last_metrics after sync (prefix, bytes, ranks, phases, async);
+ *   metrics       ckpt_saver_metrics_get after sync (prefix, bytes, ranks, phases, async);
  *                 metrics.jsonl has one valid JSON line per committed save (checked by
  *                 tests/scripts/check_metrics_jsonl.py in Debian's python3), the last one holding
  *                 the values last_metrics gave;
@@ -55,6 +55,7 @@
 #include "mpickpt/manager.h"
 #include "mpickpt/saver.h"
 #include "mpickpt/state.h"
+#include "state_copy.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -679,9 +680,8 @@ static void case_back2back(void)
         char prev[2400];
         snprintf(prev, sizeof prev, "%s-%d", prefix, k - 1);
         int prev_idx = k == 1 || index_exists(prev);
-        ckpt_save_metrics mt;
-        memset(&mt, 0, sizeof mt);
-        int mrc = ckpt_saver_last_metrics(s, &mt);
+        ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
+        int mrc = ckpt_saver_metrics_get(&mt, s);
         int64_t counter = ckpt_saver_counter(s);
         tm_fill(&m, 1000 + k); /* changed right away */
 
@@ -712,8 +712,8 @@ static void case_back2back(void)
         snprintf(name, sizeof name, "%s-%d", prefix, k);
         check_index(name, 1, "back2back: after the final sync");
     }
-    ckpt_save_metrics mt;
-    if (ckpt_saver_last_metrics(s, &mt) == CKPT_OK) {
+    ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
+    if (ckpt_saver_metrics_get(&mt, s) == CKPT_OK) {
         snprintf(name, sizeof name, "%s-10", prefix);
         CHECK_MSG(strcmp(mt.prefix, name) == 0, "back2back: last metrics of %s", mt.prefix);
     } else {
@@ -888,7 +888,7 @@ static void case_training(void)
     }
     coll(ckpt_saver_sync(s), CKPT_OK, "training: final sync");
     static const int want45[] = { 4, 5 }, want56[] = { 5, 6 };
-    check_state(ckpt_manager_state(ckpt_training_manager(t)), want45, 2,
+    check_state(test_manager_state(ckpt_training_manager(t)), want45, 2,
                 "training: manager state after the sync");
     ckpt_state *st = NULL;
     CHECK_OK(ckpt_state_read(&st, chief));
@@ -920,14 +920,16 @@ static void case_training(void)
     if (g_rank == 0)
         printf("  restore with a backup in flight took %.3f s\n", now_s() - t0);
     CHECK_EQ_INT(restored, 1);
-    const ckpt_manager_restored *rs = ckpt_training_restored(t);
+    ckpt_manager_restore_result rsv = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    CHECK_OK(ckpt_training_restore_result(&rsv, t));
+    const ckpt_manager_restore_result *rs = &rsv;
     CHECK_MSG(ends_with(rs->prefix, "/ckpt-6"), "training: restored %s, want ckpt-6 (the backup "
                                                 "in flight)",
               rs->prefix);
     check_values(&m, 6, TM_RESTORED, "training: restore waited for epoch 6");
     CHECK_EQ_INT(ckpt_training_initial_epoch(t, 0), 7);
     coll(ckpt_saver_sync(s), CKPT_OK, "training: sync after the restore");
-    check_state(ckpt_manager_state(ckpt_training_manager(t)), want56, 2,
+    check_state(test_manager_state(ckpt_training_manager(t)), want56, 2,
                 "training: manager state after epoch 6");
     snprintf(name, sizeof name, "%s/ckpt-4", chief);
     check_index(name, 0, "training: retention of ckpt-4");
@@ -964,9 +966,9 @@ static void case_metrics(void)
     am_init_kib(&m, kib);
     ckpt_saver *s = new_saver(1, 0);
     register_or_die(&m, s);
-    ckpt_save_metrics mt;
+    ckpt_saver_metrics mt = CKPT_SAVER_METRICS_INIT;
     begin_case("metrics: none before a commit (%d ranks, %s)", g_size, g_layout_name);
-    CHECK_RC(ckpt_saver_last_metrics(s, &mt), CKPT_ENOTFOUND);
+    CHECK_RC(ckpt_saver_metrics_get(&mt, s), CKPT_ENOTFOUND);
 
     begin_case("metrics: three committed saves and a failed one");
     ckpt_save_info info = { 0, 1, 0 };
@@ -981,7 +983,7 @@ static void case_metrics(void)
     coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: failing save");
     coll(ckpt_saver_sync(s), CKPT_EIO, "metrics: sync reports the failure");
     set_fault(NULL);
-    if (ckpt_saver_last_metrics(s, &mt) == CKPT_OK) {
+    if (ckpt_saver_metrics_get(&mt, s) == CKPT_OK) {
         snprintf(name, sizeof name, "%s-1", prefix);
         CHECK_MSG(strcmp(mt.prefix, name) == 0, "metrics: after a failed save the last metrics are "
                                                  "of %s, want %s (the last committed)",
@@ -993,8 +995,8 @@ static void case_metrics(void)
         coll(ckpt_saver_save(s, prefix, &info, NULL, 0), CKPT_OK, "metrics: save");
         coll(ckpt_saver_sync(s), CKPT_OK, "metrics: sync");
     }
-    memset(&mt, 0, sizeof mt);
-    int rc = ckpt_saver_last_metrics(s, &mt);
+    mt = (ckpt_saver_metrics)CKPT_SAVER_METRICS_INIT;
+    int rc = ckpt_saver_metrics_get(&mt, s);
     CHECK_OK(rc);
     snprintf(name, sizeof name, "%s-3", prefix);
     CHECK_MSG(strcmp(mt.prefix, name) == 0, "metrics: prefix %s, want %s", mt.prefix, name);
@@ -1120,9 +1122,9 @@ static void case_kill_restore(int nwriter)
     ckpt_manager *mg = NULL;
     if (!coll(ckpt_manager_create(&mg, s, dir, &o), CKPT_OK, "kill_restore: manager"))
         MPI_Abort(MPI_COMM_WORLD, 2);
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(&m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "kill_restore: restore")) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, "kill_restore: restore")) {
         CHECK_EQ_INT(res.restored, 1);
         CHECK_MSG(ends_with(res.prefix, "/ckpt-1"), "kill_restore: restored %s, want ckpt-1",
                   res.prefix);
@@ -1144,7 +1146,7 @@ static void case_kill_restore(int nwriter)
     check_index(name, 1, "kill_restore: ckpt-2");
     check_dir_clean(dir, DIR_STATE, "kill_restore: after the next save");
     tm_zero(&m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "kill_restore: restore 2")) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, "kill_restore: restore 2")) {
         CHECK_MSG(ends_with(res.prefix, "/ckpt-2"), "kill_restore: restored %s", res.prefix);
         check_values(&m, 5, TM_RESTORED, "kill_restore: ckpt-2");
     }

@@ -25,6 +25,7 @@
 #include "levels.h"
 #include "mpi_internal.h"
 #include "mpickpt.h"
+#include "state_copy.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -475,7 +476,7 @@ static ckpt_manager *cache_manager(ckpt_saver *s, const char *dir, const char *p
 /* The state every rank sees: ckpt-2 persistent, ckpt-4 in both levels, ckpt-5 in the cache. */
 static void check_levels(const ckpt_manager *mg, const char *what)
 {
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     static const char *const names[] = { "ckpt-2", "ckpt-4", "ckpt-5" };
     static const unsigned levels[] = { CKPT_LEVEL_PERSISTENT,
                                        CKPT_LEVEL_PERSISTENT | CKPT_LEVEL_CACHE,
@@ -494,9 +495,9 @@ static void check_levels(const ckpt_manager *mg, const char *what)
 static void restore_expect(ckpt_manager *mg, tm_model *m, int64_t step, int skipped,
                            const char *what)
 {
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
         CHECK_MSG(res.restored && res.step == step && res.skipped == skipped,
                   "%s: restored %d step %lld skipped %d", what, res.restored, (long long)res.step,
                   res.skipped);
@@ -552,7 +553,7 @@ static void run_manager(const char *tag)
      * persistent checkpoint (ckpt-5 is in the caches only), and that is what it restores */
     snprintf(what, sizeof what, "%s: a manager without a cache", tag);
     begin_case("%s", what);
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     {
         ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
         o.max_to_keep = 2;
@@ -564,7 +565,7 @@ static void run_manager(const char *tag)
             CHECK_MSG(strcmp(latest, want) == 0, "%s: latest '%s', want '%s'", what, latest,
                       want);
             tm_zero(&m);
-            if (coll(ckpt_manager_restore_or_initialize(plain, &res), CKPT_OK, what))
+            if (coll(ckpt_manager_restore_latest(&res, plain), CKPT_OK, what))
                 CHECK_MSG(res.restored && res.step == 40, "%s: restored %d step %lld", what,
                           res.restored, (long long)res.step);
         }
@@ -638,7 +639,7 @@ static void run_manager(const char *tag)
         CHECK_OK(ckpt_saver_add_full(s2, "not-in-the-checkpoint", CKPT_FLOAT32, &sh, extra));
         ckpt_manager *mg2 = cache_manager(s2, dir, pat);
         if (mg2) {
-            int rc2 = ckpt_manager_restore_or_initialize(mg2, &res);
+            int rc2 = ckpt_manager_restore_latest(&res, mg2);
             /* strict (CKPT_MANAGER_OPTIONS_INIT, version 4): a mismatch before anything is read */
             if (coll(rc2, CKPT_EMISMATCH, what))
                 CHECK_MSG(strstr(g_msg, "not-in-the-checkpoint") && strstr(g_msg, "ckpt-5"),

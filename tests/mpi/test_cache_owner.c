@@ -94,9 +94,9 @@ static void expect_restore(ckpt_saver *s, tm_model *m, const char *dir, const ch
     ckpt_manager *mg = NULL;
     if (!coll(new_manager(&mg, s, dir, pat, 0, NULL), CKPT_OK, what))
         return;
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
         CHECK_MSG(res.restored && res.step == step, "%s: restored %d step %lld, want step %lld",
                   what, res.restored, (long long)res.step, (long long)step);
         check_values(m, step, TM_RESTORED, what);
@@ -373,9 +373,9 @@ static void test_foreign(ckpt_saver *s, tm_model *m)
         if (coll(rc, parents[i].ok ? CKPT_OK : CKPT_EINVAL, what) && !parents[i].ok)
             CHECK_MSG(strstr(g_msg, parents[i].msg) != NULL, "%s: message: %s", what, g_msg);
         if (rc == CKPT_OK) {
-            ckpt_manager_restored res;
+            ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
             tm_zero(m);
-            if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+            if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
                 CHECK_MSG(res.restored && res.step == 30, "%s: restored step %lld", what,
                           (long long)res.step);
                 check_values(m, 30, TM_RESTORED, what);
@@ -479,10 +479,10 @@ static void test_two_jobs(ckpt_saver *s, ckpt_saver *s2, tm_model *m, tm_model *
      * a's 2: a must not take it) */
     snprintf(what, sizeof what, "two-jobs: job a restores");
     begin_case("%s", what);
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     if (coll(new_manager(&a, s, d1, pat, 0, NULL), CKPT_OK, what)) {
         tm_zero(m);
-        if (coll(ckpt_manager_restore_or_initialize(a, &res), CKPT_OK, what)) {
+        if (coll(ckpt_manager_restore_latest(&res, a), CKPT_OK, what)) {
             CHECK_MSG(res.restored && res.step == 20 && strstr(res.prefix, cache) == res.prefix,
                       "%s: restored %d step %lld from %s", what, res.restored,
                       (long long)res.step, res.prefix);
@@ -493,7 +493,7 @@ static void test_two_jobs(ckpt_saver *s, ckpt_saver *s2, tm_model *m, tm_model *
     begin_case("%s", what);
     if (coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_OK, what)) {
         tm_zero(m2);
-        if (coll(ckpt_manager_restore_or_initialize(b, &res), CKPT_OK, what)) {
+        if (coll(ckpt_manager_restore_latest(&res, b), CKPT_OK, what)) {
             CHECK_MSG(res.restored && res.step == 120, "%s: restored %d step %lld", what,
                       res.restored, (long long)res.step);
             check_values(m2, 120, TM_RESTORED, what);
@@ -554,8 +554,8 @@ static void test_copy(ckpt_saver *s, ckpt_saver *s2, tm_model *m)
     snprintf(what, sizeof what, "copy: a job on a copy while the original's runs");
     begin_case("%s", what);
     if (coll(new_manager(&b, s2, d2, pat, 0, NULL), CKPT_OK, what)) {
-        ckpt_manager_restored res;
-        if (coll(ckpt_manager_restore_or_initialize(b, &res), CKPT_OK, what))
+        ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
+        if (coll(ckpt_manager_restore_latest(&res, b), CKPT_OK, what))
             CHECK_MSG(!res.restored, "%s: the copy restored %s", what, res.prefix);
         if (g_rank == 0) {
             char p1[4400], p2[4400];

@@ -129,9 +129,9 @@ static void check_whole(const char *what)
 static void restore_expect(ckpt_manager *mg, tm_model *m, int64_t step, int skipped,
                            const char *what)
 {
-    ckpt_manager_restored res;
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, what)) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
         CHECK_MSG(res.restored && res.step == step && res.skipped == skipped,
                   "%s: restored %d step %lld skipped %d, want step %lld skipped %d", what,
                   res.restored, (long long)res.step, res.skipped, (long long)step, skipped);

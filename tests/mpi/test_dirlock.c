@@ -32,6 +32,7 @@
 #include "model.h"
 #include "mpickpt.h"
 #include "mpickpt/manager.h"
+#include "state_copy.h"
 
 #include <fcntl.h>
 #include <inttypes.h>
@@ -122,7 +123,7 @@ static void role_first(const char *dir, const char *sync)
     save_step(mg, &m, 13, 3, "first: save 13");
     save_step(mg, &m, 14, 4, "first: save 14");
     /* exactly its own checkpoints, each with its values */
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     CHECK_MSG(st && st->num_entries == 4, "first: %zu checkpoints listed, expected 4",
               st ? st->num_entries : 0);
     for (size_t i = 0; st && i < st->num_entries && i < 4; i++) {
@@ -171,8 +172,8 @@ static void role_second(const char *dir, const char *sync)
     CHECK(mg == NULL || rc == CKPT_OK);
     if (rc == CKPT_OK && mg) {
         /* what a second job did before the lock: it goes on in the directory */
-        ckpt_manager_restored r;
-        ckpt_manager_restore_or_initialize(mg, &r);
+        ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+        ckpt_manager_restore_latest(&r, mg);
         save_step(mg, &m, 901, 3, "second (unlocked): its own save");
         ckpt_manager_free(mg);
     }
@@ -191,9 +192,9 @@ static void role_waiter(const char *dir)
         return;
     }
     check_case(1, "waiter: restores what first saved last");
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(&m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &r), CKPT_OK, "waiter: restore")) {
+    if (coll(ckpt_manager_restore_latest(&r, mg), CKPT_OK, "waiter: restore")) {
         CHECK_MSG(r.restored && ends_with(r.prefix, "/ckpt-4") && r.step == 14,
                   "waiter: restored %d %s at step %" PRId64 ", expected ckpt-4 at step 14",
                   r.restored, r.prefix, r.step);

@@ -75,6 +75,7 @@
 #include "coll.h"
 #include "logcap.h"
 #include "mpickpt.h"
+#include "state_copy.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -221,9 +222,8 @@ static void case_fallback(int async)
     begin_case("fallback_per_rank (%s): restore falls back to ckpt-1", mode);
     tm_sentinel(&m);
     g_nlogs = 0;
-    ckpt_manager_restored res;
-    memset(&res, 0, sizeof res);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore_or_initialize")) {
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, "restore_or_initialize")) {
         CHECK_EQ_INT(res.restored, 1);
         CHECK_MSG(ends_with(res.prefix, "/ckpt-1"), "restored \"%s\", want .../ckpt-1",
                   res.prefix);
@@ -325,12 +325,11 @@ static void check_restores(const char *dir, int counter, int64_t step, int64_t k
     register_or_die(&m, s);
     ckpt_manager *mg = new_manager(s, MPI_COMM_WORLD, dir, 0, 0);
     tm_sentinel(&m);
-    ckpt_manager_restored res;
-    memset(&res, 0, sizeof res);
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     char w[600], want[64];
     snprintf(w, sizeof w, "%s: restore", what);
     snprintf(want, sizeof want, "/ckpt-%d", counter);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, w)) {
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, w)) {
         CHECK_MSG(res.restored == 1 && ends_with(res.prefix, want) && res.skipped == 0,
                   "%s: restored %d \"%s\" (skipped %d), want %s", w, res.restored, res.prefix,
                   res.skipped, want);
@@ -584,9 +583,8 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
                   (unsigned long long)((used2 - used1) >> 10));
     }
     tm_sentinel(&m);
-    ckpt_manager_restored res;
-    memset(&res, 0, sizeof res);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore after the failure")) {
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, "restore after the failure")) {
         CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck1) == 0 && res.skipped == 0,
                   "restored %d \"%s\" (skipped %d), want %s", res.restored, res.prefix,
                   res.skipped, ck1);
@@ -610,8 +608,8 @@ static void case_enospc_sync(ckpt_layout layout, const char *layout_name, int re
         CHECK_MSG(removed == 0, "gc --dry-run would remove %zu path(s)", removed);
     }
     tm_sentinel(&m);
-    memset(&res, 0, sizeof res);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, "restore ckpt-2")) {
+    res = (ckpt_manager_restore_result)CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, "restore ckpt-2")) {
         CHECK_MSG(res.restored == 1 && strcmp(res.prefix, ck2) == 0,
                   "restored %d \"%s\", want %s", res.restored, res.prefix, ck2);
         check_values(&m, 3, TM_RESTORED, "ckpt-2");
@@ -718,8 +716,8 @@ static void mgr_restore(ckpt_manager *mg, tm_model *m, int64_t counter, int64_t 
                         const char *what)
 {
     tm_sentinel(m);
-    ckpt_manager_restored r;
-    if (coll(ckpt_manager_restore_or_initialize(mg, &r), CKPT_OK, what)) {
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (coll(ckpt_manager_restore_latest(&r, mg), CKPT_OK, what)) {
         CHECK_MSG(r.restored && r.save_counter == counter && r.step == step && r.skipped == skipped,
                   "%s: restored %d counter %lld step %lld skipped %d, want counter %lld step %lld "
                   "skipped %d",
@@ -976,7 +974,7 @@ static void case_dir(ckpt_layout layout, const char *layout_name)
         snprintf(what, sizeof what, "%s: the save after", lies[i].name);
         mgr_save(mg, &m, 30, CKPT_OK, what);
         /* retention (max_to_keep 2) kept exactly ckpt-2 and ckpt-3, both restorable */
-        const ckpt_state *st = ckpt_manager_state(mg);
+        const ckpt_state *st = test_manager_state(mg);
         CHECK_MSG(st && st->num_entries == 2 && strcmp(st->entries[0].prefix, "ckpt-2") == 0 &&
                       strcmp(st->entries[1].prefix, "ckpt-3") == 0 &&
                       strcmp(st->latest, "ckpt-3") == 0,
@@ -1552,8 +1550,8 @@ static void case_messages(void)
             ckpt_manager_save_info si = { 0, 1, 0, 0 };
             coll(ckpt_manager_save(mg, &si, NULL, 0), CKPT_OK, "twice: the save");
         } else {
-            ckpt_manager_restored r;
-            int rc = ckpt_manager_restore_or_initialize(mg, &r);
+            ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+            int rc = ckpt_manager_restore_latest(&r, mg);
             if (coll(rc, CKPT_ERROR, "twice: the restore")) {
                 char want[64];
                 snprintf(want, sizeof want, "rank %d (host ", last);

@@ -55,6 +55,7 @@
 #include "mpi_check.h"
 #include "coll.h"
 #include "mpickpt.h"
+#include "state_copy.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -546,7 +547,7 @@ static uint64_t state_hash(const ckpt_state *st)
 static void expect_state(const ckpt_manager *mg, const char *dir, const char *stem,
                          const int64_t *ns, int n, const meta *metas, const char *what)
 {
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     CHECK_MSG(st != NULL, "%s: ckpt_manager_state returned NULL", what);
     uint64_t h = state_hash(st), mn, mx;
     MPI_Allreduce(&h, &mn, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -609,7 +610,7 @@ static void expect_state_file(const ckpt_manager *mg, const char *dir, const cha
     int rc = ckpt_state_read(&fs, dir);
     CHECK_MSG(rc == CKPT_OK, "%s: ckpt_state_read(%s) returned %s: %s", what, dir,
               ckpt_strerror(rc), msg_of());
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     if (rc == CKPT_OK && fs && st) {
         CHECK_MSG(strcmp(fs->latest, st->latest) == 0,
                   "%s: state file latest \"%s\", manager \"%s\"", what, fs->latest, st->latest);
@@ -681,15 +682,14 @@ typedef struct restored_want {
 static void mrestore(ckpt_manager *mg, tm_model *m, const restored_want *want, const char *what)
 {
     tm_sentinel(m);
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r;
     memset(&r, 0x5a, sizeof r);
-    r.prefix[0] = '\0';
+    r.version = CKPT_MANAGER_RESTORE_RESULT_VERSION;
     char w[512];
     snprintf(w, sizeof w, "%s: restore_or_initialize", what);
-    int rc = ckpt_manager_restore_or_initialize(mg, &r);
+    int rc = ckpt_manager_restore_latest(&r, mg);
     if (!coll(rc, CKPT_OK, w))
         return;
-    r.prefix[sizeof r.prefix - 1] = '\0';
     same_i64(r.restored, "restored", w);
     same_i64(r.skipped, "skipped", w);
     CHECK_MSG(r.restored == want->restored, "%s: restored = %d, expected %d", w, r.restored,
@@ -749,7 +749,7 @@ static void retention_run(int max_to_keep, int nsaves, const char *sub)
         ns[n++] = k;
     snprintf(what, sizeof what, "%s: after %d saves", sub, nsaves);
     expect_state_file(mg, dir, what);
-    CHECK_EQ_INT(ckpt_manager_state(mg)->save_counter, nsaves);
+    CHECK_EQ_INT(test_manager_state(mg)->save_counter, nsaves);
     ckpt_manager_free(mg);
 
     /* A new manager on the same directory continues the numbering. */
@@ -966,7 +966,7 @@ static void keep_check(ckpt_manager *mg, const char *dir, const sweep_sim *sm, c
     kept_str(ks, sizeof ks, kept, nk);
     expect_dir(dir, "ckpt", kept, nk, NULL, what);
     expect_state(mg, dir, "ckpt", kept, nk, metas, what);
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     if (!st)
         return;
     for (size_t i = 0; i < st->num_entries; i++) {
@@ -986,7 +986,7 @@ static void keep_check(ckpt_manager *mg, const char *dir, const sweep_sim *sm, c
 
 static double newest_ts(const ckpt_manager *mg)
 {
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     return (st && st->num_entries) ? st->entries[st->num_entries - 1].timestamp : 0;
 }
 
@@ -1006,7 +1006,7 @@ static void test_keep_hours(void)
     sweep_sim sm;
     memset(&sm, 0, sizeof sm);
     /* the manager's starting point (its creation time; TensorFlow's is the creation time - 1 s) */
-    sm.last = ckpt_manager_state(mg)->last_preserved_timestamp;
+    sm.last = test_manager_state(mg)->last_preserved_timestamp;
     same_i64((int64_t)(sm.last * 1e6), "initial last_preserved_timestamp", "keep_hours");
     CHECK_MSG(sm.last > 1.5e9, "keep_hours: initial last_preserved_timestamp %.6f", sm.last);
     meta metas[32];
@@ -1053,9 +1053,9 @@ static void test_keep_hours(void)
     begin_case("keep_every_n_hours: re-created manager");
     mg = new_manager(s, dir, keep, KEEP_HOURS, 0, NULL, "keep_hours: re-created");
     if (mg) {
-        CHECK_MSG(ckpt_manager_state(mg)->last_preserved_timestamp == sm.last,
+        CHECK_MSG(test_manager_state(mg)->last_preserved_timestamp == sm.last,
                   "keep_hours: re-created manager starts from %.6f, expected %.6f",
-                  ckpt_manager_state(mg)->last_preserved_timestamp, sm.last);
+                  test_manager_state(mg)->last_preserved_timestamp, sm.last);
         metas[8] = (meta){ 0, 8, 0 };
         msave(mg, &m, &metas[8], 0, "ckpt", 8, "keep_hours: re-created");
         sim_save(&sm, 8, newest_ts(mg), keep);
@@ -1223,10 +1223,9 @@ static void test_fallback(void)
         s = new_saver(&m, mism[i].v);
         mg = new_manager(s, dir, 5, 0, 0, NULL, mism[i].what);
         if (mg) {
-            ckpt_manager_restored r;
-            memset(&r, 0, sizeof r);
+            ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
             logs_clear();
-            int rc = ckpt_manager_restore_or_initialize(mg, &r);
+            int rc = ckpt_manager_restore_latest(&r, mg);
             coll(rc, mism[i].expected, mism[i].what);
             CHECK_MSG(rc != CKPT_OK, "%s: silently %s (restored=%d, skipped=%d)", mism[i].what,
                       r.restored ? "restored" : "fell back to initializing", r.restored,
@@ -1276,7 +1275,7 @@ static int backup(ckpt_training *t, tm_model *m, const char *dir, int64_t epoch,
     int rc = ckpt_training_back_up(t, epoch, step, eoe);
     int ok = coll(rc, CKPT_OK, w);
     const ckpt_manager *mg = ckpt_training_manager(t);
-    const ckpt_state *st = mg ? ckpt_manager_state(mg) : NULL;
+    const ckpt_state *st = mg ? test_manager_state(mg) : NULL;
     if (ok && st) {
         CHECK_MSG(st->num_entries > 0, "%s: the state lists nothing", w);
         if (st->num_entries > 0) {
@@ -1512,7 +1511,7 @@ static void test_delete(void)
     if (t) {
         trestore(t, &m, 0, 0, 0, 0, "delete: new job");
         backup(t, &m, dir, 0, 3, 0, "delete: new job");
-        const ckpt_state *st = ckpt_manager_state(ckpt_training_manager(t));
+        const ckpt_state *st = test_manager_state(ckpt_training_manager(t));
         CHECK_MSG(st && strcmp(st->latest, "ckpt-1") == 0, "delete: first backup after a delete "
                   "is %s, expected ckpt-1", st ? st->latest : "?");
         coll(ckpt_training_delete_backup(t), CKPT_OK, "delete: second delete_backup");
@@ -1662,7 +1661,7 @@ static void test_gc(void)
     expect_garbage(dir, "chief", 1, "gc: before the backup");
     barrier(); /* the chief removes it as soon as it enters the save */
     backup(t, &m, dir, 0, 2, 0, "gc: backup after a crash");
-    const ckpt_state *st = ckpt_manager_state(ckpt_training_manager(t));
+    const ckpt_state *st = test_manager_state(ckpt_training_manager(t));
     CHECK_MSG(st && strcmp(st->latest, "ckpt-2") == 0, "gc: the backup after the crash is %s, "
               "expected ckpt-2", st ? st->latest : "?");
     barrier();
@@ -1860,8 +1859,8 @@ static void expect_latest(ckpt_manager *mg, int64_t n, const char *what)
 /* A restore that must fail on every rank with `want`, naming the pin. */
 static void restore_fails(ckpt_manager *mg, tm_model *m, int want, const char *what)
 {
-    ckpt_manager_restored r;
-    int rc = ckpt_manager_restore_or_initialize(mg, &r);
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = ckpt_manager_restore_latest(&r, mg);
     if (coll(rc, want, what)) {
         const ckpt_error *e = ckpt_error_last();
         CHECK_MSG(e && e->message && strstr(e->message, "pinned") &&
@@ -2072,13 +2071,13 @@ static void chosen_ok(ckpt_manager *mg, tm_model *m, int by_counter, int64_t val
                       int64_t counter, const char *what)
 {
     tm_sentinel(m);
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r;
     memset(&r, 0x5a, sizeof r);
-    int rc = by_counter ? ckpt_manager_restore_counter(&r, mg, value)
-                        : ckpt_manager_restore_step(&r, mg, value);
+    r.version = CKPT_MANAGER_RESTORE_RESULT_VERSION;
+    int rc = by_counter ? ckpt_manager_restore_at_counter(&r, mg, value)
+                        : ckpt_manager_restore_at_step(&r, mg, value);
     if (!coll(rc, CKPT_OK, what))
         return;
-    r.prefix[sizeof r.prefix - 1] = '\0';
     same_str(r.prefix, "prefix", what);
     char name[64];
     snprintf(name, sizeof name, "ckpt-%" PRId64, counter);
@@ -2095,9 +2094,9 @@ static void chosen_ok(ckpt_manager *mg, tm_model *m, int by_counter, int64_t val
 static void chosen_fails(ckpt_manager *mg, int by_counter, int64_t value, int want,
                          const char *what, ...)
 {
-    ckpt_manager_restored r;
-    int rc = by_counter ? ckpt_manager_restore_counter(&r, mg, value)
-                        : ckpt_manager_restore_step(&r, mg, value);
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    int rc = by_counter ? ckpt_manager_restore_at_counter(&r, mg, value)
+                        : ckpt_manager_restore_at_step(&r, mg, value);
     if (!coll(rc, want, what))
         return;
     va_list ap;

@@ -38,6 +38,7 @@
 #include "coll.h"
 #include "logcap.h"
 #include "mpickpt.h"
+#include "state_copy.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -221,7 +222,7 @@ static int mgr_save(ckpt_manager *mg, tm_model *m, int64_t step, int expected, i
 /* The state lists exactly the counters `want[0..n)` in order (every rank's copy). */
 static void expect_listed(ckpt_manager *mg, const int64_t *want, size_t n, const char *what)
 {
-    const ckpt_state *st = ckpt_manager_state(mg);
+    const ckpt_state *st = test_manager_state(mg);
     int ok = st && st->num_entries == n;
     for (size_t i = 0; ok && i < n; i++)
         ok = st->entries[i].save_counter == want[i];
@@ -234,9 +235,9 @@ static void expect_listed(ckpt_manager *mg, const int64_t *want, size_t n, const
 static void mgr_restore(ckpt_manager *mg, tm_model *m, int64_t counter, int64_t step,
                         const char *what)
 {
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_sentinel(m);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &r), CKPT_OK, what)) {
+    if (coll(ckpt_manager_restore_latest(&r, mg), CKPT_OK, what)) {
         CHECK_MSG(r.restored && r.save_counter == counter && r.step == step,
                   "%s: restored %d counter %lld step %lld, want counter %lld step %lld", what,
                   r.restored, (long long)r.save_counter, (long long)r.step, (long long)counter,

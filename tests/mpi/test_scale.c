@@ -343,11 +343,10 @@ static void manager_restore(ckpt_saver *s, tm_model *m, const char *dir, int n_w
     snprintf(w, sizeof w, "%s: ckpt_manager_create", what);
     if (!coll(ckpt_manager_create(&mg, s, dir, &mo), CKPT_OK, w))
         return;
-    ckpt_manager_restored res;
-    memset(&res, 0, sizeof res);
+    ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
     tm_zero(m);
-    snprintf(w, sizeof w, "%s: ckpt_manager_restore_or_initialize", what);
-    if (coll(ckpt_manager_restore_or_initialize(mg, &res), CKPT_OK, w)) {
+    snprintf(w, sizeof w, "%s: ckpt_manager_restore_latest", what);
+    if (coll(ckpt_manager_restore_latest(&res, mg), CKPT_OK, w)) {
         CHECK_MSG(res.restored == 1 && res.skipped == 0,
                   "%s: restored %d, skipped %d; want the writer's checkpoint, none skipped", what,
                   res.restored, res.skipped);

@@ -213,32 +213,32 @@ static void test_manager(const char *dir)
     ckpt_manager_options mo = CKPT_MANAGER_OPTIONS_INIT;
     CHECK(mo.version == 4 && mo.strict_restore == 1);
     CHECK(coll(ckpt_manager_create(&m, s, dir, &mo), CKPT_OK, "manager v4"));
-    ckpt_manager_restored r;
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_EMISMATCH, "manager strict"));
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_EMISMATCH, "manager strict"));
     CHECK(strstr(g_msg, "'c'") && strstr(g_msg, "'b'"));
     CHECK(ra[0] == 0.0f);
     const ckpt_name_list *miss = NULL, *unexp = NULL;
     ckpt_manager_restore_names(m, &miss, &unexp);
     CHECK(has(miss, "c") && has(unexp, "b"));
     ckpt_manager_set_strict(m, 0);
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_OK, "manager not strict"));
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_OK, "manager not strict"));
     CHECK(r.restored == 1 && ra[0] == 5.0f && rc[0] == 0.0f);
     ckpt_manager_restore_names(m, &miss, &unexp);
     CHECK(ckpt_name_list_size(miss) == 1 && has(miss, "c"));
     CHECK(ckpt_name_list_size(unexp) == 1 && has(unexp, "b"));
-    CHECK(coll(ckpt_manager_restore_step(&r, m, 1), CKPT_OK, "manager restore_step not strict"));
+    CHECK(coll(ckpt_manager_restore_at_step(&r, m, 1), CKPT_OK, "manager restore_step not strict"));
     ckpt_manager_free(m);
     /* version 3: as before (ENOTFOUND naming 'c') */
     mo.version = 3;
     CHECK(coll(ckpt_manager_create(&m, s, dir, &mo), CKPT_OK, "manager v3"));
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_ENOTFOUND, "manager v3 restore"));
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_ENOTFOUND, "manager v3 restore"));
     CHECK(strstr(g_msg, "'c'") != NULL);
     ckpt_manager_restore_names(m, &miss, &unexp);
     CHECK(miss == NULL && unexp == NULL);
     ckpt_manager_free(m);
     /* NULL options: as before too */
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager NULL"));
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_ENOTFOUND, "manager NULL restore"));
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_ENOTFOUND, "manager NULL restore"));
     ckpt_manager_free(m);
     ckpt_saver_free(s);
 }

@@ -201,8 +201,8 @@ int main(int argc, char **argv)
     if (g_rank == 0 && nsave == 1) {
         CHECK_EQ_INT(g_levels[last], CKPT_LOG_INFO);
         check_save_line(g_logs[last], prefix);
-        ckpt_save_metrics m;
-        CHECK_OK(ckpt_saver_last_metrics(s, &m));
+        ckpt_saver_metrics m = CKPT_SAVER_METRICS_INIT;
+        CHECK_OK(ckpt_saver_metrics_get(&m, s));
         CHECK_MSG(m.bytes == expected_bytes(), "metrics bytes %llu", (unsigned long long)m.bytes);
         /* metrics.jsonl carries the same slowest rank */
         char path[2300], line[4096] = "", key[64];

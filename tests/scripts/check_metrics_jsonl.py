@@ -6,7 +6,7 @@
 N lines, one per committed save, each valid JSON with every field; line i has prefix PREFIX[i],
 mode async, RANKS ranks and BYTES[i] bytes; the phases (blocking_s, write_s, agree_s, merge_s,
 commit_s) and the derived numbers are finite and >= 0, training_time_saved_s is the background time
-beyond blocking_s, and the last line's phases are PHASES (what ckpt_saver_last_metrics gave).
+beyond blocking_s, and the last line's phases are PHASES (what ckpt_saver_metrics_get gave).
 """
 import json, math, sys
 path, n, ranks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -58,7 +58,7 @@ for i, r in enumerate(recs):
     except (KeyError, TypeError):
         pass
 if recs and [recs[-1].get(k) for k in phases] != last:
-    fail('last line: phases %r, want those of ckpt_saver_last_metrics %r' %
+    fail('last line: phases %r, want those of ckpt_saver_metrics_get %r' %
          ([recs[-1].get(k) for k in phases], last))
 print('metrics.jsonl: %d lines checked, %d problem(s)' % (len(recs), bad))
 sys.exit(1 if bad else 0)

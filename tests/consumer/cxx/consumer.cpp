@@ -46,8 +46,8 @@ int main(int argc, char **argv)
             if ((rc = ckpt_manager_save(m, &info, nullptr, 0)) != CKPT_OK)
                 bad += fail(rank, "save", rc);
         } else if (rc == CKPT_OK) {
-            ckpt_manager_restored r;
-            if ((rc = ckpt_manager_restore_or_initialize(m, &r)) != CKPT_OK)
+            ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+            if ((rc = ckpt_manager_restore_latest(&r, m)) != CKPT_OK)
                 bad += fail(rank, "restore", rc);
             else if (!r.restored || r.epoch != 1 || r.step != 7 || back != mine)
                 bad += fail(rank, "restored values", CKPT_OK);

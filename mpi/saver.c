@@ -323,7 +323,8 @@ int ckpt_saver_metrics_get(ckpt_saver_metrics *out, const ckpt_saver *s)
         m = s->last_metrics;
     pthread_mutex_unlock(&ms->lock);
     if (!have)
-        return ckpt__error(CKPT_ENOTFOUND, "no save has committed yet");
+        return ckpt__error_set_reason(ckpt__error(CKPT_ENOTFOUND, "no save has committed yet"),
+                                      CKPT_REASON_NO_METRICS);
     char *p = strdup(m.prefix);
     if (!p)
         return ckpt__error(CKPT_ENOMEM, "out of memory");

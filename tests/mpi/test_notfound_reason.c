@@ -12,7 +12,7 @@
  *                  alone now); a reader's lookup
  *   pinned         the pinned checkpoint whose index is gone (nothing at or above the pin), and a
  *                  dropped checkpoint asked for by step
- *   no metrics     ckpt_saver_last_metrics() before any save
+ *   no metrics     ckpt_saver_metrics_get() before any save
  * And what is not CKPT_ENOTFOUND has no reason; a damaged newest checkpoint (its index gone) is
  * still fallen back past (skipped 1).
  */
@@ -122,7 +122,7 @@ static void test_no_checkpoint(const char *out)
     s = saver_a(0);
     ckpt_manager *m = NULL;
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     CHECK(coll(ckpt_manager_restore_step(&r, m, 15), CKPT_ENOTFOUND, "restore_step 15"));
     CHECK(strstr(g_msg, "restorable: 10, 20") != NULL);
     CHECK(reason_all(CKPT_REASON_NO_CHECKPOINT, "restore_step 15"));
@@ -146,8 +146,8 @@ static void test_no_tensor(const char *out)
      * back to ckpt-1, nothing skipped) */
     ckpt_saver *s = saver_a(1);
     ckpt_manager *m = manager_v3(s, dir);
-    ckpt_manager_restored r;
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_ENOTFOUND, "restore into 'x'"));
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_ENOTFOUND, "restore into 'x'"));
     CHECK(strstr(g_msg, "'x'") != NULL && strstr(g_msg, "ckpt-2") != NULL);
     CHECK(reason_all(CKPT_REASON_NO_TENSOR, "restore into 'x'"));
     CHECK(r.restored == 0 && r.skipped == 0);
@@ -166,7 +166,7 @@ static void test_no_tensor(const char *out)
     s = saver_a(0);
     m = manager_v3(s, dir);
     g_a[0] = -1.0f;
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_OK, "fall back past ckpt-2"));
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_OK, "fall back past ckpt-2"));
     CHECK(r.restored == 1 && r.skipped == 1 && r.step == 10 && g_a[0] == 10.0f);
     ckpt_manager_free(m);
     ckpt_saver_free(s);
@@ -188,7 +188,7 @@ static void test_pinned(const char *out)
     ckpt_saver *s = saver_a(0);
     ckpt_manager *m = NULL;
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
-    ckpt_manager_restored r;
+    ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     CHECK(coll(ckpt_manager_restore_step(&r, m, 20), CKPT_ENOTFOUND, "dropped ckpt-2"));
     CHECK(strstr(g_msg, "dropped") != NULL);
     CHECK(reason_all(CKPT_REASON_PINNED, "dropped ckpt-2"));
@@ -202,7 +202,7 @@ static void test_pinned(const char *out)
     rank0_control(dir, &c);
     rank0_unlink(dir, "ckpt-1.index");
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
-    CHECK(coll(ckpt_manager_restore_or_initialize(m, &r), CKPT_ENOTFOUND, "pinned, unreadable"));
+    CHECK(coll(ckpt_manager_restore_latest(&r, m), CKPT_ENOTFOUND, "pinned, unreadable"));
     CHECK(strstr(g_msg, "pinned") != NULL);
     CHECK(reason_all(CKPT_REASON_PINNED, "pinned, unreadable"));
     CHECK(r.restored == 0);
@@ -214,8 +214,8 @@ static void test_no_metrics(void)
 {
     check_case(1, "no metrics");
     ckpt_saver *s = saver_a(0);
-    ckpt_save_metrics sm;
-    CHECK(ckpt_saver_last_metrics(s, &sm) == CKPT_ENOTFOUND);
+    ckpt_saver_metrics sm = CKPT_SAVER_METRICS_INIT;
+    CHECK(ckpt_saver_metrics_get(&sm, s) == CKPT_ENOTFOUND);
     CHECK(reason_all(CKPT_REASON_NO_METRICS, "last_metrics"));
     ckpt_saver_free(s);
     CHECK(strcmp(ckpt_reason_name(CKPT_REASON_NO_METRICS), "no metrics") == 0);

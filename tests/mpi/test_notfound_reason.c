@@ -123,13 +123,12 @@ static void test_no_checkpoint(const char *out)
     ckpt_manager *m = NULL;
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
     ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
-    CHECK(coll(ckpt_manager_restore_step(&r, m, 15), CKPT_ENOTFOUND, "restore_step 15"));
+    CHECK(coll(ckpt_manager_restore_at_step(&r, m, 15), CKPT_ENOTFOUND, "restore_step 15"));
     CHECK(strstr(g_msg, "restorable: 10, 20") != NULL);
     CHECK(reason_all(CKPT_REASON_NO_CHECKPOINT, "restore_step 15"));
     /* what is not CKPT_ENOTFOUND has no reason (a bad argument) */
-    CHECK(coll(ckpt_manager_restore_counter(&r, m, g_rank == 0 ? 1 : 2), g_size > 1 ? CKPT_EINVAL
-                                                                                     : CKPT_OK,
-               "restore_counter, ranks disagree"));
+    CHECK(coll(ckpt_manager_restore_at_counter(&r, m, g_rank == 0 ? 1 : 2),
+               g_size > 1 ? CKPT_EINVAL : CKPT_OK, "restore_counter, ranks disagree"));
     if (g_size > 1)
         CHECK(reason_all(CKPT_REASON_NONE, "EINVAL"));
     ckpt_manager_free(m);
@@ -189,7 +188,7 @@ static void test_pinned(const char *out)
     ckpt_manager *m = NULL;
     CHECK(coll(ckpt_manager_create(&m, s, dir, NULL), CKPT_OK, "manager"));
     ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
-    CHECK(coll(ckpt_manager_restore_step(&r, m, 20), CKPT_ENOTFOUND, "dropped ckpt-2"));
+    CHECK(coll(ckpt_manager_restore_at_step(&r, m, 20), CKPT_ENOTFOUND, "dropped ckpt-2"));
     CHECK(strstr(g_msg, "dropped") != NULL);
     CHECK(reason_all(CKPT_REASON_PINNED, "dropped ckpt-2"));
     ckpt_manager_free(m);

@@ -15,6 +15,7 @@
 #                                         gone with its mount namespace
 #   cluster.sh replace NAME I             a new node I (fresh /dev/shm) in the dead one's place
 #   cluster.sh down NAME                  everything of NAME gone (idempotent)
+#   cluster.sh down-tag TAG               every cluster whose name ends with TAG (one test run's)
 #   cluster.sh down-all                   every cluster this script made on the machine
 #
 # Names: NAME is [a-z0-9]{1,8}; the namespaces are mpkc-NAME-br and mpkc-NAME-I; the state
@@ -135,15 +136,22 @@ cmd_mpirun() {
       --mca oob_tcp_if_include "$sub.0/24" "$@"
 }
 
-cmd_kill() {
-  local name=$1 i=$2 p t
+# kill_ns NS: every process in network namespace NS killed (a few rounds: a dying launcher may
+# still start one); 0 when none is left
+kill_ns() {
+  local p t
   for t in 1 2 3 4 5; do
-    p=$(ip netns pids "mpkc-$name-$i" 2>/dev/null)
-    [ -z "$p" ] && break
+    p=$(ip netns pids "$1" 2>/dev/null)
+    [ -z "$p" ] && return 0
     kill -9 $p 2>/dev/null
     sleep 0.2
   done
-  [ -z "$(ip netns pids "mpkc-$name-$i" 2>/dev/null)" ] || die "node $i of $name: processes left"
+  [ -z "$(ip netns pids "$1" 2>/dev/null)" ]
+}
+
+cmd_kill() {
+  local name=$1 i=$2
+  kill_ns "mpkc-$name-$i" || die "node $i of $name: processes left"
   rm -f "$ROOT/$name/$i.pid" "$ROOT/$name/$i.ready"
 }
 
@@ -158,13 +166,7 @@ cmd_down() {
   local name=$1 ns
   check_name "$name"
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^mpkc-$name-"); do
-    local t p
-    for t in 1 2 3 4 5; do
-      p=$(ip netns pids "$ns" 2>/dev/null)
-      [ -z "$p" ] && break
-      kill -9 $p 2>/dev/null
-      sleep 0.2
-    done
+    kill_ns "$ns"
     ip netns del "$ns" 2>/dev/null
   done
   # a holder whose network namespace is gone already (its pid file remains)
@@ -175,10 +177,11 @@ cmd_down() {
   rm -rf "${ROOT:?}/$name"
 }
 
-cmd_down_all() {
+cmd_down_all() { # [TAG]: only the clusters whose name ends with TAG
   local name
   for name in $( { ip netns list 2>/dev/null | awk '{print $1}' | sed -n 's/^mpkc-\([a-z0-9]*\)-.*/\1/p'
                    ls "$ROOT" 2>/dev/null; } | sort -u); do
+    [ -n "${1:-}" ] && [ "${name%"$1"}" = "$name" ] && continue
     cmd_down "$name"
   done
   rmdir "$ROOT" 2>/dev/null
@@ -193,6 +196,7 @@ case "${1:-}" in
   kill) [ $# = 3 ] || die "usage: kill NAME I"; cmd_kill "$2" "$3" ;;
   replace) [ $# = 3 ] || die "usage: replace NAME I"; cmd_replace "$2" "$3" ;;
   down) [ $# = 2 ] || die "usage: down NAME"; cmd_down "$2" ;;
+  down-tag) [ $# = 2 ] && [[ $2 =~ ^[a-z0-9]{1,6}$ ]] || die "usage: down-tag TAG"; cmd_down_all "$2" ;;
   down-all) cmd_down_all ;;
-  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
 esac

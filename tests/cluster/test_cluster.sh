@@ -29,10 +29,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 C=$here/cluster.sh
 "$C" check || exit $?
 
+# MPICKPT_CLUSTER_TAG (up to 5 of [a-z0-9], from the build directory): another test run on the
+# machine has other names, so neither takes down the other's nodes
 case $case_ in
   pernode) name=cpn ;; hier) name=chm ;; partner) name=cpa ;; partner_lost) name=cpl ;;
   drain_kill) name=cdk ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
+name=$name${MPICKPT_CLUSTER_TAG:-}
 "$C" down "$name"
 trap '"$C" down "$name"' EXIT
 rm -rf "$out" && mkdir -p "$out" || exit 1

@@ -24,7 +24,7 @@ C=$here/cluster.sh
 for t in munged mungekey slurmctld slurmd sbatch squeue scontrol sinfo srun; do
   command -v "$t" >/dev/null || { echo "SKIP: $t is not installed (jobs/deps.sh slurm)"; exit 77; }
 done
-name=csl
+name=csl${MPICKPT_CLUSTER_TAG:-} # test_cluster.sh: another run's nodes have other names
 rm -rf "$out" && mkdir -p "$out" || exit 1
 # Unix socket paths are limited to ~107 bytes: the daemons' files under a short directory
 sd=$(mktemp -d /tmp/mpkc-slurm.XXXXXX) || exit 1

@@ -87,25 +87,8 @@ SlurmctldPidFile=$sd/slurmctld-daemon.pid
 SlurmdPidFile=$sd/slurmd-%n.pid
 SlurmctldLogFile=$sd/log/slurmctld.log
 SlurmdLogFile=$sd/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-ReturnToService=2
 SlurmdTimeout=10
-JobRequeue=1
-SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MailProg=/bin/true
-KillWait=5
-InactiveLimit=0
-MinJobAge=300
+Include $src/jobs/slurm/private-slurm.conf
 EOF
   for i in $(seq 0 $((nodes - 1))); do
     echo "NodeName=${name}n$i NodeAddr=$sub.$((i + 1)) CPUs=2 RealMemory=1000 State=UNKNOWN"

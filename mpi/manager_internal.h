@@ -1,0 +1,100 @@
+/*
+ * The checkpoint manager's state, shared by its modules (not installed):
+ *   manager.c          create and free, the accessors, the save, its commit hooks, retention
+ *   manager_share.c    the rule of what a restore may use (candidate), the chief's state and
+ *                      restart control broadcast to every rank, committed checkpoints adopted
+ *   manager_levels.c   the cache level's policy: settings, sweep, retention, drain
+ *   manager_restore.c  the restores (latest, at a step or counter) and their reports
+ *   training.c         the worker training state over a manager
+ */
+#ifndef MPICKPT_MANAGER_INTERNAL_H
+#define MPICKPT_MANAGER_INTERNAL_H
+
+#include "mpickpt/manager.h"
+
+#include "dirlock.h"
+#include "mpi_internal.h"
+#include "reaper.h"
+#include "restart.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ckpt_manager {
+    ckpt_saver *saver;
+    MPI_Comm comm;
+    int rank;
+    char dir[4096]; /* the chief's path, adopted by every rank */
+    char name[200];
+    ckpt_manager_options opts;
+    ckpt_state *state; /* the chief's view, identical on every rank */
+    /* The step of the last save this job made or restored from: min_step_interval counts from it
+     * (after falling back past a damaged latest, from the checkpoint actually restored). */
+    int have_last;
+    int64_t last_step;
+    /* In async mode the writer thread updates the state after each commit (the commit hook);
+     * the lock keeps the application's reads of it consistent. */
+    pthread_mutex_t lock;
+    ckpt_manager_save_info pending; /* what the save in flight records */
+    /* The cache level (docs/levels.md): rank 0's settings, the same on every rank. */
+    int cache;
+    int64_t persist_every, cache_keep;
+    char drain_pending[256]; /* a failed drain, tried again at the next save */
+    int pending_persist;     /* the save in flight also goes to `dir` (drained after its commit) */
+    /* The restart control (`mpickpt pin`/`drop`, lib/restart.h): rank 0's reading of
+     * <dir>/restart, the same on every rank; read at creation and before each save. */
+    ckpt__restart ctl;
+    ckpt__dirlock *dirlock; /* rank 0: the lock of `dir` (lib/dirlock.h), held until free */
+    /* the last restore's comparison of names (strict restores), or NULL */
+    ckpt_name_list *miss, *unexp;
+    int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
+    /* rank 0: the blocks of retention's deleted files, freed in the background (lib/reaper.h)
+     * unless MPICKPT_RETENTION=inline; waited for by the next batch, the next save's sweep, a
+     * removal of the directory and the free */
+    ckpt__reaper reaper;
+    int retention_inline;
+    /* the last restore's prefix, where ckpt_manager_restore_result.prefix points */
+    char restored_prefix[4400];
+};
+
+/* Why no restore may use an entry (ckpt__mgr_candidate() < 0). */
+enum { NOT_DROPPED = CKPT__CAND_DROPPED, NOT_ASIDE = CKPT__CAND_ASIDE, NOT_LEVEL = CKPT__CAND_LEVEL };
+_Static_assert((int)CKPT__CAND_NORMAL == (int)CKPT_RESTART_NORMAL &&
+                   (int)CKPT__CAND_PINNED == (int)CKPT_RESTART_PINNED &&
+                   (int)CKPT__CAND_BEHIND_PIN == (int)CKPT_RESTART_BEHIND_PIN,
+               "lib/restart.h's candidates are ckpt_restart_status values");
+
+/* manager_share.c */
+int ckpt__mgr_rs_of(const ckpt_manager *m, const ckpt_state_entry *e);
+unsigned ckpt__mgr_levels_of(const ckpt_state_entry *e);
+int ckpt__mgr_candidate(const ckpt_manager *m, const ckpt_state_entry *e, unsigned *levels);
+size_t ckpt__mgr_start_of(const ckpt_manager *m, const ckpt_state *st);
+int ckpt__mgr_bcast_bytes(ckpt_manager *m, MPI_Comm comm, uint8_t **buf, size_t *len, int local);
+int ckpt__mgr_share_state(ckpt_manager *m, MPI_Comm comm, int local);
+int ckpt__mgr_share_control(ckpt_manager *m);
+int ckpt__mgr_vote_control(ckpt_manager *m);
+int ckpt__mgr_adopt_unlisted(ckpt_manager *m, const char *dir, const char *shown, unsigned level);
+int ckpt__mgr_adopt_drained(ckpt_manager *m);
+
+/* manager.c */
+int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
+                     const ckpt_manager_options *opts, int levels_from_env);
+size_t ckpt__mgr_opts_size(unsigned version);
+int ckpt__mgr_take_dirlock(ckpt_manager *m, int dirfd);
+int ckpt__mgr_apply_retention(ckpt_manager *m);
+void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counter,
+                         const ckpt_manager_save_info *info, unsigned levels);
+
+/* manager_levels.c */
+int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env);
+int ckpt__mgr_sweep_cache(ckpt_manager *m, MPI_Comm comm);
+int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
+                                const ckpt_commit_vote *v, void *payload);
+int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name);
+int ckpt__mgr_drain_pending(ckpt_manager *m);
+
+/* manager_restore.c */
+void ckpt__mgr_result_legacy(ckpt_manager_restored *out, const ckpt_manager_restore_result *r);
+
+#endif

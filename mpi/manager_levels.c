@@ -1,0 +1,270 @@
+/*
+ * The manager's cache level (docs/levels.md; mpi/manager_internal.h): rank 0's settings, the
+ * sweep of the nodes' caches, the cache's retention, the commit hook of a save to the cache, and
+ * the drain of every persist_every-th checkpoint to the persistent directory (tried again at the
+ * next save when it fails).
+ */
+#include "manager_internal.h"
+
+#include "env.h"
+#include "identity.h"
+#include "fsutil.h"
+#include "index.h"
+#include "mpickpt/collective.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Rank 0's settings (options, else MPICKPT_* when `from_env`), then the saver's cache on every
+ * rank. Collective. */
+int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env)
+{
+    struct {
+        int64_t status, on, partner, every, keep;
+        int64_t max_to_keep; /* retention's options: every rank applies the chief's */
+        double keep_hours;
+        /* for each node cache's lock: the directory lock's (ckpt__mgr_take_dirlock) */
+        double lock_wait;
+        char pattern[4096];
+        char identity[CKPT__IDENTITY_HEX + 8];
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        const char *pat = m->opts.cache_dir;
+        if (!pat && from_env)
+            pat = getenv("MPICKPT_CACHE_DIR");
+        int red = m->opts.redundancy;
+        int64_t every = m->opts.persist_every, keep = m->opts.cache_max_to_keep;
+        static const char *const words[] = { "none", "partner" };
+        static const int values[] = { CKPT_REDUNDANCY_NONE, CKPT_REDUNDANCY_PARTNER };
+        if (red == CKPT_REDUNDANCY_DEFAULT)
+            local = from_env ? ckpt__env_choice(&red, "MPICKPT_REDUNDANCY", words, values, 2,
+                                                CKPT_REDUNDANCY_NONE)
+                             : (red = CKPT_REDUNDANCY_NONE, CKPT_OK);
+        if (local == CKPT_OK && every == 0)
+            local = from_env ? ckpt__env_int64(&every, "MPICKPT_PERSIST_EVERY", 1, INT32_MAX, 10)
+                             : (every = 10, CKPT_OK);
+        if (local == CKPT_OK && keep == 0)
+            local = from_env ? ckpt__env_int64(&keep, "MPICKPT_CACHE_KEEP", 1, INT32_MAX, 2)
+                             : (keep = 2, CKPT_OK);
+        if (local == CKPT_OK && red != CKPT_REDUNDANCY_NONE && red != CKPT_REDUNDANCY_PARTNER)
+            local = ckpt__error(CKPT_EINVAL, "ckpt_manager_options.redundancy is %d", red);
+        else if (local == CKPT_OK && (every < 0 || keep < 0))
+            local = ckpt__error(CKPT_EINVAL, "ckpt_manager_options: persist_every %lld and "
+                                             "cache_max_to_keep %lld must be positive (or 0)",
+                                (long long)every, (long long)keep);
+        if (local == CKPT_OK && pat && *pat)
+            local = ckpt__path(msg.pattern, sizeof msg.pattern, "%s", pat);
+        msg.on = local == CKPT_OK && pat && *pat;
+        /* a saver's cache level belongs to the manager that set it up (until it is freed):
+         * a second one would take it over, and its saves would go into the other's caches */
+        if (msg.on && ckpt__saver_has_cache(m->saver))
+            local = ckpt__error(CKPT_EINVAL,
+                                "%s: the saver already has a cache level (of another manager, "
+                                "in %s); give each manager with a cache level its own saver",
+                                m->dir, ckpt__saver_cache_shown(m->saver));
+        msg.on = msg.on && local == CKPT_OK;
+        msg.lock_wait = m->opts.lock_wait_seconds;
+        if (msg.on && msg.lock_wait == 0)
+            local = ckpt__dirlock_env_wait(&msg.lock_wait);
+        msg.on = msg.on && local == CKPT_OK;
+        if (msg.on) { /* whose cache copies are this directory's (lib/identity.h) */
+            int dfd = -1;
+            local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 0);
+            if (local == CKPT_OK)
+                local = ckpt__identity_get(msg.identity, dfd, m->dir, 1);
+            ckpt__close(dfd);
+            msg.on = local == CKPT_OK;
+        }
+        msg.partner = red == CKPT_REDUNDANCY_PARTNER;
+        msg.max_to_keep = m->opts.max_to_keep;
+        msg.keep_hours = m->opts.keep_every_n_hours;
+        msg.every = every;
+        msg.keep = keep;
+    }
+    msg.status = local;
+    if (MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, m->comm) != MPI_SUCCESS && local == CKPT_OK)
+        local = ckpt__error(CKPT_EMPI, "MPI_Bcast of the levels failed");
+    if (msg.status != CKPT_OK || local != CKPT_OK)
+        return ckpt_mpi_agree(m->comm, local != CKPT_OK ? local : (int)msg.status);
+    int rc = ckpt_mpi_agree(m->comm, CKPT_OK);
+    m->opts.max_to_keep = (int)msg.max_to_keep;
+    m->opts.keep_every_n_hours = msg.keep_hours;
+    if (rc != CKPT_OK || !msg.on)
+        return rc;
+    msg.pattern[sizeof msg.pattern - 1] = '\0';
+    const char *group = m->opts.failure_group;
+    if (!group && from_env)
+        group = getenv("MPICKPT_FAILURE_GROUP");
+    msg.identity[sizeof msg.identity - 1] = '\0';
+    rc = ckpt__saver_cache_init(m->saver, msg.pattern,
+                                msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
+                                group && *group ? group : NULL, msg.identity, m->dir);
+    /* one job per node cache of this directory, as per directory (two directories can share an
+     * identity only when it was copied by hand without its inode: a job waits or is refused) */
+    if (rc == CKPT_OK && (rc = ckpt__cache_lock(m->saver, msg.lock_wait)) != CKPT_OK)
+        ckpt__saver_cache_free(m->saver);
+    if (rc == CKPT_OK) {
+        m->cache = 1;
+        m->persist_every = msg.every;
+        m->cache_keep = msg.keep;
+    }
+    return rc;
+}
+
+/* The caches keep exactly the checkpoints the (shared) state lists in the cache. Collective. */
+int ckpt__mgr_sweep_cache(ckpt_manager *m, MPI_Comm comm)
+{
+    const ckpt_state *st = m->state;
+    int64_t *keep = malloc((st->num_entries ? st->num_entries : 1) * sizeof *keep);
+    size_t n = 0;
+    int local = keep ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; keep && i < st->num_entries; i++)
+        if (ckpt__mgr_levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE)
+            keep[n++] = st->entries[i].save_counter;
+    int rc = ckpt_mpi_agree(comm, local);
+    if (rc == CKPT_OK)
+        rc = ckpt__cache_sweep(m->saver, comm, m->name, keep, n);
+    free(keep);
+    return rc;
+}
+
+/* The chief: the cache keeps its newest cache_keep checkpoints; an older one leaves the cache
+ * (and the state, unless the persistent directory has it too). */
+static void cache_retention(ckpt_manager *m)
+{
+    ckpt_state *st = m->state;
+    size_t in_cache = 0;
+    /* set aside by a pin: neither counted nor removed; dropped: ckpt__mgr_apply_retention removes
+     * them */
+    for (size_t i = 0; i < st->num_entries; i++)
+        in_cache += (ckpt__mgr_levels_of(&st->entries[i]) & CKPT_LEVEL_CACHE) != 0 &&
+                    ckpt__mgr_rs_of(m, &st->entries[i]) != CKPT__RS_ASIDE &&
+                    ckpt__mgr_rs_of(m, &st->entries[i]) != CKPT__RS_DROPPED;
+    for (size_t i = 0; i + 1 < st->num_entries && in_cache > (size_t)m->cache_keep;) {
+        ckpt_state_entry *e = &st->entries[i];
+        if (!(ckpt__mgr_levels_of(e) & CKPT_LEVEL_CACHE) ||
+            ckpt__mgr_rs_of(m, e) == CKPT__RS_ASIDE || ckpt__mgr_rs_of(m, e) == CKPT__RS_DROPPED) {
+            i++;
+            continue;
+        }
+        in_cache--;
+        if (ckpt__mgr_levels_of(e) & CKPT_LEVEL_PERSISTENT) {
+            e->levels = CKPT_LEVEL_PERSISTENT;
+            i++;
+        } else {
+            ckpt_state_remove(st, i);
+        }
+    }
+}
+
+/* After a commit to the cache (the saver's hook, collective over `comm`): the chief lists it at
+ * level cache (its size from the index: the files are on several nodes), applies both levels'
+ * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
+int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
+                                const ckpt_commit_vote *v, void *payload)
+{
+    (void)v; /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
+    ckpt_manager *m = payload;
+    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
+    const ckpt_manager_save_info *info = &m->pending;
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        ckpt_state_entry e;
+        ckpt__mgr_new_entry(&e, prefix, counter, info, CKPT_LEVEL_CACHE);
+        ckpt_reader *r = NULL;
+        local = ckpt_reader_open_index(&r, prefix);
+        if (local == CKPT_OK) {
+            const Mpickpt__Index *idx = ckpt__reader_index(r);
+            for (size_t f = 0; f < idx->n_files; f++)
+                e.bytes += idx->files[f]->bytes;
+        }
+        ckpt_reader_free(r);
+        pthread_mutex_lock(&m->lock);
+        if (local == CKPT_OK)
+            local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK) {
+            cache_retention(m);
+            local = ckpt__mgr_apply_retention(m);
+        }
+        pthread_mutex_unlock(&m->lock);
+    }
+    int rc = ckpt__mgr_share_state(m, comm, local);
+    if (rc == CKPT_OK)
+        rc = ckpt__mgr_sweep_cache(m, comm);
+    if (rc == CKPT_OK) {
+        m->have_last = 1;
+        m->last_step = info->step;
+    }
+    /* every persist_every-th: the drain, on this thread (the writer thread of an async saver:
+     * training does not wait for it) */
+    const char *slash = strrchr(prefix, '/');
+    if (rc == CKPT_OK && m->pending_persist)
+        rc = ckpt__mgr_drain(m, comm, slash ? slash + 1 : prefix);
+    else if (m->pending_persist) /* committed, but not drained: at the next save */
+        snprintf(m->drain_pending, sizeof m->drain_pending, "%s", slash ? slash + 1 : prefix);
+    return rc;
+}
+
+/* Drains checkpoint `name` (in the cache) to the persistent directory, then lists it there too.
+ * A failed drain is reported (a warning) and tried again at the next save, while the cache
+ * still holds it; the save that asked for it stands. Collective. */
+int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name)
+{
+    int rc = ckpt__cache_drain(m->saver, comm, name, m->dir);
+    if (rc != CKPT_OK) {
+        if (m->rank == 0)
+            ckpt__log(CKPT_LOG_WARN, "the drain of %s to %s failed (tried again at the next "
+                                     "save): %s",
+                      name, m->dir, ckpt_error_last()->message);
+        snprintf(m->drain_pending, sizeof m->drain_pending, "%s", name);
+        ckpt_error_clear();
+        return CKPT_OK;
+    }
+    m->drain_pending[0] = '\0';
+    int local = CKPT_OK;
+    if (m->rank == 0) {
+        /* the state as every rank has it, put back when the new one cannot be written (the
+         * drained copy stays, unlisted: the next manager adopts it, ckpt__mgr_adopt_drained) */
+        uint8_t *before = NULL;
+        size_t blen = 0;
+        pthread_mutex_lock(&m->lock);
+        local = ckpt__state_pack(&before, &blen, m->state, 0);
+        for (size_t i = 0; local == CKPT_OK && i < m->state->num_entries; i++)
+            if (strcmp(m->state->entries[i].prefix, name) == 0)
+                m->state->entries[i].levels |= CKPT_LEVEL_PERSISTENT;
+        if (local == CKPT_OK && (local = ckpt__mgr_apply_retention(m)) != CKPT_OK) {
+            ckpt_state *back = NULL;
+            if (ckpt__state_unpack(&back, before, blen, "the state before the drain") ==
+                CKPT_OK) {
+                ckpt_state_free(m->state);
+                m->state = back;
+            }
+        }
+        pthread_mutex_unlock(&m->lock);
+        free(before);
+    }
+    rc = ckpt__mgr_share_state(m, comm, local);
+    if (rc == CKPT_OK && m->rank == 0)
+        ckpt__log(CKPT_LOG_INFO, "drained %s to %s", name, m->dir);
+    return rc;
+}
+
+/* A drain that failed, tried again (the caller synced the saver): only while the cache still
+ * lists the checkpoint and the persistent directory does not. Collective. */
+int ckpt__mgr_drain_pending(ckpt_manager *m)
+{
+    if (!m->cache || !m->drain_pending[0])
+        return CKPT_OK;
+    char name[256];
+    snprintf(name, sizeof name, "%s", m->drain_pending);
+    m->drain_pending[0] = '\0';
+    int listed = 0;
+    for (size_t i = 0; i < m->state->num_entries; i++)
+        listed |= strcmp(m->state->entries[i].prefix, name) == 0 &&
+                  (ckpt__mgr_levels_of(&m->state->entries[i]) & CKPT_LEVEL_CACHE) &&
+                  !(ckpt__mgr_levels_of(&m->state->entries[i]) & CKPT_LEVEL_PERSISTENT);
+    return listed ? ckpt__mgr_drain(m, m->comm, name) : CKPT_OK;
+}

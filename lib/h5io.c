@@ -594,3 +594,10 @@ int ckpt__h5_detach_file(hid_t file)
     close(mfd);
     return r >= 0;
 }
+
+void ckpt__h5_abandon(hid_t file)
+{
+    if (ckpt__h5_detach_file(file))
+        H5Fclose(file);
+    H5Eclear2(H5E_DEFAULT);
+}

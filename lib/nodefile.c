@@ -241,9 +241,12 @@ int ckpt__nodefile_create(ckpt__nodefile *out, Mpickpt__Fragment *const *lists, 
     if (rc != CKPT_OK)
         ckpt__h5_detach_file(file);
     errno = 0;
-    if (H5Fclose(file) < 0 && rc == CKPT_OK)
-        rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s", me,
-                            n->my_file);
+    if (H5Fclose(file) < 0) {
+        if (rc == CKPT_OK)
+            rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
+                                me, n->my_file);
+        ckpt__h5_abandon(file); /* else HDF5 keeps it and fails at exit */
+    }
     struct stat st;
     if (rc == CKPT_OK && fstat(fd, &st) != 0)
         rc = ckpt__errno(errno, "stat", n->my_file);

@@ -264,9 +264,12 @@ int ckpt__shard_write(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shar
     if (rc != CKPT_OK)
         ckpt__h5_detach_file(file);
     errno = 0;
-    if (H5Fclose(file) < 0 && rc == CKPT_OK)
-        rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
-                            in->rank, n->my_file);
+    if (H5Fclose(file) < 0) {
+        if (rc == CKPT_OK)
+            rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
+                                in->rank, n->my_file);
+        ckpt__h5_abandon(file); /* else HDF5 keeps it and fails at exit */
+    }
     uint64_t size = 0;
     if (rc == CKPT_OK && !(rc = ckpt__fsync_fd(fd, n->my_file)) &&
         !(rc = ckpt__fd_size(&size, fd, n->my_file)))

@@ -190,28 +190,37 @@ static void test_basic(void)
 static void test_many_forked(void)
 {
     enum { N = 80 };
-    int dfd[N], p[2];
+    int dfd[N], p[2], q[2];
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "many-%d", i);
         dfd[i] = open_dir(name);
     }
-    CHECK(pipe(p) == 0);
+    CHECK(pipe(p) == 0 && pipe(q) == 0);
     pid_t h = fork();
     if (h == 0) {
         close(p[1]);
+        close(q[0]);
         for (int i = 0; i < N; i++) {
             ckpt__dirlock *l = NULL;
             if (ckpt__dirlock_take(&l, dfd[i], "many", 0) != CKPT_OK)
                 _exit(1);
         }
         if (fork() == 0) { /* the worker: alive until the test closes the pipe */
-            char c;
+            char c = 'r'; /* its fork returned: the fork handlers closed its copies */
+            if (write(q[1], &c, 1) != 1)
+                _exit(1);
             _exit(read(p[0], &c, 1) >= 0 ? 0 : 1);
         }
+        close(q[1]);
+        char c;
+        if (read(q[0], &c, 1) != 1) /* the holder ends only once the worker runs */
+            _exit(1);
         _exit(0); /* the locks not released: only the process's end drops them */
     }
     close(p[0]);
+    close(q[0]);
+    close(q[1]);
     CHECK_EQ_INT(reap(h), 0);
     int taken = 0;
     for (int i = 0; i < N; i++) {

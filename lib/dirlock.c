@@ -14,6 +14,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,27 @@ static void format_time(char *buf, size_t size, long long t)
         snprintf(buf, size, "%lld", t);
 }
 
+/* 1 when process pid of this host (and PID namespace) has ended: gone, or a zombie. */
+static int process_exited(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *r = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return r && (r[1] == ' ') && (r[2] == 'Z' || r[2] == 'X');
+}
+
 /* The holder as read from its record, for messages: "host H, pid P, Slurm job J, user U (else
  * uid N), since T" (the fields present), or a sentence saying the record is unreadable. Untrusted
  * input: one bounded read, the first line only, each value cleaned (clean_value), numbers checked.
@@ -139,8 +162,13 @@ static void holder_describe(char *out, size_t size, int fd)
     gethostname(me, sizeof me - 1);
     me[sizeof me - 1] = '\0';
     int self = (long long)getpid() == p && strcmp(me, host) == 0;
-    size_t k =
-        (size_t)snprintf(out, size, "host %s, pid %lld%s", host, p, self ? " (this process)" : "");
+    int exited = !self && strcmp(me, host) == 0 && p <= INT_MAX && process_exited((pid_t)p);
+    size_t k = (size_t)snprintf(out, size, "host %s, pid %lld%s", host, p,
+                                self      ? " (this process)"
+                                : exited  ? " (not running on this host: it exited and a process "
+                                            "that inherited its descriptor holds the lock, or it "
+                                            "runs in another PID namespace)"
+                                          : "");
     if (job[0] && k < size)
         k += (size_t)snprintf(out + k, size - k, ", Slurm job %s", job);
     if ((user[0] || uid[0]) && k < size)

@@ -9,7 +9,10 @@
  *    holder releases when our log sink reports that we wait: no timing involved), and a holder
  *    that never releases is CKPT_EBUSY "after waiting".
  *  - a holder that dies (SIGKILL) releases it; a child it forked without exec (a data-loader
- *    worker) that outlives it does not keep it (the child's copy is closed at fork).
+ *    worker) that outlives it does not keep it (the child's copy is closed at fork), however many
+ *    locks the process holds (80 here: the registry of lib/forkfd.c grows). A holder that exited
+ *    while a process that inherited its descriptor outside the fork handler (_Fork) lives on:
+ *    CKPT_EBUSY says it is not running.
  *  - planted under the lock's name: a FIFO, a symbolic link to a file outside, a directory, a
  *    hard link to a file outside, a socket: CKPT_ECORRUPT naming what it is, nothing followed,
  *    written or blocked on (alarm() watchdog), and the plant left as it was.
@@ -181,6 +184,95 @@ static void test_basic(void)
     ckpt__dirlock_release(b);
     ckpt__dirlock_release(NULL);
     close(dfd);
+}
+
+/* The holder exited but a process that inherited its descriptor outside our fork handler
+ * (glibc's _Fork runs no handlers, like a raw clone) holds the lock: CKPT_EBUSY says the holder
+ * is not running. */
+static void test_exited_holder(void)
+{
+    int dfd = open_dir("exited");
+    int p[2], q[2];
+    CHECK(pipe(p) == 0 && pipe(q) == 0);
+    pid_t h = fork();
+    if (h == 0) {
+        close(p[1]); /* q[0] stays open: it waits on it for its child */
+        ckpt__dirlock *l = NULL;
+        if (ckpt__dirlock_take(&l, dfd, "exited", 0) != CKPT_OK)
+            _exit(1);
+        if (_Fork() == 0) { /* keeps the descriptor until the test closes the pipe */
+            char c = 'r';
+            if (write(q[1], &c, 1) != 1)
+                _exit(1);
+            _exit(read(p[0], &c, 1) >= 0 ? 0 : 1);
+        }
+        close(q[1]);
+        char c;
+        _exit(read(q[0], &c, 1) == 1 ? 0 : 1);
+    }
+    close(p[0]);
+    close(q[0]);
+    close(q[1]);
+    CHECK_EQ_INT(reap(h), 0); /* it ended once its child ran */
+    ckpt__dirlock *l = NULL;
+    CHECK_RC(ckpt__dirlock_take(&l, dfd, "DIR-exited", 0), CKPT_EBUSY);
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld (not running on this host:", (long)h);
+    CHECK_MSG(strstr(last_msg(), want) && strstr(last_msg(), "inherited its descriptor"),
+              "the message: %s", last_msg());
+    close(p[1]); /* the child ends, and with it the lock: a wait gets it */
+    CHECK_OK(ckpt__dirlock_take(&l, dfd, "DIR-exited", 600));
+    ckpt__dirlock_release(l);
+    close(dfd);
+}
+
+/* More locks than the lock's old registry had slots (64): a holder takes them all, forks a worker
+ * that stays alive, and exits without releasing; the worker holds none of them (its copies were
+ * closed at the fork), so every one can be taken. */
+static void test_many_forked(void)
+{
+    enum { N = 80 };
+    int dfd[N], p[2], q[2];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "many-%d", i);
+        dfd[i] = open_dir(name);
+    }
+    CHECK(pipe(p) == 0 && pipe(q) == 0);
+    pid_t h = fork();
+    if (h == 0) {
+        close(p[1]); /* q[0] stays open: it waits on it for its child */
+        for (int i = 0; i < N; i++) {
+            ckpt__dirlock *l = NULL;
+            if (ckpt__dirlock_take(&l, dfd[i], "many", 0) != CKPT_OK)
+                _exit(1);
+        }
+        if (fork() == 0) { /* the worker: alive until the test closes the pipe */
+            char c = 'r'; /* its fork returned: the fork handlers closed its copies */
+            if (write(q[1], &c, 1) != 1)
+                _exit(1);
+            _exit(read(p[0], &c, 1) >= 0 ? 0 : 1);
+        }
+        close(q[1]);
+        char c;
+        if (read(q[0], &c, 1) != 1) /* the holder ends only once the worker runs */
+            _exit(1);
+        _exit(0); /* the locks not released: only the process's end drops them */
+    }
+    close(p[0]);
+    close(q[0]);
+    close(q[1]);
+    CHECK_EQ_INT(reap(h), 0);
+    int taken = 0;
+    for (int i = 0; i < N; i++) {
+        ckpt__dirlock *l = NULL;
+        if (ckpt__dirlock_take(&l, dfd[i], "many", 0) == CKPT_OK)
+            taken++;
+        ckpt__dirlock_release(l);
+        close(dfd[i]);
+    }
+    CHECK_EQ_INT(taken, N);
+    close(p[1]); /* the worker ends */
 }
 
 static void test_other_process(void)
@@ -369,6 +461,8 @@ int main(int argc, char **argv)
     alarm(60);
     test_basic();
     test_other_process();
+    test_many_forked();
+    test_exited_holder();
     test_planted();
     test_hostile_record();
     test_env();

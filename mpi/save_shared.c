@@ -294,8 +294,9 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     free(ds);
     /* MPI-IO reports a full disk as a plain I/O error: say what it was when the disk is full. */
     if (local == CKPT_ENOSPC || (local == CKPT_EIO && ckpt__disk_full(c->tempfd)))
-        local = ckpt__error_wrap(CKPT_ENOSPC, "rank %d: no space left on device in %s", s->rank,
-                                 c->n.chief_temp);
+        local = ckpt__error_set_errno(ckpt__error_wrap(CKPT_ENOSPC, "rank %d: no space left on "
+                                                       "device in %s", s->rank, c->n.chief_temp),
+                                      ENOSPC);
     /* The metadata flush below gets the pad's room back (ckpt__pad_create), but only once every
      * rank is done writing data: with independent I/O a rank still writing on a full disk takes
      * every block the pad frees, the chief's metadata write then fails, its H5Fflush returns

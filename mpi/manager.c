@@ -367,7 +367,7 @@ int ckpt__mgr_apply_retention(ckpt_manager *m)
     if (!doomed)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     retire(m, doomed, &ndoomed);
-    int rc = ckpt_state_write(st, m->dir);
+    int rc = ckpt__state_write(st, m->dir);
     /* Large data files are held open across their unlink and closed by a background thread,
      * which frees their blocks while the job trains (lib/reaper.h); MPICKPT_RETENTION=inline:
      * freed here. */

@@ -81,6 +81,10 @@ int ckpt__piece_dataset_slice(ckpt_slice *out, const Mpickpt__Piece *p, int nd);
 struct ckpt_state;
 int ckpt__state_pack(uint8_t **out, size_t *len, const struct ckpt_state *st, int container);
 int ckpt__state_unpack(struct ckpt_state **out, const uint8_t *buf, size_t len, const char *what);
+/* Writes `<dir>/checkpoint` atomically (temp name, fsync, rename, fsync dir): the manager's chief
+ * (and the tests' fixtures); CKPT_EINVAL, nothing written, for a state a reader would refuse.
+ * The deprecated public ckpt_state_write() wraps it. */
+int ckpt__state_write(const struct ckpt_state *st, const char *dir);
 
 /* The committed checkpoints "<name>-<N>.index" of dir with N > after (and a header that says N),
  * as state entries sorted by counter: the checkpoints a manager committed after what its state

@@ -251,7 +251,7 @@ int ckpt_state_read(ckpt_state **out, const char *dir)
     return rc;
 }
 
-int ckpt_state_write(const ckpt_state *st, const char *dir)
+int ckpt__state_write(const ckpt_state *st, const char *dir)
 {
     char path[4200];
     uint8_t *buf;
@@ -265,6 +265,12 @@ int ckpt_state_write(const ckpt_state *st, const char *dir)
         free(buf);
     }
     return rc;
+}
+
+/* Deprecated (docs/api.md "Deprecated"): the manager owns the state file. */
+int ckpt_state_write(const ckpt_state *st, const char *dir)
+{
+    return ckpt__state_write(st, dir);
 }
 
 /* ---- checkpoints in a directory ---------------------------------------------------------------- */

@@ -43,6 +43,93 @@ int ckpt__mgr_take_dirlock(ckpt_manager *m, int dirfd)
     return rc == CKPT_OK ? ckpt__dirlock_take(&m->dirlock, dirfd, m->dir, wait) : rc;
 }
 
+/* ckpt__mgr_create on the chief: the directory (made, locked), the retention mode, the state
+ * file (or, when it is missing or damaged, the view rebuilt from the committed checkpoints) and
+ * the checkpoints committed but not listed. Returns the chief's local status. */
+static int chief_open(ckpt_manager *m, const char *dir)
+{
+    int dfd = -1;
+    int local = ckpt__path(m->dir, sizeof m->dir, "%s", dir ? dir : "");
+    if (local == CKPT_OK) /* makes it; a chief/ that is a link is refused */
+        local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 1);
+    if (local == CKPT_OK)
+        local = ckpt__mgr_take_dirlock(m, dfd);
+    if (local == CKPT_OK) {
+        static const char *const words[] = { "background", "inline" };
+        static const int values[] = { 0, 1 };
+        local = ckpt__env_choice(&m->retention_inline, "MPICKPT_RETENTION", words, values, 2, 0);
+    }
+    ckpt__close(dfd);
+    if (local == CKPT_OK) {
+        int r = ckpt_state_read(&m->state, m->dir);
+        if (r != CKPT_OK) {
+            /* No state file (a first run, or it was lost) or a damaged one: rebuild the view
+             * from the committed checkpoints themselves. */
+            if (r != CKPT_ENOTFOUND)
+                ckpt__log(CKPT_LOG_WARN, "%s", ckpt_error_last()->message);
+            ckpt_state_free(m->state);
+            m->state = NULL;
+            local = ckpt_state_scan(&m->state, m->dir);
+            if (local == CKPT_OK && r != CKPT_ENOTFOUND)
+                ckpt__log(CKPT_LOG_WARN, "rebuilt the checkpoint list of %s from %zu committed "
+                                         "checkpoint(s)",
+                          m->dir, m->state->num_entries);
+            if (local == CKPT_OK && m->state->num_entries == 0)
+                m->state->last_preserved_timestamp = ckpt__now_seconds();
+        }
+    }
+    if (local == CKPT_OK)
+        local = ckpt__mgr_adopt_unlisted(m, m->dir, m->dir, CKPT_LEVEL_PERSISTENT);
+    return local;
+}
+
+/* ckpt__mgr_create: every rank gets the chief's directory name (with the chief's status). */
+static int share_dir(ckpt_manager *m, int local)
+{
+    uint8_t *dbuf = (uint8_t *)m->dir;
+    size_t dlen = sizeof m->dir;
+    if (m->rank != 0)
+        dbuf = NULL;
+    int rc = ckpt__mgr_bcast_bytes(m, m->comm, &dbuf, &dlen, local);
+    if (rc == CKPT_OK && m->rank != 0) {
+        memcpy(m->dir, dbuf, sizeof m->dir);
+        m->dir[sizeof m->dir - 1] = '\0';
+    }
+    if (m->rank != 0)
+        free(dbuf);
+    return rc;
+}
+
+/* ckpt__mgr_create with a cache level: what a crash left (committed checkpoints the state does not
+ * list, the caches' leftovers and in-flight parts) and a drain an earlier run did not finish.
+ * Collective. */
+static int cache_startup(ckpt_manager *m, ckpt_saver *saver)
+{
+    /* what committed before a crash kept the state from saying so: checkpoints committed to
+     * the cache (kept by the sweep below), drains committed to the directory */
+    int adopted = CKPT_OK;
+    if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt__saver_cache_dir(saver),
+                                                            ckpt__saver_cache_shown(saver),
+                                                            CKPT_LEVEL_CACHE)) == CKPT_OK)
+        adopted = ckpt__mgr_adopt_drained(m);
+    int rc = ckpt__mgr_share_state(m, m->comm, adopted);
+    if (rc == CKPT_OK) /* what crashed saves left in the caches */
+        rc = ckpt__mgr_sweep_cache(m, m->comm);
+    if (rc == CKPT_OK) /* and their in-flight parts (no save runs yet) */
+        rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
+    if (rc == CKPT_OK) /* a drain an earlier run did not finish: at the next save */
+        for (size_t i = m->state->num_entries; i-- > 0;) {
+            const ckpt_state_entry *e = &m->state->entries[i];
+            if (ckpt__mgr_levels_of(e) & CKPT_LEVEL_PERSISTENT)
+                break; /* a newer persistent copy exists */
+            if (e->save_counter % m->persist_every == 0) {
+                snprintf(m->drain_pending, sizeof m->drain_pending, "%s", e->prefix);
+                break;
+            }
+        }
+    return rc;
+}
+
 int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                         const ckpt_manager_options *opts)
 {
@@ -83,55 +170,12 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
         local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' must be a plain name without '.'",
                             m->name);
     m->opts.name = NULL;
-    if (m->rank == 0 && local == CKPT_OK) {
-        int dfd = -1;
-        local = ckpt__path(m->dir, sizeof m->dir, "%s", dir ? dir : "");
-        if (local == CKPT_OK) /* makes it; a chief/ that is a link is refused */
-            local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 1);
-        if (local == CKPT_OK)
-            local = ckpt__mgr_take_dirlock(m, dfd);
-        if (local == CKPT_OK) {
-            static const char *const words[] = { "background", "inline" };
-            static const int values[] = { 0, 1 };
-            local = ckpt__env_choice(&m->retention_inline, "MPICKPT_RETENTION", words, values, 2,
-                                     0);
-        }
-        ckpt__close(dfd);
-        if (local == CKPT_OK) {
-            int r = ckpt_state_read(&m->state, m->dir);
-            if (r != CKPT_OK) {
-                /* No state file (a first run, or it was lost) or a damaged one: rebuild the view
-                 * from the committed checkpoints themselves. */
-                if (r != CKPT_ENOTFOUND)
-                    ckpt__log(CKPT_LOG_WARN, "%s", ckpt_error_last()->message);
-                ckpt_state_free(m->state);
-                m->state = NULL;
-                local = ckpt_state_scan(&m->state, m->dir);
-                if (local == CKPT_OK && r != CKPT_ENOTFOUND)
-                    ckpt__log(CKPT_LOG_WARN, "rebuilt the checkpoint list of %s from %zu committed "
-                                             "checkpoint(s)",
-                              m->dir, m->state->num_entries);
-                if (local == CKPT_OK && m->state->num_entries == 0)
-                    m->state->last_preserved_timestamp = ckpt__now_seconds();
-            }
-        }
-        if (local == CKPT_OK)
-            local = ckpt__mgr_adopt_unlisted(m, m->dir, m->dir, CKPT_LEVEL_PERSISTENT);
-    } else if (local == CKPT_OK) {
+    if (m->rank == 0 && local == CKPT_OK)
+        local = chief_open(m, dir);
+    else if (local == CKPT_OK)
         local = ckpt_state_new(&m->state);
-    }
     /* the chief's directory, then its state */
-    uint8_t *dbuf = (uint8_t *)m->dir;
-    size_t dlen = sizeof m->dir;
-    if (m->rank != 0)
-        dbuf = NULL;
-    rc = ckpt__mgr_bcast_bytes(m, m->comm, &dbuf, &dlen, local);
-    if (rc == CKPT_OK && m->rank != 0) {
-        memcpy(m->dir, dbuf, sizeof m->dir);
-        m->dir[sizeof m->dir - 1] = '\0';
-    }
-    if (m->rank != 0)
-        free(dbuf);
+    rc = share_dir(m, local);
     if (rc == CKPT_OK)
         rc = ckpt__mgr_share_state(m, m->comm, CKPT_OK);
     if (rc == CKPT_OK)
@@ -139,30 +183,8 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     if (rc == CKPT_OK)
         rc = ckpt__mgr_levels_setup(m, levels_from_env);
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
-    if (rc == CKPT_OK && m->cache) {
-        /* what committed before a crash kept the state from saying so: checkpoints committed to
-         * the cache (kept by the sweep below), drains committed to the directory */
-        int adopted = CKPT_OK;
-        if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt__saver_cache_dir(saver),
-                                                                ckpt__saver_cache_shown(saver),
-                                                                CKPT_LEVEL_CACHE)) == CKPT_OK)
-            adopted = ckpt__mgr_adopt_drained(m);
-        rc = ckpt__mgr_share_state(m, m->comm, adopted);
-    }
-    if (rc == CKPT_OK && m->cache) /* what crashed saves left in the caches */
-        rc = ckpt__mgr_sweep_cache(m, m->comm);
-    if (rc == CKPT_OK && m->cache) /* and their in-flight parts (no save runs yet) */
-        rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
-    if (rc == CKPT_OK && m->cache) /* a drain an earlier run did not finish: at the next save */
-        for (size_t i = m->state->num_entries; i-- > 0;) {
-            const ckpt_state_entry *e = &m->state->entries[i];
-            if (ckpt__mgr_levels_of(e) & CKPT_LEVEL_PERSISTENT)
-                break; /* a newer persistent copy exists */
-            if (e->save_counter % m->persist_every == 0) {
-                snprintf(m->drain_pending, sizeof m->drain_pending, "%s", e->prefix);
-                break;
-            }
-        }
+    if (rc == CKPT_OK && m->cache)
+        rc = cache_startup(m, saver);
     if (rc == CKPT_OK)
         rc = ckpt_mpi_agree(m->comm, ckpt__saver_attach(saver, saver_gone, m));
     if (rc != CKPT_OK) {
@@ -367,7 +389,7 @@ int ckpt__mgr_apply_retention(ckpt_manager *m)
     if (!doomed)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
     retire(m, doomed, &ndoomed);
-    int rc = ckpt_state_write(st, m->dir);
+    int rc = ckpt__state_write(st, m->dir);
     /* Large data files are held open across their unlink and closed by a background thread,
      * which frees their blocks while the job trains (lib/reaper.h); MPICKPT_RETENTION=inline:
      * freed here. */

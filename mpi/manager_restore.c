@@ -157,9 +157,13 @@ void ckpt__mgr_result_legacy(ckpt_manager_restored *out, const ckpt_manager_rest
 
 int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
 {
-    /* before any communication (no agreement to fold it into: the restore's collectives stay 8
-     * at most); every rank passes the same version, a compile-time constant */
+    /* Agreed before anything else: a version (or NULL result) refused on some ranks only would
+     * otherwise leave the others in the restore's collectives for good. The one collective the
+     * manager adds to the saver's restore (docs/scaling.md); the restore makes none before it. */
     int rc = result_start(out, m, "ckpt_manager_restore_latest");
+    if (!m)
+        return rc; /* no communicator to agree on: the caller's bug, on this rank */
+    rc = ckpt_mpi_agree(m->comm, rc);
     if (rc != CKPT_OK)
         return rc;
     /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is

@@ -87,6 +87,9 @@ static void *writer_main(void *arg)
     if (j->result != CKPT_OK) {
         const ckpt_error *e = ckpt_error_last();
         snprintf(j->message, sizeof j->message, "%s", e ? e->message : ckpt_strerror(j->result));
+        int mine = e && e->code == j->result;
+        j->sys_errno = mine ? e->sys_errno : 0;
+        j->reason = mine ? e->reason : CKPT_REASON_NONE;
     }
     pthread_mutex_lock(&j->s->lock);
     j->s->job_done = 1;
@@ -138,6 +141,9 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
         ckpt__error(rc, "background save of %s%s failed: %s",
                     j->cache ? j->c.n.base : j->c.n.prefix, j->cache ? " to the cache" : "",
                     j->message);
+        /* the same errno and reason as a sync save's error (the agreement carried them) */
+        ckpt__error_set_errno(rc, j->sys_errno);
+        ckpt__error_set_reason(rc, j->reason);
     }
     ckpt__save_job_free(j);
     return rc;

@@ -62,16 +62,11 @@ static int gather_blobs(ckpt_saver *s, save_ctx *c, int local, Mpickpt__Fragment
     return rc;
 }
 
-/*
- * Shared layout: all ranks create one file with the MPI-IO driver and every dataset collectively
- * (same order on every rank: the plan is sorted by name), then write their hyperslabs. A rank that
- * fails keeps joining the collective calls (skipping its own writes), so nobody hangs; its status
- * is agreed afterwards.
- */
-static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
+/* The shared file's datasets, sorted by name: the plan's tensors, then every rank's blobs (the
+ * identical list on every rank; an allocation failure is agreed before HDF5). Collective. */
+static int shared_datasets(shared_ds **out, size_t *out_n, ckpt_saver *s, save_ctx *c,
+                           Mpickpt__Fragment **blobs)
 {
-    ckpt__shard_input in;
-    ckpt__save_shard_input(s, c, &in);
     int rc = CKPT_OK;
     size_t nblobs = 0;
     for (int r = 0; r < s->size; r++)
@@ -100,24 +95,32 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         }
     if (ds)
         qsort(ds, nds, sizeof *ds, cmp_shared_ds);
-    /* The identical sorted list on every rank; an allocation failure is agreed before HDF5. */
     if ((rc = ckpt_mpi_agree(c->comm, rc)) != CKPT_OK) {
         free(ds);
         return rc;
     }
+    *out = ds;
+    *out_n = nds;
+    return CKPT_OK;
+}
 
-    /* The chief creates the file (O_EXCL, in its own temp dir); then every rank opens that file by
-     * descriptor and hands MPI-IO its /proc/self/fd name, so no rank can be sent elsewhere. */
+/* The chief creates the file (O_EXCL, in its own temp dir) and the pad that keeps room for the
+ * metadata flush; then every rank opens that file by descriptor and hands MPI-IO its
+ * /proc/self/fd name, so no rank can be sent elsewhere; then HDF5 creates it on every rank. On
+ * failure (agreed) nothing is left open. Collective. */
+static int open_shared_file(hid_t *file_out, int *fd_out, int *pad_out, ckpt_saver *s,
+                            save_ctx *c, const ckpt__shard_input *in)
+{
+    int rc;
     int fd = -1, pad = -1, local = CKPT_OK;
     char h5path[4800];
     if (s->rank == 0 && (local = ckpt__rmtree_at(c->tempfd, c->n.data_name, c->n.chief_temp)) == CKPT_OK)
         local = ckpt__file_create(&fd, c->tempfd, c->n.data_name, O_RDWR, c->n.chief_temp);
     if (s->rank == 0 && local == CKPT_OK) /* room for the metadata flush (ckpt__pad_create) */
-        local = ckpt__pad_create(&pad, c->tempfd, c->n.pad_name, ckpt__shard_metadata_room(&in, &s->plan, s->size), c->n.chief_temp);
+        local = ckpt__pad_create(&pad, c->tempfd, c->n.pad_name, ckpt__shard_metadata_room(in, &s->plan, s->size), c->n.chief_temp);
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
         ckpt__pad_release(c->tempfd, c->n.pad_name, pad);
         ckpt__close(fd);
-        free(ds);
         return rc;
     }
     if (s->rank != 0)
@@ -127,7 +130,6 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
     if ((rc = ckpt_mpi_agree(c->comm, local)) != CKPT_OK) {
         ckpt__pad_release(c->tempfd, c->n.pad_name, pad);
         ckpt__close(fd);
-        free(ds);
         return rc;
     }
     ckpt__h5_init();
@@ -146,121 +148,125 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
             H5Fclose(file);
         ckpt__pad_release(c->tempfd, c->n.pad_name, pad);
         ckpt__close(fd);
-        free(ds);
         return rc;
     }
-    char path[16384];
+    *file_out = file;
+    *fd_out = fd;
+    *pad_out = pad;
+    return CKPT_OK;
+}
+
+/* Collective I/O: every rank calls H5Dwrite the same number of times per dataset: the most pieces
+ * any rank stores in it (from the plan), with empty selections for the calls it does not need.
+ * Returns `local` or this rank's first error (it keeps joining the calls). */
+static int write_collective(ckpt_saver *s, save_ctx *c, shared_ds *ds, size_t nds, hid_t dxpl,
+                            int local)
+{
     for (size_t i = 0; i < nds; i++) {
-        ckpt_slice full;
-        ckpt_slice_full(&full, &ds[i].shape);
-        int r = ckpt__h5_dataset_path(path, sizeof path, ds[i].name, NULL);
-        if (r == CKPT_OK)
-            r = ckpt__h5_create_dataset(&ds[i].id, file, path, ds[i].name, ds[i].dtype,
-                                        &ds[i].shape, &full);
-        if (r != CKPT_OK && local == CKPT_OK)
-            local = r;
-    }
-    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
-    H5Pset_dxpl_mpio(dxpl, s->opts.collective_io ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
-    if (s->opts.collective_io) {
-        /* Every rank calls H5Dwrite the same number of times per dataset: the most pieces any
-         * rank stores in it (from the plan), with empty selections for the calls it does not need. */
-        for (size_t i = 0; i < nds; i++) {
-            size_t calls = 0, mine = 0;
-            if (ds[i].blob_owner >= 0) {
-                calls = 1;
-            } else {
-                Mpickpt__Tensor **hit = bsearch(ds[i].name, s->plan.tensors, s->plan.n_tensors,
-                                                sizeof *s->plan.tensors, cmp_tensor_name);
-                size_t *per = calloc((size_t)s->size, sizeof *per);
-                for (size_t j = 0; hit && per && j < (*hit)->n_pieces; j++)
-                    per[(*hit)->pieces[j]->rank]++;
-                for (int r = 0; per && r < s->size; r++)
-                    calls = per[r] > calls ? per[r] : calls;
-                free(per);
+        size_t calls = 0, mine = 0;
+        if (ds[i].blob_owner >= 0) {
+            calls = 1;
+        } else {
+            Mpickpt__Tensor **hit = bsearch(ds[i].name, s->plan.tensors, s->plan.n_tensors,
+                                            sizeof *s->plan.tensors, cmp_tensor_name);
+            size_t *per = calloc((size_t)s->size, sizeof *per);
+            for (size_t j = 0; hit && per && j < (*hit)->n_pieces; j++)
+                per[(*hit)->pieces[j]->rank]++;
+            for (int r = 0; per && r < s->size; r++)
+                calls = per[r] > calls ? per[r] : calls;
+            free(per);
+        }
+        for (size_t call = 0; call < calls; call++) {
+            const void *bytes = "";
+            ckpt_slice sel;
+            ckpt_slice_full(&sel, &ds[i].shape);
+            for (int d = 0; d < sel.ndims; d++)
+                sel.count[d] = 0;
+            int have = 0;
+            if (ds[i].blob_owner == s->rank) {
+                for (size_t g = 0; g < s->regs.n; g++)
+                    if (s->regs.v[g].kind == CKPT_KIND_BLOB &&
+                        strcmp(s->regs.v[g].stored, ds[i].name) == 0) {
+                        ckpt_slice_full(&sel, &ds[i].shape);
+                        bytes = c->blob_data[g];
+                        have = 1;
+                    }
+            } else if (ds[i].blob_owner < 0) {
+                for (size_t j = 0; j < s->pieces.n; j++) {
+                    const ckpt__piece *p = &s->pieces.v[j];
+                    const ckpt__reg *g = &s->regs.v[p->reg];
+                    if (strcmp(g->stored, ds[i].name) != 0 || mine++ != call)
+                        continue;
+                    size_t len;
+                    if (local == CKPT_OK)
+                        local = ckpt__piece_bytes(g, c->src[p->reg], p, &s->bufs.scratch,
+                                                  &bytes, &len);
+                    sel = p->slice;
+                    have = 1;
+                    break;
+                }
+                mine = 0;
             }
-            for (size_t call = 0; call < calls; call++) {
-                const void *bytes = "";
-                ckpt_slice sel;
-                ckpt_slice_full(&sel, &ds[i].shape);
+            if (!have || local != CKPT_OK) {
                 for (int d = 0; d < sel.ndims; d++)
                     sel.count[d] = 0;
-                int have = 0;
-                if (ds[i].blob_owner == s->rank) {
-                    for (size_t g = 0; g < s->regs.n; g++)
-                        if (s->regs.v[g].kind == CKPT_KIND_BLOB &&
-                            strcmp(s->regs.v[g].stored, ds[i].name) == 0) {
-                            ckpt_slice_full(&sel, &ds[i].shape);
-                            bytes = c->blob_data[g];
-                            have = 1;
-                        }
-                } else if (ds[i].blob_owner < 0) {
-                    for (size_t j = 0; j < s->pieces.n; j++) {
-                        const ckpt__piece *p = &s->pieces.v[j];
-                        const ckpt__reg *g = &s->regs.v[p->reg];
-                        if (strcmp(g->stored, ds[i].name) != 0 || mine++ != call)
-                            continue;
-                        size_t len;
-                        if (local == CKPT_OK)
-                            local = ckpt__piece_bytes(g, c->src[p->reg], p, &s->bufs.scratch,
-                                                      &bytes, &len);
-                        sel = p->slice;
-                        have = 1;
-                        break;
-                    }
-                    mine = 0;
+                if (sel.ndims == 0) { /* a scalar: select none through a 1-d empty box */
+                    hid_t fs = H5Dget_space(ds[i].id), ms;
+                    hsize_t one = 1;
+                    ms = H5Screate_simple(1, &one, NULL);
+                    H5Sselect_none(fs);
+                    H5Sselect_none(ms);
+                    if (H5Dwrite(ds[i].id, ckpt__h5_mem_type(ds[i].dtype), ms, fs, dxpl, "") <
+                            0 &&
+                        local == CKPT_OK)
+                        local = ckpt__h5_error(CKPT_EIO, "rank %d: empty write", s->rank);
+                    H5Sclose(ms);
+                    H5Sclose(fs);
+                    continue;
                 }
-                if (!have || local != CKPT_OK) {
-                    for (int d = 0; d < sel.ndims; d++)
-                        sel.count[d] = 0;
-                    if (sel.ndims == 0) { /* a scalar: select none through a 1-d empty box */
-                        hid_t fs = H5Dget_space(ds[i].id), ms;
-                        hsize_t one = 1;
-                        ms = H5Screate_simple(1, &one, NULL);
-                        H5Sselect_none(fs);
-                        H5Sselect_none(ms);
-                        if (H5Dwrite(ds[i].id, ckpt__h5_mem_type(ds[i].dtype), ms, fs, dxpl, "") <
-                                0 &&
-                            local == CKPT_OK)
-                            local = ckpt__h5_error(CKPT_EIO, "rank %d: empty write", s->rank);
-                        H5Sclose(ms);
-                        H5Sclose(fs);
-                        continue;
-                    }
-                }
-                int r = ckpt__h5_write(ds[i].id, ds[i].dtype, &sel, bytes, dxpl);
-                if (r != CKPT_OK && local == CKPT_OK)
-                    local = r;
             }
-        }
-    } else {
-        for (size_t j = 0; j < s->pieces.n && local == CKPT_OK; j++) {
-            const ckpt__piece *p = &s->pieces.v[j];
-            const ckpt__reg *g = &s->regs.v[p->reg];
-            shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
-            shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
-            const void *bytes;
-            size_t len;
-            if (!hit)
-                local = ckpt__error(CKPT_ERROR, "tensor '%s' missing from the plan", g->stored);
-            else if ((local = ckpt__piece_bytes(g, c->src[p->reg], p, &s->bufs.scratch, &bytes,
-                                                &len)) == CKPT_OK)
-                local = ckpt__h5_write(hit->id, g->dtype, &p->slice, bytes, dxpl);
-        }
-        for (size_t i = 0; i < s->regs.n && local == CKPT_OK; i++) {
-            const ckpt__reg *g = &s->regs.v[i];
-            if (g->kind != CKPT_KIND_BLOB)
-                continue;
-            shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
-            shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
-            ckpt_slice full;
-            ckpt_slice_full(&full, &hit->shape);
-            local = ckpt__h5_write(hit->id, CKPT_UINT8, &full, c->blob_data[i], dxpl);
+            int r = ckpt__h5_write(ds[i].id, ds[i].dtype, &sel, bytes, dxpl);
+            if (r != CKPT_OK && local == CKPT_OK)
+                local = r;
         }
     }
-    H5Pclose(dxpl);
+    return local;
+}
 
-    /* This rank's fragment: its pieces sit in the one global dataset at their own coordinates. */
+/* Independent I/O: this rank's pieces, then its blobs. */
+static int write_independent(ckpt_saver *s, save_ctx *c, shared_ds *ds, size_t nds, hid_t dxpl,
+                             int local)
+{
+    for (size_t j = 0; j < s->pieces.n && local == CKPT_OK; j++) {
+        const ckpt__piece *p = &s->pieces.v[j];
+        const ckpt__reg *g = &s->regs.v[p->reg];
+        shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
+        shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
+        const void *bytes;
+        size_t len;
+        if (!hit)
+            local = ckpt__error(CKPT_ERROR, "tensor '%s' missing from the plan", g->stored);
+        else if ((local = ckpt__piece_bytes(g, c->src[p->reg], p, &s->bufs.scratch, &bytes,
+                                            &len)) == CKPT_OK)
+            local = ckpt__h5_write(hit->id, g->dtype, &p->slice, bytes, dxpl);
+    }
+    for (size_t i = 0; i < s->regs.n && local == CKPT_OK; i++) {
+        const ckpt__reg *g = &s->regs.v[i];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        shared_ds key = { g->stored, CKPT_DTYPE_INVALID, { 0, { 0 } }, 0, 0 };
+        shared_ds *hit = bsearch(&key, ds, nds, sizeof *ds, cmp_shared_ds);
+        ckpt_slice full;
+        ckpt_slice_full(&full, &hit->shape);
+        local = ckpt__h5_write(hit->id, CKPT_UINT8, &full, c->blob_data[i], dxpl);
+    }
+    return local;
+}
+
+/* This rank's fragment: its pieces sit in the one global dataset at their own coordinates. */
+static int record_shared(ckpt_saver *s, save_ctx *c, int local)
+{
+    char path[16384];
     for (size_t j = 0; j < s->pieces.n && local == CKPT_OK; j++) {
         const ckpt__piece *p = &s->pieces.v[j];
         const ckpt__reg *g = &s->regs.v[p->reg];
@@ -286,16 +292,19 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         if ((local = ckpt__h5_dataset_path(path, sizeof path, g->stored, NULL)) == CKPT_OK)
             local = ckpt__record_add(&c->rec, &w);
     }
-    if (local == CKPT_OK)
-        local = ckpt__fault(s->rank, "write");
-    for (size_t i = 0; i < nds; i++)
-        if (ds[i].id >= 0)
-            H5Dclose(ds[i].id);
-    free(ds);
+    return local;
+}
+
+/* The end of a shared save on every rank: the full-disk cause named, the pad released once every
+ * rank is done writing, the collective flush and close, the chief's fsync of the file and its
+ * record. Returns `local` or the first error. Collective. */
+static int close_shared(ckpt_saver *s, save_ctx *c, hid_t file, int fd, int pad, int local)
+{
     /* MPI-IO reports a full disk as a plain I/O error: say what it was when the disk is full. */
     if (local == CKPT_ENOSPC || (local == CKPT_EIO && ckpt__disk_full(c->tempfd)))
-        local = ckpt__error_wrap(CKPT_ENOSPC, "rank %d: no space left on device in %s", s->rank,
-                                 c->n.chief_temp);
+        local = ckpt__error_set_errno(ckpt__error_wrap(CKPT_ENOSPC, "rank %d: no space left on "
+                                                       "device in %s", s->rank, c->n.chief_temp),
+                                      ENOSPC);
     /* The metadata flush below gets the pad's room back (ckpt__pad_create), but only once every
      * rank is done writing data: with independent I/O a rank still writing on a full disk takes
      * every block the pad frees, the chief's metadata write then fails, its H5Fflush returns
@@ -318,6 +327,54 @@ static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
         if (!(local = ckpt__fsync_fd(fd, c->n.my_file)) && !(local = ckpt__fd_size(&size, fd, c->n.my_file)))
             local = ckpt__record_add_file(&c->rec, c->n.data_name, size);
     }
+    return local;
+}
+
+/*
+ * Shared layout: all ranks create one file with the MPI-IO driver and every dataset collectively
+ * (same order on every rank: the plan is sorted by name), then write their hyperslabs. A rank that
+ * fails keeps joining the collective calls (skipping its own writes), so nobody hangs; its status
+ * is agreed afterwards.
+ */
+static int write_shared(ckpt_saver *s, save_ctx *c, Mpickpt__Fragment **blobs)
+{
+    ckpt__shard_input in;
+    ckpt__save_shard_input(s, c, &in);
+    shared_ds *ds = NULL;
+    size_t nds = 0;
+    int rc = shared_datasets(&ds, &nds, s, c, blobs);
+    if (rc != CKPT_OK)
+        return rc;
+    hid_t file;
+    int fd = -1, pad = -1, local = CKPT_OK;
+    if ((rc = open_shared_file(&file, &fd, &pad, s, c, &in)) != CKPT_OK) {
+        free(ds);
+        return rc;
+    }
+    char path[16384];
+    for (size_t i = 0; i < nds; i++) {
+        ckpt_slice full;
+        ckpt_slice_full(&full, &ds[i].shape);
+        int r = ckpt__h5_dataset_path(path, sizeof path, ds[i].name, NULL);
+        if (r == CKPT_OK)
+            r = ckpt__h5_create_dataset(&ds[i].id, file, path, ds[i].name, ds[i].dtype,
+                                        &ds[i].shape, &full);
+        if (r != CKPT_OK && local == CKPT_OK)
+            local = r;
+    }
+    hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+    H5Pset_dxpl_mpio(dxpl, s->opts.collective_io ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT);
+    local = s->opts.collective_io ? write_collective(s, c, ds, nds, dxpl, local)
+                                  : write_independent(s, c, ds, nds, dxpl, local);
+    H5Pclose(dxpl);
+    local = record_shared(s, c, local);
+    if (local == CKPT_OK)
+        local = ckpt__fault(s->rank, "write");
+    for (size_t i = 0; i < nds; i++)
+        if (ds[i].id >= 0)
+            H5Dclose(ds[i].id);
+    free(ds);
+    local = close_shared(s, c, file, fd, pad, local);
     ckpt__close(fd);
     return local;
 }

@@ -157,6 +157,7 @@ struct save_job {
     int cache;               /* to the cache level: each rank's directory is its node's */
     int result;
     char message[2048];      /* the writer thread's error message */
+    int sys_errno, reason;   /* and its ckpt_error.sys_errno and .reason (the error is per thread) */
 };
 
 /* save_summary.c: the summary lines (docs/operations.md) and the per-rank times they report */

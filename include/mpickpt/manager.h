@@ -171,8 +171,8 @@ typedef struct ckpt_manager_restore_result {
  * and those a pin set aside are not candidates, and a pinned checkpoint that cannot be restored
  * (with nothing restorable newer than the pin) is CKPT_ENOTFOUND naming it on every rank, never a
  * fall back past it. The candidates are those ckpt_manager_restorable() lists, from its `start`
- * down, never one behind the pin. out->version 0 or newer than this library's is CKPT_EINVAL
- * before any communication (every rank passes the same version: a compile-time constant).
+ * down, never one behind the pin. out->version 0 or newer than this library's (or a NULL out) is
+ * CKPT_EINVAL on every rank, agreed before anything else: one rank's is every rank's error.
  * Collective.
  */
 CKPT_EXTERN int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m);

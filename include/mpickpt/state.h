@@ -44,8 +44,11 @@ typedef struct ckpt_state {
  */
 CKPT_EXTERN int ckpt_state_read(ckpt_state **out, const char *dir);
 
-/** Writes `<dir>/checkpoint` atomically (temp name, fsync, rename, fsync dir). */
-CKPT_EXTERN int ckpt_state_write(const ckpt_state *state, const char *dir);
+/** Deprecated (removed after 0.3): the manager owns the state file and writes it itself (its
+ *  chief, on each commit). Writes `<dir>/checkpoint` atomically (temp name, fsync, rename, fsync
+ *  dir); CKPT_EINVAL, nothing written, for a state a reader would refuse. */
+CKPT_EXTERN int ckpt_state_write(const ckpt_state *state, const char *dir)
+    CKPT_DEPRECATED("the manager writes the state file: no replacement");
 
 /** Appends an entry (copied) and makes it the latest. */
 CKPT_EXTERN int ckpt_state_append(ckpt_state *state, const ckpt_state_entry *entry);

@@ -4,7 +4,7 @@
  *                save (the plan is made), a save with the cached plan, the restore of that
  *                checkpoint, and an async save with a cached plan (start to ckpt_saver_sync);
  *                then a manager's (mgr_*): ckpt_manager_save with the plan cached, without and
- *                with retention deleting a checkpoint, ckpt_manager_restore_or_initialize by a
+ *                with retention deleting a checkpoint, ckpt_manager_restore_latest by a
  *                new manager, and an async manager's save to its ckpt_saver_sync (--verbose:
  *                each collective's call site, offsets in libmpickpt);
  *                per rank, reported as the max over ranks and the chief's (rank 0).
@@ -246,7 +246,7 @@ static int mgr_restore(void *arg)
 }
 
 /* The manager (sync saver, the layout's default options): a save with the plan cached (the
- * second; the first makes the plan) and ckpt_manager_restore_or_initialize of it by a new
+ * second; the first makes the plan) and ckpt_manager_restore_latest of it by a new
  * manager on the same directory (as a restarted job). Collective. */
 static void run_manager_calls(const opts *o, large_model *m, long *c)
 {
@@ -276,7 +276,7 @@ static void run_manager_calls(const opts *o, large_model *m, long *c)
     memset(m->arena, 0, m->bytes);
     if ((rc = ckpt_manager_create(&a.mg, s, dir, &mo)) != CKPT_OK)
         die("ckpt_manager_create", rc);
-    count_window(o, c, mgr_restore, &a, "mgr_restore", "ckpt_manager_restore_or_initialize");
+    count_window(o, c, mgr_restore, &a, "mgr_restore", "ckpt_manager_restore_latest");
     if (!a.got.restored || a.got.step != 3 || !large_check(m, 0)) {
         if (g_rank == 0)
             fprintf(stderr, "mpickpt-bench: collectives: the manager restored %s (step %lld)\n",

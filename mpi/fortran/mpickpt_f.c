@@ -72,6 +72,8 @@ int ckpt__f_manager_restore(ckpt_manager *m, int *restored, int64_t *epoch, int6
 int ckpt__f_manager_latest(const ckpt_manager *m, char *out, int64_t out_size);
 int64_t ckpt__f_error_message(char *buf, int64_t size);
 int64_t ckpt__f_strerror(int code, char *buf, int64_t size);
+int ckpt__f_error_reason(void);
+int ckpt__f_error_errno(void);
 int ckpt__f_error_set(int code, const char *msg);
 
 int ckpt__f_saver_create(ckpt_saver **out, MPI_Fint fcomm, int async)
@@ -250,6 +252,20 @@ int64_t ckpt__f_error_message(char *buf, int64_t size)
 {
     const ckpt_error *e = ckpt_error_last();
     return to_fortran(buf, size, e && e->message ? e->message : f_message);
+}
+
+/* The C library's reason and errno of the last error; an error of the Fortran layer (f_error
+ * cleared the C one) has neither. */
+int ckpt__f_error_reason(void)
+{
+    const ckpt_error *e = ckpt_error_last();
+    return e ? e->reason : CKPT_REASON_NONE;
+}
+
+int ckpt__f_error_errno(void)
+{
+    const ckpt_error *e = ckpt_error_last();
+    return e ? e->sys_errno : 0;
 }
 
 int64_t ckpt__f_strerror(int code, char *buf, int64_t size)

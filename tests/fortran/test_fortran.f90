@@ -3,7 +3,8 @@
 !   test_fortran save DIR      saves ckpt-1 and ckpt-2 of the arrays below (any rank count)
 !   test_fortran restore DIR   on another rank count: first the registrations and restores that
 !                              must fail, with their messages, then the restore of ckpt-2,
-!                              checking every element every rank holds
+!                              checking every element every rank holds; then, in DIR/reason,
+!                              ckpt_error_reason() of a pinned checkpoint whose index is gone
 !
 ! Registered: w8 real(8) (5, 13), blocks of columns; w4 real(4) (10), blocks; i8 integer(8)
 ! (2, 3, 7), blocks along dimension 3; owned_<r> integer(4) (2, 2, 2, 2), whole and rank r's
@@ -37,6 +38,7 @@ program test_fortran
     case ('restore')
       call run_errors()
       call run_restore()
+      call run_reason()
     case default
       nfail = 1
     end select
@@ -308,6 +310,54 @@ contains
     call check(ckpt_strerror(CKPT_EMISMATCH) /= '' .and. ckpt_strerror(CKPT_OK) /= &
         ckpt_strerror(CKPT_EMISMATCH), 'strerror')
   end subroutine run_errors
+
+  ! ckpt_error_reason(): a restore that stops at a pinned checkpoint it cannot read is
+  ! CKPT_ENOTFOUND with CKPT_REASON_PINNED on every rank; an error that is not "not found" has
+  ! none. Two saves in DIR/reason, then `pin ckpt-1 1 2` (ckpt-2 set aside) and ckpt-1's index gone.
+  subroutine run_reason()
+    type(ckpt_saver) :: s
+    type(ckpt_manager) :: m
+    real(real64), allocatable, target :: x(:)
+    logical :: restored
+    integer :: epoch, step, u
+    character(len=:), allocatable :: rdir
+    character(len=32) :: name
+
+    rdir = trim(dir) // '/reason'
+    if (rank == 0) call execute_command_line('rm -rf ''' // rdir // '''')
+    call MPI_Barrier(MPI_COMM_WORLD, ierr)
+    allocate (x(4))
+    x = rank
+    write (name, '(a,i0)') 'x_', rank
+    call check(ckpt_saver_create(s, MPI_COMM_WORLD) == CKPT_OK, 'saver_create (reason)')
+    call check(ckpt_saver_add(s, trim(name), x) == CKPT_OK, 'add x (reason)')
+    call check(ckpt_manager_create(m, s, rdir) == CKPT_OK, 'manager_create (reason)')
+    call check(ckpt_manager_save(m, 1, 1) == CKPT_OK, 'save 1 (reason)')
+    call check(ckpt_manager_save(m, 1, 2) == CKPT_OK, 'save 2 (reason)')
+    call check(ckpt_error_reason() == CKPT_REASON_NONE, 'no reason after a success')
+    call ckpt_manager_free(m)
+    call MPI_Barrier(MPI_COMM_WORLD, ierr)
+    if (rank == 0) then
+      open (newunit=u, file=rdir // '/restart', status='replace', action='write')
+      write (u, '(a)') 'pin ckpt-1 1 2'
+      close (u)
+      open (newunit=u, file=rdir // '/ckpt-1.index', status='old')
+      close (u, status='delete')
+    end if
+    call MPI_Barrier(MPI_COMM_WORLD, ierr)
+    call check(ckpt_manager_create(m, s, rdir) == CKPT_OK, 'manager_create (pinned)')
+    call expect(ckpt_manager_restore_or_initialize(m, restored, epoch, step), CKPT_ENOTFOUND, &
+        'pinned', 'the pinned checkpoint without its index')
+    call check(ckpt_error_reason() == CKPT_REASON_PINNED, 'reason pinned')
+    call check(.not. restored, 'nothing restored past the pin')
+    ! an error of another code has no reason
+    call expect(ckpt_saver_add(s, 'bad', x, global_shape=[3], start=[1]), CKPT_EINVAL, &
+        'does not fit', 'a block larger than the global array (reason)')
+    call check(ckpt_error_reason() == CKPT_REASON_NONE, 'no reason for CKPT_EINVAL')
+    call check(ckpt_error_errno() == 0, 'no errno for CKPT_EINVAL')
+    call ckpt_manager_free(m)
+    call check(ckpt_saver_close(s) == CKPT_OK, 'saver_close (reason)')
+  end subroutine run_reason
 
   subroutine run_restore()
     type(ckpt_saver) :: s

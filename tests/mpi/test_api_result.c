@@ -248,6 +248,26 @@ static void test_manager(const char *dir)
                "restore_at_step, the last rank's version unknown"));
     CHECK(coll(ckpt_manager_restore_at_counter(&one, mg, 1), CKPT_EINVAL,
                "restore_at_counter, the last rank's version unknown"));
+    /* ... and restore_latest, which has no agreement of the chosen one's to fold it into: without
+     * its own, the other ranks went on into the restore's collectives and hung (watchdog) */
+    check_watchdog_s = 30;
+    check_case(1, "restore_latest, the last rank's version unknown (%d ranks)", g_size);
+    ckpt_manager_restore_result lone = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (g_rank == g_size - 1)
+        lone.version = 0;
+    if (coll(ckpt_manager_restore_latest(&lone, mg), CKPT_EINVAL,
+             "restore_latest, the last rank's version unknown"))
+        CHECK_MSG(mentions_rank(g_msg, g_size - 1) &&
+                      strstr(g_msg, "unknown ckpt_manager_restore_result version 0"),
+                  "restore_latest: the message does not name rank %d's version: %s", g_size - 1,
+                  g_msg);
+    CHECK_MSG(lone.restored == 0, "restore_latest: rank %d restored after a refused version",
+              g_rank);
+    lone = (ckpt_manager_restore_result)CKPT_MANAGER_RESTORE_RESULT_INIT;
+    if (coll(ckpt_manager_restore_latest(&lone, mg), CKPT_OK, "restore_latest after the refusal"))
+        check_result(&lone, dir, 2, "restore_latest after the refusal");
+    check_watchdog_s = 90;
+    check_case(0, "manager restore result (legacy)");
     legacy_manager(mg, &second, &first);
     ckpt_manager_free(mg);
 out:

@@ -381,6 +381,8 @@ static void case_enospc(int reserve)
     tm_fill(&m, 3);
     info.step = 3;
     int rc = ckpt_saver_save(s, prefix, &info, NULL, 0);
+    const ckpt_error *ea = ckpt_error_last();
+    int async_errno = ea && ea->code == rc ? ea->sys_errno : -1;
     int mn = rc, mx = rc;
     MPI_Allreduce(&rc, &mn, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&rc, &mx, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -408,6 +410,23 @@ static void case_enospc(int reserve)
                   (used2 - used1) >> 10);
     }
     restore_check_at(s, &m, ck1, 1, "enospc: the previous checkpoint");
+
+    /* the async report carries the errno a sync save of the same data reports (the writer
+     * thread's error is raised again on the caller's: ckpt_error.sys_errno kept) */
+    begin_case("enospc: a sync save reports the same errno");
+    ckpt_saver *sy = new_saver(0, 0);
+    register_or_die(&m, sy);
+    char sync_prefix[2400];
+    snprintf(sync_prefix, sizeof sync_prefix, "%s/sy", g_mnt);
+    int src = ckpt_saver_save(sy, sync_prefix, &info, NULL, 0);
+    const ckpt_error *es = ckpt_error_last();
+    int sync_errno = es && es->code == src ? es->sys_errno : -1;
+    coll(src, rc, "enospc: the sync save fails as the async one did");
+    CHECK_MSG(all_true(async_errno == sync_errno && sync_errno == ENOSPC),
+              "enospc: rank %d: the async save's error has sys_errno %d, a sync save's %d "
+              "(ENOSPC is %d)", g_rank, async_errno, sync_errno, ENOSPC);
+    close_ok(sy, "enospc: the sync saver");
+    check_dir_clean(g_mnt, NULL, "enospc: after the failed sync save");
 
     begin_case("enospc: room again");
     snprintf(cmd, sizeof cmd, "mount -o remount,size=%ldk '%s'", size_kib * 4, g_mnt);

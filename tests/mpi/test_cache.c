@@ -586,7 +586,7 @@ static void run_manager(const char *tag)
             /* and ckpt-4's drain committed (its copy in the directory) before the state said
              * so: the next manager lists it in both levels again, it does not drain it anew */
             st->entries[1].levels = CKPT_LEVEL_CACHE;
-            CHECK_OK(ckpt_state_write(st, dir));
+            CHECK_OK(ckpt__state_write(st, dir));
         }
         ckpt_state_free(st);
         for (int k = 0; k < g_nnodes; k++) {

@@ -183,6 +183,16 @@ int main(int argc, char **argv)
     if (before.prefix) /* valid until the next call: a copy */
         snprintf(before_prefix, sizeof before_prefix, "%s", before.prefix);
     int rc = save(s, async, "h-2", &o, &returned);
+    /* the failing reader's reason reaches every rank, sync or async (an async save's error is
+     * raised again by the next call on the caller's thread: with its reason and errno) */
+    const ckpt_error *e2 = ckpt_error_last();
+    int reason2 = e2 && e2->code == rc ? e2->reason : -1;
+    int errno2 = e2 && e2->code == rc ? e2->sys_errno : -1;
+    CHECK_MSG(rc == CKPT_ENOTFOUND && reason2 == CKPT_REASON_NO_CHECKPOINT,
+              "h-2: rank %d: %s, reason %d (%s), expected CKPT_ENOTFOUND, no checkpoint", g_rank,
+              ckpt_strerror(rc), reason2, ckpt_reason_name(reason2));
+    CHECK_MSG(errno2 == 0, "h-2: rank %d: sys_errno %d, expected 0 (no system call failed)",
+              g_rank, errno2);
     if (coll(rc, CKPT_ERROR, "h-2: a prepare fails on the last rank")) {
         char path[4400];
         snprintf(path, sizeof path, "no-such-checkpoint-of-rank-%d", g_size - 1);

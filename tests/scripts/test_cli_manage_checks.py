@@ -116,7 +116,7 @@ check(str(ckpt_bytes(scan[0])) in rows[0] and " UTC" not in rows[0] and "-" in r
 doc, _ = run_json("list", "--json", os.path.join(OUT, "scan") + "/")
 check_listing("list absolute", doc, [os.path.join(OUT, p) for p in scan])
 
-# 2. A state file (written by make_state: scan + ckpt_state_write) is what list shows: here it
+# 2. A state file (written by make_state: scan + ckpt__state_write) is what list shows: here it
 #    keeps only the newest two (retention) and marks them end-of-epoch; no warning.
 state = make_three("state")
 make_state("state", "--keep", "2", "--end-of-epoch")

@@ -7,7 +7,8 @@ Runs `mpickpt-bench --scenario collectives --json` (MPI calls counted through PM
 ranks) at each rank count and asserts counts, never times: the bare saver's save with a cached
 plan <= 8 and its restore <= 6; a sync ckpt_manager_save (default layout, plan cached, with and
 without retention deleting a checkpoint) <= 10, an async one to its ckpt_saver_sync <= 10 and
-ckpt_manager_restore_or_initialize <= 8 (issue 31). Fails when a count regresses past its bound.
+ckpt_manager_restore_latest (op mgr_restore) <= 8 (issue 31). Fails when a count regresses past
+its bound.
 """
 import json
 import os

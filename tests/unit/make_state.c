@@ -1,12 +1,13 @@
 /* Writes the state file `DIR/checkpoint` for the committed checkpoints in DIR, the way the
  * manager would have, for the CLI tests (tests/scripts/test_cli_manage.sh): ckpt_state_scan()
- * then ckpt_state_write().
+ * then ckpt__state_write().
  *
  *   make_state DIR [--keep N] [--end-of-epoch]
  *
  *   --keep N          keep only the newest N entries (retention; 0 writes an empty state)
  *   --end-of-epoch    mark every entry as saved at the end of its epoch
  */
+#include "index.h"
 #include "mpickpt/state.h"
 
 #include <stdio.h>
@@ -54,7 +55,7 @@ int main(int argc, char **argv)
         st->entries[i].end_of_epoch = end_of_epoch;
     if (st->num_entries == 0)
         st->latest[0] = '\0';
-    rc = ckpt_state_write(st, dir);
+    rc = ckpt__state_write(st, dir);
     ckpt_state_free(st);
     return rc == CKPT_OK ? 0 : fail(rc, dir);
 }

@@ -8,6 +8,7 @@
  */
 #include "fsutil.h"
 #include "halt.h"
+#include "index.h"
 #include "paths.h"
 
 #include "mpickpt/state.h"
@@ -130,7 +131,7 @@ static void test_files(const char *out)
     write_text(tmp, "x", 1);
     ckpt_state *st = NULL;
     CHECK_OK(ckpt_state_new(&st));
-    CHECK_OK(ckpt_state_write(st, dir)); /* a checkpoint directory: gc acts */
+    CHECK_OK(ckpt__state_write(st, dir)); /* a checkpoint directory: gc acts */
     ckpt_state_free(st);
     size_t removed = 0;
     CHECK_OK(ckpt_gc(dir, 0, NULL, NULL, &removed));

@@ -61,6 +61,12 @@ run() {
   echo "+ mpirun --host $hosts -np $np mpickpt-demo $*" >&2
   timeout 180 "$C" mpirun "$name" "$hosts" -np "$np" "${xs[@]}" "$bin/mpickpt-demo" --dir "$dir" --mb 1 --steps-per-epoch 6 --ckpt-every 2 "$@" \
     > "$log" 2>&1
+  local rc=$?
+  # the sanitizer build (ASAN_OPTIONS and LSAN_OPTIONS reach the ranks of every node: the agent
+  # passes mpirun's environment on to each node's orted): a report fails the test at its end,
+  # also one from a run that was meant to fail
+  grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$log" && cat "$log" >> "$out/sanitizer.log"
+  return $rc
 }
 
 expect() { # expect REGEX WHAT: the last run's output has a line matching REGEX
@@ -198,4 +204,5 @@ PY
     ;;
   *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
+[ -e "$out/sanitizer.log" ] && { echo "FAIL ($case_): a sanitizer report:" >&2; head -40 "$out/sanitizer.log" >&2; exit 1; }
 echo "ok: $case_ (step $(resumed_step) restored exactly on real nodes)"

@@ -23,6 +23,8 @@
 #                 is killed meanwhile; the persistent directory keeps its ckpt-2, nothing of ckpt-4
 #                 (verify, list --json); on node 0, 2 and a replacement node 1 the relaunch rebuilds
 #                 ckpt-4 from the partner, restores it exactly and drains it
+#   drain_node_async  drain_node with async saves (--async): the drain holds on rank 4's writer
+#                 thread while training goes on; the same checks
 #   drain_node_rest  the same death, then the relaunch on the 2 remaining nodes only (4 ranks):
 #                 the caches' ckpt-4 and ckpt-3 are of the 6-rank job on 3 nodes, so it restores
 #                 the persistent ckpt-2 exactly (the newest on a level that survived for it)
@@ -41,7 +43,8 @@ C=$here/cluster.sh
 # machine has other names, so neither takes down the other's nodes
 case $case_ in
   pernode) name=cpn ;; hier) name=chm ;; partner) name=cpa ;; partner_lost) name=cpl ;;
-  drain_kill) name=cdk ;; drain_node) name=cdn ;; drain_node_rest) name=cdr ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
+  drain_kill) name=cdk ;; drain_node) name=cdn ;; drain_node_rest) name=cdr ;;
+  drain_node_async) name=cda ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
 name=$name${MPICKPT_CLUSTER_TAG:-}
 "$C" down "$name"
@@ -144,7 +147,9 @@ case $case_ in
     [ -e "$dir/chief/ckpt-2.index" ] || fail "ckpt-2 not on the persistent level after the relaunch"
     ls "$dir/chief" | grep -q '_temp$' && fail "an in-flight directory left: $(ls "$dir/chief")"
     ;;
-  drain_node|drain_node_rest)
+  drain_node|drain_node_rest|drain_node_async)
+    # async: the drain runs on the writer thread of each rank, training goes on meanwhile
+    [ "$case_" = drain_node_async ] && cache+=(--async)
     # ckpt-1..3 (steps 2, 4, 6); ckpt-2 drained: the persistent level's newest
     run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 1 || fail "the first run failed"
     expect '^done epoch=0 step=6' "the first run did not finish"
@@ -180,7 +185,7 @@ lv = {c["prefix"].rsplit("/", 1)[1]: c["levels"] for c in d["checkpoints"]}
 assert "persistent" in lv.get("ckpt-2", []), lv
 assert all("persistent" not in lv[k] for k in lv if k != "ckpt-2"), lv
 PY
-    if [ "$case_" = drain_node ]; then
+    if [ "$case_" != drain_node_rest ]; then
       "$C" replace "$name" 1 || fail "node 1 not replaced"
       run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 2 || fail "the relaunch failed"
       expect "host ${name}n1\] info: node 1: [0-9]+ files of ckpt-4 rebuilt" "node 1 not rebuilt"

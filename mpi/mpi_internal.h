@@ -14,7 +14,9 @@ int ckpt__mpi_error(int mpi_rc, const char *what);
 /*
  * Fault injection for tests and drills, read from MPICKPT_FAULT at every call:
  * "<rank>:<step>" makes `rank` fail at `step` with CKPT_EIO ("injected fault at <step> on rank R");
- * "<rank>:<step>:kill" makes it die with SIGKILL there. Returns CKPT_OK when not targeted.
+ * "<rank>:<step>:kill" makes it die with SIGKILL there; "<rank>:<step>:hold" (a step other than
+ * "write", whose hold is ckpt__fault_hold's) makes it print a line and wait there up to 120 s, then
+ * go on. Returns CKPT_OK when not targeted.
  */
 int ckpt__fault(int rank, const char *step);
 /* ckpt__fault_spec(): MPICKPT_FAULT parsed strictly, in lib/env.c (env.h) with the other

@@ -10,6 +10,9 @@
  * followed, regular files only, never blocking). Single-threaded: the forwarded signals and
  * SIGCHLD stay blocked and are taken with sigwaitinfo(), so nothing runs inside a handler.
  *
+ * Under srun inside an allocation, a relaunch after a crash leaves out the allocation's nodes that
+ * Slurm reports down (sinfo), like SCR's scr_srun: srun --exclude=NODES -N <nodes still up>.
+ *
  * Exit status: the job's (128 + N when it was killed by signal N), 0 after a halt or a requeue,
  * 75 when preempted and not requeued, 127 when the command cannot be started, 2 on a usage error.
  */
@@ -56,6 +59,10 @@ static const char usage_text[] =
     "  -n N, --np N          ranks (mpirun -np N, srun -n N; default: the launcher's)\n"
     "  --launcher-arg ARG    one more argument for mpirun or srun (repeatable); srun gets\n"
     "                        --mpi=pmix unless an ARG starts with --mpi\n"
+    "  -N N, --nodes N       srun: run on N nodes of the allocation (srun -N N; default:\n"
+    "                        srun's, every node); the others are spares for relaunches\n"
+    "  --min-nodes M         srun: relaunch after a node loss only while at least M of\n"
+    "                        the allocation's nodes are up (default: --nodes, else 1)\n"
     "  --max-runs N          runs at most, the first included (default: MPICKPT_RUNS, else\n"
     "                        1: no relaunch). After a crash (a status other than 0 and 75,\n"
     "                        or a signal) the job is relaunched unless a relaunch made no\n"
@@ -71,6 +78,13 @@ static const char usage_text[] =
     "                        TERM, INT, USR2 or HUP; default USR1 when the job runs under\n"
     "                        mpirun or srun (they kill their ranks on SIGTERM), else TERM\n"
     "  -h, --help            this text\n"
+    "\n"
+    "nodes lost: under srun inside an allocation, before a relaunch after a crash,\n"
+    "mpickpt-run asks Slurm (sinfo) which of the allocation's nodes are down (down,\n"
+    "drained, failing or not responding) and relaunches on the others: srun\n"
+    "--exclude=NODES -N K, K = --nodes when that many are up, else the nodes up (the\n"
+    "job then restores on fewer nodes). The allocation must survive the loss: submit\n"
+    "with 'sbatch --no-kill' (else Slurm ends the job and requeues it).\n"
     "\n"
     "signals: SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP are forwarded to the job's process\n"
     "group (SIGTERM as --term-signal); a job whose run saw one is not relaunched after a\n"
@@ -97,6 +111,8 @@ typedef struct options {
     enum requeue requeue;
     long max_requeues;
     int term_signal; /* 0: by the launcher */
+    long nodes;      /* srun -N; 0: srun's default */
+    long min_nodes;  /* 0: --nodes, else 1 */
 } options;
 
 static void say(const char *fmt, ...) CKPT_PRINTF(1, 2);
@@ -398,14 +414,17 @@ static int is_mpirun_name(const char *b)
 }
 
 /* The command line of the job: COMMAND as is, or behind mpirun / srun. NULL when out of memory. */
-static char **job_argv(const options *o, enum launcher kind, char **cmd, int ncmd)
+static char **job_argv(const options *o, enum launcher kind, char **cmd, int ncmd,
+                       const char *exclude, long nodes)
 {
-    char **v = calloc((size_t)(ncmd + o->nlargs + 8), sizeof *v);
-    static char np[32];
+    char **v = calloc((size_t)(ncmd + o->nlargs + 12), sizeof *v);
+    static char np[32], nn[32], ex[4200];
     if (!v)
         return NULL;
     int k = 0;
     snprintf(np, sizeof np, "%ld", o->np);
+    snprintf(nn, sizeof nn, "%ld", nodes);
+    snprintf(ex, sizeof ex, "--exclude=%s", exclude ? exclude : "");
     if (kind == L_MPIRUN) {
         v[k++] = "mpirun";
         if (o->np > 0) {
@@ -425,6 +444,12 @@ static char **job_argv(const options *o, enum launcher kind, char **cmd, int ncm
             v[k++] = "-n";
             v[k++] = np;
         }
+        if (nodes > 0) {
+            v[k++] = "-N";
+            v[k++] = nn;
+        }
+        if (exclude && *exclude)
+            v[k++] = ex;
     }
     if (kind == L_MPIRUN || kind == L_SRUN)
         for (int i = 0; i < o->nlargs; i++)
@@ -476,6 +501,128 @@ static int preempted(const options *o)
     return 0;
 }
 
+/* ---- Slurm: the allocation's nodes that are down ---------------------------------------- */
+
+/* Runs argv (no shell), its standard output into buf (NUL-terminated, cut at size - 1);
+ * 0 when it exited 0. */
+static int capture(char *const argv[], char *buf, size_t size)
+{
+    buf[0] = '\0';
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(pfd[1], 1);
+        execvp(argv[0], argv);
+        fprintf(stderr, "mpickpt-run: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t used = 0;
+    for (;;) {
+        char tmp[4096];
+        ssize_t got = read(pfd[0], tmp, sizeof tmp);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        size_t n = (size_t)got;
+        if (n > size - 1 - used)
+            n = size - 1 - used;
+        memcpy(buf + used, tmp, n);
+        used += n;
+    }
+    buf[used] = '\0';
+    close(pfd[0]);
+    int wstatus = 0;
+    pid_t r;
+    while ((r = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR)
+        ;
+    return r == pid && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -1;
+}
+
+/* 1 when a node in Slurm state `st` (sinfo %T: "allocated", "down*", "drained", ...) cannot run
+ * a step: down, drained or draining, failing, not responding ('*'), powered down, unknown. */
+static int state_down(const char *st)
+{
+    static const char *const bad[] = { "down", "drain", "fail", "unk", "power", "future",
+                                       "maint", "inval", "no_resp", "not_resp" };
+    size_t len = strlen(st);
+    if (len && st[len - 1] == '*')
+        return 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (!strncmp(st, bad[i], strlen(bad[i])))
+            return 1;
+    return 0;
+}
+
+/* 1 when `name` is an element of the comma-separated `list`. */
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n))
+            return 1;
+        p = c ? c + 1 : p + len;
+    }
+    return 0;
+}
+
+/* Adds to `exclude` (comma-separated, size bytes) the nodes of the allocation (SLURM_JOB_NODELIST)
+ * that sinfo reports down; *up: the allocation's nodes not excluded; `newly`, `states`: what was
+ * added now, with their states, for the log. -1 when Slurm could not be asked (nothing changed). */
+static int slurm_down_nodes(char *exclude, size_t size, int *up, char *newly, size_t nsize,
+                            char *states, size_t ssize)
+{
+    const char *list = getenv("SLURM_JOB_NODELIST");
+    if (!list || !*list)
+        list = getenv("SLURM_NODELIST");
+    newly[0] = states[0] = '\0';
+    *up = 0;
+    if (!list || !*list)
+        return -1;
+    char *argv[] = { "sinfo", "-h", "-N", "-n", (char *)list, "-o", "%N %T", NULL };
+    char out[65536];
+    if (capture(argv, out, sizeof out) != 0 || !out[0])
+        return -1;
+    char seen[65536] = "";
+    int total = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        char node[256], st[128];
+        if (sscanf(line, "%255s %127s", node, st) != 2)
+            continue;
+        if (in_list(seen, node)) /* one line per partition */
+            continue;
+        size_t sl = strlen(seen);
+        snprintf(seen + sl, sizeof seen - sl, "%s%s", sl ? "," : "", node);
+        total++;
+        if (in_list(exclude, node))
+            continue;
+        if (!state_down(st)) {
+            (*up)++;
+            continue;
+        }
+        size_t el = strlen(exclude), nl = strlen(newly), tl = strlen(states);
+        if (el + strlen(node) + 2 > size)
+            return -1;
+        snprintf(exclude + el, size - el, "%s%s", el ? "," : "", node);
+        snprintf(newly + nl, nsize - nl, "%s%s", nl ? "," : "", node);
+        snprintf(states + tl, ssize - tl, "%s%s=%s", tl ? " " : "", node, st);
+    }
+    return total > 0 ? 0 : -1;
+}
+
 static void describe_status(char *buf, size_t size, int status, int killed_by)
 {
     if (killed_by)
@@ -491,6 +638,8 @@ static int parse_options(options *o, int argc, char **argv)
         { "launcher", required_argument, NULL, 'l' },
         { "np", required_argument, NULL, 'n' },
         { "launcher-arg", required_argument, NULL, 'a' },
+        { "nodes", required_argument, NULL, 'N' },
+        { "min-nodes", required_argument, NULL, 'm' },
         { "max-runs", required_argument, NULL, 'r' },
         { "requeue", required_argument, NULL, 'q' },
         { "max-requeues", required_argument, NULL, 'Q' },
@@ -505,7 +654,7 @@ static int parse_options(options *o, int argc, char **argv)
     opterr = 0;
     int c;
     /* "+": options end at COMMAND, whose own options stay its own */
-    while ((c = getopt_long(argc, argv, "+n:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+n:N:h", longs, NULL)) != -1) {
         switch (c) {
         case 'd':
             if (!*optarg)
@@ -530,6 +679,15 @@ static int parse_options(options *o, int argc, char **argv)
             break;
         case 'a':
             o->largs[o->nlargs++] = optarg;
+            break;
+        case 'N':
+            if (parse_long(&o->nodes, optarg, 1, 1000000L) != 0)
+                return usage_error("--nodes needs a positive number of nodes, got '%s'", optarg);
+            break;
+        case 'm':
+            if (parse_long(&o->min_nodes, optarg, 1, 1000000L) != 0)
+                return usage_error("--min-nodes needs a positive number of nodes, got '%s'",
+                                   optarg);
             break;
         case 'r':
             if (parse_long(&o->max_runs, optarg, 1, 1000000L) != 0)
@@ -566,7 +724,8 @@ static int parse_options(options *o, int argc, char **argv)
             fputs(usage_text, stdout);
             return 3;
         default:
-            if (optopt == 'n' || (optopt > 0 && optopt < 128 && !strchr("dlarqQt", optopt) &&
+            if (optopt == 'n' || optopt == 'N' ||
+                (optopt > 0 && optopt < 128 && !strchr("dlarqQtm", optopt) &&
                                   optind > 0 && argv[optind - 1][1] != '-'))
                 return usage_error("option -%c: unknown, or its value is missing", optopt);
             return usage_error("unknown option '%s', or its value is missing",
@@ -597,12 +756,33 @@ static void watch_signals(void)
     sigprocmask(SIG_BLOCK, &g_watched, NULL);
 }
 
-/* Runs the job (jv, shown as `line`) until it finishes, is halted or preempted, makes no
+/* The job's command line in *jv and `line` (size 8192), srun's with `exclude` and `nodes`. */
+static int make_job(char ***jv, char *line, const options *o, enum launcher kind, char **cmd,
+                    int ncmd, const char *exclude, long nodes)
+{
+    free(*jv);
+    *jv = job_argv(o, kind, cmd, ncmd, exclude, nodes);
+    if (!*jv) {
+        say("out of memory");
+        return -1;
+    }
+    join_argv(line, 8192, *jv);
+    return 0;
+}
+
+/* Runs the job (COMMAND behind `kind`) until it finishes, is halted or preempted, makes no
  * progress or has used its --max-runs; returns mpickpt-run's exit status. */
-static int run_loop(const options *o, char **jv, const char *line, int term_signal)
+static int run_loop(const options *o, enum launcher kind, char **cmd, int ncmd, int term_signal)
 {
     int status = 0, signalled = 0;
     char where[4200], desc[512], what[128];
+    char **jv = NULL, line[8192];
+    static char exclude[4096];
+    const char *jobid = getenv("SLURM_JOB_ID");
+    int in_alloc = kind == L_SRUN && jobid && *jobid;
+    long min_nodes = o->min_nodes ? o->min_nodes : o->nodes ? o->nodes : 1;
+    if (make_job(&jv, line, o, kind, cmd, ncmd, NULL, o->nodes) != 0)
+        return 1;
     for (long run = 1;; run++) {
         int pending = drain_signals();
         if (pending) {
@@ -678,18 +858,44 @@ static int run_loop(const options *o, char **jv, const char *line, int term_sign
                 run, desc, run, o->max_runs);
             break;
         }
+        if (in_alloc) {
+            /* nodes lost: the relaunch leaves out the allocation's nodes Slurm reports down */
+            int up = 0;
+            char newly[4096], states[8192];
+            if (slurm_down_nodes(exclude, sizeof exclude, &up, newly, sizeof newly, states,
+                                 sizeof states) != 0) {
+                say("warning: cannot list the allocation's nodes (sinfo); relaunching on the "
+                    "same nodes");
+            } else if (newly[0]) {
+                if (up < min_nodes) {
+                    say("node(s) %s of the allocation down (%s): %d node(s) still up, fewer "
+                        "than %ld (--min-nodes): not relaunching",
+                        newly, states, up, min_nodes);
+                    break;
+                }
+                long n = o->nodes && o->nodes <= up ? o->nodes : up;
+                say("node(s) %s of the allocation down (%s): relaunching on %ld of the %d "
+                    "node(s) still up (srun -N %ld --exclude=%s)",
+                    newly, states, n, up, n, exclude);
+                if (make_job(&jv, line, o, kind, cmd, ncmd, exclude, n) != 0) {
+                    status = 1;
+                    break;
+                }
+            }
+        }
         if (o->dir)
             say("relaunching after the crash (run %ld of %ld) from the newest checkpoint: %s",
                 run + 1, o->max_runs, desc);
         else
             say("relaunching after the crash (run %ld of %ld)", run + 1, o->max_runs);
     }
+    free(jv);
     return status;
 }
 
 int main(int argc, char **argv)
 {
-    options o = { NULL, L_AUTO, 0, NULL, 0, 1, RQ_AUTO, 20, 0 };
+    options o = { NULL, L_AUTO, 0, NULL, 0, 1, RQ_AUTO, 20, 0, 0, 0 };
     o.largs = calloc((size_t)argc + 1, sizeof *o.largs);
     if (!o.largs) {
         say("out of memory");
@@ -720,22 +926,17 @@ int main(int argc, char **argv)
                            "give them to %s yourself, or leave it out",
                            b);
     }
-    int term_signal = o.term_signal ? o.term_signal : under != L_NONE ? SIGUSR1 : SIGTERM;
-    char **jv = job_argv(&o, kind, cmd, ncmd);
-    if (!jv) {
-        say("out of memory");
+    if (kind != L_SRUN && (o.nodes > 0 || o.min_nodes > 0)) {
         free(o.largs);
-        return 1;
+        return usage_error("--nodes and --min-nodes are srun's (mpickpt-run's launcher srun)");
     }
-    char line[8192];
-    join_argv(line, sizeof line, jv);
+    int term_signal = o.term_signal ? o.term_signal : under != L_NONE ? SIGUSR1 : SIGTERM;
 
     watch_signals();
 
     if (!o.dir && o.max_runs > 1)
         say("warning: no --dir: progress cannot be checked, every relaunch counts as progress");
-    int status = run_loop(&o, jv, line, term_signal);
-    free(jv);
+    int status = run_loop(&o, kind, cmd, ncmd, term_signal);
     free(o.largs);
     return status;
 }

@@ -16,8 +16,9 @@
 #include <unistd.h>
 
 /* This rank's node index and whether it is the node's first rank, as the saver numbers nodes
- * (ranks [k*K, (k+1)*K) with MPICKPT_RANKS_PER_NODE=K; else the shared-memory node, which is node
- * 0 on one machine). */
+ * (ranks [k*K, (k+1)*K) with MPICKPT_RANKS_PER_NODE=K; else the shared-memory nodes, numbered by
+ * their lowest ranks in rank order, mpi/save_node.c: node 0 on one machine, each its own on real
+ * nodes, tests/cluster/bench_cluster.sh). */
 static int my_node(int *first)
 {
     const char *e = getenv("MPICKPT_RANKS_PER_NODE");
@@ -26,10 +27,18 @@ static int my_node(int *first)
         *first = g_rank % k == 0;
         return g_rank / k;
     }
-    int nr = 0;
+    int nr = 0, leader = g_rank, node = 0;
     MPI_Comm_rank(g_node, &nr);
     *first = nr == 0;
-    return 0;
+    MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, g_node);
+    int *all = malloc((size_t)g_size * sizeof *all);
+    if (!all)
+        die("my_node", CKPT_ENOMEM);
+    MPI_Allgather(&leader, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < leader; r++)
+        node += all[r] == r; /* a leader below mine: a node numbered before mine */
+    free(all);
+    return node;
 }
 
 /* Every entry of `dir` whose name starts with `stem` removed (the node's first rank). */

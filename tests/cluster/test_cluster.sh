@@ -18,6 +18,16 @@
 #   drain_kill    a rank of node 1 killed inside the drain to the persistent level, then node 1
 #                 dies: no torn checkpoint in the persistent directory; the relaunch rebuilds the
 #                 checkpoint from the partner, restores it exactly and drains it
+#   drain_node    a node dies during a drain, no rank killed first: a resumed run's first drain
+#                 (ckpt-4, step 8) holds on rank 4 (MPICKPT_FAULT=4:drain:hold, node 2) and node 1
+#                 is killed meanwhile; the persistent directory keeps its ckpt-2, nothing of ckpt-4
+#                 (verify, list --json); on node 0, 2 and a replacement node 1 the relaunch rebuilds
+#                 ckpt-4 from the partner, restores it exactly and drains it
+#   drain_node_async  drain_node with async saves (--async): the drain holds on rank 4's writer
+#                 thread while training goes on; the same checks
+#   drain_node_rest  the same death, then the relaunch on the 2 remaining nodes only (4 ranks):
+#                 the caches' ckpt-4 and ckpt-3 are of the 6-rank job on 3 nodes, so it restores
+#                 the persistent ckpt-2 exactly (the newest on a level that survived for it)
 #
 # Exit 77 (ctest: skipped) where namespaces are not permitted. The cluster is taken down at the
 # end, whatever happens (and by the cluster_cleanup fixture after a test that was killed).
@@ -33,7 +43,8 @@ C=$here/cluster.sh
 # machine has other names, so neither takes down the other's nodes
 case $case_ in
   pernode) name=cpn ;; hier) name=chm ;; partner) name=cpa ;; partner_lost) name=cpl ;;
-  drain_kill) name=cdk ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
+  drain_kill) name=cdk ;; drain_node) name=cdn ;; drain_node_rest) name=cdr ;;
+  drain_node_async) name=cda ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
 name=$name${MPICKPT_CLUSTER_TAG:-}
 "$C" down "$name"
@@ -53,6 +64,12 @@ run() {
   echo "+ mpirun --host $hosts -np $np mpickpt-demo $*" >&2
   timeout 180 "$C" mpirun "$name" "$hosts" -np "$np" "${xs[@]}" "$bin/mpickpt-demo" --dir "$dir" --mb 1 --steps-per-epoch 6 --ckpt-every 2 "$@" \
     > "$log" 2>&1
+  local rc=$?
+  # the sanitizer build (ASAN_OPTIONS and LSAN_OPTIONS reach the ranks of every node: the agent
+  # passes mpirun's environment on to each node's orted): a report fails the test at its end,
+  # also one from a run that was meant to fail
+  grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$log" && cat "$log" >> "$out/sanitizer.log"
+  return $rc
 }
 
 expect() { # expect REGEX WHAT: the last run's output has a line matching REGEX
@@ -130,6 +147,67 @@ case $case_ in
     [ -e "$dir/chief/ckpt-2.index" ] || fail "ckpt-2 not on the persistent level after the relaunch"
     ls "$dir/chief" | grep -q '_temp$' && fail "an in-flight directory left: $(ls "$dir/chief")"
     ;;
+  drain_node|drain_node_rest|drain_node_async)
+    # async: the drain runs on the writer thread of each rank, training goes on meanwhile
+    [ "$case_" = drain_node_async ] && cache+=(--async)
+    # ckpt-1..3 (steps 2, 4, 6); ckpt-2 drained: the persistent level's newest
+    run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 1 || fail "the first run failed"
+    expect '^done epoch=0 step=6' "the first run did not finish"
+    [ -e "$dir/chief/ckpt-2.index" ] && [ ! -e "$dir/chief/ckpt-3.index" ] ||
+      fail "want ckpt-2 and not ckpt-3 on the persistent level: $(ls "$dir/chief")"
+    # the resumed run commits ckpt-4 (step 8) in the caches; its drain holds on rank 4 (node 2):
+    # the other ranks wait for it in the drain's first vote, rank 0's in-flight directory made
+    MPICKPT_FAULT=4:drain:hold run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 2 &
+    pid=$!
+    end=$((SECONDS + 120))
+    until grep -q 'holding this rank at drain' "$log"; do
+      kill -0 $pid 2>/dev/null || fail "the run ended before its drain held"
+      [ $SECONDS -lt $end ] || { kill $pid; fail "the drain did not hold"; }
+      sleep 0.2
+    done
+    expect '^resumed epoch=0 step=6 from=/dev/shm/mpkc/ck/[^ ]*/ckpt-3$' "not resumed from ckpt-3"
+    "$C" kill "$name" 1 || fail "kill node 1"
+    wait $pid && fail "the run whose node 1 died succeeded"
+    cp "$log" "$out/log.held" && ls -a "$dir/chief" > "$out/chief.after-kill"
+    expect 'holding this rank at drain' "the hold did not fire"
+    grep -q '^checkpoint prefix=[^ ]*/ckpt-4 ' "$log" && fail "ckpt-4's save returned (its drain ran through)"
+    # nothing torn in the persistent directory: ckpt-2 whole and listed, nothing of ckpt-4
+    [ -e "$dir/chief/ckpt-4.index" ] && fail "ckpt-4 committed on the persistent level"
+    ls "$dir/chief" | grep -q '^ckpt-4\.data' && fail "ckpt-4's data in the persistent directory"
+    "$bin/mpickpt" verify "$dir/chief" > "$out/verify" 2>&1 || { cat "$out/verify" >&2; fail "verify"; }
+    grep -q "ckpt-2: ok" "$out/verify" && ! grep -q "ckpt-4" "$out/verify" ||
+      fail "verify: $(cat "$out/verify")"
+    "$bin/mpickpt" list --json "$dir" > "$out/list.json" || fail "list --json"
+    /usr/bin/python3 - "$out/list.json" <<'PY' || fail "list --json: $(cat "$out/list.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+lv = {c["prefix"].rsplit("/", 1)[1]: c["levels"] for c in d["checkpoints"]}
+assert "persistent" in lv.get("ckpt-2", []), lv
+assert all("persistent" not in lv[k] for k in lv if k != "ckpt-2"), lv
+PY
+    if [ "$case_" != drain_node_rest ]; then
+      "$C" replace "$name" 1 || fail "node 1 not replaced"
+      run 0:2,1:2,2:2 6 "${cache[@]}" --persist-every 2 --epochs 2 || fail "the relaunch failed"
+      expect "host ${name}n1\] info: node 1: [0-9]+ files of ckpt-4 rebuilt" "node 1 not rebuilt"
+      expect '^resumed epoch=1 step=8 from=/dev/shm/mpkc/ck/[^ ]*/ckpt-4$' "not resumed from the cache's ckpt-4"
+      expect '^verified every restored value at step 8: .* of ranks 0-5$' "restored values not verified"
+      expect "drained ckpt-4 to $dir/chief" "ckpt-4 not drained again"
+      expect '^done epoch=1 step=12' "the relaunch did not finish"
+      [ -e "$dir/chief/ckpt-4.index" ] || fail "ckpt-4 not on the persistent level after the relaunch"
+      ls "$dir/chief" | grep -q '_temp$' && fail "an in-flight directory left: $(ls "$dir/chief")"
+      "$bin/mpickpt" verify "$dir/chief" > "$out/verify" 2>&1 || { cat "$out/verify" >&2; fail "verify at the end"; }
+    else
+      run 0:2,2:2 4 "${cache[@]}" --persist-every 2 --epochs 2 || fail "the relaunch on 2 nodes failed"
+      expect "^resumed epoch=0 step=4 from=$dir/chief/ckpt-2\$" "not resumed from the persistent ckpt-2"
+      expect '^verified every restored value at step 4: .* of ranks 0-3$' "restored values not verified"
+      expect '^done epoch=1 step=12' "the relaunch did not finish"
+      # the caches' ckpt-4 (6 ranks) is never drained by the 4-rank job: nothing of it, nor an
+      # in-flight directory, in the persistent directory; what is there reads back whole
+      ls "$dir/chief" | grep -Eq '^ckpt-4\.|_temp$' && fail "ckpt-4 or debris persisted: $(ls "$dir/chief")"
+      "$bin/mpickpt" verify "$dir/chief" > "$out/verify" 2>&1 || { cat "$out/verify" >&2; fail "verify at the end"; }
+    fi
+    ;;
   *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
+[ -e "$out/sanitizer.log" ] && { echo "FAIL ($case_): a sanitizer report:" >&2; head -40 "$out/sanitizer.log" >&2; exit 1; }
 echo "ok: $case_ (step $(resumed_step) restored exactly on real nodes)"

@@ -3,9 +3,9 @@
 # nodes"): munged on the machine (its socket is a file every node reaches), slurmctld in node 0,
 # one slurmd per node, each node's spool and TmpFS on its own /dev/shm (they die with the node).
 #
-#   test_cluster_slurm.sh SOURCE_DIR BIN_DIR OUTDIR
+#   test_cluster_slurm.sh SOURCE_DIR BIN_DIR OUTDIR [requeue|relaunch]
 #
-# `sbatch -N 3 -n 6 --requeue` of the generic template (jobs/slurm/mpickpt-run.sbatch) runs the
+# requeue (the default): `sbatch -N 3 -n 6 --requeue` of the generic template (jobs/slurm/mpickpt-run.sbatch) runs the
 # demo through mpickpt-run with srun --mpi=pmix, with the cache level and partner copies (nothing
 # persisted yet). Once it committed a checkpoint at step 4 or later, node 1 dies (slurmd, its ranks
 # and its /dev/shm with it). Slurm marks the node down and requeues the job (NODE_FAIL); a
@@ -13,23 +13,34 @@
 # SLURM_RESTART_COUNT=1) resumes from the newest checkpoint, node 1's files rebuilt from its
 # partner's copies, checks every value and finishes: COMPLETED, exit code 0.
 #
+# relaunch: 4 nodes, `sbatch --no-kill -N 4 -n 8 --ntasks-per-node 2` (the allocation survives a node's
+# loss), mpickpt-run --nodes 3 -n 6: the job runs on nodes 0-2, node 3 is a spare. Node 1 dies
+# mid-job; the step fails; mpickpt-run finds node 1 down (sinfo) and relaunches inside the
+# allocation on nodes 0, 2 and 3 (srun -N 3 --exclude=<node 1>), no requeue, no replacement: the
+# cache's newest checkpoint is rebuilt (node 1's files from their partner copies onto the spare,
+# now the job's node 2), restored exactly, and the job finishes: COMPLETED, exit code 0,
+# Restarts=0.
+#
 # Exit 77 (skipped) without root, namespaces or the Slurm packages.
 set -u
 src=$1
 bin=$2
 out=$3
+mode=${4:-requeue}
+case $mode in requeue|relaunch) ;; *) echo "unknown case '$mode'" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
 C=$here/cluster.sh
 "$C" check || exit $?
 for t in munged mungekey slurmctld slurmd sbatch squeue scontrol sinfo srun; do
   command -v "$t" >/dev/null || { echo "SKIP: $t is not installed (jobs/deps.sh slurm)"; exit 77; }
 done
-name=csl${MPICKPT_CLUSTER_TAG:-} # test_cluster.sh: another run's nodes have other names
+# test_cluster.sh: another run's nodes have other names
+if [ "$mode" = requeue ]; then name=csl; nodes=3; else name=csr; nodes=4; fi
+name=$name${MPICKPT_CLUSTER_TAG:-}
 rm -rf "$out" && mkdir -p "$out" || exit 1
 # Unix socket paths are limited to ~107 bytes: the daemons' files under a short directory
 sd=$(mktemp -d /tmp/mpkc-slurm.XXXXXX) || exit 1
 ln -s "$sd" "$out/slurm"
-nodes=3
 
 stop_all() {
   [ -n "${SLURM_CONF:-}" ] && [ -e "$SLURM_CONF" ] &&
@@ -110,12 +121,17 @@ setsid "$C" exec "$name" 0 slurmctld -D -f "$SLURM_CONF" </dev/null >> "$sd/log/
 disown
 for i in $(seq 0 $((nodes - 1))); do slurmd_on "$i"; done
 log=$out/job.out
-wait_for 60 "3 idle nodes" all_idle
+wait_for 60 "$nodes idle nodes" all_idle
 
 dir=$out/ckpt
 export OMPI_MCA_mpi_yield_when_idle=1 MPICKPT_RUN=$bin/mpickpt-run
-job=$(cd "$out" && on sbatch --parsable -N 3 -n 6 -o "$log" "$src/jobs/slurm/mpickpt-run.sbatch" \
-  --dir "$dir" -- "$bin/mpickpt-demo" --dir "$dir" --mb 1 --epochs 2 --steps-per-epoch 10 \
+if [ "$mode" = requeue ]; then
+  alloc=(-N 3 -n 6) runopts=()
+else
+  alloc=(--no-kill -N 4 -n 8 --ntasks-per-node 2) runopts=(--nodes 3 -n 6 --max-runs 3)
+fi
+job=$(cd "$out" && on sbatch --parsable "${alloc[@]}" -o "$log" "$src/jobs/slurm/mpickpt-run.sbatch" \
+  --dir "$dir" "${runopts[@]}" -- "$bin/mpickpt-demo" --dir "$dir" --mb 1 --epochs 2 --steps-per-epoch 10 \
   --ckpt-every 2 --step-sleep 300 --cache-dir /dev/shm/mpkc/ck --redundancy partner \
   --persist-every 100 --cache-keep 3) || fail "sbatch"
 job=${job%%;*}
@@ -125,11 +141,37 @@ saved_step() { sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\
 far_enough() { [ "$(saved_step)" -ge 4 ] 2>/dev/null; }
 wait_for 120 "a checkpoint at step 4 or later" far_enough
 step=$(saved_step)
-grep -q "^sbatch\[$job\]: start SLURM_RESTART_COUNT=0 on ${name}n0 ntasks=6" "$log" ||
-  fail "the first run did not start on ${name}n0 with 6 tasks"
+grep -q "^sbatch\[$job\]: start SLURM_RESTART_COUNT=0 on ${name}n0 ntasks=" "$log" ||
+  fail "the first run did not start on ${name}n0"
 
 echo "node 1 dies (last checkpoint printed: step $step)"
 "$C" kill "$name" 1 || fail "kill node 1"
+if [ "$mode" = relaunch ]; then
+  finished() { case "$(job_field JobState)" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL) true ;; *) false ;; esac; }
+  wait_for 240 "job $job finished" finished
+  echo "job: $(job_field JobState), Restarts=$(job_field Restarts), node 1: $(node_state 1)"
+  grep '^mpickpt-run:' "$log" | sed 's/^/  /'
+  [ "$(job_field JobState)" = COMPLETED ] || fail "job state $(job_field JobState), want COMPLETED"
+  [ "$(job_field ExitCode)" = 0:0 ] || fail "exit code $(job_field ExitCode), want 0:0"
+  [ "$(job_field Restarts)" = 0 ] || fail "the job was requeued (Restarts=$(job_field Restarts))"
+  grep -q "^mpickpt-run: node(s) ${name}n1 of the allocation down (${name}n1=[a-z_*+]*): relaunching on 3 of the 3 node(s) still up (srun -N 3 --exclude=${name}n1)\$" "$log" ||
+    fail "mpickpt-run did not relaunch without node 1"
+  grep -q "^mpickpt-run: run 2 of 3 (MPICKPT_RUN_ATTEMPT=2): srun --mpi=pmix -n 6 -N 3 --exclude=${name}n1 " "$log" ||
+    fail "run 2 was not srun without node 1"
+  # the first run's newest checkpoint, and what run 2 resumed from (the cache, rebuilt)
+  step=$(sed '/MPICKPT_RUN_ATTEMPT=2/q' "$log" |
+         sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\1/p' | tail -1)
+  grep -Eq "host ${name}n3\] info: node 2: [0-9]+ files of ckpt-[0-9]+ rebuilt" "$log" ||
+    fail "the spare node's cache (the job's node 2) not rebuilt"
+  got=$(sed -n 's|^resumed epoch=[0-9]* step=\([0-9]*\) from=/dev/shm/mpkc/ck/[^ ]*/ckpt-[0-9]*$|\1|p' "$log")
+  [ "$got" = "$step" ] || [ "$got" = $((step + 2)) ] ||
+    fail "run 2 resumed at step '${got}' from the cache, want $step (or $((step + 2)))"
+  grep -Eq "^verified every restored value at step $got: .* of ranks 0-5\$" "$log" ||
+    fail "restored values not verified"
+  grep -q '^done epoch=1 step=20$' "$log" || fail "run 2 did not finish"
+  echo "ok: node 1 lost under Slurm; mpickpt-run relaunched on the 3 nodes still up (the spare among them), resumed at step $got, exactly"
+  exit 0
+fi
 requeued() { [ "$(job_field Restarts)" -ge 1 ] 2>/dev/null; }
 wait_for 90 "the job requeued after node 1's failure" requeued
 echo "node 1: $(node_state 1); job: $(job_field JobState), Restarts=$(job_field Restarts)"

@@ -24,6 +24,11 @@
 #  usage       bad options exit 2 with a message; --help names every option; started with SIGCHLD
 #              ignored it still sees the job end; under nohup a SIGHUP does not reach the job; a
 #              request due in DIR stops it although DIR/chief's is not due.
+#  nodes       the relaunch without the allocation's down nodes, with stand-in sinfo and srun on
+#              PATH (SLURM_JOB_ID, SLURM_JOB_NODELIST set): --nodes 3 on 5 nodes, one down*, one
+#              drained: run 2 is `srun ... -N 3 --exclude=n1,n3`; a later loss accumulates
+#              (--exclude=n1,n3,n0, -N 2 with --min-nodes 2); --min-nodes above the nodes up: no
+#              relaunch; sinfo failing or no node down: the same line again.
 set -uo pipefail
 out=${1:?usage: test_run.sh OUTDIR CASE}
 case_=${2:?usage: test_run.sh OUTDIR CASE}
@@ -211,7 +216,8 @@ signal)
   ;;
 usage)
   for bad in "--max-runs 0 true" "--max-runs x true" "--launcher pbs true" "--requeue sometimes true" \
-    "--term-signal KILL true" "--np 0 true" "--dir" "" "--launcher none -n 2 true" "--bogus true"; do
+    "--term-signal KILL true" "--np 0 true" "--dir" "" "--launcher none -n 2 true" "--bogus true" \
+    "--nodes 0 true" "--min-nodes x true" "--launcher mpirun --nodes 2 true" "-N"; do
     # shellcheck disable=SC2086 # a list of arguments
     "$MPICKPT_RUN" $bad >"$out/usage.out" 2>&1
     rc=$?
@@ -223,6 +229,7 @@ usage)
   "$MPICKPT_RUN" --help >"$out/help.out"
   check $? "--help"
   for opt in --dir --launcher --np --launcher-arg --max-runs --requeue --max-requeues --term-signal \
+    --nodes --min-nodes --no-kill \
     MPICKPT_RUNS MPICKPT_RUN_ATTEMPT 'mpickpt halt'; do
     check "$(has "$opt" "$out/help.out"; echo $?)" "--help does not mention $opt"
   done
@@ -260,6 +267,63 @@ os.execv(sys.argv[1], sys.argv[1:])' "$MPICKPT_RUN" --launcher none -- sh -c 'ex
   rc=$?
   check "$([ $rc = 4 ] && [ "$(count 'run [12] of 2 ' "$out/runs.out")" = 2 ]; echo $?)" \
     "MPICKPT_RUNS=2: exit $rc, $(cat "$out/runs.out")"
+  ;;
+nodes)
+  # stand-ins on PATH: sinfo prints $out/states (n2 twice: two partitions; `fail` in it: sinfo
+  # fails), n0 reported not responding from its second call on when $out/n0-dies exists; srun
+  # logs its arguments and fails while $out/fail-runs is above 0
+  fake=$out/bin
+  mkdir -p "$fake"
+  printf '%s\n' '#!/bin/sh' 'echo "$*" >> "$OUT/sinfo.args"' \
+    'grep -qx fail "$OUT/states" && exit 1' \
+    'if [ -e "$OUT/n0-dies" ] && [ -e "$OUT/sinfo.once" ]; then sed "s/^n0 allocated/n0 idle*/" "$OUT/states"; exit 0; fi' \
+    'touch "$OUT/sinfo.once"; cat "$OUT/states"' > "$fake/sinfo"
+  printf '%s\n' '#!/bin/sh' 'echo "$*" >> "$OUT/srun.args"' 'n=$(cat "$OUT/fail-runs")' \
+    'echo $((n - 1)) > "$OUT/fail-runs"' '[ "$n" -le 0 ]' > "$fake/srun"
+  chmod +x "$fake/sinfo" "$fake/srun"
+  nodes_run() { # FAILS "STATE;STATE;..." MPICKPT-RUN OPTIONS...: its log in $out/nodes.out
+    echo "$1" > "$out/fail-runs"
+    printf '%s\n' "$2" | tr ';' '\n' > "$out/states"
+    shift 2
+    rm -f "$out/srun.args" "$out/sinfo.once"
+    OUT=$out PATH=$fake:$PATH SLURM_JOB_ID=7 SLURM_JOB_NODELIST='n[0-4]' \
+      "$MPICKPT_RUN" --launcher srun "$@" -- true >"$out/nodes.out" 2>&1
+  }
+  line() { sed -n "$1p" "$out/srun.args"; }
+  nodes_run 1 "n0 allocated;n1 down*;n2 mixed;n2 mixed;n3 drained;n4 idle" --nodes 3 --max-runs 3
+  rc=$?
+  check "$([ $rc = 0 ] && [ "$(line 1)" = "--mpi=pmix -N 3 true" ] &&
+           [ "$(line 2)" = "--mpi=pmix -N 3 --exclude=n1,n3 true" ]; echo $?)" \
+    "down and drained nodes not excluded: exit $rc, $(cat "$out/srun.args" "$out/nodes.out")"
+  check "$(has '^mpickpt-run: node\(s\) n1,n3 of the allocation down \(n1=down\* n3=drained\): relaunching on 3 of the 3 node\(s\) still up \(srun -N 3 --exclude=n1,n3\)$' "$out/nodes.out"; echo $?)" \
+    "no log line naming the nodes left out: $(cat "$out/nodes.out")"
+  check "$(has ' -n n\[0-4\] ' "$out/sinfo.args"; echo $?)" "sinfo not asked about SLURM_JOB_NODELIST"
+  # a second loss (n0 not responding at the second look): 2 up, --min-nodes 2: -N 2, both
+  # losses excluded
+  touch "$out/n0-dies"
+  nodes_run 2 "n0 allocated;n1 down*;n2 mixed;n3 drained;n4 idle" --nodes 3 --min-nodes 2 --max-runs 3
+  rc=$?
+  check "$([ $rc = 0 ] && [ "$(line 2)" = "--mpi=pmix -N 3 --exclude=n1,n3 true" ] &&
+           [ "$(line 3)" = "--mpi=pmix -N 2 --exclude=n1,n3,n0 true" ]; echo $?)" \
+    "a second loss: exit $rc, $(cat "$out/srun.args" "$out/nodes.out")"
+  rm -f "$out/n0-dies"
+  # fewer nodes up than --min-nodes: no relaunch, the job's status
+  nodes_run 1 "n0 allocated;n1 down*;n2 allocated;n3 allocated;n4 down" --max-runs 3 --min-nodes 4
+  rc=$?
+  check "$([ $rc = 1 ] && [ "$(count . "$out/srun.args")" = 1 ] &&
+           has 'node\(s\) n1,n4 of the allocation down .*: 3 node\(s\) still up, fewer than 4 \(--min-nodes\): not relaunching' "$out/nodes.out"; echo $?)" \
+    "--min-nodes: exit $rc, $(cat "$out/nodes.out")"
+  # sinfo failing: a warning, the same line again; no node down: the same line, no such message
+  nodes_run 1 "fail" --max-runs 2
+  rc=$?
+  check "$([ $rc = 0 ] && [ "$(line 2)" = "--mpi=pmix true" ] &&
+           has 'cannot list the allocation' "$out/nodes.out"; echo $?)" \
+    "sinfo failing: exit $rc, $(cat "$out/srun.args" "$out/nodes.out")"
+  nodes_run 1 "n0 allocated;n1 allocated" --max-runs 2
+  rc=$?
+  check "$([ $rc = 0 ] && [ "$(line 2)" = "--mpi=pmix true" ] &&
+           ! has 'of the allocation down' "$out/nodes.out"; echo $?)" \
+    "no node down: exit $rc, $(cat "$out/srun.args" "$out/nodes.out")"
   ;;
 *)
   echo "test_run: unknown case '$case_'" >&2

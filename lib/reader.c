@@ -504,7 +504,7 @@ static int grow_tmp(ckpt_reader *r, uint64_t n, const char *name)
     return CKPT_OK;
 }
 
-int ckpt__reader_piece_stream(ckpt_reader *r, size_t ti, size_t j, void *buf, uint64_t chunk,
+int ckpt__reader_piece_stream(ckpt_reader *r, size_t ti, size_t j, void *bufs[2], uint64_t chunk,
                               void (*cb)(void *arg, const void *bytes, uint64_t off, uint64_t len),
                               void *arg, uint64_t *delivered)
 {
@@ -524,6 +524,7 @@ int ckpt__reader_piece_stream(ckpt_reader *r, size_t ti, size_t j, void *buf, ui
     if (loc.raw) { /* pread chunk by chunk, each handed out while the next is read */
         for (uint64_t off = 0; off < p->bytes; off += chunk) {
             uint64_t n = p->bytes - off < chunk ? p->bytes - off : chunk;
+            void *buf = bufs[*delivered % 2];
             if ((rc = ckpt__pread_crc(loc.fd, loc.off + off, buf, (size_t)n, &crc)) != CKPT_OK)
                 return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name,
                                         loc.spec, loc.path);

@@ -31,6 +31,7 @@ struct ckpt__share {
     void *keep_arg;
     size_t keep_ti;
     int keep_eligible;
+    const ckpt_slice *keep_want;
 };
 
 /* qsort and bsearch take no payload: the index their comparators look into, per thread */
@@ -160,7 +161,7 @@ static int reserve_pieces(ckpt__share *sh, size_t n)
 /* Appends piece j of tensor ti unless the pack's filter leaves it out. */
 static void add_piece(ckpt__share *sh, size_t ti, size_t j, size_t *n)
 {
-    if (sh->keep && !sh->keep(sh->keep_arg, ti, j, sh->keep_eligible))
+    if (sh->keep && !sh->keep(sh->keep_arg, ti, j, sh->keep_eligible, sh->keep_want))
         return;
     sh->pieces[(*n)++] = sh->idx->tensors[ti]->pieces[j];
 }
@@ -290,6 +291,7 @@ int ckpt__share_pack_filtered(ckpt__share *sh, const Mpickpt__Fragment *wants,
         for (size_t g = h; g < nh && hits[g].ti == ti; g++)
             if (wants->tensors[hits[g].wi]->kind != MPICKPT__KIND__KIND_FULL)
                 sh->keep_eligible = 0;
+        sh->keep_want = want;
         first[ns] = np;
         rc = select_pieces(sh, ti, want, &np);
         if (drop_empty && rc == CKPT_OK && np == first[ns])

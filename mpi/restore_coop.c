@@ -39,7 +39,9 @@
 
 typedef struct pair {
     uint64_t pid;
-    uint64_t bytes;
+    uint64_t bytes; /* the piece's */
+    uint64_t own;   /* what the rank would read of it by itself (lib/reader.c's read_rows) */
+    int64_t lo, hi; /* the rows of the piece it needs */
     int rank;
 } pair;
 
@@ -62,14 +64,33 @@ typedef struct plan_ctx {
     int rc;
 } plan_ctx;
 
-static int list_cb(void *arg, size_t ti, size_t j, int eligible)
+static int list_cb(void *arg, size_t ti, size_t j, int eligible, const ckpt_slice *want)
 {
     plan_ctx *c = arg;
     const Mpickpt__Tensor *t = c->idx->tensors[ti];
     const Mpickpt__Piece *p = t->pieces[j];
+    int nd = (int)t->n_shape;
     if (!eligible || c->rc != CKPT_OK || p->n_count < 1 || p->count[0] <= 0 || p->bytes == 0 ||
         p->bytes / (uint64_t)p->count[0] > COOP_MAX_ROW)
         return 0;
+    /* the rows it needs, and what reading them itself would cost: whole rows of a piece with
+     * block checksums are read block by block, anything else whole */
+    ckpt_slice ps, reg;
+    ckpt__piece_slice(&ps, p, nd);
+    int64_t lo = 0, hi = ps.count[0];
+    int whole_rows = 1;
+    if (want && ckpt_slice_intersect(&reg, &ps, want) == 1) {
+        lo = reg.start[0] - ps.start[0];
+        hi = lo + reg.count[0];
+        for (int d = 1; d < nd; d++)
+            whole_rows &= reg.count[d] == ps.count[d];
+    }
+    uint64_t row = p->bytes / (uint64_t)p->count[0], own = p->bytes, bs = p->block_bytes;
+    if (whole_rows && p->n_block_crc32c && bs && (lo > 0 || hi < ps.count[0])) {
+        uint64_t blo = (uint64_t)lo * row / bs * bs;
+        uint64_t bhi = ((uint64_t)hi * row + bs - 1) / bs * bs;
+        own = (bhi < p->bytes ? bhi : p->bytes) - blo;
+    }
     if (c->npairs == c->cap) {
         size_t cap = c->cap ? 2 * c->cap : 256;
         pair *np = realloc(c->pairs, cap * sizeof *np);
@@ -80,7 +101,7 @@ static int list_cb(void *arg, size_t ti, size_t j, int eligible)
         c->pairs = np;
         c->cap = cap;
     }
-    c->pairs[c->npairs++] = (pair){ c->base[ti] + j, p->bytes, c->rank };
+    c->pairs[c->npairs++] = (pair){ c->base[ti] + j, p->bytes, own, lo, hi, c->rank };
     return 0;
 }
 
@@ -106,9 +127,10 @@ static int member(const plan_ctx *c, const group *g, int rank)
     return l < g->first + g->n && c->pairs[l].rank == rank;
 }
 
-static int solo_cb(void *arg, size_t ti, size_t j, int eligible)
+static int solo_cb(void *arg, size_t ti, size_t j, int eligible, const ckpt_slice *want)
 {
     (void)eligible;
+    (void)want;
     plan_ctx *c = arg;
     int32_t g = c->group_of[c->base[ti] + j];
     return g < 0 || !member(c, &c->groups[g], c->rank);
@@ -128,9 +150,10 @@ static int items_push(plan_ctx *c, int64_t v)
     return CKPT_OK;
 }
 
-static int coop_cb(void *arg, size_t ti, size_t j, int eligible)
+static int coop_cb(void *arg, size_t ti, size_t j, int eligible, const ckpt_slice *want)
 {
     (void)eligible;
+    (void)want;
     plan_ctx *c = arg;
     uint64_t pid = c->base[ti] + j;
     int32_t gi = c->group_of[pid];
@@ -140,7 +163,9 @@ static int coop_cb(void *arg, size_t ti, size_t j, int eligible)
     if (c->rc == CKPT_OK && items_push(c, (int64_t)pid) == CKPT_OK &&
         items_push(c, g->reader) == CKPT_OK && items_push(c, (int64_t)g->n) == CKPT_OK)
         for (size_t k = 0; k < g->n && c->rc == CKPT_OK; k++)
-            items_push(c, c->pairs[g->first + k].rank);
+            if (items_push(c, c->pairs[g->first + k].rank) == CKPT_OK &&
+                items_push(c, c->pairs[g->first + k].lo) == CKPT_OK)
+                items_push(c, c->pairs[g->first + k].hi);
     return 1;
 }
 
@@ -212,14 +237,25 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
         size_t e = k + 1;
         while (e < c.npairs && c.pairs[e].pid == c.pairs[k].pid)
             e++;
-        /* a rank selecting a piece twice (two wants of one tensor) counts once */
+        /* a rank selecting a piece twice counts once (the rows of both) */
         size_t w = k + 1;
-        for (size_t q = k + 1; q < e; q++)
-            if (c.pairs[q].rank != c.pairs[w - 1].rank)
+        uint64_t own = c.pairs[k].own;
+        for (size_t q = k + 1; q < e; q++) {
+            pair *last = &c.pairs[w - 1];
+            if (c.pairs[q].rank != last->rank) {
                 c.pairs[w++] = c.pairs[q];
+                own += c.pairs[q].own;
+                continue;
+            }
+            last->lo = c.pairs[q].lo < last->lo ? c.pairs[q].lo : last->lo;
+            last->hi = c.pairs[q].hi > last->hi ? c.pairs[q].hi : last->hi;
+        }
         for (size_t q = w; q < e; q++)
             c.pairs[q].rank = -1; /* after the group's range: never looked at */
-        if (w - k >= 2) {
+        /* forwarded when the ranks reading it by themselves would read more than 1.125x it
+         * (a replicated tensor: n times; an N->M reshard's ranks reading disjoint rows of a
+         * piece with block checksums: about once, and then each reads its own) */
+        if (w - k >= 2 && own > c.pairs[k].bytes + c.pairs[k].bytes / 8) {
             group *g = &c.groups[ngroups];
             g->first = k;
             g->n = w - k;
@@ -322,7 +358,7 @@ typedef struct coop_item {
     size_t ti, j; /* in the coop reader's index */
     int reader;
     int n;
-    const int64_t *members;
+    const int64_t *members; /* n x {rank, first row, end row} (of the piece's rows) */
 } coop_item;
 
 struct ckpt__coop {
@@ -330,7 +366,7 @@ struct ckpt__coop {
     coop_item *items;
     size_t n;
     int64_t *raw; /* the items' bytes (members point into it) */
-    uint8_t *buf;
+    uint8_t *buf[2];
     uint64_t buf_size;
 };
 
@@ -379,7 +415,8 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
     size_t k = 0;
     for (size_t i = 0; i < idx->n_tensors; i++)
         for (size_t j = 0; j < idx->tensors[i]->n_pieces; j++) {
-            if (k + 3 > nraw || c->raw[k + 2] < 1 || (uint64_t)c->raw[k + 2] > nraw - k - 3) {
+            if (k + 3 > nraw || c->raw[k + 2] < 1 ||
+                (uint64_t)c->raw[k + 2] > (nraw - k - 3) / 3) {
                 rc = ckpt__error(CKPT_ECORRUPT, "the cooperative restore's list is cut short");
                 goto fail;
             }
@@ -390,14 +427,16 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
             it->reader = (int)c->raw[k + 1];
             it->n = (int)c->raw[k + 2];
             it->members = &c->raw[k + 3];
-            k += 3 + (size_t)it->n;
+            k += 3 + 3 * (size_t)it->n;
             uint64_t ch = chunk_of(idx->tensors[i]->pieces[j]);
             if (ch > c->buf_size)
                 c->buf_size = ch;
         }
     if (c->n > 1)
         qsort(c->items, c->n, sizeof *c->items, cmp_item);
-    if (!(c->buf = malloc(c->buf_size ? (size_t)c->buf_size : 1))) {
+    c->buf[0] = malloc(c->buf_size ? (size_t)c->buf_size : 1);
+    c->buf[1] = malloc(c->buf_size ? (size_t)c->buf_size : 1);
+    if (!c->buf[0] || !c->buf[1]) {
         rc = ckpt__error(CKPT_ENOMEM, "cannot allocate %llu bytes for the cooperative restore",
                          (unsigned long long)c->buf_size);
         goto fail;
@@ -416,7 +455,8 @@ void ckpt__coop_free(ckpt__coop *c)
     ckpt_reader_free(c->r);
     free(c->items);
     free(c->raw);
-    free(c->buf);
+    free(c->buf[0]);
+    free(c->buf[1]);
     free(c);
 }
 
@@ -429,10 +469,23 @@ typedef struct apply_ctx {
     int nd;
     ckpt_slice ps;
     uint64_t row;
-    /* the reader's sends */
+    uint64_t chunk; /* bytes, whole rows */
+    /* the reader's sends: two halves of `size` requests, one per buffer */
     MPI_Request *reqs;
+    int nreq[2];
+    uint64_t chunks;
     int rc;
 } apply_ctx;
+
+static void wait_sends(apply_ctx *a, int half)
+{
+    if (a->nreq[half] &&
+        MPI_Waitall(a->nreq[half], a->reqs + half * a->s->size, MPI_STATUSES_IGNORE) !=
+            MPI_SUCCESS &&
+        a->rc == CKPT_OK)
+        a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Waitall failed", a->s->rank);
+    a->nreq[half] = 0;
+}
 
 static void apply(apply_ctx *a, const void *bytes, uint64_t off, uint64_t len)
 {
@@ -454,16 +507,28 @@ static void apply(apply_ctx *a, const void *bytes, uint64_t off, uint64_t len)
     }
 }
 
+/* Whether member m of the item needs chunk q of `chunk` bytes (rows of `row` bytes). */
+static int needs(const coop_item *it, int m, uint64_t chunk, uint64_t row, uint64_t q)
+{
+    uint64_t cr = chunk / row;
+    int64_t lo = it->members[3 * m + 1], hi = it->members[3 * m + 2];
+    return lo < hi && (int64_t)(q * cr) < hi && (int64_t)((q + 1) * cr) > lo;
+}
+
+/* The reader's chunk k: copied into its own registrations, sent to the others; then the sends
+ * of chunk k - 1 (from the other buffer, which the next read overwrites) are waited for. */
 static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
 {
     apply_ctx *a = arg;
     apply(a, bytes, off, len);
+    int half = a->s->size, cur = a->chunks % 2;
+    MPI_Request *rq = a->reqs + cur * half;
     int nr = 0;
     for (int m = 0; m < a->it->n; m++) {
-        int dst = (int)a->it->members[m];
-        if (dst == a->s->rank)
+        int dst = (int)a->it->members[3 * m];
+        if (dst == a->s->rank || !needs(a->it, m, a->chunk, a->row, off / a->chunk))
             continue;
-        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &a->reqs[nr]) !=
+        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
             MPI_SUCCESS) {
             a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank,
                                 dst);
@@ -471,8 +536,9 @@ static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
         }
         nr++;
     }
-    if (MPI_Waitall(nr, a->reqs, MPI_STATUSES_IGNORE) != MPI_SUCCESS && a->rc == CKPT_OK)
-        a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Waitall failed", a->s->rank);
+    a->nreq[cur] = nr;
+    a->chunks++;
+    wait_sends(a, 1 - cur);
 }
 
 /* {code, message}: a piece's verdict from its reader */
@@ -485,7 +551,7 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
 {
     int local = CKPT_OK;
     const Mpickpt__Index *idx = ckpt__reader_index(c->r);
-    MPI_Request *reqs = malloc((size_t)(s->size > 0 ? s->size : 1) * sizeof *reqs);
+    MPI_Request *reqs = malloc(2 * (size_t)(s->size > 0 ? s->size : 1) * sizeof *reqs);
     for (size_t k = 0; k < c->n; k++) {
         const coop_item *it = &c->items[k];
         apply_ctx a = { 0 };
@@ -500,13 +566,17 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
         ckpt__piece_slice(&a.ps, a.p, a.nd);
         uint64_t chunk = chunk_of(a.p);
         uint64_t nchunks = (a.p->bytes + chunk - 1) / chunk;
+        a.chunk = chunk;
         coop_status st;
         memset(&st, 0, sizeof st);
         if (it->reader == s->rank) {
             uint64_t delivered = 0;
-            int rc = reqs ? ckpt__reader_piece_stream(c->r, it->ti, it->j, c->buf, chunk,
+            void *bufs[2] = { c->buf[0], c->buf[1] };
+            int rc = reqs ? ckpt__reader_piece_stream(c->r, it->ti, it->j, bufs, chunk,
                                                        send_chunk, &a, &delivered)
                           : ckpt__error(CKPT_ENOMEM, "out of memory");
+            wait_sends(&a, 0);
+            wait_sends(&a, 1);
             if (rc != CKPT_OK) {
                 const ckpt_error *e = ckpt_error_last();
                 st.code = rc;
@@ -518,9 +588,10 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                     uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off
                                                                            : chunk;
                     for (int m = 0; m < it->n; m++)
-                        if ((int)it->members[m] != s->rank)
-                            MPI_Send(c->buf, (int)n, MPI_BYTE, (int)it->members[m], TAG_COOP,
-                                     s->comm);
+                        if ((int)it->members[3 * m] != s->rank &&
+                            needs(it, m, chunk, a.row, q))
+                            MPI_Send(c->buf[0], (int)n, MPI_BYTE, (int)it->members[3 * m],
+                                     TAG_COOP, s->comm);
                 }
             } else if (a.rc != CKPT_OK) {
                 st.code = a.rc;
@@ -530,20 +601,42 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                     local = a.rc;
             }
             for (int m = 0; m < it->n; m++)
-                if ((int)it->members[m] != s->rank)
-                    MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[m], TAG_COOP,
+                if ((int)it->members[3 * m] != s->rank)
+                    MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
                              s->comm);
         } else {
-            for (uint64_t q = 0; q < nchunks; q++) {
-                uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
-                if (MPI_Recv(c->buf, (int)n, MPI_BYTE, it->reader, TAG_COOP, s->comm,
-                             MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            /* the chunks holding its rows [qlo, qhi); chunk q + 1 is received into the other
+             * buffer while chunk q is copied */
+            uint64_t qlo = 0, qhi = 0;
+            for (int m = 0; m < it->n; m++)
+                if ((int)it->members[3 * m] == s->rank)
+                    for (uint64_t q = 0; q < nchunks; q++)
+                        if (needs(it, m, chunk, a.row, q)) {
+                            if (qhi == 0)
+                                qlo = q;
+                            qhi = q + 1;
+                        }
+            MPI_Request rq[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+            for (uint64_t q = qlo; q < qhi + 1 && qhi > 0; q++) {
+                if (q < qhi) {
+                    uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off
+                                                                           : chunk;
+                    if (MPI_Irecv(c->buf[q % 2], (int)n, MPI_BYTE, it->reader, TAG_COOP, s->comm,
+                                  &rq[q % 2]) != MPI_SUCCESS && local == CKPT_OK)
+                        local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Irecv from rank %d failed",
+                                            s->rank, it->reader);
+                }
+                if (q == qlo)
+                    continue;
+                uint64_t p = q - 1, off = p * chunk,
+                         n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
+                if (MPI_Wait(&rq[p % 2], MPI_STATUS_IGNORE) != MPI_SUCCESS) {
                     if (local == CKPT_OK)
                         local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
                                             s->rank, it->reader);
                     continue;
                 }
-                apply(&a, c->buf, off, n);
+                apply(&a, c->buf[p % 2], off, n);
             }
             if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, it->reader, TAG_COOP, s->comm,
                          MPI_STATUS_IGNORE) != MPI_SUCCESS)

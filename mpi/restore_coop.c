@@ -12,10 +12,12 @@
  *
  * Every rank (ckpt__coop_run) handles its pieces in increasing id, the same order everywhere, so
  * the piece with the smallest id not yet done always has all its ranks at it: no deadlock. The
- * reader reads a piece once, chunk by chunk (whole rows, about COOP_CHUNK bytes), with the CRC-32C
- * of lib/reader.c running over it, copies each chunk into its own registrations and sends it to
- * the others (MPI_Isend, tag TAG_COOP on the saver's communicator); then a status to each: the
- * CRC's verdict or the read's error, with its message. A reader that fails still sends every chunk
+ * reader reads a piece once, chunk by chunk (whole rows, about COOP_CHUNK bytes, into two buffers
+ * in turn), with the CRC-32C of lib/reader.c running over it, copies each chunk into its own
+ * registrations and sends it (MPI_Isend, tag TAG_COOP on the saver's communicator) to the ranks
+ * whose rows it holds — or, for a group of COOP_TREE_MIN ranks or more, every chunk down a
+ * binomial tree whose ranks pass it on while the next arrives; then a status (down the same
+ * paths): the CRC's verdict or the read's error, with its message. A reader that fails still sends every chunk
  * (what its buffer holds) and the status, so a receiver never waits forever; the receiver takes
  * the reader's error as its own (the restore's agreement then fails on every rank with it). A
  * receiver copies each chunk into its registrations as it would have copied its own read.
@@ -31,6 +33,9 @@
 #include <string.h>
 
 #define TAG_COOP 0x6d73
+/* a piece wanted by this many ranks or more goes down a binomial tree (pipelined by chunk), every
+ * chunk to every rank of the group; below, from its reader to each rank, the chunks it needs */
+#define COOP_TREE_MIN 8
 #define COOP_CHUNK ((uint64_t)8 << 20)
 /* a piece whose rows are longer than this is read by every rank that wants it */
 #define COOP_MAX_ROW ((uint64_t)256 << 20)
@@ -265,7 +270,10 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
         }
         k = e;
     }
-    /* readers: the largest pieces first, each to the least loaded node, then rank */
+    /* readers: the largest pieces first, each to the least loaded node, then rank; the chief
+     * (which read the index and planned all this) last among equals */
+    if (size > 1)
+        rank_load[0] = 1;
     if (!(order = malloc((ngroups ? ngroups : 1) * sizeof *order))) {
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
         goto done;
@@ -515,6 +523,65 @@ static int needs(const coop_item *it, int m, uint64_t chunk, uint64_t row, uint6
     return lo < hi && (int64_t)(q * cr) < hi && (int64_t)((q + 1) * cr) > lo;
 }
 
+/* The tree of a group of n ranks: position 0 its reader, then the other members in their order;
+ * position i's children are i + 2^k for 2^k > i, its parent i - (its highest bit). */
+static int tree_pos(const coop_item *it, int rank)
+{
+    if (rank == it->reader)
+        return 0;
+    for (int m = 0, pos = 1; m < it->n; m++) {
+        int r = (int)it->members[3 * m];
+        if (r == it->reader)
+            continue;
+        if (r == rank)
+            return pos;
+        pos++;
+    }
+    return -1;
+}
+
+static int tree_rank(const coop_item *it, int pos)
+{
+    if (pos == 0)
+        return it->reader;
+    for (int m = 0, p = 1; m < it->n; m++) {
+        int r = (int)it->members[3 * m];
+        if (r == it->reader)
+            continue;
+        if (p++ == pos)
+            return r;
+    }
+    return -1;
+}
+
+static int tree_parent(int pos)
+{
+    int b = 1;
+    while (b * 2 <= pos)
+        b *= 2;
+    return pos - b;
+}
+
+/* Sends `len` bytes to the tree children of position `pos` (requests into rq); their count. */
+static int tree_isend(apply_ctx *a, int pos, const void *bytes, uint64_t len, MPI_Request *rq)
+{
+    int nr = 0;
+    for (int b = 1; b < a->it->n; b *= 2) {
+        if (b <= pos || pos + b >= a->it->n)
+            continue;
+        int dst = tree_rank(a->it, pos + b);
+        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
+            MPI_SUCCESS) {
+            if (a->rc == CKPT_OK)
+                a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed",
+                                    a->s->rank, dst);
+            continue;
+        }
+        nr++;
+    }
+    return nr;
+}
+
 /* The reader's chunk k: copied into its own registrations, sent to the others; then the sends
  * of chunk k - 1 (from the other buffer, which the next read overwrites) are waited for. */
 static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
@@ -524,6 +591,12 @@ static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
     int half = a->s->size, cur = a->chunks % 2;
     MPI_Request *rq = a->reqs + cur * half;
     int nr = 0;
+    if (a->it->n >= COOP_TREE_MIN) {
+        a->nreq[cur] = tree_isend(a, 0, bytes, len, rq);
+        a->chunks++;
+        wait_sends(a, 1 - cur);
+        return;
+    }
     for (int m = 0; m < a->it->n; m++) {
         int dst = (int)a->it->members[3 * m];
         if (dst == a->s->rank || !needs(a->it, m, a->chunk, a->row, off / a->chunk))
@@ -567,6 +640,7 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
         uint64_t chunk = chunk_of(a.p);
         uint64_t nchunks = (a.p->bytes + chunk - 1) / chunk;
         a.chunk = chunk;
+        int tree = it->n >= COOP_TREE_MIN;
         coop_status st;
         memset(&st, 0, sizeof st);
         if (it->reader == s->rank) {
@@ -587,6 +661,11 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                 for (uint64_t q = delivered; q < nchunks; q++) {
                     uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off
                                                                            : chunk;
+                    if (tree) {
+                        int nr = tree_isend(&a, 0, c->buf[0], n, reqs);
+                        MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
+                        continue;
+                    }
                     for (int m = 0; m < it->n; m++)
                         if ((int)it->members[3 * m] != s->rank &&
                             needs(it, m, chunk, a.row, q))
@@ -600,10 +679,42 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                 if (local == CKPT_OK)
                     local = a.rc;
             }
-            for (int m = 0; m < it->n; m++)
-                if ((int)it->members[3 * m] != s->rank)
-                    MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
-                             s->comm);
+            if (tree) {
+                int nr = tree_isend(&a, 0, &st, sizeof st, reqs);
+                MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
+            } else {
+                for (int m = 0; m < it->n; m++)
+                    if ((int)it->members[3 * m] != s->rank)
+                        MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m],
+                                 TAG_COOP, s->comm);
+            }
+        } else if (tree) {
+            /* from its parent, each chunk passed on to its children while the next arrives */
+            int pos = tree_pos(it, s->rank), from = tree_rank(it, tree_parent(pos));
+            for (uint64_t q = 0; q < nchunks; q++) {
+                uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
+                wait_sends(&a, (int)(q % 2)); /* its buffer's sends of chunk q - 2 */
+                if (MPI_Recv(c->buf[q % 2], (int)n, MPI_BYTE, from, TAG_COOP, s->comm,
+                             MPI_STATUS_IGNORE) != MPI_SUCCESS && local == CKPT_OK)
+                    local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
+                                        s->rank, from);
+                a.nreq[q % 2] = tree_isend(&a, pos, c->buf[q % 2], n,
+                                           reqs + (q % 2) * (uint64_t)s->size);
+                apply(&a, c->buf[q % 2], off, n);
+            }
+            wait_sends(&a, 0);
+            wait_sends(&a, 1);
+            if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, from, TAG_COOP, s->comm,
+                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                st.code = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
+                                      s->rank, from);
+            int nr = tree_isend(&a, pos, &st, sizeof st, reqs);
+            MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
+            if (st.code != CKPT_OK && local == CKPT_OK)
+                local = ckpt__error((int)st.code, "rank %d: %.1000s (read for it by rank %d)",
+                                    s->rank, st.msg, it->reader);
+            if (a.rc != CKPT_OK && local == CKPT_OK)
+                local = a.rc;
         } else {
             /* the chunks holding its rows [qlo, qhi); chunk q + 1 is received into the other
              * buffer while chunk q is copied */

@@ -2,7 +2,8 @@
  * The cooperative restore (issue 32, mpi/restore_coop.c), on any number of ranks.
  *
  * A checkpoint written by min(4, size) ranks: 'rep' (replicated, 4 MiB, saved once), 'part'
- * (partitioned by rows, 4 MiB), 'small' (replicated, 12 bytes) and a blob per writer. Restored on
+ * (partitioned by rows, 4 MiB), 'cols' (partitioned by columns, 1 MiB: every reader's box cuts
+ * every row), 'small' (replicated, 12 bytes) and a blob per writer. Restored on
  * 2, 3 and `size` ranks (those <= size), with MPICKPT_RESTORE_COOPERATIVE on and off: every value
  * exactly back on every rank (an N->M reshard of 'part'), the blobs of the ranks the writer had
  * (skip_missing_per_rank for the others); the bytes read from storage (rchar of /proc/self/io,
@@ -26,6 +27,8 @@
 #define REP_N (1 << 20)  /* float32: 4 MiB */
 #define ROWS 8192        /* x COLS float64: 4 MiB */
 #define COLS 64
+#define CROWS 256        /* 'cols': CROWS x CCOLS float32 (1 MiB), split by columns */
+#define CCOLS 1024
 
 static int g_rank, g_size;
 
@@ -37,6 +40,11 @@ static float rep_val(int64_t i)
 static double part_val(int64_t i, int64_t j)
 {
     return (double)i * 1000.0 + (double)j;
+}
+
+static float cols_val(int64_t i, int64_t j)
+{
+    return (float)(i * CCOLS + j);
 }
 
 static int blob_save(const void **data, size_t *len, void *payload)
@@ -77,6 +85,8 @@ static void rows_of(int k, int parts, int64_t *r0, int64_t *n)
 typedef struct regs {
     float *rep;
     double *part;
+    float *cols;
+    int64_t c0, ncols;
     int32_t small[3];
     int blob;
     int64_t r0, nrows;
@@ -95,9 +105,17 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     ckpt_shape_init(&ssmall, 1, &d3);
     ckpt_shape_init(&spart, 2, dp);
     rows_of(rank, size, &g->r0, &g->nrows);
+    g->ncols = CCOLS / size;
+    g->c0 = rank * g->ncols;
+    if (rank == size - 1)
+        g->ncols = CCOLS - g->c0;
     g->rep = calloc(REP_N, sizeof *g->rep);
     g->part = calloc((size_t)(g->nrows * COLS), sizeof *g->part);
-    CHECK(g->rep && g->part);
+    g->cols = calloc((size_t)(CROWS * g->ncols), sizeof *g->cols);
+    CHECK(g->rep && g->part && g->cols);
+    for (int64_t i = 0; write && i < CROWS; i++)
+        for (int64_t j = 0; j < g->ncols; j++)
+            g->cols[i * g->ncols + j] = cols_val(i, g->c0 + j);
     for (int64_t i = 0; write && i < REP_N; i++)
         g->rep[i] = rep_val(i);
     for (int64_t i = 0; write && i < g->nrows; i++)
@@ -115,6 +133,13 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     CHECK_OK(ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small,
                                        CKPT_REPLICA_PRIMARY));
     CHECK_OK(ckpt_saver_add_slice(s, "part", CKPT_FLOAT64, &spart, &sl, g->part));
+    int64_t dc[2] = { CROWS, CCOLS };
+    ckpt_shape scols;
+    ckpt_shape_init(&scols, 2, dc);
+    ckpt_slice_full(&sl, &scols);
+    sl.start[1] = g->c0;
+    sl.count[1] = g->ncols;
+    CHECK_OK(ckpt_saver_add_slice(s, "cols", CKPT_FLOAT32, &scols, &sl, g->cols));
     ckpt_blob_callbacks cb = { blob_save, blob_restore };
     CHECK_OK(ckpt_saver_add_blob(s, "blob", &cb, &g->blob));
     return s;
@@ -124,10 +149,12 @@ static void regs_free(regs *g)
 {
     free(g->rep);
     free(g->part);
+    free(g->cols);
 }
 
 static const uint64_t DATA_BYTES =
-    (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 + 12 + 4 * sizeof(int);
+    (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 + (uint64_t)CROWS * CCOLS * 4 + 12 +
+    4 * sizeof(int);
 
 /* Restores `prefix` on the first m ranks with cooperation `coop`; checks values and bytes. */
 static void restore_on(const char *prefix, int writers, int m, int coop)
@@ -154,6 +181,9 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         for (int64_t i = 0; i < g.nrows; i++)
             for (int64_t j = 0; j < COLS; j++)
                 bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
+        for (int64_t i = 0; i < CROWS; i++)
+            for (int64_t j = 0; j < g.ncols; j++)
+                bad += g.cols[i * g.ncols + j] != cols_val(i, g.c0 + j);
         for (int i = 0; i < 3; i++)
             bad += g.small[i] != 7 * (i + 1);
         int rank = comm_rank(comm);

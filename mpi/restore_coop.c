@@ -17,10 +17,11 @@
  * registrations and sends it (MPI_Isend, tag TAG_COOP on the saver's communicator) to the ranks
  * whose rows it holds — or, for a group of COOP_TREE_MIN ranks or more, every chunk down a
  * binomial tree whose ranks pass it on while the next arrives; then a status (down the same
- * paths): the CRC's verdict or the read's error, with its message. A reader that fails still sends every chunk
- * (what its buffer holds) and the status, so a receiver never waits forever; the receiver takes
- * the reader's error as its own (the restore's agreement then fails on every rank with it). A
- * receiver copies each chunk into its registrations as it would have copied its own read.
+ * paths): the CRC's verdict or the read's error, with its message. A reader that fails still
+ * sends every chunk (what its buffer holds) and the status, so a receiver never waits forever;
+ * the receiver takes the reader's error as its own (the restore's agreement then fails on every
+ * rank with it). A receiver copies each chunk into its registrations as it would have copied its
+ * own read.
  */
 #include "saver_internal.h"
 
@@ -63,8 +64,8 @@ typedef struct plan_ctx {
     size_t npairs, cap;
     int32_t *group_of; /* [pieces] */
     group *groups;
-    int rank;          /* the rank being listed or packed */
-    int64_t *items;    /* the items of the rank being packed */
+    int rank;       /* the rank being listed or packed */
+    int64_t *items; /* the items of the rank being packed */
     size_t nitems, icap;
     int rc;
 } plan_ctx;
@@ -106,7 +107,7 @@ static int list_cb(void *arg, size_t ti, size_t j, int eligible, const ckpt_slic
         c->pairs = np;
         c->cap = cap;
     }
-    c->pairs[c->npairs++] = (pair){ c->base[ti] + j, p->bytes, own, lo, hi, c->rank };
+    c->pairs[c->npairs++] = (pair){c->base[ti] + j, p->bytes, own, lo, hi, c->rank};
     return 0;
 }
 
@@ -186,7 +187,7 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
                     const int *node_of, ckpt__coop_shares *out)
 {
     memset(out, 0, sizeof *out);
-    plan_ctx c = { 0 };
+    plan_ctx c = {0};
     c.idx = idx;
     c.rc = CKPT_OK;
     ckpt__share *sh = NULL;
@@ -423,8 +424,7 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
     size_t k = 0;
     for (size_t i = 0; i < idx->n_tensors; i++)
         for (size_t j = 0; j < idx->tensors[i]->n_pieces; j++) {
-            if (k + 3 > nraw || c->raw[k + 2] < 1 ||
-                (uint64_t)c->raw[k + 2] > (nraw - k - 3) / 3) {
+            if (k + 3 > nraw || c->raw[k + 2] < 1 || (uint64_t)c->raw[k + 2] > (nraw - k - 3) / 3) {
                 rc = ckpt__error(CKPT_ECORRUPT, "the cooperative restore's list is cut short");
                 goto fail;
             }
@@ -573,8 +573,8 @@ static int tree_isend(apply_ctx *a, int pos, const void *bytes, uint64_t len, MP
         if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
             MPI_SUCCESS) {
             if (a->rc == CKPT_OK)
-                a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed",
-                                    a->s->rank, dst);
+                a->rc =
+                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank, dst);
             continue;
         }
         nr++;
@@ -603,8 +603,7 @@ static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
             continue;
         if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
             MPI_SUCCESS) {
-            a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank,
-                                dst);
+            a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank, dst);
             continue;
         }
         nr++;
@@ -627,7 +626,7 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
     MPI_Request *reqs = malloc(2 * (size_t)(s->size > 0 ? s->size : 1) * sizeof *reqs);
     for (size_t k = 0; k < c->n; k++) {
         const coop_item *it = &c->items[k];
-        apply_ctx a = { 0 };
+        apply_ctx a = {0};
         a.s = s;
         a.t = idx->tensors[it->ti];
         a.p = a.t->pieces[it->j];
@@ -645,9 +644,9 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
         memset(&st, 0, sizeof st);
         if (it->reader == s->rank) {
             uint64_t delivered = 0;
-            void *bufs[2] = { c->buf[0], c->buf[1] };
-            int rc = reqs ? ckpt__reader_piece_stream(c->r, it->ti, it->j, bufs, chunk,
-                                                       send_chunk, &a, &delivered)
+            void *bufs[2] = {c->buf[0], c->buf[1]};
+            int rc = reqs ? ckpt__reader_piece_stream(c->r, it->ti, it->j, bufs, chunk, send_chunk,
+                                                      &a, &delivered)
                           : ckpt__error(CKPT_ENOMEM, "out of memory");
             wait_sends(&a, 0);
             wait_sends(&a, 1);
@@ -659,23 +658,22 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                     local = ckpt__error_wrap(rc, "rank %d", s->rank);
                 /* the rest of the chunks, whatever the buffer holds: the receivers expect them */
                 for (uint64_t q = delivered; q < nchunks; q++) {
-                    uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off
-                                                                           : chunk;
+                    uint64_t off = q * chunk,
+                             n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
                     if (tree) {
                         int nr = tree_isend(&a, 0, c->buf[0], n, reqs);
                         MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
                         continue;
                     }
                     for (int m = 0; m < it->n; m++)
-                        if ((int)it->members[3 * m] != s->rank &&
-                            needs(it, m, chunk, a.row, q))
-                            MPI_Send(c->buf[0], (int)n, MPI_BYTE, (int)it->members[3 * m],
-                                     TAG_COOP, s->comm);
+                        if ((int)it->members[3 * m] != s->rank && needs(it, m, chunk, a.row, q))
+                            MPI_Send(c->buf[0], (int)n, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
+                                     s->comm);
                 }
             } else if (a.rc != CKPT_OK) {
                 st.code = a.rc;
-                snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s'",
-                         s->rank, a.t->name);
+                snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s'", s->rank,
+                         a.t->name);
                 if (local == CKPT_OK)
                     local = a.rc;
             }
@@ -685,8 +683,8 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
             } else {
                 for (int m = 0; m < it->n; m++)
                     if ((int)it->members[3 * m] != s->rank)
-                        MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m],
-                                 TAG_COOP, s->comm);
+                        MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
+                                 s->comm);
             }
         } else if (tree) {
             /* from its parent, each chunk passed on to its children while the next arrives */
@@ -695,19 +693,20 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                 uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
                 wait_sends(&a, (int)(q % 2)); /* its buffer's sends of chunk q - 2 */
                 if (MPI_Recv(c->buf[q % 2], (int)n, MPI_BYTE, from, TAG_COOP, s->comm,
-                             MPI_STATUS_IGNORE) != MPI_SUCCESS && local == CKPT_OK)
-                    local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
-                                        s->rank, from);
-                a.nreq[q % 2] = tree_isend(&a, pos, c->buf[q % 2], n,
-                                           reqs + (q % 2) * (uint64_t)s->size);
+                             MPI_STATUS_IGNORE) != MPI_SUCCESS &&
+                    local == CKPT_OK)
+                    local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank,
+                                        from);
+                a.nreq[q % 2] =
+                    tree_isend(&a, pos, c->buf[q % 2], n, reqs + (q % 2) * (uint64_t)s->size);
                 apply(&a, c->buf[q % 2], off, n);
             }
             wait_sends(&a, 0);
             wait_sends(&a, 1);
             if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, from, TAG_COOP, s->comm,
                          MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                st.code = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
-                                      s->rank, from);
+                st.code =
+                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank, from);
             int nr = tree_isend(&a, pos, &st, sizeof st, reqs);
             MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
             if (st.code != CKPT_OK && local == CKPT_OK)
@@ -727,13 +726,14 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
                                 qlo = q;
                             qhi = q + 1;
                         }
-            MPI_Request rq[2] = { MPI_REQUEST_NULL, MPI_REQUEST_NULL };
+            MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
             for (uint64_t q = qlo; q < qhi + 1 && qhi > 0; q++) {
                 if (q < qhi) {
-                    uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off
-                                                                           : chunk;
+                    uint64_t off = q * chunk,
+                             n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
                     if (MPI_Irecv(c->buf[q % 2], (int)n, MPI_BYTE, it->reader, TAG_COOP, s->comm,
-                                  &rq[q % 2]) != MPI_SUCCESS && local == CKPT_OK)
+                                  &rq[q % 2]) != MPI_SUCCESS &&
+                        local == CKPT_OK)
                         local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Irecv from rank %d failed",
                                             s->rank, it->reader);
                 }
@@ -751,8 +751,8 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
             }
             if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, it->reader, TAG_COOP, s->comm,
                          MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                st.code = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
-                                      s->rank, it->reader);
+                st.code = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank,
+                                      it->reader);
             else if (st.code != CKPT_OK && local == CKPT_OK)
                 local = ckpt__error((int)st.code, "rank %d: %.1000s (read for it by rank %d)",
                                     s->rank, st.msg, it->reader);

@@ -99,7 +99,7 @@ static ckpt_saver *make(MPI_Comm comm, int replicated, float *data, int64_t rows
     int rc = ckpt_saver_create(&s, comm, NULL);
     if (rc != CKPT_OK)
         die("ckpt_saver_create", rc);
-    int64_t dims[2] = { rows, COLS };
+    int64_t dims[2] = {rows, COLS};
     ckpt_shape sh;
     ckpt_shape_init(&sh, 2, dims);
     if (replicated) {
@@ -157,7 +157,7 @@ static void run_case(const opts *o, int replicated)
     float *buf = alloc_touched((size_t)(n * COLS) * sizeof(float));
     ckpt_saver *s = make(MPI_COMM_WORLD, replicated, buf, rows, g_size, g_rank, &r0, &n);
     double t[2][MAX_REPS];
-    uint64_t bytes_read[2][2] = { { 0, 0 }, { 0, 0 } }, ckpt_bytes = 0;
+    uint64_t bytes_read[2][2] = {{0, 0}, {0, 0}}, ckpt_bytes = 0;
     int reps = o->reps;
     for (int i = 0; i < reps; i++)
         for (int k = 0; k < 2; k++) {

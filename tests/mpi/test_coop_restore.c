@@ -24,10 +24,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define REP_N (1 << 20)  /* float32: 4 MiB */
-#define ROWS 8192        /* x COLS float64: 4 MiB */
+#define REP_N (1 << 20) /* float32: 4 MiB */
+#define ROWS 8192       /* x COLS float64: 4 MiB */
 #define COLS 64
-#define CROWS 256        /* 'cols': CROWS x CCOLS float32 (1 MiB), split by columns */
+#define CROWS 256 /* 'cols': CROWS x CCOLS float32 (1 MiB), split by columns */
 #define CCOLS 1024
 
 static int g_rank, g_size;
@@ -99,7 +99,7 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     MPI_Comm_size(comm, &size);
     ckpt_saver *s = NULL;
     CHECK_OK(ckpt_saver_create(&s, comm, NULL));
-    int64_t dn = REP_N, d3 = 3, dp[2] = { ROWS, COLS };
+    int64_t dn = REP_N, d3 = 3, dp[2] = {ROWS, COLS};
     ckpt_shape srep, ssmall, spart;
     ckpt_shape_init(&srep, 1, &dn);
     ckpt_shape_init(&ssmall, 1, &d3);
@@ -128,19 +128,19 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     ckpt_slice_full(&sl, &spart);
     sl.start[0] = g->r0;
     sl.count[0] = g->nrows;
-    CHECK_OK(ckpt_saver_add_replicated(s, "rep", CKPT_FLOAT32, &srep, g->rep,
-                                       CKPT_REPLICA_PRIMARY));
-    CHECK_OK(ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small,
-                                       CKPT_REPLICA_PRIMARY));
+    CHECK_OK(
+        ckpt_saver_add_replicated(s, "rep", CKPT_FLOAT32, &srep, g->rep, CKPT_REPLICA_PRIMARY));
+    CHECK_OK(
+        ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small, CKPT_REPLICA_PRIMARY));
     CHECK_OK(ckpt_saver_add_slice(s, "part", CKPT_FLOAT64, &spart, &sl, g->part));
-    int64_t dc[2] = { CROWS, CCOLS };
+    int64_t dc[2] = {CROWS, CCOLS};
     ckpt_shape scols;
     ckpt_shape_init(&scols, 2, dc);
     ckpt_slice_full(&sl, &scols);
     sl.start[1] = g->c0;
     sl.count[1] = g->ncols;
     CHECK_OK(ckpt_saver_add_slice(s, "cols", CKPT_FLOAT32, &scols, &sl, g->cols));
-    ckpt_blob_callbacks cb = { blob_save, blob_restore };
+    ckpt_blob_callbacks cb = {blob_save, blob_restore};
     CHECK_OK(ckpt_saver_add_blob(s, "blob", &cb, &g->blob));
     return s;
 }
@@ -152,9 +152,8 @@ static void regs_free(regs *g)
     free(g->cols);
 }
 
-static const uint64_t DATA_BYTES =
-    (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 + (uint64_t)CROWS * CCOLS * 4 + 12 +
-    4 * sizeof(int);
+static const uint64_t DATA_BYTES = (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 +
+                                   (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
 
 /* Restores `prefix` on the first m ranks with cooperation `coop`; checks values and bytes. */
 static void restore_on(const char *prefix, int writers, int m, int coop)
@@ -167,7 +166,7 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         setenv("MPICKPT_RESTORE_COOPERATIVE", coop ? "1" : "0", 1);
         regs g;
         ckpt_saver *s = make_saver(comm, &g, 0);
-        ckpt_restore_options o = { 0 };
+        ckpt_restore_options o = {0};
         o.version = 1;
         o.skip_missing_per_rank = 1;
         uint64_t before = rchar();
@@ -198,8 +197,7 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
             CHECK_MSG(ratio <= 1.25, "read %.3fx the checkpoint's data with cooperation", ratio);
         else if (m >= 2)
             CHECK_MSG(sum >= (uint64_t)((m - 0.5) * REP_N * 4),
-                      "read %.3fx without cooperation: expected every rank to read 'rep'",
-                      ratio);
+                      "read %.3fx without cooperation: expected every rank to read 'rep'", ratio);
         ckpt_saver_free(s);
         regs_free(&g);
         MPI_Comm_free(&comm);
@@ -256,7 +254,7 @@ static void corrupt_case(const char *prefix, int writers)
     regs g;
     ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
     g.blob = -7; /* staged: untouched by a failed restore */
-    ckpt_restore_options o = { 0 };
+    ckpt_restore_options o = {0};
     o.version = 1;
     o.skip_missing_per_rank = 1;
     int rc = ckpt_saver_restore(s, prefix, &o, NULL);
@@ -309,7 +307,7 @@ int main(int argc, char **argv)
         MPI_Comm_free(&wcomm);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    int counts[3] = { 2, 3, g_size };
+    int counts[3] = {2, 3, g_size};
     for (int k = 0; k < 3; k++) {
         int m = counts[k];
         if (m > g_size || (k == 2 && (m == 2 || m == 3)))

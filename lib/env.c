@@ -222,6 +222,11 @@ const ckpt__setting ckpt__settings[] = {
       .hi = (int64_t)1 << 30, .dflt = "1073741824", .scope = COLLECTIVE,
       .read_by = "ckpt_saver_create (mpi/saver.c)",
       .meaning = "largest single MPI transfer of fragments, requests and shares", .library = 1 },
+    { .name = "MPICKPT_RESTORE_COOPERATIVE", .kind = CKPT__SETTING_BOOL, .dflt = "1",
+      .scope = COLLECTIVE, .read_by = "every restore (mpi/restore.c, rank 0)",
+      .meaning = "a stored piece several ranks restore (a replicated tensor, an N->M reshard) "
+                 "is read by one of them and forwarded over MPI; 0: every rank reads all it needs",
+      .library = 1 },
     { .name = "MPICKPT_LOG", .kind = CKPT__SETTING_CHOICE, .words = w_log,
       .dflt = "warn (mpickpt-demo and Python: info)", .scope = LOCAL,
       .read_by = "the default log sink (lib/log.c); checked by ckpt_saver_create",

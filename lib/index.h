@@ -127,6 +127,17 @@ int ckpt__reader_open_payload(ckpt_reader **out, const char *prefix, const uint8
  * `dirfd` instead (sparse copies of the byte ranges fetched from other nodes); the reader owns
  * the descriptor. */
 void ckpt__reader_set_fetched(ckpt_reader *r, int dirfd);
+
+/* The cooperative restore (mpi/restore_coop.c): piece j of tensor ti of the reader's index read
+ * whole, once, chunk by chunk into bufs[0], bufs[1], bufs[0], ... (`chunk` bytes each, a multiple
+ * of the piece's row); each chunk is handed to cb(arg, bytes, offset in the piece, length) as soon
+ * as it is read (the callback may still be sending the previous chunk from the other buffer: it
+ * must be done with a buffer when it returns from the chunk after it). Returns
+ * CKPT_OK only when every byte matched the piece's CRC-32C (checked at the end: the chunks handed
+ * out before a mismatch are not to be trusted); *delivered counts the chunks handed out. */
+int ckpt__reader_piece_stream(ckpt_reader *r, size_t ti, size_t j, void *bufs[2], uint64_t chunk,
+                              void (*cb)(void *arg, const void *bytes, uint64_t off, uint64_t len),
+                              void *arg, uint64_t *delivered);
 const Mpickpt__Index *ckpt__reader_index(const ckpt_reader *r);
 
 #endif

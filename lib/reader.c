@@ -504,6 +504,52 @@ static int grow_tmp(ckpt_reader *r, uint64_t n, const char *name)
     return CKPT_OK;
 }
 
+int ckpt__reader_piece_stream(ckpt_reader *r, size_t ti, size_t j, void *bufs[2], uint64_t chunk,
+                              void (*cb)(void *arg, const void *bytes, uint64_t off, uint64_t len),
+                              void *arg, uint64_t *delivered)
+{
+    *delivered = 0;
+    if (ti >= r->idx->n_tensors || j >= r->idx->tensors[ti]->n_pieces || chunk == 0)
+        return ckpt__error(CKPT_EINVAL, "ckpt__reader_piece_stream: no piece %zu of tensor %zu",
+                           j, ti);
+    const Mpickpt__Tensor *t = r->idx->tensors[ti];
+    const Mpickpt__Piece *p = t->pieces[j];
+    piece_loc loc;
+    ckpt__h5_lock(); /* not held while the callback runs (it sends over MPI) */
+    int rc = locate_piece(r, t, p, &loc, r->by_offset);
+    ckpt__h5_unlock();
+    if (rc != CKPT_OK)
+        return rc;
+    uint32_t crc = 0;
+    if (loc.raw) { /* pread chunk by chunk, each handed out while the next is read */
+        for (uint64_t off = 0; off < p->bytes; off += chunk) {
+            uint64_t n = p->bytes - off < chunk ? p->bytes - off : chunk;
+            void *buf = bufs[*delivered % 2];
+            if ((rc = ckpt__pread_crc(loc.fd, loc.off + off, buf, (size_t)n, &crc)) != CKPT_OK)
+                return ckpt__error_wrap(CKPT_ECORRUPT, "tensor '%s' piece %s in %s", t->name,
+                                        loc.spec, loc.path);
+            cb(arg, buf, off, n);
+            (*delivered)++;
+        }
+        if (crc != p->crc32c)
+            return crc_mismatch(t, p, &loc, "", p->crc32c, crc);
+        return CKPT_OK;
+    }
+    /* through HDF5: the piece whole, checked, then handed out in chunks */
+    ckpt__h5_lock();
+    if ((rc = grow_tmp(r, p->bytes, t->name)) == CKPT_OK)
+        rc = read_piece(r, t, p, r->tmp, r->by_offset);
+    ckpt__h5_unlock();
+    if (rc != CKPT_OK)
+        return rc;
+    for (uint64_t off = 0; off < p->bytes; off += chunk) {
+        uint64_t n = p->bytes - off < chunk ? p->bytes - off : chunk;
+        cb(arg, (const uint8_t *)r->tmp + off, off, n);
+        (*delivered)++;
+    }
+    return CKPT_OK;
+}
+
 /*
  * Copies `region` (inside piece p's box `ps` and the caller's box `want`) into `out`, reading only
  * the rows of the piece that hold it: the checksum blocks covering them are read and each is

@@ -26,6 +26,12 @@ struct ckpt__share {
     /* per pack, grown as needed */
     const Mpickpt__Piece **pieces;
     size_t pieces_cap;
+    /* per pack: the filter (ckpt__share_pack_filtered) and the tensor being selected */
+    ckpt__share_filter keep;
+    void *keep_arg;
+    size_t keep_ti;
+    int keep_eligible;
+    const ckpt_slice *keep_want;
 };
 
 /* qsort and bsearch take no payload: the index their comparators look into, per thread */
@@ -152,6 +158,14 @@ static int reserve_pieces(ckpt__share *sh, size_t n)
     return CKPT_OK;
 }
 
+/* Appends piece j of tensor ti unless the pack's filter leaves it out. */
+static void add_piece(ckpt__share *sh, size_t ti, size_t j, size_t *n)
+{
+    if (sh->keep && !sh->keep(sh->keep_arg, ti, j, sh->keep_eligible, sh->keep_want))
+        return;
+    sh->pieces[(*n)++] = sh->idx->tensors[ti]->pieces[j];
+}
+
 /* Appends the pieces of tensor ti that intersect `want` (NULL: all) to sh->pieces from *n on. */
 static int select_pieces(ckpt__share *sh, size_t ti, const ckpt_slice *want, size_t *n)
 {
@@ -162,7 +176,7 @@ static int select_pieces(ckpt__share *sh, size_t ti, const ckpt_slice *want, siz
         return rc;
     if (!want) {
         for (size_t j = 0; j < t->n_pieces; j++)
-            sh->pieces[(*n)++] = t->pieces[j];
+            add_piece(sh, ti, j, n);
         return CKPT_OK;
     }
     ckpt_slice ps, region;
@@ -170,7 +184,7 @@ static int select_pieces(ckpt__share *sh, size_t ti, const ckpt_slice *want, siz
         for (size_t j = 0; j < t->n_pieces; j++) {
             ckpt__piece_slice(&ps, t->pieces[j], nd);
             if (ckpt_slice_intersect(&region, &ps, want) == 1)
-                sh->pieces[(*n)++] = t->pieces[j];
+                add_piece(sh, ti, j, n);
         }
         return CKPT_OK;
     }
@@ -193,7 +207,7 @@ static int select_pieces(ckpt__share *sh, size_t ti, const ckpt_slice *want, siz
         const Mpickpt__Piece *p = t->pieces[sp->order[k]];
         ckpt__piece_slice(&ps, p, nd);
         if (ckpt_slice_intersect(&region, &ps, want) == 1)
-            sh->pieces[(*n)++] = p;
+            add_piece(sh, ti, sp->order[k], n);
     }
     return CKPT_OK;
 }
@@ -223,8 +237,18 @@ static int cmp_hit(const void *a, const void *b)
 int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **out,
                      size_t *len)
 {
-    *out = NULL;
+    return ckpt__share_pack_filtered(sh, wants, NULL, NULL, 0, out, len);
+}
+
+int ckpt__share_pack_filtered(ckpt__share *sh, const Mpickpt__Fragment *wants,
+                              ckpt__share_filter keep, void *keep_arg, int drop_empty,
+                              uint8_t **out, size_t *len)
+{
+    if (out)
+        *out = NULL;
     *len = 0;
+    sh->keep = keep;
+    sh->keep_arg = keep_arg;
     const Mpickpt__Index *idx = sh->idx;
     size_t nw = wants->n_tensors, nh = 0, ns = 0, np = 0;
     hit *hits = malloc((nw ? nw : 1) * sizeof *hits);
@@ -261,13 +285,22 @@ int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **
             ckpt__piece_slice(&box, w->pieces[0], (int)t->n_shape);
             want = &box;
         }
+        /* the filter's "eligible": every want of it is a plain one (KIND_FULL) of an array */
+        sh->keep_ti = ti;
+        sh->keep_eligible = t->n_shape > 0;
+        for (size_t g = h; g < nh && hits[g].ti == ti; g++)
+            if (wants->tensors[hits[g].wi]->kind != MPICKPT__KIND__KIND_FULL)
+                sh->keep_eligible = 0;
+        sh->keep_want = want;
         first[ns] = np;
         rc = select_pieces(sh, ti, want, &np);
+        if (drop_empty && rc == CKPT_OK && np == first[ns])
+            continue;
         sub[ns] = *t;
         subp[ns] = &sub[ns];
         ns++;
     }
-    if (rc != CKPT_OK)
+    if (rc != CKPT_OK || !out) /* no out: the filter saw the selection, nothing is packed */
         goto done;
     /* the pieces arrays, now that sh->pieces no longer moves */
     for (size_t k = 0; k < ns; k++) {
@@ -311,6 +344,8 @@ int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **
     *out = buf;
     *len = n;
 done:
+    sh->keep = NULL;
+    sh->keep_arg = NULL;
     free(hits);
     free(sub);
     free(subp);

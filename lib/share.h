@@ -44,4 +44,17 @@ int ckpt__share_want(Mpickpt__Fragment *wants, size_t *cap, const char *name,
 int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **out,
                      size_t *len);
 
+/* The cooperative restore (mpi/restore_coop.c): the same selection with a filter. keep(arg, ti, j,
+ * eligible, want) is called for each selected piece j of index tensor ti, in the order the share
+ * lists them; a piece it returns 0 for is left out. `eligible`: every want of that tensor is
+ * KIND_FULL (not per-rank) and the tensor has at least one dimension; `want`: the box the rank
+ * reads of the tensor (NULL: all of it). With `drop_empty`, a tensor left
+ * without pieces is left out too (else it stays, without pieces: the reader then writes nothing
+ * of it). With out NULL nothing is packed: the filter only sees the selection. */
+typedef int (*ckpt__share_filter)(void *arg, size_t ti, size_t j, int eligible,
+                                  const ckpt_slice *want);
+int ckpt__share_pack_filtered(ckpt__share *sh, const Mpickpt__Fragment *wants,
+                              ckpt__share_filter keep, void *keep_arg, int drop_empty,
+                              uint8_t **out, size_t *len);
+
 #endif

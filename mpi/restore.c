@@ -5,7 +5,9 @@
  */
 #include "saver_internal.h"
 
+#include "env.h"
 #include "index.h"
+#include "restore_coop.h"
 #include "share.h"
 #include "mpickpt/collective.h"
 
@@ -18,8 +20,9 @@
 
 /* What this rank reads: every registration's stored name and the box it owns (a blob whole).
  * `optional_per_rank` (skip_missing_per_rank): per-rank entries (components, blobs) are marked
- * KIND_COMPONENT, which the share ignores and the chief's comparison of names (strict restores)
- * reads as "not missing when absent"; every other want is KIND_FULL. */
+ * KIND_COMPONENT, which the chief's comparison of names (strict restores) reads as "not missing
+ * when absent"; other per-rank entries KIND_BLOB; every other want is KIND_FULL (only those are
+ * forwarded by the cooperative restore, restore_coop.c). */
 static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w, int optional_per_rank)
 {
     size_t cap = 0;
@@ -27,9 +30,11 @@ static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w, int optional_p
     for (size_t k = 0; k < s->regs.n && rc == CKPT_OK; k++) {
         const ckpt__reg *g = &s->regs.v[k];
         rc = ckpt__share_want(w, &cap, g->stored, g->kind == CKPT_KIND_BLOB ? NULL : &g->slice);
-        if (rc == CKPT_OK && optional_per_rank &&
-            (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB))
-            w->tensors[w->n_tensors - 1]->kind = MPICKPT__KIND__KIND_COMPONENT;
+        /* per-rank wants are never forwarded by the cooperative restore (not KIND_FULL) */
+        if (rc == CKPT_OK && (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB))
+            w->tensors[w->n_tensors - 1]->kind = optional_per_rank
+                                                     ? MPICKPT__KIND__KIND_COMPONENT
+                                                     : MPICKPT__KIND__KIND_BLOB;
     }
     return rc;
 }
@@ -278,12 +283,93 @@ static int mismatch_error(const char *prefix, const ckpt_name_list *miss,
                        b);
 }
 
+/* The cooperative restore's state in one restore (restore_coop.c). */
+typedef struct coop_ctx {
+    int planned;  /* the chief: plan it (MPICKPT_RESTORE_COOPERATIVE, several ranks, no cache) */
+    int optional; /* build_wants' optional_per_rank */
+    int *node_of; /* the chief: every rank's node */
+    int active;   /* some rank forwards a piece: every rank runs ckpt__coop_run */
+    uint8_t *own; /* the chief: its own share */
+    size_t own_len;
+    uint8_t *list; /* this rank's list of forwarded pieces, or NULL */
+    size_t list_len;
+} coop_ctx;
+
+/* The chief's side with the cooperative restore (restore_coop.c): every rank's wants first (its
+ * own too), then the plan, then every rank's share and list of forwarded pieces, sent as {status,
+ * share length, list length, active} then the bytes. Any failure is sent to every rank (nobody
+ * then forwards anything). The chief's own share and list are kept in `cc`. */
+static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
+                            const uint64_t *offs, names_ctx *nc, coop_ctx *cc)
+{
+    int size = s->size, local = CKPT_OK;
+    ckpt__arena **arenas = calloc((size_t)size, sizeof *arenas);
+    Mpickpt__Fragment **w = calloc((size_t)size, sizeof *w);
+    Mpickpt__Fragment own = MPICKPT__FRAGMENT__INIT;
+    ckpt__coop_shares plan = { 0 };
+    if (!arenas || !w)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    if (local == CKPT_OK && (local = build_wants(s, &own, cc->optional)) == CKPT_OK)
+        w[0] = &own;
+    for (int dst = 1; dst < size && local == CKPT_OK; dst++) {
+        if (!(arenas[dst] = ckpt__arena_new())) {
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+            break;
+        }
+        w[dst] = mpickpt__fragment__unpack(ckpt__arena_allocator(arenas[dst]),
+                                           (size_t)(offs[dst + 1] - offs[dst]), all + offs[dst]);
+        if (!w[dst])
+            local = ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
+        else if (nc)
+            names_note(nc, w[dst]);
+    }
+    if (local == CKPT_OK)
+        local = ckpt__coop_plan(ckpt__reader_index(r), size, w, cc->node_of, &plan);
+    for (int dst = 1; dst < size; dst++) {
+        int64_t head[4] = { local, 0, 0, 0 };
+        if (local == CKPT_OK) {
+            head[1] = (int64_t)plan.share_len[dst];
+            head[2] = (int64_t)plan.coop_len[dst];
+            head[3] = plan.active;
+        }
+        int rc = MPI_Send(head, 4, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
+                     ? CKPT_OK
+                     : ckpt__error(CKPT_EMPI, "MPI_Send to rank %d failed", dst);
+        if (rc == CKPT_OK && local == CKPT_OK)
+            rc = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.share[dst], plan.share_len[dst],
+                                  s->chunk);
+        if (rc == CKPT_OK && local == CKPT_OK && plan.coop_len[dst])
+            rc = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.coop[dst], plan.coop_len[dst],
+                                  s->chunk);
+        if (rc != CKPT_OK && local == CKPT_OK)
+            local = rc;
+    }
+    if (local == CKPT_OK) { /* the chief's own, opened once the names are compared */
+        cc->own = plan.share[0];
+        cc->own_len = plan.share_len[0];
+        cc->list = plan.coop[0];
+        cc->list_len = plan.coop_len[0];
+        cc->active = plan.active;
+        plan.share[0] = NULL;
+        plan.coop[0] = NULL;
+    }
+    ckpt__coop_shares_free(&plan);
+    ckpt__fragment_free_built(&own);
+    for (int dst = 1; arenas && dst < size; dst++)
+        ckpt__arena_free(arenas[dst]);
+    free(arenas);
+    free(w);
+    return local;
+}
+
 /* The chief's side of the share exchange: rank r's wants (unpacked from the gathered bytes) to its
  * share of the index, sent as {status, length} then the bytes. A rank it cannot serve is sent the
  * error code; the agreement after the reads then carries the chief's message. */
 static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
-                       const uint64_t *offs, names_ctx *nc)
+                       const uint64_t *offs, names_ctx *nc, coop_ctx *cc)
 {
+    if (cc->planned)
+        return send_coop_shares(s, r, all, offs, nc, cc);
     ckpt__share *sh = NULL;
     int local = ckpt__share_new(&sh, ckpt__reader_index(r));
     for (int dst = 1; dst < s->size; dst++) {
@@ -309,8 +395,8 @@ static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
             if (st != CKPT_OK)
                 local = st;
         }
-        int64_t head[2] = { st, st == CKPT_OK ? (int64_t)len : 0 };
-        int rc = MPI_Send(head, 2, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
+        int64_t head[4] = { st, st == CKPT_OK ? (int64_t)len : 0, 0, 0 };
+        int rc = MPI_Send(head, 4, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
                      ? CKPT_OK
                      : ckpt__error(CKPT_EMPI, "MPI_Send to rank %d failed", dst);
         if (rc == CKPT_OK && st == CKPT_OK)
@@ -334,12 +420,23 @@ static int recv_open(ckpt_saver *s, const char *prefix, ckpt_reader **r, uint8_t
     return rc;
 }
 
+/* `len` bytes from the chief, received one chunk at a time into a sink and dropped. */
+static void recv_sink(ckpt_saver *s, uint64_t len)
+{
+    uint64_t sink_len = len < s->chunk ? len : s->chunk;
+    uint8_t *sink = malloc(sink_len ? (size_t)sink_len : 1);
+    for (uint64_t off = 0; sink && off < len; off += sink_len)
+        (void)ckpt__recv_bytes(s->comm, 0, TAG_SHARE, sink,
+                               len - off < sink_len ? len - off : sink_len, s->chunk);
+    free(sink);
+}
+
 /* A non-chief rank's side: its share of the index, opened as a reader (the chief validated the
  * whole index and checked its data files). */
-static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
+static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_ctx *cc)
 {
-    int64_t head[2];
-    if (MPI_Recv(head, 2, MPI_INT64_T, 0, TAG_SHARE, s->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    int64_t head[4];
+    if (MPI_Recv(head, 4, MPI_INT64_T, 0, TAG_SHARE, s->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         return ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of its share of the index failed",
                            s->rank);
     if (head[0] != CKPT_OK) /* the agreement after the reads carries the chief's message */
@@ -347,16 +444,28 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
                                          "index", s->rank);
     uint64_t len = (uint64_t)head[1];
     uint8_t *bytes = malloc(len ? (size_t)len : 1);
-    if (bytes)
-        return recv_open(s, prefix, r, bytes, len);
+    cc->active = head[3] != 0;
+    if (bytes) {
+        int rc = recv_open(s, prefix, r, bytes, len);
+        /* the list of forwarded pieces: received even after a failure (the chief sends it) */
+        uint64_t clen = (uint64_t)head[2];
+        if (clen && !(cc->list = malloc((size_t)clen)))
+            rc = rc != CKPT_OK ? rc : ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+        if (clen && cc->list) {
+            int rc2 = ckpt__recv_bytes(s->comm, 0, TAG_SHARE, cc->list, clen, s->chunk);
+            cc->list_len = (size_t)clen;
+            if (rc == CKPT_OK)
+                rc = rc2;
+        } else if (clen) {
+            recv_sink(s, clen);
+        }
+        return rc;
+    }
     /* Received even when it cannot be held (one chunk at a time into a sink): the chief's sends
      * must complete for everybody to reach the agreement that reports this. */
-    uint64_t sink_len = len < s->chunk ? len : s->chunk;
-    uint8_t *sink = malloc(sink_len ? (size_t)sink_len : 1);
-    for (uint64_t off = 0; sink && off < len; off += sink_len)
-        (void)ckpt__recv_bytes(s->comm, 0, TAG_SHARE, sink,
-                               len - off < sink_len ? len - off : sink_len, s->chunk);
-    free(sink);
+    recv_sink(s, len);
+    if (head[2])
+        recv_sink(s, (uint64_t)head[2]);
     return ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its share of the index (%llu bytes)",
                        s->rank, (unsigned long long)len);
 }
@@ -497,11 +606,28 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     ckpt__fragment_free_built(&wants);
     if (local == CKPT_OK)
         local = mine;
+    /* The cooperative restore (restore_coop.c): the chief decides, from every rank's node */
+    coop_ctx cc = { 0 };
+    if (s->rank == 0 && !cache && s->size > 1 && local == CKPT_OK) {
+        int on = 1;
+        local = ckpt__env_bool(&on, "MPICKPT_RESTORE_COOPERATIVE", 1);
+        cc.planned = local == CKPT_OK && on;
+        cc.optional = opts->skip_missing_per_rank;
+        /* (gathered whether or not it is planned: the other ranks do not know) */
+        if (!(cc.node_of = malloc((size_t)s->size * sizeof *cc.node_of)))
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
     int rc = ckpt__gather_bytes(s->comm, 0, local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
                                 &offs);
     free(wbuf);
+    int node_sink[1];
+    if (rc == CKPT_OK && !cache && s->size > 1 &&
+        MPI_Gather(&s->node, 1, MPI_INT, cc.node_of ? cc.node_of : node_sink, cc.node_of ? 1 : 0,
+                   MPI_INT, 0, s->comm) != MPI_SUCCESS)
+        rc = ckpt__error(CKPT_EMPI, "MPI_Gather of the ranks' nodes failed");
     if (rc != CKPT_OK) {
         ckpt_reader_free(r);
+        free(cc.node_of);
         return rc;
     }
     /* the chief compares the names while it serves the shares (its own wants first) */
@@ -517,8 +643,10 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
             names_note(&nc, &own);
         ckpt__fragment_free_built(&own);
     }
-    local = s->rank == 0 ? send_shares(s, r, all, offs, compare && nc.idx ? &nc : NULL)
-                         : recv_share(s, prefix, &r);
+    local = s->rank == 0 ? send_shares(s, r, all, offs, compare && nc.idx ? &nc : NULL, &cc)
+                         : recv_share(s, prefix, &r, &cc);
+    free(cc.node_of);
+    cc.node_of = NULL;
     free(all);
     free(offs);
     /* the lists to every rank: {status, bytes, missing, unexpected}, then the names */
@@ -584,6 +712,31 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     }
     if (mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
         local = mismatch_error(cache ? base : prefix, lmiss, lunexp);
+    double t1 = ckpt__mono_seconds();
+    /* The cooperative restore: the chief's reads go by its own share (without what it is
+     * forwarded); the pieces several ranks read are read once and forwarded, after an agreement
+     * that every rank has its list (a rank without it could not take part). */
+    if (s->rank == 0 && cc.own) {
+        ckpt_reader *own_r = NULL;
+        int st = ckpt__reader_open_payload(&own_r, prefix, cc.own, cc.own_len, 0);
+        if (st == CKPT_OK) {
+            ckpt_reader_free(r);
+            r = own_r;
+        } else if (local == CKPT_OK) {
+            local = st;
+        }
+    }
+    free(cc.own);
+    if (cc.active) {
+        ckpt__coop *co = NULL;
+        if (local == CKPT_OK && cc.list)
+            local = ckpt__coop_open(&co, prefix, cc.list, cc.list_len);
+        local = ckpt_mpi_agree(s->comm, local);
+        if (local == CKPT_OK && co)
+            local = ckpt__coop_run(s, co);
+        ckpt__coop_free(co);
+    }
+    free(cc.list);
 
     /*
      * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
@@ -595,7 +748,6 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
      * run last, after every tensor is in (TensorFlow runs registered restores after the default
      * ones).
      */
-    double t1 = ckpt__mono_seconds();
     size_t nst = 0;
     struct staged {
         size_t reg;

@@ -12,7 +12,8 @@
  *
  * LIST: comma-separated scenarios; "all" is large,small,restore,async (as it always was); the
  * scale rows (bench_scale.c) are asked for by name: collectives, memory, files, fixed; so is
- * replicas (bench_replicas.c: the replica check's cost, check_replicas off / first / every).
+ * replicas (bench_replicas.c: the replica check's cost, check_replicas off / first / every),
+ * coop_restore (bench_coop.c: bytes read from storage by cold restores, cooperative on / off).
  * --layout per-node asks for it through MPICKPT_LAYOUT=per-node (rows skipped with the saver's
  * message when this build has no such layout).
  *
@@ -192,6 +193,8 @@ static void usage(void)
             "               |collectives|memory|files|fixed (the scale rows)\n"
             "               |cache (saves to DIR/cache/%%n, without and with partner copies)\n"
             "               |replicas (the replica check: check_replicas off, first, every)\n"
+            "               |coop_restore (bytes read from storage by a cold restore of a\n"
+            "               replicated and an N->M checkpoint of M MiB, cooperative on and off)\n"
             "         [--mb-per-rank M (256)] [--reps R (5)] [--layout shared|per-rank|per-node]\n"
             "         [--collective 0|1] [--json] [--tensors K (2000)] [--min-kb A (1)]\n"
             "         [--max-kb B (64)] [--max-shard-bytes S] [--hint KEY=VALUE]... [--cold 0|1]\n"
@@ -228,7 +231,7 @@ static int check_scenarios(const char *list)
 {
     static const char *const known[] = { "large", "small", "restore", "async", "all",
                                          "collectives", "memory", "files", "fixed", "cache",
-                                         "replicas" };
+                                         "replicas", "coop_restore" };
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
         int ok = 0;
@@ -477,6 +480,8 @@ int main(int argc, char **argv)
         run_fixed(&o);
     if (has_scenario(sc, "replicas"))
         run_replicas(&o);
+    if (has_scenario(sc, "coop_restore"))
+        run_coop_restore(&o);
     if (o.info != MPI_INFO_NULL)
         MPI_Info_free(&o.info);
     MPI_Comm_free(&g_node);

@@ -132,6 +132,7 @@ void print_skipped(const opts *o, const char *scenario, const char *layout, cons
 void remove_tree(const char *dir); /* bench_files.c; rank 0 only, links not followed */
 /* bench_replicas.c: the replica check's cost (check_replicas off / first / every) */
 void run_replicas(const opts *o);
+void run_coop_restore(const opts *o); /* bench_coop.c */
 
 /* ---- bench_pmpi.c: MPI calls counted through the profiling interface ---- */
 enum { PMPI_COLL, PMPI_P2P, PMPI_IO, PMPI_WAIT, PMPI_NKIND };

@@ -1,0 +1,320 @@
+/*
+ * The cooperative restore (issue 32, mpi/restore_coop.c), on any number of ranks.
+ *
+ * A checkpoint written by min(4, size) ranks: 'rep' (replicated, 4 MiB, saved once), 'part'
+ * (partitioned by rows, 4 MiB), 'cols' (partitioned by columns, 1 MiB: every reader's box cuts
+ * every row), 'small' (replicated, 12 bytes) and a blob per writer. Restored on
+ * 2, 3 and `size` ranks (those <= size), with MPICKPT_RESTORE_COOPERATIVE on and off: every value
+ * exactly back on every rank (an N->M reshard of 'part'), the blobs of the ranks the writer had
+ * (skip_missing_per_rank for the others); the bytes read from storage (rchar of /proc/self/io,
+ * summed over the restoring ranks) at most 1.25x the checkpoint's data with cooperation on, and at
+ * least (m - 0.5)x 'rep' with it off on m >= 2 ranks (every rank reads 'rep': what this replaces).
+ * Then a byte of 'rep' flipped in its data file: the restore fails on every rank with the same
+ * checksum-mismatch message (whichever rank read it), no hang, the blobs (staged) untouched and
+ * the saver's counter unchanged; the byte put back, the restore succeeds again.
+ */
+#include "mpi_check.h"
+#include "mpickpt.h"
+
+#include "coll.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define REP_N (1 << 20) /* float32: 4 MiB */
+#define ROWS 8192       /* x COLS float64: 4 MiB */
+#define COLS 64
+#define CROWS 256 /* 'cols': CROWS x CCOLS float32 (1 MiB), split by columns */
+#define CCOLS 1024
+
+static int g_rank, g_size;
+
+static float rep_val(int64_t i)
+{
+    return (float)i * 0.5f + 1.0f;
+}
+
+static double part_val(int64_t i, int64_t j)
+{
+    return (double)i * 1000.0 + (double)j;
+}
+
+static float cols_val(int64_t i, int64_t j)
+{
+    return (float)(i * CCOLS + j);
+}
+
+static int blob_save(const void **data, size_t *len, void *payload)
+{
+    *data = payload;
+    *len = sizeof(int);
+    return CKPT_OK;
+}
+
+static int blob_restore(const void *data, size_t len, void *payload)
+{
+    if (len == sizeof(int))
+        memcpy(payload, data, len);
+    return CKPT_OK;
+}
+
+static uint64_t rchar(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    char line[256];
+    unsigned long long v = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %llu", &v) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (uint64_t)v;
+}
+
+/* the rows [*r0, *r0 + *n) of `parts` equal parts that part k of ROWS holds */
+static void rows_of(int k, int parts, int64_t *r0, int64_t *n)
+{
+    int64_t base = ROWS / parts, extra = ROWS % parts;
+    *r0 = k * base + (k < extra ? k : extra);
+    *n = base + (k < extra ? 1 : 0);
+}
+
+typedef struct regs {
+    float *rep;
+    double *part;
+    float *cols;
+    int64_t c0, ncols;
+    int32_t small[3];
+    int blob;
+    int64_t r0, nrows;
+} regs;
+
+static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    ckpt_saver *s = NULL;
+    CHECK_OK(ckpt_saver_create(&s, comm, NULL));
+    int64_t dn = REP_N, d3 = 3, dp[2] = {ROWS, COLS};
+    ckpt_shape srep, ssmall, spart;
+    ckpt_shape_init(&srep, 1, &dn);
+    ckpt_shape_init(&ssmall, 1, &d3);
+    ckpt_shape_init(&spart, 2, dp);
+    rows_of(rank, size, &g->r0, &g->nrows);
+    g->ncols = CCOLS / size;
+    g->c0 = rank * g->ncols;
+    if (rank == size - 1)
+        g->ncols = CCOLS - g->c0;
+    g->rep = calloc(REP_N, sizeof *g->rep);
+    g->part = calloc((size_t)(g->nrows * COLS), sizeof *g->part);
+    g->cols = calloc((size_t)(CROWS * g->ncols), sizeof *g->cols);
+    CHECK(g->rep && g->part && g->cols);
+    for (int64_t i = 0; write && i < CROWS; i++)
+        for (int64_t j = 0; j < g->ncols; j++)
+            g->cols[i * g->ncols + j] = cols_val(i, g->c0 + j);
+    for (int64_t i = 0; write && i < REP_N; i++)
+        g->rep[i] = rep_val(i);
+    for (int64_t i = 0; write && i < g->nrows; i++)
+        for (int64_t j = 0; j < COLS; j++)
+            g->part[i * COLS + j] = part_val(g->r0 + i, j);
+    for (int i = 0; i < 3; i++)
+        g->small[i] = write ? 7 * (i + 1) : 0;
+    g->blob = write ? 100 + rank : -1;
+    ckpt_slice sl;
+    ckpt_slice_full(&sl, &spart);
+    sl.start[0] = g->r0;
+    sl.count[0] = g->nrows;
+    CHECK_OK(
+        ckpt_saver_add_replicated(s, "rep", CKPT_FLOAT32, &srep, g->rep, CKPT_REPLICA_PRIMARY));
+    CHECK_OK(
+        ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small, CKPT_REPLICA_PRIMARY));
+    CHECK_OK(ckpt_saver_add_slice(s, "part", CKPT_FLOAT64, &spart, &sl, g->part));
+    int64_t dc[2] = {CROWS, CCOLS};
+    ckpt_shape scols;
+    ckpt_shape_init(&scols, 2, dc);
+    ckpt_slice_full(&sl, &scols);
+    sl.start[1] = g->c0;
+    sl.count[1] = g->ncols;
+    CHECK_OK(ckpt_saver_add_slice(s, "cols", CKPT_FLOAT32, &scols, &sl, g->cols));
+    ckpt_blob_callbacks cb = {blob_save, blob_restore};
+    CHECK_OK(ckpt_saver_add_blob(s, "blob", &cb, &g->blob));
+    return s;
+}
+
+static void regs_free(regs *g)
+{
+    free(g->rep);
+    free(g->part);
+    free(g->cols);
+}
+
+static const uint64_t DATA_BYTES = (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 +
+                                   (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
+
+/* Restores `prefix` on the first m ranks with cooperation `coop`; checks values and bytes. */
+static void restore_on(const char *prefix, int writers, int m, int coop)
+{
+    check_case(1, "restore on %d of %d ranks (written by %d), cooperative %s", m, g_size, writers,
+               coop ? "on" : "off");
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank < m ? 0 : MPI_UNDEFINED, g_rank, &comm);
+    if (comm != MPI_COMM_NULL) {
+        setenv("MPICKPT_RESTORE_COOPERATIVE", coop ? "1" : "0", 1);
+        regs g;
+        ckpt_saver *s = make_saver(comm, &g, 0);
+        ckpt_restore_options o = {0};
+        o.version = 1;
+        o.skip_missing_per_rank = 1;
+        uint64_t before = rchar();
+        int rc = ckpt_saver_restore(s, prefix, &o, NULL);
+        uint64_t mine = rchar() - before, sum = 0;
+        CHECK(coll_on(comm, rc, CKPT_OK, "restore"));
+        MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+        int bad = 0;
+        for (int64_t i = 0; i < REP_N; i++)
+            bad += g.rep[i] != rep_val(i);
+        for (int64_t i = 0; i < g.nrows; i++)
+            for (int64_t j = 0; j < COLS; j++)
+                bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
+        for (int64_t i = 0; i < CROWS; i++)
+            for (int64_t j = 0; j < g.ncols; j++)
+                bad += g.cols[i * g.ncols + j] != cols_val(i, g.c0 + j);
+        for (int i = 0; i < 3; i++)
+            bad += g.small[i] != 7 * (i + 1);
+        int rank = comm_rank(comm);
+        bad += g.blob != (rank < writers ? 100 + rank : -1);
+        CHECK_MSG(bad == 0, "rank %d: %d values wrong", g_rank, bad);
+        double ratio = (double)sum / (double)DATA_BYTES;
+        if (rank == 0)
+            printf("coop_restore: %d->%d ranks, cooperative %s: %llu bytes read, %.3fx the "
+                   "data\n",
+                   writers, m, coop ? "on" : "off", (unsigned long long)sum, ratio);
+        if (coop)
+            CHECK_MSG(ratio <= 1.25, "read %.3fx the checkpoint's data with cooperation", ratio);
+        else if (m >= 2)
+            CHECK_MSG(sum >= (uint64_t)((m - 0.5) * REP_N * 4),
+                      "read %.3fx without cooperation: expected every rank to read 'rep'", ratio);
+        ckpt_saver_free(s);
+        regs_free(&g);
+        MPI_Comm_free(&comm);
+        unsetenv("MPICKPT_RESTORE_COOPERATIVE");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Flips (xor 0x5a) one byte of 'rep' in its data file: at element 12345 of it, found the first
+ * time, the same byte again the second (which puts it back). Rank 0. */
+static off_t g_flip_at = -1;
+
+static void flip(const char *prefix)
+{
+    ckpt_reader *r = NULL;
+    CHECK_OK(ckpt_reader_open(&r, prefix));
+    size_t ti;
+    CHECK_OK(ckpt_reader_find(&ti, r, "rep"));
+    ckpt_piece_info pi;
+    CHECK_OK(ckpt_reader_piece(&pi, r, ti, 0));
+    char path[4400], dir[4096];
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *sl = strrchr(dir, '/');
+    CHECK(sl != NULL);
+    *sl = '\0';
+    snprintf(path, sizeof path, "%s/%s", dir, pi.file);
+    ckpt_reader_free(r);
+    float pat[8];
+    for (int i = 0; i < 8; i++)
+        pat[i] = rep_val(12345 + i);
+    int fd = open(path, O_RDWR);
+    CHECK_MSG(fd >= 0, "open %s", path);
+    off_t size = lseek(fd, 0, SEEK_END);
+    char *buf = malloc((size_t)size);
+    CHECK(buf && pread(fd, buf, (size_t)size, 0) == size);
+    if (g_flip_at < 0) {
+        char *at = memmem(buf, (size_t)size, pat, sizeof pat);
+        CHECK_MSG(at != NULL, "'rep' bytes not found in %s", path);
+        g_flip_at = at + 1 - buf;
+    }
+    unsigned char b = (unsigned char)buf[g_flip_at] ^ 0x5a;
+    CHECK(pwrite(fd, &b, 1, g_flip_at) == 1);
+    CHECK(fsync(fd) == 0);
+    close(fd);
+    free(buf);
+}
+
+static void corrupt_case(const char *prefix, int writers)
+{
+    check_case(1, "a flipped byte of 'rep' on %d ranks", g_size);
+    if (g_rank == 0)
+        flip(prefix);
+    MPI_Barrier(MPI_COMM_WORLD);
+    regs g;
+    ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
+    g.blob = -7; /* staged: untouched by a failed restore */
+    ckpt_restore_options o = {0};
+    o.version = 1;
+    o.skip_missing_per_rank = 1;
+    int rc = ckpt_saver_restore(s, prefix, &o, NULL);
+    CHECK(coll_on(MPI_COMM_WORLD, rc, CKPT_ECORRUPT, "corrupt restore"));
+    CHECK_MSG(strstr(g_msg, "checksum mismatch") && strstr(g_msg, "'rep'"),
+              "unexpected message: %s", g_msg);
+    /* rank 0 is never the reader of a forwarded piece when another rank wants it: its message
+     * (the agreed one) is the reader's, forwarded */
+    if (g_size >= 2)
+        CHECK_MSG(strstr(g_msg, "(read for it by rank "), "not a forwarded error: %s", g_msg);
+    CHECK_MSG(g.blob == -7, "the blob was restored by a failed restore (%d)", g.blob);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0)
+        flip(prefix); /* xor again: the byte is back */
+    MPI_Barrier(MPI_COMM_WORLD);
+    ckpt_restore_info info;
+    rc = ckpt_saver_restore(s, prefix, &o, &info);
+    CHECK(coll_on(MPI_COMM_WORLD, rc, CKPT_OK, "restore after repair"));
+    int bad = 0;
+    for (int64_t i = 0; i < REP_N; i++)
+        bad += g.rep[i] != rep_val(i);
+    bad += g.blob != (g_rank < writers ? 100 + g_rank : -7);
+    CHECK_MSG(bad == 0, "rank %d: %d values wrong after the repair", g_rank, bad);
+    ckpt_saver_free(s);
+    regs_free(&g);
+}
+
+int main(int argc, char **argv)
+{
+    check_mpi_init(&argc, &argv, &g_rank, &g_size);
+    if (argc < 2) {
+        if (g_rank == 0)
+            fprintf(stderr, "usage: test_coop_restore OUTDIR\n");
+        MPI_Finalize();
+        return 2;
+    }
+    char prefix[3100];
+    make_dir(argv[1]);
+    snprintf(prefix, sizeof prefix, "%s/coop", argv[1]);
+    int writers = g_size < 4 ? g_size : 4;
+    check_case(1, "write on %d ranks", writers);
+    MPI_Comm wcomm;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank < writers ? 0 : MPI_UNDEFINED, g_rank, &wcomm);
+    if (wcomm != MPI_COMM_NULL) {
+        regs g;
+        ckpt_saver *s = make_saver(wcomm, &g, 1);
+        CHECK(coll_on(wcomm, ckpt_saver_write(s, prefix, NULL), CKPT_OK, "write"));
+        ckpt_saver_free(s);
+        regs_free(&g);
+        MPI_Comm_free(&wcomm);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    int counts[3] = {2, 3, g_size};
+    for (int k = 0; k < 3; k++) {
+        int m = counts[k];
+        if (m > g_size || (k == 2 && (m == 2 || m == 3)))
+            continue;
+        restore_on(prefix, writers, m, 1);
+        restore_on(prefix, writers, m, 0);
+    }
+    corrupt_case(prefix, writers);
+    return check_mpi_done("test_coop_restore");
+}

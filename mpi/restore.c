@@ -287,7 +287,7 @@ static int mismatch_error(const char *prefix, const ckpt_name_list *miss,
 typedef struct coop_ctx {
     int planned;  /* the chief: plan it (MPICKPT_RESTORE_COOPERATIVE, several ranks, no cache) */
     int optional; /* build_wants' optional_per_rank */
-    int *node_of; /* the chief: every rank's node */
+    const int *node_of; /* the chief: every rank's node (the saver's) */
     int active;   /* some rank forwards a piece: every rank runs ckpt__coop_run */
     uint8_t *own; /* the chief: its own share */
     size_t own_len;
@@ -608,26 +608,24 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
         local = mine;
     /* The cooperative restore (restore_coop.c): the chief decides, from every rank's node */
     coop_ctx cc = { 0 };
+    int *zeros = NULL;
     if (s->rank == 0 && !cache && s->size > 1 && local == CKPT_OK) {
         int on = 1;
         local = ckpt__env_bool(&on, "MPICKPT_RESTORE_COOPERATIVE", 1);
         cc.planned = local == CKPT_OK && on;
         cc.optional = opts->skip_missing_per_rank;
-        /* (gathered whether or not it is planned: the other ranks do not know) */
-        if (!(cc.node_of = malloc((size_t)s->size * sizeof *cc.node_of)))
+        /* every rank's node, known since the saver's create where it splits nodes (per-node
+         * layout, cache levels); elsewhere one node for all */
+        cc.node_of = s->node_of;
+        if (!cc.node_of && !(cc.node_of = zeros = calloc((size_t)s->size, sizeof *zeros)))
             local = ckpt__error(CKPT_ENOMEM, "out of memory");
     }
     int rc = ckpt__gather_bytes(s->comm, 0, local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
                                 &offs);
     free(wbuf);
-    int node_sink[1];
-    if (rc == CKPT_OK && !cache && s->size > 1 &&
-        MPI_Gather(&s->node, 1, MPI_INT, cc.node_of ? cc.node_of : node_sink, cc.node_of ? 1 : 0,
-                   MPI_INT, 0, s->comm) != MPI_SUCCESS)
-        rc = ckpt__error(CKPT_EMPI, "MPI_Gather of the ranks' nodes failed");
     if (rc != CKPT_OK) {
         ckpt_reader_free(r);
-        free(cc.node_of);
+        free(zeros);
         return rc;
     }
     /* the chief compares the names while it serves the shares (its own wants first) */
@@ -645,8 +643,8 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     }
     local = s->rank == 0 ? send_shares(s, r, all, offs, compare && nc.idx ? &nc : NULL, &cc)
                          : recv_share(s, prefix, &r, &cc);
-    free(cc.node_of);
     cc.node_of = NULL;
+    free(zeros);
     free(all);
     free(offs);
     /* the lists to every rank: {status, bytes, missing, unexpected}, then the names */

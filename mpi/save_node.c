@@ -89,7 +89,7 @@ int ckpt__save_node_init(ckpt_saver *s)
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
     s->hier_merge = s->leaders_made = 0;
-    s->node_leaders = s->node_ranks = NULL;
+    s->node_leaders = s->node_ranks = s->node_of = NULL;
     s->node_hdrs = NULL;
     int local = CKPT_OK, mrc, leader = s->rank;
     if (s->ranks_per_node > 0)
@@ -129,15 +129,21 @@ int ckpt__save_node_init(ckpt_saver *s)
         if (local == CKPT_OK && s->node_ranks && (m != s->node_size || s->node_ranks[0] != s->rank))
             local = ckpt__error(CKPT_EMPI, "rank %d: inconsistent nodes (%d of %d members)",
                                 s->rank, m, s->node_size);
-        /* leaders in rank order; node k is the k-th */
+        /* leaders in rank order; node k is the k-th; every rank's node (a rank's leader is
+         * before it: its node is known when the rank is reached) */
+        if (local == CKPT_OK && !(s->node_of = malloc((size_t)s->size * sizeof *s->node_of)))
+            local = ckpt__error(CKPT_ENOMEM, "out of memory");
         int n = 0;
         for (int r = 0; local == CKPT_OK && r < s->size; r++) {
-            if (all[r] < 0 || all[r] > r || all[all[r]] != all[r])
+            if (all[r] < 0 || all[r] > r || all[all[r]] != all[r]) {
                 local =
                     ckpt__error(CKPT_EMPI, "rank %d: inconsistent nodes (rank %d's leader is %d)",
                                 s->rank, r, all[r]);
-            else if (all[r] == r)
-                all[n++] = r; /* n <= r: entries before r are not read again */
+            } else {
+                s->node_of[r] = all[r] == r ? n : s->node_of[all[r]];
+                if (all[r] == r)
+                    all[n++] = r; /* n <= r: entries before r are not read again */
+            }
         }
         s->nnodes = n;
         s->node = -1;
@@ -190,8 +196,9 @@ void ckpt__save_node_free(ckpt_saver *s)
         MPI_Comm_free(&s->node_comm);
     free(s->node_leaders);
     free(s->node_ranks);
+    free(s->node_of);
     free(s->node_hdrs);
-    s->node_leaders = s->node_ranks = NULL;
+    s->node_leaders = s->node_ranks = s->node_of = NULL;
     s->node_hdrs = NULL;
 }
 

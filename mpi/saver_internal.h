@@ -77,11 +77,12 @@ struct ckpt_saver {
     int64_t *gather_scratch; /* rank 0: 2 x size, for ckpt__gather_bytes */
     /* Per-node layout (save_node.c), made at create: this rank's node and its communicator
      * (and the writer thread's duplicate), every node's leader (its lowest rank) by node index,
-     * and on a leader its members' ranks and the gather's buffer. */
+     * every rank's node, and on a leader its members' ranks and the gather's buffer. */
     int64_t ranks_per_node; /* MPICKPT_RANKS_PER_NODE, decided by rank 0; 0: shared memory */
     MPI_Comm node_comm, node_async_comm;
     int node, nnodes, node_rank, node_size;
     int *node_leaders;  /* [nnodes] */
+    int *node_of;       /* [size]: every rank's node index (the cooperative restore's plan) */
     int *node_ranks;    /* leader: [node_size] */
     int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c); also the
                          * scratch of the node's gather of fragments (HD_N >= 2 per rank) */

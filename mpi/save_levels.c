@@ -123,6 +123,58 @@ static int recv_file(ckpt_saver *s, save_ctx *c, int src, const cp_file *h, uint
     return rc;
 }
 
+/* The partner copies of the ranks this rank protects, received into its node's directory;
+ * placed[] (grown) lists those in place. *local: this rank's status (while not CKPT_OK the bytes
+ * are received and dropped); an MPI failure is returned. */
+static int recv_copies(ckpt_saver *s, save_ctx *c, uint64_t chunk, int *local, char ***placed,
+                       size_t *nplaced)
+{
+    int rc = CKPT_OK;
+    size_t cap = 0;
+    /* the receive buffer, kept across saves (its pages are faulted in once) */
+    if (s->cache.nfrom > 0 && !s->cache.rbuf)
+        s->cache.rbuf = malloc(PARTNER_CHUNK);
+    uint8_t *buf = s->cache.rbuf;
+    if (!buf && s->cache.nfrom > 0) { /* still receive what the senders send, and drop it */
+        static uint8_t sink[PARTNER_CHUNK];
+        buf = sink;
+        if (*local == CKPT_OK)
+            *local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    }
+    for (int k = 0; k < s->cache.nfrom && rc == CKPT_OK; k++) {
+        int src = s->cache.from[k];
+        int64_t h[2];
+        if (MPI_Recv(h, 2, MPI_INT64_T, src, TAG_CP_HEAD, c->comm, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS) {
+            rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
+            break;
+        }
+        if (h[1] < 0 || h[1] > 1 << 20) {
+            rc = ckpt__error(CKPT_EMPI, "rank %d announced %lld partner files", src,
+                             (long long)h[1]);
+            break;
+        }
+        char **grown = realloc(*placed, (cap + (size_t)h[1] + 1) * sizeof *grown);
+        if (grown) {
+            *placed = grown;
+            cap += (size_t)h[1];
+        } else if (*local == CKPT_OK) { /* the files are still received (and dropped) */
+            *local = ckpt__error(CKPT_ENOMEM, "out of memory");
+        }
+        for (int64_t i = 0; i < h[1] && rc == CKPT_OK; i++) {
+            cp_file fh;
+            if (MPI_Recv(&fh, (int)sizeof fh, MPI_BYTE, src, TAG_CP_FILE, c->comm,
+                         MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+                rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
+                break;
+            }
+            fh.name[sizeof fh.name - 1] = '\0';
+            rc = recv_file(s, c, src, &fh, buf, chunk, local, *placed, nplaced);
+        }
+    }
+    return rc;
+}
+
 static int partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed, size_t *nplaced)
 {
     *placed = NULL;
@@ -190,48 +242,8 @@ static int partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed, s
     }
 
     /* the files of the ranks this rank protects */
-    size_t cap = 0;
-    /* the receive buffer, kept across saves (its pages are faulted in once) */
-    if (s->cache.nfrom > 0 && !s->cache.rbuf)
-        s->cache.rbuf = malloc(PARTNER_CHUNK);
-    uint8_t *buf = s->cache.rbuf;
-    if (!buf && s->cache.nfrom > 0) { /* still receive what the senders send, and drop it */
-        static uint8_t sink[PARTNER_CHUNK];
-        buf = sink;
-        if (local == CKPT_OK)
-            local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    for (int k = 0; k < s->cache.nfrom && rc == CKPT_OK; k++) {
-        int src = s->cache.from[k];
-        int64_t h[2];
-        if (MPI_Recv(h, 2, MPI_INT64_T, src, TAG_CP_HEAD, c->comm, MPI_STATUS_IGNORE) !=
-            MPI_SUCCESS) {
-            rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
-            break;
-        }
-        if (h[1] < 0 || h[1] > 1 << 20) {
-            rc = ckpt__error(CKPT_EMPI, "rank %d announced %lld partner files", src,
-                             (long long)h[1]);
-            break;
-        }
-        char **grown = realloc(*placed, (cap + (size_t)h[1] + 1) * sizeof *grown);
-        if (grown) {
-            *placed = grown;
-            cap += (size_t)h[1];
-        } else if (local == CKPT_OK) { /* the files are still received (and dropped) */
-            local = ckpt__error(CKPT_ENOMEM, "out of memory");
-        }
-        for (int64_t i = 0; i < h[1] && rc == CKPT_OK; i++) {
-            cp_file fh;
-            if (MPI_Recv(&fh, (int)sizeof fh, MPI_BYTE, src, TAG_CP_FILE, c->comm,
-                         MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-                rc = ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", src);
-                break;
-            }
-            fh.name[sizeof fh.name - 1] = '\0';
-            rc = recv_file(s, c, src, &fh, buf, chunk, &local, *placed, nplaced);
-        }
-    }
+    if (rc == CKPT_OK)
+        rc = recv_copies(s, c, chunk, &local, placed, nplaced);
     if (local == CKPT_OK && *nplaced > 0)
         local = ckpt__fsync_fd(c->dirfd, s->cache.dir);
     if (req && MPI_Waitall((int)q, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)

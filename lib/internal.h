@@ -59,7 +59,7 @@ void ckpt__error_mark_agreed(void);
 
 /* Messages name a directory held open by its name, not by the path that reaches it through its
  * descriptor: every `at` ("/proc/self/fd/<n>", lib/fsutil.h ckpt__fd_path) in a message recorded
- * from now on reads `shown` instead (a node cache directory, mpi/save_levels.c). `shown` NULL
+ * from now on reads `shown` instead (a node cache directory, mpi/cache_dir.c). `shown` NULL
  * forgets `at`. At most 64 at once (more are not translated). Thread-safe. */
 void ckpt__error_alias(const char *at, const char *shown);
 

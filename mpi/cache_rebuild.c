@@ -384,128 +384,32 @@ static void copy_state(char *out, size_t n, int node, uint8_t state)
              node);
 }
 
-/* The leaders' part (s->node_rank == 0). Every step that may fail on one leader (reading,
- * allocating, mapping) comes before an agreement of the leaders, and messages are posted only
- * once every leader can take part: a leader never waits for a message another one will not
- * send. With partner redundancy it also leads its node's check of the files (check_node), once
- * on every path: its node's other ranks wait for it. */
-static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
+/* This node's copy of the index `iname`: *have a regular file under its name, *intact its
+ * container checks (*own, *olen its bytes, *payload and *plen inside them); a damaged one is
+ * said. A missing, planted or damaged index is what the rebuild looks for: the caller's pending
+ * error is put back. Local. */
+static void own_index(const ckpt_saver *s, int dirfd, const char *iname, int *have, int *intact,
+                      uint8_t **own, size_t *olen, const uint8_t **payload, size_t *plen)
 {
-    MPI_Comm lc = s->leader_comm;
-    int me = s->node, n = s->nnodes, local = CKPT_OK, rc = CKPT_OK, dirfd = -1;
-    int check = s->cache.pnode != NULL, checked = 0;
-    char iname[320];
-    uint8_t *file = NULL, *own = NULL, *held = NULL, *all = NULL, *buf = NULL;
-    Mpickpt__Index *idx = NULL;
-    rb_move *plan = NULL;
-    void **maps = NULL;
-    MPI_Request *req = NULL;
-    size_t nf = 0, nreq = 0;
-    local = ckpt__path(iname, sizeof iname, "%s.index", name);
-    if (local == CKPT_OK) /* (a node that lost everything lost its directory too: made again
-                           * before the rebuild, ckpt__cache_reopen) */
-        local = ckpt__cache_dirfd(s, &dirfd);
-    /* A copy of the index is a regular file, as a held data file is (step 2). Anything else
-     * planted under its name (a link, a FIFO, a directory) is no copy: taken for one, it would
-     * keep this node from being rebuilt, or, as the source, fail the restore on every leader
-     * while another node holds the index. It is replaced by the rename of the rebuilt index
-     * below (a directory fails that rename, naming it). A copy whose container does not check
-     * (its CRC: a flipped byte, a truncation) is no copy either, and is replaced the same way. */
-    int have = 0, intact = 0;
-    const uint8_t *payload = NULL;
-    size_t plen = 0, flen = 0, olen = 0;
-    ckpt__saved_error keep = ckpt__error_save(); /* the caller's pending error, put back */
-    if (local == CKPT_OK) {
-        have = ckpt__stat_regular(NULL, dirfd, iname, s->cache.dir) == CKPT_OK;
-        intact = have &&
-                 ckpt__read_file_at(&own, &olen, dirfd, iname, (size_t)1 << 34, s->cache.dir) ==
-                     CKPT_OK &&
-                 ckpt__container_open(&payload, &plen, own, olen, CKPT__MAGIC_INDEX, iname) ==
-                     CKPT_OK;
-        if (have && !intact)
-            ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s", me, iname,
-                      s->cache.dir, ckpt_error_last() ? ckpt_error_last()->message : "");
-        ckpt__error_restore(&keep); /* a missing, planted or damaged index is what this looks
-                                     * for: the caller's pending error back */
-    }
-    /* 1. the index, from the lowest node that has an intact copy */
-    int mine[2] = { intact ? me : n, -have }, got[2] = { n, 0 };
-    if (MPI_Allreduce(mine, got, 2, MPI_INT, MPI_MIN, lc) != MPI_SUCCESS) {
-        rc = ckpt__error(CKPT_EMPI, "MPI_Allreduce of the index's holder failed");
-        goto out;
-    }
-    int src = got[0];
-    if (src == n) {
-        rc = ckpt__error(CKPT_ENOTFOUND, got[1] ? "no node's cache holds an intact copy of %s"
-                                                : "no node's cache holds %s",
-                         iname);
-        ckpt__error_set_reason(rc, CKPT_REASON_NO_CHECKPOINT);
-        goto out;
-    }
-    if (me == src) { /* its own copy is the one sent */
-        file = own, flen = olen;
-        own = NULL;
-    }
-    int64_t head[2] = { local, (int64_t)flen };
-    if (MPI_Bcast(head, 2, MPI_INT64_T, src, lc) != MPI_SUCCESS) {
-        rc = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index's size failed");
-        goto out;
-    }
-    if (head[0] != CKPT_OK) { /* the source's own error, for every leader */
-        rc = me == src ? local : ckpt__error((int)head[0], "node %d's %s is damaged", src, iname);
-        goto out;
-    }
-    if (me != src && !(file = malloc(head[1] ? (size_t)head[1] : 1)) && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for the index", s->rank);
-    if (!leaders_can(lc, file != NULL, &rc)) {
-        if (rc == CKPT_OK)
-            rc = local != CKPT_OK
-                     ? local
-                     : ckpt__error(CKPT_EPEER, "a node's leader cannot hold %s", iname);
-        goto out;
-    }
-    rc = ckpt__bcast_bytes(lc, src, file, (uint64_t)head[1], s->chunk);
-    flen = (size_t)head[1];
-    if (rc != CKPT_OK)
-        goto out;
-    if (local == CKPT_OK && me != src)
-        local = ckpt__container_open(&payload, &plen, file, flen, CKPT__MAGIC_INDEX, iname);
-    if (local == CKPT_OK)
-        local = ckpt__index_parse(&idx, payload, plen, iname, NULL, 1);
-    /* a node lacking the index, or holding other bytes under its name (damaged), takes the
-     * source's */
-    if (local == CKPT_OK && me != src &&
-        (!intact || olen != flen || memcmp(own, file, flen) != 0)) {
-        local = ckpt__write_file_atomic_at(dirfd, iname, file, flen, s->cache.dir, NULL);
-        *rebuilt += local == CKPT_OK;
-        if (local == CKPT_OK && have)
-            ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s replaced by node %d's", me, iname,
-                      src);
-    }
-    free(own);
-    own = NULL;
-    /* 2. who holds what (every leader parsed the same index, or failed to); what it needs
-     * allocated first */
-    nf = idx ? idx->n_files : 0;
-    int per_node = idx && idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
-    uint64_t chunk = s->chunk < ((uint64_t)64 << 20) ? s->chunk : ((uint64_t)64 << 20);
-    size_t cap = 0;
-    for (size_t f = 0; f < nf; f++)
-        cap += 2 * (size_t)((idx->files[f]->bytes + chunk - 1) / chunk);
-    if (local == CKPT_OK) {
-        held = calloc(nf ? nf : 1, 1);
-        all = malloc((nf ? nf : 1) * (size_t)n);
-        plan = calloc(nf ? nf : 1, sizeof *plan);
-        maps = calloc(nf ? nf : 1, sizeof *maps);
-        req = malloc((cap ? cap : 1) * sizeof *req);
-        buf = malloc((size_t)chunk);
-        if (!held || !all || !plan || !maps || !req || !buf)
-            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the rebuild", s->rank);
-    }
-    if (!leaders_can(lc, local == CKPT_OK, &rc))
-        goto out; /* a leader that failed reports it */
-    keep = ckpt__error_save();
-    for (size_t f = 0; f < nf; f++) {
+    ckpt__saved_error keep = ckpt__error_save();
+    *have = ckpt__stat_regular(NULL, dirfd, iname, s->cache.dir) == CKPT_OK;
+    *intact = *have &&
+              ckpt__read_file_at(own, olen, dirfd, iname, (size_t)1 << 34, s->cache.dir) ==
+                  CKPT_OK &&
+              ckpt__container_open(payload, plen, *own, *olen, CKPT__MAGIC_INDEX, iname) ==
+                  CKPT_OK;
+    if (*have && !*intact)
+        ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s in %s is damaged: %s", s->node, iname,
+                  s->cache.dir, ckpt_error_last() ? ckpt_error_last()->message : "");
+    ckpt__error_restore(&keep);
+}
+
+/* What this node holds of each data file of `idx` (held[f]: RB_*), by its size. A missing file
+ * is what this looks for: the caller's pending error is put back. Local. */
+static void holdings(const ckpt_saver *s, const Mpickpt__Index *idx, int dirfd, uint8_t *held)
+{
+    ckpt__saved_error keep = ckpt__error_save();
+    for (size_t f = 0; f < idx->n_files; f++) {
         uint64_t size = 0;
         if (ckpt__stat_regular(&size, dirfd, idx->files[f]->name, s->cache.dir) != CKPT_OK)
             held[f] = RB_NONE;
@@ -514,23 +418,21 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         else {
             held[f] = RB_DAMAGED;
             ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s has %llu bytes, the index says %llu",
-                      me, idx->files[f]->name, (unsigned long long)size,
+                      s->node, idx->files[f]->name, (unsigned long long)size,
                       (unsigned long long)idx->files[f]->bytes);
         }
     }
-    ckpt__error_restore(&keep); /* a missing file is what this looks for */
-    /* the bytes of what looks whole, against the index's checksums, by the node's ranks */
-    if (check) {
-        checked = 1;
-        local = check_node(s, name, 1, idx, held);
-    }
-    if (MPI_Allgather(held, (int)(nf ? nf : 1), MPI_BYTE, all, (int)(nf ? nf : 1), MPI_BYTE, lc) !=
-        MPI_SUCCESS) {
-        rc = ckpt__error(CKPT_EMPI, "MPI_Allgather of the holdings failed");
-        goto out;
-    }
-    /* 3. the plan, the same on every leader (so are its errors): for each file, each target
-     * lacking it is sent it by its home, else its partner, else the first node holding it */
+    ckpt__error_restore(&keep);
+}
+
+/* The plan, the same on every leader (so are its errors): for each file, each target lacking it
+ * is sent it by its home, else its partner, else the first node holding it. all[k * nf + f]:
+ * what node k holds of file f. `local` in, this leader's status out. Local. */
+static int plan_moves(const ckpt_saver *s, const Mpickpt__Index *idx, const char *name,
+                      int per_node, const uint8_t *all, rb_move *plan, int local)
+{
+    size_t nf = idx ? idx->n_files : 0;
+    int n = s->nnodes;
     for (size_t f = 0; f < nf; f++) {
         const uint8_t *h = all + f; /* h[k * nf]: node k holds file f */
         rb_move *mv = &plan[f];
@@ -581,7 +483,16 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
             mv->to[t] = targets[t];
         }
     }
-    /* the files this node sends, mapped read-only; then the leaders agree to move bytes */
+    return local;
+}
+
+/* The files this node sends (plan[f].from is this node), mapped read-only into maps[f].
+ * `local` in, this leader's status out. Local. */
+static int map_sends(const ckpt_saver *s, const Mpickpt__Index *idx, const rb_move *plan,
+                     int dirfd, void **maps, int local)
+{
+    size_t nf = idx ? idx->n_files : 0;
+    int me = s->node;
     if (local == CKPT_OK) /* MPICKPT_FAULT=<leader>:rebuild: as if it could not map them */
         local = ckpt__fault(s->rank, "rebuild");
     for (size_t f = 0; f < nf && local == CKPT_OK; f++) {
@@ -599,9 +510,20 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
         if (m != MAP_FAILED)
             maps[f] = m;
     }
-    if (!leaders_can(lc, local == CKPT_OK, &rc))
-        goto out;
-    /* 4. every send posted first, then the receives (any pattern, no deadlock) */
+    return local;
+}
+
+/* The bytes among the leaders: every send posted first, then the receives (any pattern, no
+ * deadlock), each received file written whole under its name (ckpt__cache_recv_file).
+ * *local: this leader's status; *rebuilt counts the files it received. Collective over the
+ * leaders; an MPI failure is returned. */
+static int move_files(ckpt_saver *s, const Mpickpt__Index *idx, const rb_move *plan,
+                      const uint8_t *held, void **maps, MPI_Request *req, uint8_t *buf,
+                      uint64_t chunk, int dirfd, int *local, int *rebuilt)
+{
+    MPI_Comm lc = s->leader_comm;
+    size_t nf = idx ? idx->n_files : 0, nreq = 0;
+    int me = s->node, rc = CKPT_OK;
     for (size_t f = 0; f < nf && rc == CKPT_OK; f++)
         for (int t = 0; t < 2 && rc == CKPT_OK; t++) {
             const rb_move *mv = &plan[f];
@@ -621,15 +543,164 @@ static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
             if (mv->to[t] != me)
                 continue;
             rc = ckpt__cache_recv_file(s, lc, mv->from, TAG_RB, dirfd, idx->files[f]->name,
-                                       idx->files[f]->bytes, buf, chunk, &local, "rebuilt file");
-            *rebuilt += local == CKPT_OK && rc == CKPT_OK;
-            if (local == CKPT_OK && rc == CKPT_OK && held[f] == RB_DAMAGED)
+                                       idx->files[f]->bytes, buf, chunk, local, "rebuilt file");
+            *rebuilt += *local == CKPT_OK && rc == CKPT_OK;
+            if (*local == CKPT_OK && rc == CKPT_OK && held[f] == RB_DAMAGED)
                 ckpt__log(CKPT_LOG_WARN, "node %d: its damaged copy of %s replaced by node %d's "
                                          "intact one",
                           me, idx->files[f]->name, mv->from);
         }
     if (nreq && MPI_Waitall((int)nreq, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
         rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the rebuild failed");
+    return rc;
+}
+
+/* 1. the index, from the lowest node that has an intact copy (this node's: have, intact, its
+ * bytes *own of olen, their payload): every leader gets its bytes (*file, *flen) and parses them
+ * (*idx); a node lacking the index, or holding other bytes under its name (damaged), writes the
+ * source's (*rebuilt). *local: this leader's status; a failure every leader meets is returned.
+ * Collective over the leaders. */
+static int share_index(ckpt_saver *s, const char *iname, int dirfd, int have, int intact,
+                       uint8_t **own, size_t olen, const uint8_t *payload, size_t plen,
+                       uint8_t **file, size_t *flen, Mpickpt__Index **idx, int *local,
+                       int *rebuilt)
+{
+    MPI_Comm lc = s->leader_comm;
+    int me = s->node, n = s->nnodes, rc = CKPT_OK;
+    int mine[2] = { intact ? me : n, -have }, got[2] = { n, 0 };
+    if (MPI_Allreduce(mine, got, 2, MPI_INT, MPI_MIN, lc) != MPI_SUCCESS) {
+        rc = ckpt__error(CKPT_EMPI, "MPI_Allreduce of the index's holder failed");
+        return rc;
+    }
+    int src = got[0];
+    if (src == n) {
+        rc = ckpt__error(CKPT_ENOTFOUND, got[1] ? "no node's cache holds an intact copy of %s"
+                                                : "no node's cache holds %s",
+                         iname);
+        ckpt__error_set_reason(rc, CKPT_REASON_NO_CHECKPOINT);
+        return rc;
+    }
+    if (me == src) { /* its own copy is the one sent */
+        *file = *own, *flen = olen;
+        *own = NULL;
+    }
+    int64_t head[2] = { *local, (int64_t)*flen };
+    if (MPI_Bcast(head, 2, MPI_INT64_T, src, lc) != MPI_SUCCESS) {
+        rc = ckpt__error(CKPT_EMPI, "MPI_Bcast of the index's size failed");
+        return rc;
+    }
+    if (head[0] != CKPT_OK) { /* the source's own error, for every leader */
+        rc = me == src ? *local : ckpt__error((int)head[0], "node %d's %s is damaged", src, iname);
+        return rc;
+    }
+    if (me != src && !(*file = malloc(head[1] ? (size_t)head[1] : 1)) && *local == CKPT_OK)
+        *local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for the index", s->rank);
+    if (!leaders_can(lc, *file != NULL, &rc)) {
+        if (rc == CKPT_OK)
+            rc = *local != CKPT_OK
+                     ? *local
+                     : ckpt__error(CKPT_EPEER, "a node's leader cannot hold %s", iname);
+        return rc;
+    }
+    rc = ckpt__bcast_bytes(lc, src, *file, (uint64_t)head[1], s->chunk);
+    *flen = (size_t)head[1];
+    if (rc != CKPT_OK)
+        return rc;
+    if (*local == CKPT_OK && me != src)
+        *local = ckpt__container_open(&payload, &plen, *file, *flen, CKPT__MAGIC_INDEX, iname);
+    if (*local == CKPT_OK)
+        *local = ckpt__index_parse(idx, payload, plen, iname, NULL, 1);
+    /* a node lacking the index, or holding other bytes under its name (damaged), takes the
+     * source's */
+    if (*local == CKPT_OK && me != src &&
+        (!intact || olen != *flen || memcmp(*own, *file, *flen) != 0)) {
+        *local = ckpt__write_file_atomic_at(dirfd, iname, *file, *flen, s->cache.dir, NULL);
+        *rebuilt += *local == CKPT_OK;
+        if (*local == CKPT_OK && have)
+            ckpt__log(CKPT_LOG_WARN, "node %d: its copy of %s replaced by node %d's", me, iname,
+                      src);
+    }
+    return rc;
+}
+
+/* The leaders' part (s->node_rank == 0). Every step that may fail on one leader (reading,
+ * allocating, mapping) comes before an agreement of the leaders, and messages are posted only
+ * once every leader can take part: a leader never waits for a message another one will not
+ * send. With partner redundancy it also leads its node's check of the files (check_node), once
+ * on every path: its node's other ranks wait for it. */
+static int rebuild_leader(ckpt_saver *s, const char *name, int *rebuilt)
+{
+    MPI_Comm lc = s->leader_comm;
+    int n = s->nnodes, local = CKPT_OK, rc = CKPT_OK, dirfd = -1;
+    int check = s->cache.pnode != NULL, checked = 0;
+    char iname[320];
+    uint8_t *file = NULL, *own = NULL, *held = NULL, *all = NULL, *buf = NULL;
+    Mpickpt__Index *idx = NULL;
+    rb_move *plan = NULL;
+    void **maps = NULL;
+    MPI_Request *req = NULL;
+    size_t nf = 0;
+    local = ckpt__path(iname, sizeof iname, "%s.index", name);
+    if (local == CKPT_OK) /* (a node that lost everything lost its directory too: made again
+                           * before the rebuild, ckpt__cache_reopen) */
+        local = ckpt__cache_dirfd(s, &dirfd);
+    /* A copy of the index is a regular file, as a held data file is (step 2). Anything else
+     * planted under its name (a link, a FIFO, a directory) is no copy: taken for one, it would
+     * keep this node from being rebuilt, or, as the source, fail the restore on every leader
+     * while another node holds the index. It is replaced by the rename of the rebuilt index
+     * below (a directory fails that rename, naming it). A copy whose container does not check
+     * (its CRC: a flipped byte, a truncation) is no copy either, and is replaced the same way. */
+    int have = 0, intact = 0;
+    const uint8_t *payload = NULL;
+    size_t plen = 0, flen = 0, olen = 0;
+    if (local == CKPT_OK)
+        own_index(s, dirfd, iname, &have, &intact, &own, &olen, &payload, &plen);
+    /* 1. the index, from the lowest node that has an intact copy */
+    rc = share_index(s, iname, dirfd, have, intact, &own, olen, payload, plen, &file, &flen, &idx,
+                     &local, rebuilt);
+    if (rc != CKPT_OK)
+        goto out;
+    free(own);
+    own = NULL;
+    /* 2. who holds what (every leader parsed the same index, or failed to); what it needs
+     * allocated first */
+    nf = idx ? idx->n_files : 0;
+    int per_node = idx && idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
+    uint64_t chunk = s->chunk < ((uint64_t)64 << 20) ? s->chunk : ((uint64_t)64 << 20);
+    size_t cap = 0;
+    for (size_t f = 0; f < nf; f++)
+        cap += 2 * (size_t)((idx->files[f]->bytes + chunk - 1) / chunk);
+    if (local == CKPT_OK) {
+        held = calloc(nf ? nf : 1, 1);
+        all = malloc((nf ? nf : 1) * (size_t)n);
+        plan = calloc(nf ? nf : 1, sizeof *plan);
+        maps = calloc(nf ? nf : 1, sizeof *maps);
+        req = malloc((cap ? cap : 1) * sizeof *req);
+        buf = malloc((size_t)chunk);
+        if (!held || !all || !plan || !maps || !req || !buf)
+            local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the rebuild", s->rank);
+    }
+    if (!leaders_can(lc, local == CKPT_OK, &rc))
+        goto out; /* a leader that failed reports it */
+    holdings(s, idx, dirfd, held);
+    /* the bytes of what looks whole, against the index's checksums, by the node's ranks */
+    if (check) {
+        checked = 1;
+        local = check_node(s, name, 1, idx, held);
+    }
+    if (MPI_Allgather(held, (int)(nf ? nf : 1), MPI_BYTE, all, (int)(nf ? nf : 1), MPI_BYTE, lc) !=
+        MPI_SUCCESS) {
+        rc = ckpt__error(CKPT_EMPI, "MPI_Allgather of the holdings failed");
+        goto out;
+    }
+    /* 3. the plan, the same on every leader (so are its errors) */
+    local = plan_moves(s, idx, name, per_node, all, plan, local);
+    /* the files this node sends, mapped read-only; then the leaders agree to move bytes */
+    local = map_sends(s, idx, plan, dirfd, maps, local);
+    if (!leaders_can(lc, local == CKPT_OK, &rc))
+        goto out;
+    /* 4. the bytes */
+    rc = move_files(s, idx, plan, held, maps, req, buf, chunk, dirfd, &local, rebuilt);
     if (local == CKPT_OK && *rebuilt)
         local = ckpt__fsync_fd(dirfd, s->cache.dir);
 out:

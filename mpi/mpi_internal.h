@@ -56,7 +56,7 @@ int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 /* Saver internals the manager still needs: the cache level (until one storage-target interface
  * replaces it) and the borrower lifetimes (attach/detach). */
 struct ckpt_saver;
-/* The cache level (docs/levels.md, mpi/save_levels.c): nodes, this node's cache directory from
+/* The cache level (docs/levels.md, mpi/cache_dir.c): nodes, this node's cache directory from
  * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
  * the checkpoint directory whose identity is `identity` (lib/identity.h); partners when
  * `redundancy` is CKPT__REDUNDANCY_PARTNER, in failure groups named by `group` (NULL: every node

@@ -68,49 +68,93 @@ static int holder(const ckpt_saver *s, int per_node, int k)
     return per_node ? s->node_leaders[k] : k;
 }
 
-int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local, int *scratch_fd)
+/* One fetch (ckpt__cache_fetch): the arrays of `size` entries are per peer rank d. */
+typedef struct fetch {
+    ckpt_saver *s;
+    const char *base;
+    int per_node, of; /* of: the writer's count of data files (nodes or ranks) */
+    int dirfd;        /* this node's cache directory */
+    int *scount, *rcount, *sdispl, *rdispl; /* the requests' all-to-all, in int64 units */
+    int64_t *want, *sorted, *asked; /* this rank's requests, by holder, and those it was asked */
+    size_t nwant;
+    uint64_t *got_bytes, *give_bytes; /* what d sends this rank, what this rank sends d */
+    int *sendable, *peer;             /* each pair's terms: this rank's, and d's */
+    uint8_t **give, **got;
+    MPI_Request *req;
+    int holder_failed; /* a holder this rank asked sends nothing */
+} fetch;
+
+/* The arrays and this node's directory; *local's failure, or the allocation's. */
+static int fetch_init(fetch *f, ckpt_saver *s, const char *base, const Mpickpt__Index *idx,
+                      int local)
 {
-    *scratch_fd = -1;
-    const Mpickpt__Index *idx = local == CKPT_OK ? ckpt__reader_index(r) : NULL;
-    int per_node = idx && idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
-    int size = s->size, rc = CKPT_OK;
-    int dirfd = -1;
-    int *scount = calloc((size_t)size, sizeof *scount);
-    int *rcount = calloc((size_t)size, sizeof *rcount);
-    int *sdispl = calloc((size_t)size, sizeof *sdispl);
-    int *rdispl = calloc((size_t)size, sizeof *rdispl);
-    int64_t *want = NULL, *asked = NULL;
-    uint64_t *got_bytes = calloc((size_t)size, sizeof *got_bytes);
-    uint64_t *give_bytes = calloc((size_t)size, sizeof *give_bytes);
-    int *sendable = calloc((size_t)size * 2, sizeof *sendable);
-    int *peer = calloc((size_t)size * 2, sizeof *peer);
-    uint8_t **give = NULL, **got = NULL;
-    MPI_Request *req = NULL;
-    int64_t *sorted = NULL;
-    int holder_failed = 0;
-    if ((!scount || !rcount || !sdispl || !rdispl || !got_bytes || !give_bytes || !sendable ||
-         !peer) &&
+    memset(f, 0, sizeof *f);
+    size_t size = (size_t)s->size;
+    f->s = s;
+    f->base = base;
+    f->per_node = idx && idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
+    f->of = f->per_node ? s->nnodes : s->size;
+    f->dirfd = -1;
+    f->scount = calloc(size, sizeof *f->scount);
+    f->rcount = calloc(size, sizeof *f->rcount);
+    f->sdispl = calloc(size, sizeof *f->sdispl);
+    f->rdispl = calloc(size, sizeof *f->rdispl);
+    f->got_bytes = calloc(size, sizeof *f->got_bytes);
+    f->give_bytes = calloc(size, sizeof *f->give_bytes);
+    f->sendable = calloc(size * 2, sizeof *f->sendable);
+    f->peer = calloc(size * 2, sizeof *f->peer);
+    if ((!f->scount || !f->rcount || !f->sdispl || !f->rdispl || !f->got_bytes ||
+         !f->give_bytes || !f->sendable || !f->peer) &&
         local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (local == CKPT_OK)
-        local = ckpt__cache_dirfd(s, &dirfd);
+        local = ckpt__cache_dirfd(s, &f->dirfd);
+    return local;
+}
 
-    /* 1. what this rank needs from other nodes: whole pieces of files its node lacks */
-    size_t nwant = 0, cap = 0;
+static void fetch_free(fetch *f)
+{
+    for (int d = 0; d < f->s->size; d++) {
+        if (f->give)
+            free(f->give[d]);
+        if (f->got)
+            free(f->got[d]);
+    }
+    free(f->give);
+    free(f->got);
+    free(f->req);
+    free(f->asked);
+    free(f->sorted);
+    free(f->want);
+    free(f->scount);
+    free(f->rcount);
+    free(f->sdispl);
+    free(f->rdispl);
+    free(f->got_bytes);
+    free(f->give_bytes);
+    free(f->sendable);
+    free(f->peer);
+    ckpt__close(f->dirfd);
+}
+
+/* 1. what this rank needs from other nodes: whole pieces of files its node lacks (f->want). */
+static int want_pieces(fetch *f, const Mpickpt__Index *idx, int local)
+{
+    ckpt_saver *s = f->s;
+    size_t cap = 0;
     for (size_t t = 0; idx && local == CKPT_OK && t < idx->n_tensors; t++) {
         const Mpickpt__Tensor *tn = idx->tensors[t];
         for (size_t p = 0; local == CKPT_OK && p < tn->n_pieces; p++) {
             const Mpickpt__Piece *pc = tn->pieces[p];
-            if (ckpt__exists_at(dirfd, pc->file))
+            if (ckpt__exists_at(f->dirfd, pc->file))
                 continue;
-            int of = 0, k = file_number(pc->file, base, &of);
-            if (k < 0 || of != (per_node ? s->nnodes : s->size)) {
+            int of = 0, k = file_number(pc->file, f->base, &of);
+            if (k < 0 || of != f->of) {
                 local = ckpt__error(CKPT_EINVAL,
                                     "rank %d: %s is not on this node and was written by a job of "
                                     "another shape (%d %s; this one has %d): the cache restores "
                                     "on the writer's shape only",
-                                    s->rank, pc->file, of, per_node ? "nodes" : "ranks",
-                                    per_node ? s->nnodes : s->size);
+                                    s->rank, pc->file, of, f->per_node ? "nodes" : "ranks", f->of);
                 break;
             }
             if (!pc->file_offset && pc->bytes) {
@@ -119,103 +163,126 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                                     s->rank, tn->name, pc->file);
                 break;
             }
-            if (nwant == cap) {
+            if (f->nwant == cap) {
                 cap = cap ? 2 * cap : 64;
-                int64_t *g = realloc(want, cap * RQ_N * sizeof *g);
+                int64_t *g = realloc(f->want, cap * RQ_N * sizeof *g);
                 if (!g) {
                     local = ckpt__error(CKPT_ENOMEM, "out of memory");
                     break;
                 }
-                want = g;
+                f->want = g;
             }
-            int64_t *w = want + nwant * RQ_N;
+            int64_t *w = f->want + f->nwant * RQ_N;
             w[RQ_FILE] = k;
             w[RQ_OFF] = (int64_t)pc->file_offset;
             w[RQ_LEN] = (int64_t)pc->bytes;
-            nwant++;
+            f->nwant++;
         }
     }
     if (local != CKPT_OK)
-        nwant = 0;
-    /* sorted by holder (a counting pass: requests go out grouped by destination) */
-    sorted = malloc((nwant ? nwant : 1) * RQ_N * sizeof *sorted);
-    if (!sorted && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "out of memory"), nwant = 0;
-    for (size_t i = 0; scount && i < nwant; i++)
-        scount[holder(s, per_node, (int)want[i * RQ_N + RQ_FILE])] += RQ_N;
-    for (int d = 1; sdispl && d < size; d++)
-        sdispl[d] = sdispl[d - 1] + scount[d - 1];
-    int *fill = calloc((size_t)size, sizeof *fill);
+        f->nwant = 0;
+    return local;
+}
+
+/* The requests sorted by holder (a counting pass: requests go out grouped by destination), the
+ * counts and displacements to send, the bytes to receive from each holder. */
+static int sort_wants(fetch *f, int local)
+{
+    ckpt_saver *s = f->s;
+    f->sorted = malloc((f->nwant ? f->nwant : 1) * RQ_N * sizeof *f->sorted);
+    if (!f->sorted && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "out of memory"), f->nwant = 0;
+    for (size_t i = 0; f->scount && i < f->nwant; i++)
+        f->scount[holder(s, f->per_node, (int)f->want[i * RQ_N + RQ_FILE])] += RQ_N;
+    for (int d = 1; f->sdispl && f->scount && d < s->size; d++)
+        f->sdispl[d] = f->sdispl[d - 1] + f->scount[d - 1];
+    int *fill = calloc((size_t)s->size, sizeof *fill);
     if (!fill && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "out of memory"), nwant = 0;
-    for (size_t i = 0; fill && sorted && i < nwant; i++) {
-        int d = holder(s, per_node, (int)want[i * RQ_N + RQ_FILE]);
-        memcpy(sorted + sdispl[d] + fill[d], want + i * RQ_N, RQ_N * sizeof *want);
+        local = ckpt__error(CKPT_ENOMEM, "out of memory"), f->nwant = 0;
+    for (size_t i = 0; fill && f->sorted && i < f->nwant; i++) {
+        int d = holder(s, f->per_node, (int)f->want[i * RQ_N + RQ_FILE]);
+        memcpy(f->sorted + f->sdispl[d] + fill[d], f->want + i * RQ_N, RQ_N * sizeof *f->want);
         fill[d] += RQ_N;
-        got_bytes[d] += (uint64_t)want[i * RQ_N + RQ_LEN];
+        f->got_bytes[d] += (uint64_t)f->want[i * RQ_N + RQ_LEN];
     }
     free(fill);
+    return local;
+}
 
-    /* 2. the requests, all to all (every rank takes part, with zero counts when failing). A rank
-     * that cannot hold the counts or the requests cannot take part: every rank is told first. */
-    int ok = scount && rcount && sdispl && rdispl && got_bytes && give_bytes && sendable && peer;
-    if ((rc = all_can(s, ok, "the fetch's counts")) != CKPT_OK)
-        goto out;
-    if (MPI_Alltoall(scount, 1, MPI_INT, rcount, 1, MPI_INT, s->comm) != MPI_SUCCESS)
+/* 2. the requests, all to all (every rank takes part, with zero counts when failing). A rank
+ * that cannot hold the counts or the requests cannot take part: every rank is told first.
+ * Collective; the same status everywhere. */
+static int exchange_requests(fetch *f)
+{
+    ckpt_saver *s = f->s;
+    int ok = f->scount && f->rcount && f->sdispl && f->rdispl && f->got_bytes && f->give_bytes &&
+             f->sendable && f->peer;
+    int rc = all_can(s, ok, "the fetch's counts");
+    if (rc != CKPT_OK)
+        return rc;
+    if (MPI_Alltoall(f->scount, 1, MPI_INT, f->rcount, 1, MPI_INT, s->comm) != MPI_SUCCESS)
         rc = ckpt__error(CKPT_EMPI, "MPI_Alltoall of the fetch requests' counts failed");
     size_t nasked = 0;
-    for (int d = 0; d < size; d++) {
-        rdispl[d] = (int)nasked;
-        nasked += (size_t)rcount[d];
+    for (int d = 0; d < s->size; d++) {
+        f->rdispl[d] = (int)nasked;
+        nasked += (size_t)f->rcount[d];
     }
-    asked = malloc((nasked ? nasked : 1) * sizeof *asked);
-    if (rc == CKPT_OK && (rc = all_can(s, asked != NULL, "the fetch requests")) != CKPT_OK)
-        goto out;
-    if (rc == CKPT_OK && MPI_Alltoallv(sorted, scount, sdispl, MPI_INT64_T, asked, rcount, rdispl,
-                                       MPI_INT64_T, s->comm) != MPI_SUCCESS)
+    f->asked = malloc((nasked ? nasked : 1) * sizeof *f->asked);
+    if (rc == CKPT_OK && (rc = all_can(s, f->asked != NULL, "the fetch requests")) != CKPT_OK)
+        return rc;
+    if (rc == CKPT_OK && MPI_Alltoallv(f->sorted, f->scount, f->sdispl, MPI_INT64_T, f->asked,
+                                       f->rcount, f->rdispl, MPI_INT64_T, s->comm) != MPI_SUCCESS)
         rc = ckpt__error(CKPT_EMPI, "MPI_Alltoallv of the fetch requests failed");
-    if (rc != CKPT_OK)
-        goto out;
+    return rc;
+}
 
-    /* 3. everything this rank needs is allocated, and what it was asked is read, before anyone
-     * posts a message: a rank that cannot send or receive a pair's bytes says so in the status
-     * exchange below, and that pair exchanges nothing (no peer waits for a message never sent) */
-    give = calloc((size_t)size, sizeof *give);
-    got = calloc((size_t)size, sizeof *got);
+/* 3. everything this rank needs is allocated, and what it was asked is read, before anyone
+ * posts a message: a rank that cannot send or receive a pair's bytes says so in the status
+ * exchange (exchange_bytes), and that pair exchanges nothing (no peer waits for a message never
+ * sent). This rank's status. */
+static int read_asked(fetch *f, int local)
+{
+    ckpt_saver *s = f->s;
+    int size = s->size;
+    f->give = calloc((size_t)size, sizeof *f->give);
+    f->got = calloc((size_t)size, sizeof *f->got);
     size_t nreq = 0;
     for (int d = 0; d < size; d++) {
         uint64_t total = 0;
-        for (int i = rdispl[d]; i < rdispl[d] + rcount[d]; i += RQ_N)
-            total += asked[i + RQ_LEN] > 0 ? (uint64_t)asked[i + RQ_LEN] : 0;
-        give_bytes[d] = total;
-        nreq += (size_t)((got_bytes[d] + s->chunk - 1) / s->chunk +
-                         (give_bytes[d] + s->chunk - 1) / s->chunk);
+        for (int i = f->rdispl[d]; i < f->rdispl[d] + f->rcount[d]; i += RQ_N)
+            total += f->asked[i + RQ_LEN] > 0 ? (uint64_t)f->asked[i + RQ_LEN] : 0;
+        f->give_bytes[d] = total;
+        nreq += (size_t)((f->got_bytes[d] + s->chunk - 1) / s->chunk +
+                         (f->give_bytes[d] + s->chunk - 1) / s->chunk);
     }
-    req = malloc((nreq ? nreq : 1) * sizeof *req);
-    if ((!give || !got || !req) && local == CKPT_OK)
+    f->req = malloc((nreq ? nreq : 1) * sizeof *f->req);
+    if ((!f->give || !f->got || !f->req) && local == CKPT_OK)
         local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory for the fetch", s->rank);
     int injected = ckpt__fault(s->rank, "fetch"); /* as if the buffers below could not be had */
     if (injected != CKPT_OK && local == CKPT_OK)
         local = injected;
-    for (int d = 0; give && got && local == CKPT_OK && d < size; d++) {
-        if (got_bytes[d] && !(got[d] = malloc((size_t)got_bytes[d])))
+    for (int d = 0; f->give && f->got && local == CKPT_OK && d < size; d++) {
+        if (f->got_bytes[d] && !(f->got[d] = malloc((size_t)f->got_bytes[d])))
             local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu bytes fetched from rank %d",
-                                s->rank, (unsigned long long)got_bytes[d], d);
-        if (local == CKPT_OK && give_bytes[d] && !(give[d] = malloc((size_t)give_bytes[d])))
+                                s->rank, (unsigned long long)f->got_bytes[d], d);
+        if (local == CKPT_OK && f->give_bytes[d] &&
+            !(f->give[d] = malloc((size_t)f->give_bytes[d])))
             local = ckpt__error(CKPT_ENOMEM, "rank %d: no room for %llu bytes asked by rank %d",
-                                s->rank, (unsigned long long)give_bytes[d], d);
+                                s->rank, (unsigned long long)f->give_bytes[d], d);
     }
-    for (int d = 0; give && local == CKPT_OK && d < size; d++) {
+    for (int d = 0; f->give && local == CKPT_OK && d < size; d++) {
         uint64_t at = 0;
-        for (int i = rdispl[d]; local == CKPT_OK && i < rdispl[d] + rcount[d]; i += RQ_N) {
-            int64_t k = asked[i + RQ_FILE], off = asked[i + RQ_OFF], len = asked[i + RQ_LEN];
+        for (int i = f->rdispl[d]; local == CKPT_OK && i < f->rdispl[d] + f->rcount[d];
+             i += RQ_N) {
+            int64_t k = f->asked[i + RQ_FILE], off = f->asked[i + RQ_OFF],
+                    len = f->asked[i + RQ_LEN];
             char name[320];
             int fd = -1;
             uint64_t fsize = 0;
-            int st = ckpt__path(name, sizeof name, "%s.data-%05lld-of-%05d", base, (long long)k,
-                                per_node ? s->nnodes : s->size);
-            if (st == CKPT_OK && dirfd >= 0 &&
-                (st = ckpt__file_open(&fd, &fsize, dirfd, name, O_RDONLY, s->cache.dir)) !=
+            int st = ckpt__path(name, sizeof name, "%s.data-%05lld-of-%05d", f->base,
+                                (long long)k, f->of);
+            if (st == CKPT_OK && f->dirfd >= 0 &&
+                (st = ckpt__file_open(&fd, &fsize, f->dirfd, name, O_RDONLY, s->cache.dir)) !=
                     CKPT_OK)
                 st = ckpt__error_wrap(st, "rank %d: cannot send rank %d its pieces of %s",
                                       s->rank, d, name);
@@ -226,76 +293,88 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
                                  s->rank, d, (long long)off, (long long)(off + len), name,
                                  (unsigned long long)fsize);
             if (st == CKPT_OK)
-                st = ckpt__pread_full(fd, give[d] + at, (size_t)len, (uint64_t)off, "pread", name);
+                st = ckpt__pread_full(fd, f->give[d] + at, (size_t)len, (uint64_t)off, "pread",
+                                      name);
             ckpt__close(fd);
             local = st;
             at += (uint64_t)(len > 0 ? len : 0);
         }
     }
+    return local;
+}
 
-    /* 3b. each pair's terms, both ways: {this rank sends to d, this rank receives from d}. A
-     * failing rank neither sends nor receives; a requester whose holder sends nothing writes
-     * and reads nothing, and the agreement after the fetch carries the holder's own message. */
+/* 3b. each pair's terms, both ways: {this rank sends to d, this rank receives from d}. A failing
+ * rank neither sends nor receives; a requester whose holder sends nothing writes and reads
+ * nothing, and the agreement after the fetch carries the holder's own message.
+ * 4. the bytes, both ways, nonblocking and in chunks: d -> this rank when d sends and this rank
+ * receives, this rank -> d when this rank sends and d receives (both sides know both).
+ * Collective; an MPI failure is returned. */
+static int exchange_bytes(fetch *f, int local)
+{
+    ckpt_saver *s = f->s;
+    int size = s->size, rc = CKPT_OK;
     for (int d = 0; d < size; d++) {
-        sendable[2 * d] = local == CKPT_OK && give_bytes[d] > 0;
-        sendable[2 * d + 1] = local == CKPT_OK && got_bytes[d] > 0;
+        f->sendable[2 * d] = local == CKPT_OK && f->give_bytes[d] > 0;
+        f->sendable[2 * d + 1] = local == CKPT_OK && f->got_bytes[d] > 0;
     }
-    if (MPI_Alltoall(sendable, 2, MPI_INT, peer, 2, MPI_INT, s->comm) != MPI_SUCCESS) {
-        rc = ckpt__error(CKPT_EMPI, "MPI_Alltoall of the holders' statuses failed");
-        goto out;
-    }
+    if (MPI_Alltoall(f->sendable, 2, MPI_INT, f->peer, 2, MPI_INT, s->comm) != MPI_SUCCESS)
+        return ckpt__error(CKPT_EMPI, "MPI_Alltoall of the holders' statuses failed");
     for (int d = 0; d < size; d++)
-        holder_failed |= got_bytes[d] > 0 && !peer[2 * d];
-
-    /* 4. the bytes, both ways, nonblocking and in chunks: d -> this rank when d sends and this
-     * rank receives, this rank -> d when this rank sends and d receives (both sides know both) */
+        f->holder_failed |= f->got_bytes[d] > 0 && !f->peer[2 * d];
     uint64_t chunk = s->chunk;
     size_t q = 0;
     for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(sendable[2 * d + 1] && peer[2 * d]))
+        if (!(f->sendable[2 * d + 1] && f->peer[2 * d]))
             continue;
-        for (uint64_t off = 0; off < got_bytes[d]; off += chunk) {
-            uint64_t n = got_bytes[d] - off < chunk ? got_bytes[d] - off : chunk;
-            if (MPI_Irecv(got[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm, &req[q++]) !=
-                MPI_SUCCESS)
+        for (uint64_t off = 0; off < f->got_bytes[d]; off += chunk) {
+            uint64_t n = f->got_bytes[d] - off < chunk ? f->got_bytes[d] - off : chunk;
+            if (MPI_Irecv(f->got[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
+                          &f->req[q++]) != MPI_SUCCESS)
                 rc = ckpt__error(CKPT_EMPI, "MPI_Irecv of fetched bytes failed");
         }
     }
     for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(sendable[2 * d] && peer[2 * d + 1]))
+        if (!(f->sendable[2 * d] && f->peer[2 * d + 1]))
             continue;
-        for (uint64_t off = 0; off < give_bytes[d]; off += chunk) {
-            uint64_t n = give_bytes[d] - off < chunk ? give_bytes[d] - off : chunk;
-            if (MPI_Isend(give[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm, &req[q++]) !=
-                MPI_SUCCESS)
+        for (uint64_t off = 0; off < f->give_bytes[d]; off += chunk) {
+            uint64_t n = f->give_bytes[d] - off < chunk ? f->give_bytes[d] - off : chunk;
+            if (MPI_Isend(f->give[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
+                          &f->req[q++]) != MPI_SUCCESS)
                 rc = ckpt__error(CKPT_EMPI, "MPI_Isend of fetched bytes failed");
         }
     }
-    if (q && MPI_Waitall((int)q, req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
+    if (q && MPI_Waitall((int)q, f->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
         rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the fetch failed");
+    return rc;
+}
 
-    /* 5. what arrived, into sparse files of the same names in this rank's scratch directory */
+/* 5. what arrived, into sparse files of the same names in this rank's scratch directory, which
+ * reader `r` then opens; *scratch_fd for ckpt__cache_fetch_done. This rank's status. */
+static int write_fetched(fetch *f, ckpt_reader *r, int local, int *scratch_fd)
+{
+    ckpt_saver *s = f->s;
     char scratch[64];
     snprintf(scratch, sizeof scratch, "fetch_%d", s->rank);
     int sfd = -1;
-    if (local == CKPT_OK && rc == CKPT_OK && nwant > 0 && !holder_failed) {
-        ckpt__rmtree_at(dirfd, scratch, s->cache.dir); /* a crashed restore's */
-        local = ckpt__subdir_open(&sfd, dirfd, scratch, 1, s->cache.dir);
+    if (local == CKPT_OK && f->nwant > 0 && !f->holder_failed) {
+        ckpt__rmtree_at(f->dirfd, scratch, s->cache.dir); /* a crashed restore's */
+        local = ckpt__subdir_open(&sfd, f->dirfd, scratch, 1, s->cache.dir);
     }
-    for (int d = 0; sfd >= 0 && local == CKPT_OK && d < size; d++) {
+    for (int d = 0; sfd >= 0 && local == CKPT_OK && d < s->size; d++) {
         uint64_t at = 0;
-        for (int i = sdispl[d]; local == CKPT_OK && i < sdispl[d] + scount[d]; i += RQ_N) {
-            const int64_t *w = sorted + i;
+        for (int i = f->sdispl[d]; local == CKPT_OK && i < f->sdispl[d] + f->scount[d];
+             i += RQ_N) {
+            const int64_t *w = f->sorted + i;
             char name[320];
             int fd = -1;
-            local = ckpt__path(name, sizeof name, "%s.data-%05lld-of-%05d", base,
-                               (long long)w[RQ_FILE], per_node ? s->nnodes : s->size);
+            local = ckpt__path(name, sizeof name, "%s.data-%05lld-of-%05d", f->base,
+                               (long long)w[RQ_FILE], f->of);
             if (local == CKPT_OK) /* not O_APPEND: Linux's pwrite would ignore the offset */
                 local = ckpt__exists_at(sfd, name)
                             ? ckpt__file_open(&fd, NULL, sfd, name, O_RDWR, scratch)
                             : ckpt__file_create(&fd, sfd, name, O_WRONLY, scratch);
             if (local == CKPT_OK)
-                local = ckpt__pwrite_full(fd, got[d] + at, (size_t)w[RQ_LEN],
+                local = ckpt__pwrite_full(fd, f->got[d] + at, (size_t)w[RQ_LEN],
                                           (uint64_t)w[RQ_OFF], "pwrite", name);
             ckpt__close(fd);
             at += (uint64_t)w[RQ_LEN];
@@ -303,33 +382,30 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     }
     if (sfd >= 0 && local == CKPT_OK) {
         ckpt__reader_set_fetched(r, sfd);
-        *scratch_fd = dirfd; /* the caller removes fetch_<rank> below it */
-        dirfd = -1;
+        *scratch_fd = f->dirfd; /* the caller removes fetch_<rank> below it */
+        f->dirfd = -1;
     } else {
         ckpt__close(sfd);
     }
-out:
-    for (int d = 0; d < size; d++) {
-        if (give)
-            free(give[d]);
-        if (got)
-            free(got[d]);
+    return local;
+}
+
+int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local, int *scratch_fd)
+{
+    *scratch_fd = -1;
+    const Mpickpt__Index *idx = local == CKPT_OK ? ckpt__reader_index(r) : NULL;
+    fetch f;
+    local = fetch_init(&f, s, base, idx, local);
+    local = want_pieces(&f, idx, local);
+    local = sort_wants(&f, local);
+    int rc = exchange_requests(&f);
+    if (rc == CKPT_OK) {
+        local = read_asked(&f, local);
+        rc = exchange_bytes(&f, local);
     }
-    free(give);
-    free(got);
-    free(req);
-    free(asked);
-    free(sorted);
-    free(want);
-    free(scount);
-    free(rcount);
-    free(sdispl);
-    free(rdispl);
-    free(got_bytes);
-    free(give_bytes);
-    free(sendable);
-    free(peer);
-    ckpt__close(dirfd);
+    if (rc == CKPT_OK)
+        local = write_fetched(&f, r, local, scratch_fd);
+    fetch_free(&f);
     return rc != CKPT_OK ? rc : local;
 }
 

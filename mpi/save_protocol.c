@@ -12,12 +12,14 @@
  *               (open_and_reserve), then a rank's own file (lib/shard.c) or the shared file
  *               (save_shared.c), each piece recorded with its checksums (lib/record.c)
  *   3. agree    one agreement on every rank's write
- *   4. merge    gather_fragments: the record of every rank as fragments at the chief, merged and
- *               validated into the index (merge_index)
- *   5. commit   the pre-commit vote, then the chief's commit (chief_commit -> lib/commit.c: data
- *               files into place, the index last), agreed; the commit hook (the manager's state
- *               file and retention) and the metrics follow
- * save_async.c decides on which thread steps 2-5 run.
+ *   4. merge    ckpt__gather_fragments (save_gather.c): the record of every rank as fragments at
+ *               the chief, merged and validated into the index (merge_index), while every rank
+ *               moves its data files into place (move_own); the target's extra copies
+ *   5. commit   the pre-commit vote, then the chief's commit point (the target's commit ->
+ *               lib/commit.c: the directory fsynced, the index last), agreed; the commit hook (the
+ *               manager's state file and retention) and the metrics follow
+ * Where the save writes is its storage target (target.h: the persistent directory or the node
+ * cache), whose operations the steps call. save_async.c decides on which thread steps 2-5 run.
  */
 #include "saver_internal.h"
 
@@ -160,124 +162,6 @@ void ckpt__save_free_plan(ckpt_saver *s)
     ckpt__pieces_free(&s->pieces);
 }
 
-/* Frees fragments unpacked by ckpt__allgather_fragments() or gather_fragments(): the array, and the
- * arena that holds the messages (protobuf-c's unpack otherwise makes ~10 mallocs per piece). */
-void ckpt__free_frags(Mpickpt__Fragment **f, ckpt__arena *arena)
-{
-    free(f);
-    ckpt__arena_free(arena);
-}
-
-/* Packs `f` into a new buffer (*buf, *len) when *local is CKPT_OK; out of memory is *local's. */
-static void pack_fragment(const Mpickpt__Fragment *f, int *local, uint8_t **buf, size_t *len)
-{
-    *len = *local == CKPT_OK ? mpickpt__fragment__get_packed_size(f) : 0;
-    *buf = malloc(*len ? *len : 1);
-    if (!*buf && *local == CKPT_OK)
-        *local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    if (*local == CKPT_OK)
-        mpickpt__fragment__pack(f, *buf);
-    else
-        *len = 0;
-}
-
-/* Packs `f` (when local is CKPT_OK) and gathers every rank's bytes at rank 0: *all and *offs
- * there (ckpt__gather_bytes). Collective; the result is agreed. */
-static int pack_gather(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                       uint8_t **all, uint64_t **offs)
-{
-    uint8_t *buf;
-    size_t len;
-    pack_fragment(f, &local, &buf, &len);
-    int rc = ckpt__gather_bytes(comm, 0, local, buf, len, s->chunk, s->gather_scratch, all, offs);
-    free(buf);
-    return rc;
-}
-
-/* The n fragments laid end to end in `all` (the i-th at offs[i]) unpacked into *out, allocated
- * from *arena (free with ckpt__free_frags; nothing to free after an error). The i-th fragment's
- * rank is ranks[i] (its position when ranks is NULL), not what its bytes say. `what` names them
- * in messages. */
-static int unpack_frags(const uint8_t *all, const uint64_t *offs, int n, const int *ranks,
-                        const char *what, Mpickpt__Fragment ***out, ckpt__arena **arena)
-{
-    *out = NULL;
-    *arena = NULL;
-    int rc = CKPT_OK;
-    Mpickpt__Fragment **frags = calloc((size_t)n, sizeof *frags);
-    ckpt__arena *a = ckpt__arena_new();
-    if (!frags || !a)
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-    for (int i = 0; i < n && rc == CKPT_OK; i++) {
-        frags[i] = mpickpt__fragment__unpack(ckpt__arena_allocator(a),
-                                             (size_t)(offs[i + 1] - offs[i]), all + offs[i]);
-        int r = ranks ? ranks[i] : i;
-        if (!frags[i])
-            rc = ckpt__error(CKPT_ECORRUPT, "rank %d's %s does not parse", r, what);
-        else
-            frags[i]->rank = r; /* trust the position, not the bytes */
-    }
-    if (rc != CKPT_OK) {
-        ckpt__free_frags(frags, a);
-        return rc;
-    }
-    *out = frags;
-    *arena = a;
-    return CKPT_OK;
-}
-
-/* Packs `f`, gathers every rank's bytes at rank 0 and broadcasts them (mpi/transfer.c: any size,
- * in chunks past s->chunk), unpacks them into `*out` (n = size), allocated from `*arena`: free
- * with ckpt__free_frags(*out, *arena). Collective. `local` is this rank's status so far: a failed
- * rank still joins with an empty contribution. */
-int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                              Mpickpt__Fragment ***out, ckpt__arena **arena)
-{
-    *out = NULL;
-    *arena = NULL;
-    uint8_t *all = NULL;
-    uint64_t *offs = NULL;
-    int rc = pack_gather(s, comm, f, local, &all, &offs);
-    if (rc != CKPT_OK)
-        return rc;
-    /* the offsets, then (everybody holding room for them, agreed) the bytes */
-    int local2 = CKPT_OK;
-    if (s->rank != 0 && !(offs = malloc(((size_t)s->size + 1) * sizeof *offs)))
-        local2 = ckpt__error(CKPT_ENOMEM, "out of memory");
-    uint64_t head[1] = { s->rank == 0 ? offs[s->size] : 0 };
-    if (MPI_Bcast(head, 1, MPI_UINT64_T, 0, comm) != MPI_SUCCESS && local2 == CKPT_OK)
-        local2 = ckpt__error(CKPT_EMPI, "MPI_Bcast of the plan's size failed");
-    if (s->rank != 0 && local2 == CKPT_OK && !(all = malloc(head[0] ? (size_t)head[0] : 1)))
-        local2 = ckpt__error(CKPT_ENOMEM, "rank %d: cannot hold the plan (%llu bytes)", s->rank,
-                             (unsigned long long)head[0]);
-    Mpickpt__Fragment **frags = NULL;
-    ckpt__arena *a = NULL;
-    if ((rc = ckpt_mpi_agree(comm, local2)) != CKPT_OK)
-        goto done;
-    if ((rc = ckpt__bcast_bytes(comm, 0, offs, ((uint64_t)s->size + 1) * sizeof *offs,
-                                s->chunk)) != CKPT_OK ||
-        (rc = ckpt__bcast_bytes(comm, 0, all, head[0], s->chunk)) != CKPT_OK)
-        local2 = rc;
-    if (local2 == CKPT_OK)
-        local2 = unpack_frags(all, offs, s->size, NULL, "plan", &frags, &a);
-    /* The same bytes on every rank, but a failure to allocate or unpack them is one rank's own:
-     * agreed, so that no rank goes on alone into the next collective. */
-    if ((rc = ckpt_mpi_agree(comm, local2)) == CKPT_OK) {
-        *out = frags;
-        *arena = a;
-        frags = NULL;
-        a = NULL;
-    }
-done:
-    ckpt__free_frags(frags, a);
-    free(all);
-    free(offs);
-    return rc;
-}
-
-static int gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                         int *chief, Mpickpt__Fragment ***out, ckpt__arena **arena);
-
 /*
  * Makes the plan, once some rank changed its registrations (the first vote of a save tells).
  * Collective. The merged plan is validated (at the chief, or on every rank in the shared layout)
@@ -300,7 +184,7 @@ static int make_plan(ckpt_saver *s)
      * the others only need it checked: the chief alone merges it, and a vote tells everyone. */
     int shared = s->layout == CKPT_LAYOUT_SHARED, chief = CKPT_OK;
     int rc = shared ? ckpt__allgather_fragments(s, s->comm, &mine, local, &frags, &arena)
-                    : gather_packed(s, s->comm, &mine, local, &chief, &frags, &arena);
+                    : ckpt__gather_packed(s, s->comm, &mine, local, &chief, &frags, &arena);
     ckpt__fragment_free_built(&mine);
     if (rc != CKPT_OK)
         return rc;
@@ -350,10 +234,7 @@ static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
 {
     *rfd = -1;
     int local = ckpt__temp_open(&c->n, s->rank, c->dirfd, c->workfd, &c->tempfd);
-    /* A cache on tmpfs is not reserved: fallocate there zero-fills every page the save then
-     * writes again (half the speed); a full tmpfs is met while writing, a failure like any. */
-    int tmpfs_cache = c->cache && s->cache.tmpfs;
-    if (local == CKPT_OK && s->reserve && !tmpfs_cache) {
+    if (local == CKPT_OK && s->reserve && c->target->reserves(s)) {
         ckpt__shard_input in;
         ckpt__save_shard_input(s, c, &in);
         local = ckpt__shard_reserve(rfd, &in, &c->n, c->tempfd);
@@ -374,7 +255,7 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
                        int64_t counter, int cache, int caller_local, save_job **out)
 {
     *out = NULL;
-    char prefix[4096], name[4096];
+    char prefix[4096];
     uint64_t save_id = 0;
     int rc = bcast_prefix(s, caller_local, prefix_arg, prefix, sizeof prefix, &save_id, &counter);
     if (rc != CKPT_OK)
@@ -385,20 +266,15 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (j)
         j->c.dirfd = j->c.workfd = j->c.tempfd = -1; /* until init_ctx */
-    if (local == CKPT_OK && cache) { /* the name, in this rank's node's cache directory */
-        if (!s->cache.on)
-            local = ckpt__error(CKPT_EINVAL, "a save to the cache level without a cache");
-        else if (!ckpt__safe_filename(prefix))
-            local = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name",
-                                prefix);
-        else if ((local = ckpt__path(name, sizeof name, "%s", prefix)) == CKPT_OK &&
-                 (local = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
-            local = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.at, name);
-    }
+    const ckpt__target_ops *t = ckpt__target_of(cache);
+    if (local == CKPT_OK) /* the target's name of the save on this rank */
+        local = t->place(s, prefix, sizeof prefix);
     if (local == CKPT_OK)
         local = init_ctx(s, &j->c, prefix, save_id);
-    if (j)
-        j->cache = j->c.cache = cache;
+    if (j) {
+        j->c.target = t;
+        j->cache = t->node_local;
+    }
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "plan");
     ckpt__replica_check chk; /* replica_check.c: folded into the second vote when due */
@@ -476,133 +352,6 @@ static int write_data(ckpt_saver *s, save_ctx *c)
 
 /* ---- 4. merge ----------------------------------------------------------------------------------- */
 
-/* Packs `f` and gathers every rank's at the chief, unpacked into *out and *arena (free with
- * ckpt__free_frags). Collective (mpi/transfer.c: a gather, the verdict's broadcast, the bytes);
- * `local` is this rank's status so far, and the result is agreed: every rank's status and the
- * chief's room for the bytes. A fragment the chief cannot unpack is its own failure (*chief), for
- * the next vote to carry. */
-static int gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
-                         int *chief, Mpickpt__Fragment ***out, ckpt__arena **arena)
-{
-    *out = NULL;
-    *arena = NULL;
-    *chief = CKPT_OK;
-    uint8_t *all = NULL;
-    uint64_t *offs = NULL;
-    int rc = pack_gather(s, comm, f, local, &all, &offs);
-    if (rc != CKPT_OK || s->rank != 0)
-        return rc;
-    *chief = unpack_frags(all, offs, s->size, NULL, "index fragment", out, arena);
-    free(all);
-    free(offs);
-    return CKPT_OK;
-}
-
-/*
- * The hierarchical gather (several nodes, some of several ranks): every rank's fragment at its
- * node's leader, which merges them (ckpt__fragment_merge: the same index, byte for byte, when
- * nodes hold consecutive ranks) and sends the result to the chief, which gets one fragment per
- * node (ranks: the leaders'). The two gathers do not agree (ckpt__gather_bytes_quiet): a rank
- * that fails keeps its error in *local, the others their CKPT_OK, and the save's pre-commit vote
- * (every rank meets there) carries the failing rank's message; the chief, told that some node or
- * leader failed, sets *skip and does not merge. Returns CKPT_OK: every outcome is in *local.
- */
-static int gather_hier(ckpt_saver *s, save_ctx *c, const Mpickpt__Fragment *frag, int *local,
-                       int *skip, Mpickpt__Fragment ***out, size_t *nout, ckpt__arena **arena)
-{
-    int async = c->comm == s->async_comm;
-    MPI_Comm nc = async && s->node_async_comm != MPI_COMM_NULL ? s->node_async_comm : s->node_comm;
-    MPI_Comm lc = async && s->leader_async_comm != MPI_COMM_NULL ? s->leader_async_comm
-                                                                 : s->leader_comm;
-    uint8_t *buf, *all = NULL;
-    uint64_t *offs = NULL;
-    size_t len;
-    int peer = 0;
-
-    /* 1. the node's fragments at its leader (node_hdrs: HD_N >= 2 int64 per member) */
-    pack_fragment(frag, local, &buf, &len);
-    int r = ckpt__gather_bytes_quiet(nc, 0, *local, buf, len, s->chunk, s->node_hdrs, &all, &offs,
-                                     &peer);
-    free(buf);
-    if (r != CKPT_OK && *local == CKPT_OK)
-        *local = r;
-    if (s->node_rank != 0)
-        return CKPT_OK; /* a member's part ends here: the vote tells it the outcome */
-
-    /* 2. the leader's merge of its node; a failed member is reported by that member (EPEER tells
-     * the chief only that this node has nothing to send) */
-    Mpickpt__Fragment **frags = NULL, part = MPICKPT__FRAGMENT__INIT;
-    ckpt__arena *a = NULL;
-    int st = *local != CKPT_OK ? *local : peer ? CKPT_EPEER : CKPT_OK;
-    if (st == CKPT_OK)
-        st = unpack_frags(all, offs, s->node_size, s->node_ranks, "index fragment", &frags, &a);
-    free(all);
-    free(offs);
-    all = NULL;
-    offs = NULL;
-    if (st == CKPT_OK) /* tests: a leader failing after its node's fragments arrived */
-        st = ckpt__fault(s->rank, "node-merge");
-    if (st == CKPT_OK)
-        st = ckpt__fragment_merge(&part, frags, (size_t)s->node_size);
-    if (st == CKPT_OK) /* the members' write times (metrics: none when out of memory) */
-        (void)ckpt__fragment_times_concat(&part, frags, (size_t)s->node_size);
-    if (st != CKPT_OK && st != CKPT_EPEER)
-        *local = st;
-    pack_fragment(&part, &st, &buf, &len);
-    if (st != CKPT_OK && st != CKPT_EPEER && *local == CKPT_OK)
-        *local = st;
-    ckpt__fragment_times_free(&part);
-    ckpt__fragment_merged_free(&part);
-    ckpt__free_frags(frags, a);
-
-    /* 3. the nodes' fragments at the chief */
-    r = ckpt__gather_bytes_quiet(lc, 0, st, buf, len, s->chunk, s->gather_scratch, &all, &offs,
-                                 &peer);
-    free(buf);
-    if (r != CKPT_OK && *local == CKPT_OK)
-        *local = r;
-    if (s->rank == 0 && *local == CKPT_OK && !peer) {
-        *local = unpack_frags(all, offs, s->nnodes, s->node_leaders, "node's index fragment", out,
-                              arena);
-        *nout = (size_t)s->nnodes;
-    }
-    *skip = peer;
-    free(all);
-    free(offs);
-    return CKPT_OK;
-}
-
-/* Every rank's record, as its index fragment (protobuf here, for the wire), at the chief: *nout
- * fragments there, or *skip set when the chief must not merge (a failure that the next vote
- * reports). *local is this rank's status, in and out. */
-static int gather_fragments(ckpt_saver *s, save_ctx *c, double write_s, int *local, int *skip,
-                            Mpickpt__Fragment ***out, size_t *nout, ckpt__arena **arena)
-{
-    *out = NULL;
-    *arena = NULL;
-    *nout = 0;
-    *skip = 0;
-    Mpickpt__Fragment frag = MPICKPT__FRAGMENT__INIT;
-    if (*local == CKPT_OK)
-        *local = ckpt__record_fragment(&frag, &c->rec, s->rank, c->n.data_name);
-    int32_t me = s->rank; /* this rank's write time rides along (save_summary.c) */
-    frag.n_write_s = frag.n_write_ranks = 1;
-    frag.write_s = &write_s;
-    frag.write_ranks = &me;
-    int rc;
-    if (s->hier_merge) {
-        rc = gather_hier(s, c, &frag, local, skip, out, nout, arena);
-    } else {
-        rc = gather_packed(s, c->comm, &frag, *local, local, out, arena);
-        *nout = (size_t)s->size;
-    }
-    frag.n_write_s = frag.n_write_ranks = 0; /* borrowed */
-    frag.write_s = NULL;
-    frag.write_ranks = NULL;
-    ckpt__fragment_free_built(&frag);
-    return rc;
-}
-
 /* The chief's index of this save: every rank's fragment merged and validated, under a header
  * describing the save. Local to the chief. */
 static int merge_index(save_job *j, Mpickpt__Fragment **frags, size_t nfrags, Mpickpt__Index *idx,
@@ -630,12 +379,6 @@ static int merge_index(save_job *j, Mpickpt__Fragment **frags, size_t nfrags, Mp
 
 /* ---- 5. commit ---------------------------------------------------------------------------------- */
 
-static int commit_fault(void *arg)
-{
-    (void)arg;
-    return ckpt__fault(0, "commit");
-}
-
 /* This rank's data files (those its record lists: its own file, the shared file on the chief)
  * from its in-flight directory into place, in parallel with every other rank's (lib/commit.c):
  * the chief renames nobody's file but its own. *done counts those moved. */
@@ -651,35 +394,17 @@ static int move_own(save_ctx *c, ckpt__commit_file *files, size_t *done)
     return ckpt__commit_move(c->dirfd, c->n.dir, files, c->rec.nfiles, done, 0);
 }
 
-/* The chief's commit point once every data file is in place: the directory fsynced, then the
- * index (lib/commit.c). */
-static int chief_commit(save_ctx *c, const Mpickpt__Index *idx)
-{
-    ckpt__commit_req q = { .dirfd = c->dirfd, .dir = c->n.dir, .index_name = c->n.index_name,
-                           .index_shown = c->n.prefix, .idx = idx, .before_index = commit_fault };
-    return ckpt__commit_index(&q);
-}
-
-/* Appends one JSON line describing the save to <dir>/metrics.jsonl (chief only, best effort); a
- * save to the cache level to the persistent directory's, where `mpickpt stats` reads them (the
- * node's cache is no place for them: it is neither shared nor kept). */
+/* Appends one JSON line describing the save to the target's metrics.jsonl (chief only, best
+ * effort): the persistent directory's, where `mpickpt stats` reads them (target.h). */
 static void write_metrics(const save_job *j, const ckpt__metrics_record *m)
 {
-    int fd = -1, pfd = -1;
-    const char *persistent = j->cache ? j->s->cache.persistent : "";
-    int rc = CKPT_OK;
-    if (j->cache && !persistent[0])
-        return; /* a cache set up without one (the benchmark) */
-    if (j->cache)
-        rc = ckpt__ckptdir_open(&pfd, NULL, persistent, 0);
-    if (rc == CKPT_OK)
-        rc = ckpt__file_open_append(&fd, j->cache ? pfd : j->c.dirfd, "metrics.jsonl",
-                                    j->cache ? persistent : j->c.n.dir);
-    ckpt__close(pfd);
-    if (rc != CKPT_OK) {
+    int fd = -1;
+    if (j->c.target->metrics_open(j, &fd) != CKPT_OK) {
         ckpt_error_clear(); /* kept: best effort after the commit, its own open's error */
         return;
     }
+    if (fd < 0)
+        return; /* a target that keeps none */
     FILE *f = fdopen(fd, "a");
     if (!f) {
         close(fd);
@@ -813,7 +538,7 @@ int ckpt__save_run(save_job *j)
     ckpt__arena *frag_arena = NULL;
     size_t nfrags = 0;
     int skip = 0;
-    if ((rc = gather_fragments(s, c, t1 - t0, &local, &skip, &frags, &nfrags, &frag_arena)) !=
+    if ((rc = ckpt__gather_fragments(s, c, t1 - t0, &local, &skip, &frags, &nfrags, &frag_arena)) !=
         CKPT_OK)
         goto out;
     double t2 = ckpt__mono_seconds();
@@ -832,21 +557,9 @@ int ckpt__save_run(save_job *j)
     if (s->rank == 0 && local == CKPT_OK && !skip) /* skip: a failure the vote reports */
         local = merge_index(j, frags, nfrags, &idx, &hdr, producer, sizeof producer);
 
-    /* 4b. the cache level: the partner copies, and the index on every node (docs/levels.md) */
-    char **placed = NULL;
-    size_t nplaced = 0, packed_len = 0;
-    int wrote_index = 0;
-    uint8_t *packed = NULL;
-    if (j->cache) {
-        if (local == CKPT_OK)
-            local = ckpt__fault(s->rank, "partner");
-        local = ckpt__cache_partner_copy(s, c, local, &placed, &nplaced);
-        if (s->rank == 0 && local == CKPT_OK && !skip) {
-            hdr.timestamp = ckpt__now_seconds(); /* the chief's index below: the same bytes */
-            local = ckpt__container_pack(&packed, &packed_len, CKPT__MAGIC_INDEX, &idx.base);
-        }
-        local = ckpt__cache_index_copies(s, c, local, packed, packed_len, &wrote_index);
-    }
+    /* 4b. the target's extra copies (the node cache's partner copies and index copies) */
+    ckpt__target_copies copies = { 0 };
+    local = c->target->copies(s, c, local, s->rank == 0 && !skip ? &idx : NULL, &copies);
 
     /* 5. commit: the pre-commit vote (the chief's merge, everybody's files in place, no abandoned
      * close), then the chief's commit point, voted with the metrics */
@@ -872,9 +585,7 @@ int ckpt__save_run(save_job *j)
     int prep_rc = CKPT_OK;
     if (rc == CKPT_OK) {
         if (s->rank == 0) {
-            if (!j->cache)
-                hdr.timestamp = ckpt__now_seconds();
-            local = chief_commit(c, &idx);
+            local = c->target->commit(c, &idx);
             mx[5] = (double)ckpt__index_bytes(&idx);
         }
         double t4 = ckpt__mono_seconds();
@@ -903,12 +614,11 @@ int ckpt__save_run(save_job *j)
     }
     ckpt__index_merged_free(&idx);
     ckpt__free_frags(frags, frag_arena);
-    free(packed);
     if (rc != CKPT_OK) { /* not committed: no data file of it stays in place */
-        ckpt__cache_undo(c, placed, nplaced, wrote_index);
+        c->target->undo(c, &copies);
         ckpt__commit_unmove(c->dirfd, files, moved);
     }
-    ckpt__cache_placed_free(placed, nplaced);
+    ckpt__target_copies_free(&copies);
     if (rc != CKPT_OK)
         goto out;
     /* committed; a first half that failed on some rank (the vote told every rank) is the save's

@@ -3,6 +3,10 @@
  *   saver.c          create (settings decided by rank 0), registration, close, borrowers
  *   save_protocol.c  the save protocol (docs/design.md §4): prefix, plan, write, agree, merge,
  *                    commit
+ *   save_gather.c    its gathers of fragments: the plan's, every rank's record at the chief
+ *                    (one step or through the node leaders)
+ *   target_dir.c     the persistent directory as a storage target (target.h); the node cache's
+ *                    is in save_levels.c, over the cache level's set-up in cache_dir.c
  *   save_shared.c    the shared-layout writer (one file through MPI-IO)
  *   save_node.c      the per-node layout: nodes, and a node's file written by its ranks
  *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting
@@ -22,6 +26,7 @@
 #include "plan.h"
 #include "record.h"
 #include "shard.h"
+#include "target.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -93,7 +98,7 @@ struct ckpt_saver {
      * one-step merge at the chief), 1 (any nodes). */
     int hier_wanted, hier_merge, leaders_made;
     MPI_Comm leader_comm, leader_async_comm;
-    /* The cache level (save_levels.c, docs/levels.md), set up by a manager that asks for it. */
+    /* The cache level (cache_dir.c, save_levels.c; docs/levels.md), set up by a manager. */
     struct {
         int on;
         int redundancy;  /* CKPT__REDUNDANCY_* */
@@ -133,7 +138,7 @@ typedef struct save_ctx {
     const void **src;       /* per registration: where its bytes are read from */
     const void **blob_data; /* blobs produced by the registered savers for this save */
     size_t *blob_len;
-    int cache;              /* a save to the cache level */
+    const ckpt__target_ops *target; /* where the save writes (target.h) */
 } save_ctx;
 
 /* A save: prepared on the caller's thread, written inline (sync) or by the writer thread. */
@@ -155,7 +160,7 @@ struct save_job {
     int have_median;
     uint64_t bytes;          /* this rank's stored bytes */
     int opened;              /* in-flight directories opened and reservation agreed at prepare */
-    int cache;               /* to the cache level: each rank's directory is its node's */
+    int cache;               /* c.target->node_local (save_async.c's messages name the save) */
     int result;
     char message[2048];      /* the writer thread's error message */
     int sys_errno, reason;   /* and its ckpt_error.sys_errno and .reason (the error is per thread) */
@@ -188,11 +193,17 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *
 int ckpt__save_run(save_job *j);
 void ckpt__save_job_free(save_job *j);
 void ckpt__save_free_plan(ckpt_saver *s);
+/* this rank's shard input for the save of context c */
+void ckpt__save_shard_input(const ckpt_saver *s, const save_ctx *c, ckpt__shard_input *in);
+
+/* save_gather.c: fragments gathered (see there); free them with ckpt__free_frags. */
 void ckpt__free_frags(Mpickpt__Fragment **f, ckpt__arena *arena);
 int ckpt__allgather_fragments(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
                               Mpickpt__Fragment ***out, ckpt__arena **arena);
-/* this rank's shard input for the save of context c */
-void ckpt__save_shard_input(const ckpt_saver *s, const save_ctx *c, ckpt__shard_input *in);
+int ckpt__gather_packed(ckpt_saver *s, MPI_Comm comm, const Mpickpt__Fragment *f, int local,
+                        int *chief, Mpickpt__Fragment ***out, ckpt__arena **arena);
+int ckpt__gather_fragments(ckpt_saver *s, save_ctx *c, double write_s, int *local, int *skip,
+                           Mpickpt__Fragment ***out, size_t *nout, ckpt__arena **arena);
 
 /* replica_check.c: every rank's copy of each replicated tensor compared (CRC-32C) in the save's
  * second vote. init (local, before the first vote): on when the check may run (several ranks,
@@ -220,25 +231,18 @@ void ckpt__save_node_free(ckpt_saver *s);
 int ckpt__save_node_leaders(ckpt_saver *s);
 int ckpt__save_write_node(ckpt_saver *s, save_ctx *c);
 
-/* save_levels.c: a descriptor of this node's cache directory (a duplicate of the held one, for
+/* cache_dir.c: a descriptor of this node's cache directory (a duplicate of the held one, for
  * the caller to close). */
 int ckpt__cache_dirfd(const ckpt_saver *s, int *fd);
-/* save_levels.c: when this node's cache directory was removed since it was opened (a node's cache
+/* cache_dir.c: when this node's cache directory was removed since it was opened (a node's cache
  * wiped; its st_nlink is 0), it is made and checked again and the new one held. Local. */
 int ckpt__cache_reopen(ckpt_saver *s);
-/* save_levels.c: the cache level of a save (see there). Each returns this rank's status: none
- * agrees, the pre-commit vote does. */
-int ckpt__cache_partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed,
-                             size_t *nplaced);
-int ckpt__cache_index_copies(ckpt_saver *s, save_ctx *c, int local, const uint8_t *packed,
-                             size_t len, int *wrote);
-void ckpt__cache_undo(save_ctx *c, char **placed, size_t nplaced, int wrote_index);
-void ckpt__cache_placed_free(char **placed, size_t nplaced);
-/* Receives `bytes` from rank `src` (`tag` on `comm`, chunks of at most `chunk` through `buf`)
- * into a new temp file of dirfd, fsynced and renamed to `name`, replacing what stood there (a
- * rebuilt file fills in a name its node lacked: `what`; partner copies take a name only when it
- * is free, save_levels.c). While *local is not CKPT_OK the bytes are received and dropped, so the
- * messages match; the file's outcome is *local's, an MPI failure the return value. */
+/* save_levels.c: receives `bytes` from rank `src` (`tag` on `comm`, chunks of at most `chunk`
+ * through `buf`) into a new temp file of dirfd, fsynced and renamed to `name`, replacing what
+ * stood there (a rebuilt file fills in a name its node lacked: `what`; partner copies take a name
+ * only when it is free). While *local is not CKPT_OK the bytes are received and dropped, so the
+ * messages match; the file's outcome is *local's, an MPI failure the return value. (The node
+ * cache's storage target, ckpt__target_cache, is there too: target.h.) */
 int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd,
                           const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
                           int *local, const char *what);

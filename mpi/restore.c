@@ -8,6 +8,7 @@
 #include "env.h"
 #include "index.h"
 #include "restore_coop.h"
+#include "restore_names.h"
 #include "share.h"
 #include "mpickpt/collective.h"
 
@@ -39,250 +40,6 @@ static int build_wants(const ckpt_saver *s, Mpickpt__Fragment *w, int optional_p
     return rc;
 }
 
-/* ---- strict restores: the registered names against the checkpoint's ------------------------ */
-
-/* The Python package's names (its record of plain values): neither missing nor unexpected when
- * names are compared; the package compares what they hold itself. */
-#define RESERVED "__mpickpt__/"
-
-struct ckpt_name_list {
-    char **v;
-    size_t n;
-};
-
-size_t ckpt_name_list_size(const ckpt_name_list *l)
-{
-    return l ? l->n : 0;
-}
-
-const char *ckpt_name_list_get(const ckpt_name_list *l, size_t i)
-{
-    return l && i < l->n ? l->v[i] : NULL;
-}
-
-void ckpt_name_list_free(ckpt_name_list *l)
-{
-    if (!l)
-        return;
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    free(l);
-}
-
-/* The chief's comparison: which index entries some rank wants (used), and the wanted names the
- * index lacks (missing, strdup'd, unsorted with duplicates until names_finish). */
-typedef struct names_ctx {
-    const Mpickpt__Index *idx;
-    uint8_t *used;
-    char **miss;
-    size_t nmiss, capmiss;
-    int rc;
-} names_ctx;
-
-static int cmp_tensor_name(const void *key, const void *elem)
-{
-    return strcmp((const char *)key, (*(Mpickpt__Tensor *const *)elem)->name);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void names_note(names_ctx *nc, const Mpickpt__Fragment *w)
-{
-    for (size_t i = 0; i < w->n_tensors && nc->rc == CKPT_OK; i++) {
-        const Mpickpt__Tensor *t = w->tensors[i];
-        Mpickpt__Tensor **hit = bsearch(t->name, nc->idx->tensors, nc->idx->n_tensors,
-                                        sizeof *nc->idx->tensors, cmp_tensor_name);
-        if (hit) {
-            nc->used[hit - nc->idx->tensors] = 1;
-            continue;
-        }
-        if (t->kind == MPICKPT__KIND__KIND_COMPONENT) /* per-rank, skip_missing_per_rank */
-            continue;
-        if (strncmp(t->name, RESERVED, sizeof RESERVED - 1) == 0) /* the Python package checks */
-            continue;
-        if (nc->nmiss == nc->capmiss) {
-            size_t cap = nc->capmiss ? 2 * nc->capmiss : 16;
-            char **nv = realloc(nc->miss, cap * sizeof *nv);
-            if (!nv) {
-                nc->rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-                return;
-            }
-            nc->miss = nv;
-            nc->capmiss = cap;
-        }
-        if (!(nc->miss[nc->nmiss] = strdup(t->name)))
-            nc->rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        else
-            nc->nmiss++;
-    }
-}
-
-/* The rank of a per-rank entry's name (".../rank_<r>", ".../parallel_component_<r>"), or -1. */
-static long per_rank_of(const char *name)
-{
-    const char *u = strrchr(name, '_');
-    if (!u || !u[1])
-        return -1;
-    char *end = NULL;
-    long r = strtol(u + 1, &end, 10);
-    return *end == '\0' && r >= 0 ? r : -1;
-}
-
-/* Sorted and without duplicates, then packed as the broadcast's bytes: the missing names, then
- * the unexpected ones (every NUL-terminated); *nm and *nu their counts. The chief only. */
-static int names_finish(const ckpt_saver *s, names_ctx *nc, uint8_t **bytes, uint64_t *len,
-                        int64_t *nm, int64_t *nu)
-{
-    *bytes = NULL;
-    *len = 0;
-    *nm = *nu = 0;
-    if (nc->rc != CKPT_OK)
-        return nc->rc;
-    if (nc->nmiss > 1) /* qsort of no array (NULL) is undefined */
-        qsort(nc->miss, nc->nmiss, sizeof *nc->miss, cmp_str);
-    size_t total = 0, k = 0;
-    for (size_t i = 0; i < nc->nmiss; i++) {
-        if (k && strcmp(nc->miss[k - 1], nc->miss[i]) == 0) {
-            free(nc->miss[i]);
-            continue;
-        }
-        nc->miss[k++] = nc->miss[i];
-        total += strlen(nc->miss[i]) + 1;
-    }
-    nc->nmiss = k;
-    const Mpickpt__Index *idx = nc->idx;
-    for (size_t i = 0; i < idx->n_tensors; i++) {
-        const Mpickpt__Tensor *t = idx->tensors[i];
-        if (nc->used[i] || strncmp(t->name, RESERVED, sizeof RESERVED - 1) == 0)
-            continue;
-        /* per-rank data of a rank this job does not have: not unexpected */
-        if ((t->kind == MPICKPT__KIND__KIND_COMPONENT || t->kind == MPICKPT__KIND__KIND_BLOB) &&
-            per_rank_of(t->name) >= s->size)
-            continue;
-        nc->used[i] = 2;
-        total += strlen(t->name) + 1;
-        (*nu)++;
-    }
-    uint8_t *b = malloc(total ? total : 1);
-    if (!b)
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    size_t off = 0;
-    for (size_t i = 0; i < nc->nmiss; i++) {
-        size_t l = strlen(nc->miss[i]) + 1;
-        memcpy(b + off, nc->miss[i], l);
-        off += l;
-    }
-    for (size_t i = 0; i < idx->n_tensors; i++)
-        if (nc->used[i] == 2) { /* the index is sorted by name */
-            size_t l = strlen(idx->tensors[i]->name) + 1;
-            memcpy(b + off, idx->tensors[i]->name, l);
-            off += l;
-        }
-    *nm = (int64_t)nc->nmiss;
-    *bytes = b;
-    *len = total;
-    return CKPT_OK;
-}
-
-static void names_free(names_ctx *nc)
-{
-    for (size_t i = 0; i < nc->nmiss; i++)
-        free(nc->miss[i]);
-    free(nc->miss);
-    free(nc->used);
-}
-
-/* A list of n names taken from the packed bytes at *p (advanced). */
-static int list_from(ckpt_name_list **out, const uint8_t **p, const uint8_t *end, int64_t n)
-{
-    ckpt_name_list *l = calloc(1, sizeof *l);
-    if (!l || !(l->v = calloc(n ? (size_t)n : 1, sizeof *l->v))) {
-        free(l);
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *z = *p < end ? memchr(*p, 0, (size_t)(end - *p)) : NULL;
-        if (!z || !(l->v[l->n] = strdup((const char *)*p))) {
-            ckpt_name_list_free(l);
-            return ckpt__error(z ? CKPT_ENOMEM : CKPT_ECORRUPT, "the list of names is cut short");
-        }
-        l->n++;
-        *p = z + 1;
-    }
-    *out = l;
-    return CKPT_OK;
-}
-
-/* Up to `cap` bytes of `l`'s names: all of them quoted when they fit, else grouped by prefix
- * (a prefix and a star, "(3 names)"), stripping more trailing components until they fit, else
- * cut ("..., and 12 more"). */
-static void fmt_names(char *out, size_t cap, const ckpt_name_list *l)
-{
-    out[0] = '\0';
-    for (int strip = 0; strip <= 16; strip++) {
-        size_t len = 0, items = 0;
-        int fits = 1;
-        for (size_t i = 0; i < l->n;) {
-            const char *name = l->v[i];
-            /* the key: name without its last `strip` components (at least one kept) */
-            size_t klen = strlen(name);
-            for (int d = 0; d < strip; d++) {
-                const char *sl = memrchr(name, '/', klen);
-                if (!sl)
-                    break;
-                klen = (size_t)(sl - name);
-            }
-            size_t j = i + 1;
-            while (j < l->n && strncmp(l->v[j], name, klen) == 0 &&
-                   (l->v[j][klen] == '/' || l->v[j][klen] == '\0'))
-                j++;
-            char item[600];
-            if (j - i == 1)
-                snprintf(item, sizeof item, "'%.500s'", name);
-            else
-                snprintf(item, sizeof item, "'%.*s/*' (%zu names)", (int)(klen > 500 ? 500 : klen),
-                         name, j - i);
-            size_t il = strlen(item);
-            if (len + il + 2 + 40 >= cap) { /* room kept for "..., and N more" */
-                fits = 0;
-                if (strip == 16) /* grouped as far as it goes: cut here */
-                    snprintf(out + len, cap - len, "%s..., and %zu more", items ? ", " : "",
-                             l->n - i);
-                break;
-            }
-            len += (size_t)snprintf(out + len, cap - len, "%s%s", items ? ", " : "", item);
-            items++;
-            i = j;
-        }
-        if (fits || strip == 16)
-            return;
-        out[0] = '\0';
-    }
-}
-
-/* The strict failure's message (the same on every rank: the lists are). */
-static int mismatch_error(const char *prefix, const ckpt_name_list *miss,
-                          const ckpt_name_list *unexp)
-{
-    char a[560] = "", b[560] = "";
-    if (miss->n)
-        fmt_names(a, sizeof a, miss);
-    if (unexp->n)
-        fmt_names(b, sizeof b, unexp);
-    return ckpt__error(CKPT_EMISMATCH,
-                       "checkpoint %.300s does not match what is registered: %zu missing "
-                       "(registered, not in the checkpoint)%s%s; %zu unexpected (in the "
-                       "checkpoint, registered by no rank)%s%s. A strict restore restores "
-                       "nothing then; restore with strict off (Python: strict=False) to restore "
-                       "what matches",
-                       prefix, miss->n, miss->n ? ": " : "", a, unexp->n, unexp->n ? ": " : "",
-                       b);
-}
-
 /* The cooperative restore's state in one restore (restore_coop.c). */
 typedef struct coop_ctx {
     int planned;  /* the chief: plan it (MPICKPT_RESTORE_COOPERATIVE, several ranks, no cache) */
@@ -300,7 +57,7 @@ typedef struct coop_ctx {
  * share length, list length, active} then the bytes. Any failure is sent to every rank (nobody
  * then forwards anything). The chief's own share and list are kept in `cc`. */
 static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
-                            const uint64_t *offs, names_ctx *nc, coop_ctx *cc)
+                            const uint64_t *offs, ckpt__names *nc, coop_ctx *cc)
 {
     int size = s->size, local = CKPT_OK;
     ckpt__arena **arenas = calloc((size_t)size, sizeof *arenas);
@@ -321,7 +78,7 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
         if (!w[dst])
             local = ckpt__error(CKPT_ECORRUPT, "rank %d's restore request does not parse", dst);
         else if (nc)
-            names_note(nc, w[dst]);
+            ckpt__names_note(nc, w[dst]);
     }
     if (local == CKPT_OK)
         local = ckpt__coop_plan(ckpt__reader_index(r), size, w, cc->node_of, &plan);
@@ -366,7 +123,7 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
  * share of the index, sent as {status, length} then the bytes. A rank it cannot serve is sent the
  * error code; the agreement after the reads then carries the chief's message. */
 static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
-                       const uint64_t *offs, names_ctx *nc, coop_ctx *cc)
+                       const uint64_t *offs, ckpt__names *nc, coop_ctx *cc)
 {
     if (cc->planned)
         return send_coop_shares(s, r, all, offs, nc, cc);
@@ -390,7 +147,7 @@ static int send_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
             else
                 st = ckpt__share_pack(sh, w, &bytes, &len);
             if (w && nc)
-                names_note(nc, w);
+                ckpt__names_note(nc, w);
             ckpt__arena_free(a);
             if (st != CKPT_OK)
                 local = st;
@@ -470,13 +227,6 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_c
                        s->rank, (unsigned long long)len);
 }
 
-/*
- * The chief opens the checkpoint (index checks plus data-file sizes); every rank sends it what it
- * reads and receives its share of the index (lib/share.h), then reads the pieces overlapping what
- * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
- * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
- * the broadcast of the names' comparison (strict restores: its header, then the names).
- */
 /* The chief's own share (the cache level: its reads, like every rank's, decide what it fetches
  * from other nodes), replacing its reader of the whole index. */
 static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
@@ -503,6 +253,404 @@ static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
     return rc;
 }
 
+
+/* ---- one restore, phase by phase (restore_impl) ------------------------------------------- */
+
+/* A per-rank value read, applied only once every rank succeeded. */
+typedef struct staged {
+    size_t reg;
+    uint8_t *bytes;
+    size_t len;
+} staged;
+
+/* One restore's state, from phase to phase. */
+typedef struct restore_run {
+    ckpt_saver *s;
+    int cache;
+    int compare;            /* names compared before any data is read (options version 2) */
+    ckpt_restore_options o; /* the caller's, as of their version */
+    char prefix[4096];      /* the chief's (the cache level: in this rank's node's cache) */
+    char base[4096];        /* the cache level: the checkpoint's name */
+    double t0, t1;          /* the summary line's phases (save_summary.c) */
+    uint64_t ckpt_bytes;    /* the chief: the checkpoint's size */
+    ckpt_reader *r;
+    coop_ctx cc;
+    ckpt__names nc; /* the chief's comparison of names */
+    ckpt_name_list *lmiss, *lunexp;
+    int mismatch;
+    int fetched; /* the cache level: pieces other nodes hold, fetched (restore_cache.c) */
+    staged *st;
+    size_t nst;
+    double own[2], phase[2]; /* this rank's phases; the slowest rank's of each */
+    int slowest[2];
+} restore_run;
+
+/* The prefix, the chief's on every rank; the cache level: the name in this rank's node's cache
+ * directory, then what a lost or wiped node lacks, copied back from the nodes that hold it.
+ * Collective. */
+static int restore_name(restore_run *x, const char *prefix_arg)
+{
+    ckpt_saver *s = x->s;
+    int rc = ckpt__save_bcast_prefix(s, prefix_arg, x->prefix, sizeof x->prefix, NULL, NULL);
+    if (rc != CKPT_OK || !x->cache)
+        return rc;
+    int st = CKPT_OK;
+    if (!s->cache.on)
+        st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
+    else if (!ckpt__safe_filename(x->prefix))
+        st = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name", x->prefix);
+    else if ((st = ckpt__path(x->base, sizeof x->base, "%s", x->prefix)) == CKPT_OK &&
+             (st = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
+        st = ckpt__path(x->prefix, sizeof x->prefix, "%s/%s", s->cache.at, x->base);
+    if ((rc = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
+        return rc;
+    return ckpt__cache_rebuild(s, x->base);
+}
+
+/* The caller's options as of their version; the lists it asks for NULL until handed out. */
+static void restore_options(restore_run *x, const ckpt_restore_options *opts)
+{
+    /* NULL options and version 1: the behaviour before strict restores */
+    ckpt_restore_options o = { 1, 0, 0, NULL, NULL };
+    if (opts && opts->version >= 2 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION)
+        o = *opts;
+    else if (opts)
+        o.skip_missing_per_rank = opts->skip_missing_per_rank;
+    if (opts && opts->version >= 2) {
+        if (opts->missing)
+            *opts->missing = NULL;
+        if (opts->unexpected)
+            *opts->unexpected = NULL;
+    }
+    x->o = o;
+    x->compare = o.version >= 2;
+}
+
+/* The chief reads, validates and checks the checkpoint; its verdict travels with the gather of
+ * every rank's wants. The chief's status (CKPT_OK on the others). */
+static int open_index(restore_run *x)
+{
+    if (x->s->rank != 0)
+        return CKPT_OK;
+    char ipath[4200];
+    uint8_t *file = NULL;
+    const uint8_t *payload = NULL;
+    size_t plen = 0;
+    int local;
+    if ((local = ckpt__path(ipath, sizeof ipath, "%s.index", x->prefix)) == CKPT_OK &&
+        (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
+        ckpt__error_set_reason(ckpt__error(local, "no checkpoint at %s (%s does not exist)",
+                                           x->prefix, ipath),
+                               CKPT_REASON_NO_CHECKPOINT);
+    if (local == CKPT_OK)
+        local = ckpt__reader_open_payload(&x->r, x->prefix, payload, plen,
+                                          x->cache ? CKPT__READER_CHECK_INDEX
+                                                   : CKPT__READER_CHECK_ALL);
+    if (local == CKPT_OK)
+        x->ckpt_bytes = ckpt__index_bytes(ckpt__reader_index(x->r));
+    free(file);
+    return local;
+}
+
+/* A non-chief rank's wants, packed for the gather (the chief's are built where it uses them). */
+static int pack_wants(const restore_run *x, uint8_t **wbuf, size_t *wlen)
+{
+    ckpt_saver *s = x->s;
+    Mpickpt__Fragment wants = MPICKPT__FRAGMENT__INIT;
+    int mine = s->rank == 0 ? CKPT_OK : build_wants(s, &wants, x->o.skip_missing_per_rank);
+    if (mine == CKPT_OK && s->rank != 0) {
+        *wlen = mpickpt__fragment__get_packed_size(&wants);
+        if ((*wbuf = malloc(*wlen ? *wlen : 1)))
+            mpickpt__fragment__pack(&wants, *wbuf);
+        else
+            mine = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+    }
+    ckpt__fragment_free_built(&wants);
+    return mine;
+}
+
+/* The cooperative restore (restore_coop.c): the chief decides, from every rank's node; *zeros
+ * holds the nodes it made (one node for all), for the caller to free. */
+static int coop_decide(restore_run *x, int local, int **zeros)
+{
+    ckpt_saver *s = x->s;
+    if (s->rank != 0 || x->cache || s->size <= 1 || local != CKPT_OK)
+        return local;
+    int on = 1;
+    local = ckpt__env_bool(&on, "MPICKPT_RESTORE_COOPERATIVE", 1);
+    x->cc.planned = local == CKPT_OK && on;
+    x->cc.optional = x->o.skip_missing_per_rank;
+    /* every rank's node, known since the saver's create where it splits nodes (per-node
+     * layout, cache levels); elsewhere one node for all */
+    x->cc.node_of = s->node_of;
+    if (!x->cc.node_of && !(x->cc.node_of = *zeros = calloc((size_t)s->size, sizeof **zeros)))
+        local = ckpt__error(CKPT_ENOMEM, "out of memory");
+    return local;
+}
+
+/* The chief compares the names while it serves the shares: its own wants first. */
+static void names_begin(restore_run *x, int local)
+{
+    ckpt__names *nc = &x->nc;
+    nc->rc = CKPT_OK;
+    if (!x->compare || x->s->rank != 0 || local != CKPT_OK)
+        return;
+    nc->idx = ckpt__reader_index(x->r);
+    if (!(nc->used = calloc(nc->idx->n_tensors ? nc->idx->n_tensors : 1, 1)))
+        nc->rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+    Mpickpt__Fragment own = MPICKPT__FRAGMENT__INIT;
+    if (nc->rc == CKPT_OK &&
+        (nc->rc = build_wants(x->s, &own, x->o.skip_missing_per_rank)) == CKPT_OK)
+        ckpt__names_note(nc, &own);
+    ckpt__fragment_free_built(&own);
+}
+
+/* Every rank's wants gathered at the chief with its verdict, then each rank's share of the index
+ * sent to it (the chief compares the names meanwhile; with the cooperative restore its own share
+ * and list are kept in x->cc). Returns the gather's failure (agreed: the restore ends there),
+ * else CKPT_OK with this rank's status in *local. Collective. */
+static int exchange_shares(restore_run *x, int *local)
+{
+    ckpt_saver *s = x->s;
+    uint8_t *wbuf = NULL, *all = NULL;
+    uint64_t *offs = NULL;
+    size_t wlen = 0;
+    int mine = pack_wants(x, &wbuf, &wlen);
+    if (*local == CKPT_OK)
+        *local = mine;
+    int *zeros = NULL;
+    *local = coop_decide(x, *local, &zeros);
+    int rc = ckpt__gather_bytes(s->comm, 0, *local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
+                                &offs);
+    free(wbuf);
+    if (rc != CKPT_OK) {
+        free(zeros);
+        return rc;
+    }
+    names_begin(x, *local);
+    *local = s->rank == 0
+                 ? send_shares(s, x->r, all, offs, x->compare && x->nc.idx ? &x->nc : NULL, &x->cc)
+                 : recv_share(s, x->prefix, &x->r, &x->cc);
+    x->cc.node_of = NULL;
+    free(zeros);
+    free(all);
+    free(offs);
+    return CKPT_OK;
+}
+
+/* The cache level: the chief's own share (its reads, like every rank's, decide what it fetches),
+ * then the pieces other nodes hold, fetched (restore_cache.c), and an agreement. Collective. */
+static int fetch_cached(restore_run *x, int local)
+{
+    ckpt_saver *s = x->s;
+    if (s->rank == 0 && local == CKPT_OK)
+        local = own_share(s, x->prefix, &x->r);
+    local = ckpt__cache_fetch(s, x->r, x->base, local, &x->fetched);
+    return ckpt_mpi_agree(s->comm, local); /* a holder's failure, in its own words */
+}
+
+/* The cooperative restore: the chief's reads go by its own share (without what it is
+ * forwarded); the pieces several ranks read are read once and forwarded, after an agreement
+ * that every rank has its list (a rank without it could not take part). Collective when some
+ * rank forwards a piece. */
+static int coop_phase(restore_run *x, int local)
+{
+    ckpt_saver *s = x->s;
+    coop_ctx *cc = &x->cc;
+    if (s->rank == 0 && cc->own) {
+        ckpt_reader *own_r = NULL;
+        int st = ckpt__reader_open_payload(&own_r, x->prefix, cc->own, cc->own_len, 0);
+        if (st == CKPT_OK) {
+            ckpt_reader_free(x->r);
+            x->r = own_r;
+        } else if (local == CKPT_OK) {
+            local = st;
+        }
+    }
+    free(cc->own);
+    cc->own = NULL;
+    if (cc->active) {
+        ckpt__coop *co = NULL;
+        if (local == CKPT_OK && cc->list)
+            local = ckpt__coop_open(&co, x->prefix, cc->list, cc->list_len);
+        local = ckpt_mpi_agree(s->comm, local);
+        if (local == CKPT_OK && co)
+            local = ckpt__coop_run(s, co);
+        ckpt__coop_free(co);
+    }
+    free(cc->list);
+    cc->list = NULL;
+    return local;
+}
+
+/* Registration `g` against the checkpoint's tensor `t`: the same dtype and shape (a blob: one
+ * dimension of bytes), else the mismatch. */
+static int check_tensor(const restore_run *x, const ckpt__reg *g, const ckpt_tensor_info *t)
+{
+    if (!(g->kind == CKPT_KIND_BLOB
+              ? (t->dtype != CKPT_UINT8 || t->shape.ndims != 1)
+              : (t->dtype != g->dtype || !ckpt_shape_equal(&t->shape, &g->shape))))
+        return CKPT_OK;
+    char a[64] = "", b[64] = "";
+    for (int d = 0; d < t->shape.ndims; d++)
+        snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+                 (long long)t->shape.dims[d]);
+    for (int d = 0; d < g->shape.ndims; d++)
+        snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+                 (long long)g->shape.dims[d]);
+    if (g->kind == CKPT_KIND_BLOB)
+        return ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", x->s->rank, g->stored);
+    return ckpt__error(CKPT_EMISMATCH,
+                       "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]", x->s->rank,
+                       g->stored, ckpt_dtype_name(t->dtype), a, x->prefix,
+                       ckpt_dtype_name(g->dtype), b);
+}
+
+/* Registration k, read: straight into its buffer, or (per-rank values) staged in x->st. What the
+ * checkpoint lacks is left untouched when the options allow it. Local. */
+static int read_reg(restore_run *x, size_t k)
+{
+    ckpt_saver *s = x->s;
+    const ckpt__reg *g = &s->regs.v[k];
+    int per_rank = g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB;
+    size_t ti;
+    int found = ckpt_reader_find(&ti, x->r, g->stored);
+    if (found != CKPT_OK) {
+        /* not strict: what the checkpoint lacks is left untouched (and listed) */
+        if ((per_rank && x->o.skip_missing_per_rank) ||
+            (x->compare && (!x->o.strict || strncmp(g->stored, CKPT__NAMES_RESERVED,
+                                                    sizeof CKPT__NAMES_RESERVED - 1) == 0))) {
+            ckpt_error_clear(); /* kept: the lookup's own "no tensor" (local is CKPT_OK) */
+            return CKPT_OK;
+        }
+        int local = ckpt__error(CKPT_ENOTFOUND,
+                                "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
+                                s->rank, g->stored, x->prefix,
+                                ckpt_reader_header(x->r)->world_size,
+                                per_rank ? "; per-rank data of a rank the writer did not have (set "
+                                           "skip_missing_per_rank to leave it untouched)"
+                                         : "");
+        ckpt__error_set_reason(local, CKPT_REASON_NO_TENSOR);
+        return local;
+    }
+    ckpt_tensor_info t;
+    ckpt_reader_tensor(&t, x->r, ti);
+    ckpt_dtype dtype = g->kind == CKPT_KIND_BLOB ? CKPT_UINT8 : g->dtype;
+    int local = check_tensor(x, g, &t);
+    if (local != CKPT_OK)
+        return local;
+    const ckpt_slice *want = g->kind == CKPT_KIND_BLOB ? NULL : &g->slice;
+    int64_t n;
+    if (want)
+        ckpt_slice_num_elements(&n, want);
+    else
+        n = t.shape.dims[0];
+    size_t nbytes = (size_t)n * ckpt_dtype_size(dtype);
+    void *dst = g->data;
+    if (per_rank) {
+        staged *st = &x->st[x->nst];
+        if (!(st->bytes = malloc(nbytes ? nbytes : 1)))
+            return ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu bytes for '%s'",
+                               s->rank, nbytes, g->stored);
+        st->reg = k;
+        st->len = nbytes;
+        dst = st->bytes;
+        x->nst++;
+    }
+    local = ckpt_reader_read(x->r, g->stored, dtype, want, dst, nbytes);
+    if (local != CKPT_OK)
+        local = ckpt__error_wrap(local, "rank %d", s->rank);
+    return local;
+}
+
+/*
+ * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
+ * registered buffers: a restore that succeeds, from this checkpoint or from an older one that
+ * the manager falls back to, overwrites every element of them. Per-rank values (replica
+ * components, registered savers' blobs) are staged instead and applied only once every rank
+ * has read and checked everything (apply_staged): an older checkpoint written by fewer ranks
+ * may lack this rank's, and then nothing of a rejected checkpoint may be left in them.
+ * Registered restores run last, after every tensor is in (TensorFlow runs registered restores
+ * after the default ones). Local.
+ */
+static int read_all(restore_run *x, int local)
+{
+    ckpt_saver *s = x->s;
+    x->st = calloc(s->regs.n ? s->regs.n : 1, sizeof *x->st);
+    if (!x->st && local == CKPT_OK)
+        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+    for (size_t k = 0; k < s->regs.n && local == CKPT_OK; k++)
+        local = read_reg(x, k);
+    return local;
+}
+
+/* Every rank has read and checked everything it needs: only now are per-rank values applied
+ * (the agreement is a vote that also carries the slowest rank of each phase), then the
+ * restore's agreement. Collective. */
+static int apply_staged(restore_run *x, int local)
+{
+    ckpt_saver *s = x->s;
+    x->own[0] = x->t1 - x->t0;
+    x->own[1] = ckpt__mono_seconds() - x->t1;
+    x->slowest[0] = x->slowest[1] = -1;
+    ckpt__summary_encode(x->phase, x->own, 2, s->rank);
+    local = ckpt__mpi_vote(s->comm, local, x->phase, 2);
+    if (local == CKPT_OK)
+        ckpt__summary_decode(x->phase, x->slowest, x->phase, 2);
+    for (size_t i = 0; i < x->nst && local == CKPT_OK; i++) /* replica components */
+        if (s->regs.v[x->st[i].reg].kind == CKPT_KIND_COMPONENT && x->st[i].len)
+            memcpy(s->regs.v[x->st[i].reg].data, x->st[i].bytes, x->st[i].len);
+    for (size_t i = 0; i < x->nst && local == CKPT_OK; i++) { /* then registered savers */
+        const ckpt__reg *g = &s->regs.v[x->st[i].reg];
+        if (g->kind != CKPT_KIND_BLOB)
+            continue;
+        int cb = g->cb.restore(x->st[i].bytes, x->st[i].len, g->payload);
+        if (cb != CKPT_OK)
+            local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
+                                s->rank, g->name, cb);
+    }
+    for (size_t i = 0; i < x->nst; i++)
+        free(x->st[i].bytes);
+    free(x->st);
+    x->st = NULL;
+    x->nst = 0;
+    return ckpt_mpi_agree(s->comm, local);
+}
+
+/* A restore that succeeded: the saver's counter, the caller's info, the summary line. */
+static void restored(restore_run *x, ckpt_restore_info *info)
+{
+    const ckpt_header *h = ckpt_reader_header(x->r);
+    x->s->counter = h->save_counter;
+    if (info) {
+        info->save_counter = h->save_counter;
+        info->epoch = h->epoch;
+        info->step = h->step;
+        info->end_of_epoch = h->end_of_epoch;
+        info->world_size = h->world_size;
+        info->layout = h->layout;
+    }
+    ckpt__restore_log_summary(x->s, x->prefix, x->ckpt_bytes, h->world_size,
+                              ckpt__mono_seconds() - x->t0, x->phase, x->slowest, x->own[0],
+                              x->own[1]);
+}
+
+/* What the restore holds, released; the lists of names handed to the caller when `hand` and it
+ * asked for them (strict restores' options), else freed. */
+static void restore_done(restore_run *x, int hand)
+{
+    ckpt_reader_free(x->r);
+    ckpt__cache_fetch_done(x->s, x->fetched);
+    if (hand && x->compare && x->o.missing && x->lmiss)
+        *x->o.missing = x->lmiss;
+    else
+        ckpt_name_list_free(x->lmiss);
+    if (hand && x->compare && x->o.unexpected && x->lunexp)
+        *x->o.unexpected = x->lunexp;
+    else
+        ckpt_name_list_free(x->lunexp);
+}
+
 static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable);
@@ -520,9 +668,16 @@ int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restor
     return restore_impl(s, name, 1, opts, info, unavailable ? unavailable : &dummy);
 }
 
-/* `unavailable` (the cache level): set to 1 when the restore failed before reading what was
+/*
+ * The chief opens the checkpoint (index checks plus data-file sizes); every rank sends it what it
+ * reads and receives its share of the index (lib/share.h), then reads the pieces overlapping what
+ * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
+ * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
+ * the broadcast of the names' comparison (strict restores: its header, then the names).
+ * `unavailable` (the cache level): set to 1 when the restore failed before reading what was
  * registered (the copy could not be made whole, read or fetched), 0 otherwise — a registration
- * that does not match the checkpoint is then told apart from a cache that lost it. */
+ * that does not match the checkpoint is then told apart from a cache that lost it.
+ */
 static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable)
@@ -534,340 +689,39 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
      * or close to report (restoring an older checkpoint is fine). */
     ckpt_saver_wait(s);
-    double t0 = ckpt__mono_seconds(); /* the summary line's phases (save_summary.c) */
-    uint64_t ckpt_bytes = 0;
-    char prefix[4096], base[4096] = "";
-    int rc0 = ckpt__save_bcast_prefix(s, prefix_arg, prefix, sizeof prefix, NULL, NULL);
-    if (rc0 != CKPT_OK)
-        return rc0;
-    if (cache) { /* the name, in this rank's node's cache directory */
-        int st = CKPT_OK;
-        if (!s->cache.on)
-            st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
-        else if (!ckpt__safe_filename(prefix))
-            st = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name", prefix);
-        else if ((st = ckpt__path(base, sizeof base, "%s", prefix)) == CKPT_OK &&
-                 (st = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
-            st = ckpt__path(prefix, sizeof prefix, "%s/%s", s->cache.at, base);
-        if ((rc0 = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
-            return rc0;
-        /* what a lost or wiped node lacks, copied back from the nodes that hold it */
-        if ((rc0 = ckpt__cache_rebuild(s, base)) != CKPT_OK)
-            return rc0;
-    }
-    /* NULL options and version 1: the behaviour before strict restores */
-    ckpt_restore_options o = { 1, 0, 0, NULL, NULL };
-    if (opts && opts->version >= 2 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION)
-        o = *opts;
-    else if (opts)
-        o.skip_missing_per_rank = opts->skip_missing_per_rank;
-    if (opts && opts->version >= 2) {
-        if (opts->missing)
-            *opts->missing = NULL;
-        if (opts->unexpected)
-            *opts->unexpected = NULL;
-    }
-    int compare = o.version >= 2; /* names compared before any data is read */
-    opts = &o;
-    /* The chief reads, validates and checks the checkpoint; its verdict travels with the gather of
-     * every rank's wants. */
-    int local = CKPT_OK;
-    ckpt_reader *r = NULL;
-    if (s->rank == 0) {
-        char ipath[4200];
-        uint8_t *file = NULL;
-        const uint8_t *payload = NULL;
-        size_t plen = 0;
-        if ((local = ckpt__path(ipath, sizeof ipath, "%s.index", prefix)) == CKPT_OK &&
-            (local = ckpt__index_read(&file, &payload, &plen, ipath)) == CKPT_ENOTFOUND)
-            ckpt__error_set_reason(ckpt__error(local, "no checkpoint at %s (%s does not exist)",
-                                               prefix, ipath),
-                                   CKPT_REASON_NO_CHECKPOINT);
-        if (local == CKPT_OK)
-            local = ckpt__reader_open_payload(&r, prefix, payload, plen,
-                                              cache ? CKPT__READER_CHECK_INDEX
-                                                    : CKPT__READER_CHECK_ALL);
-        if (local == CKPT_OK)
-            ckpt_bytes = ckpt__index_bytes(ckpt__reader_index(r));
-        free(file);
-    }
-    Mpickpt__Fragment wants = MPICKPT__FRAGMENT__INIT;
-    uint8_t *wbuf = NULL, *all = NULL;
-    uint64_t *offs = NULL;
-    size_t wlen = 0;
-    int mine = s->rank == 0 ? CKPT_OK : build_wants(s, &wants, opts->skip_missing_per_rank);
-    if (mine == CKPT_OK && s->rank != 0) {
-        wlen = mpickpt__fragment__get_packed_size(&wants);
-        if ((wbuf = malloc(wlen ? wlen : 1)))
-            mpickpt__fragment__pack(&wants, wbuf);
-        else
-            mine = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-    }
-    ckpt__fragment_free_built(&wants);
-    if (local == CKPT_OK)
-        local = mine;
-    /* The cooperative restore (restore_coop.c): the chief decides, from every rank's node */
-    coop_ctx cc = { 0 };
-    int *zeros = NULL;
-    if (s->rank == 0 && !cache && s->size > 1 && local == CKPT_OK) {
-        int on = 1;
-        local = ckpt__env_bool(&on, "MPICKPT_RESTORE_COOPERATIVE", 1);
-        cc.planned = local == CKPT_OK && on;
-        cc.optional = opts->skip_missing_per_rank;
-        /* every rank's node, known since the saver's create where it splits nodes (per-node
-         * layout, cache levels); elsewhere one node for all */
-        cc.node_of = s->node_of;
-        if (!cc.node_of && !(cc.node_of = zeros = calloc((size_t)s->size, sizeof *zeros)))
-            local = ckpt__error(CKPT_ENOMEM, "out of memory");
-    }
-    int rc = ckpt__gather_bytes(s->comm, 0, local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
-                                &offs);
-    free(wbuf);
-    if (rc != CKPT_OK) {
-        ckpt_reader_free(r);
-        free(zeros);
+    restore_run x;
+    memset(&x, 0, sizeof x);
+    x.s = s;
+    x.cache = cache;
+    x.fetched = -1;
+    x.t0 = ckpt__mono_seconds();
+    int rc = restore_name(&x, prefix_arg);
+    if (rc != CKPT_OK)
+        return rc;
+    restore_options(&x, opts);
+    int local = open_index(&x);
+    if ((rc = exchange_shares(&x, &local)) != CKPT_OK) {
+        ckpt_reader_free(x.r);
         return rc;
     }
-    /* the chief compares the names while it serves the shares (its own wants first) */
-    names_ctx nc = { 0 };
-    nc.rc = CKPT_OK;
-    if (compare && s->rank == 0 && local == CKPT_OK) {
-        nc.idx = ckpt__reader_index(r);
-        if (!(nc.used = calloc(nc.idx->n_tensors ? nc.idx->n_tensors : 1, 1)))
-            nc.rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        Mpickpt__Fragment own = MPICKPT__FRAGMENT__INIT;
-        if (nc.rc == CKPT_OK && (nc.rc = build_wants(s, &own, opts->skip_missing_per_rank)) ==
-                                    CKPT_OK)
-            names_note(&nc, &own);
-        ckpt__fragment_free_built(&own);
-    }
-    local = s->rank == 0 ? send_shares(s, r, all, offs, compare && nc.idx ? &nc : NULL, &cc)
-                         : recv_share(s, prefix, &r, &cc);
-    cc.node_of = NULL;
-    free(zeros);
-    free(all);
-    free(offs);
-    /* the lists to every rank: {status, bytes, missing, unexpected}, then the names */
-    ckpt_name_list *lmiss = NULL, *lunexp = NULL;
-    int mismatch = 0;
-    if (compare) {
-        int64_t head[4] = { 0, 0, 0, 0 };
-        uint8_t *nb = NULL;
-        uint64_t nlen = 0;
-        if (s->rank == 0) {
-            int st = local != CKPT_OK ? local : names_finish(s, &nc, &nb, &nlen, &head[2],
-                                                             &head[3]);
-            head[0] = st;
-            head[1] = st == CKPT_OK ? (int64_t)nlen : 0;
-            if (st != CKPT_OK && local == CKPT_OK)
-                local = st;
-        }
-        names_free(&nc);
-        int st = MPI_Bcast(head, 4, MPI_INT64_T, 0, s->comm) == MPI_SUCCESS
-                     ? CKPT_OK
-                     : ckpt__error(CKPT_EMPI, "MPI_Bcast of the names' comparison failed");
-        if (st == CKPT_OK && head[0] == CKPT_OK) {
-            nlen = (uint64_t)head[1];
-            if (s->rank != 0 && !(nb = malloc(nlen ? (size_t)nlen : 1)))
-                st = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-            /* every rank takes part in every chunk (of the same size everywhere); a rank
-             * without memory receives into a sink */
-            uint8_t sink[1 << 16];
-            for (uint64_t off = 0; off < nlen;) {
-                uint64_t n = nlen - off < sizeof sink ? nlen - off : sizeof sink;
-                if (MPI_Bcast(nb ? nb + off : sink, (int)n, MPI_BYTE, 0, s->comm) != MPI_SUCCESS &&
-                    st == CKPT_OK)
-                    st = ckpt__error(CKPT_EMPI, "MPI_Bcast of the names' comparison failed");
-                off += n;
-            }
-            const uint8_t *p = nb, *end = nb ? nb + nlen : NULL;
-            if (st == CKPT_OK)
-                st = list_from(&lmiss, &p, end, head[2]);
-            if (st == CKPT_OK)
-                st = list_from(&lunexp, &p, end, head[3]);
-            mismatch = st == CKPT_OK && opts->strict && (lmiss->n || lunexp->n);
-        } else if (st == CKPT_OK) {
-            st = (int)head[0]; /* the chief's failure: its agreement carries the message */
-        }
-        free(nb);
-        if (st != CKPT_OK && local == CKPT_OK)
-            local = st;
-    }
-    int fetched = -1; /* the cache level: pieces other nodes hold, fetched (restore_cache.c) */
+    if (x.compare) /* the lists to every rank */
+        local = ckpt__names_share(s, local, &x.nc, x.o.strict, &x.lmiss, &x.lunexp,
+                                  &x.mismatch);
     if (cache) {
-        if (s->rank == 0 && local == CKPT_OK)
-            local = own_share(s, prefix, &r);
-        local = ckpt__cache_fetch(s, r, base, local, &fetched);
-        local = ckpt_mpi_agree(s->comm, local); /* a holder's failure, in its own words */
-        if (local != CKPT_OK) {
-            ckpt_reader_free(r);
-            ckpt__cache_fetch_done(s, fetched);
-            ckpt_name_list_free(lmiss);
-            ckpt_name_list_free(lunexp);
+        if ((local = fetch_cached(&x, local)) != CKPT_OK) {
+            restore_done(&x, 0);
             return local;
         }
         *unavailable = 0; /* from here on, the copy is whole: failures are the registration's */
     }
-    if (mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
-        local = mismatch_error(cache ? base : prefix, lmiss, lunexp);
-    double t1 = ckpt__mono_seconds();
-    /* The cooperative restore: the chief's reads go by its own share (without what it is
-     * forwarded); the pieces several ranks read are read once and forwarded, after an agreement
-     * that every rank has its list (a rank without it could not take part). */
-    if (s->rank == 0 && cc.own) {
-        ckpt_reader *own_r = NULL;
-        int st = ckpt__reader_open_payload(&own_r, prefix, cc.own, cc.own_len, 0);
-        if (st == CKPT_OK) {
-            ckpt_reader_free(r);
-            r = own_r;
-        } else if (local == CKPT_OK) {
-            local = st;
-        }
-    }
-    free(cc.own);
-    if (cc.active) {
-        ckpt__coop *co = NULL;
-        if (local == CKPT_OK && cc.list)
-            local = ckpt__coop_open(&co, prefix, cc.list, cc.list_len);
-        local = ckpt_mpi_agree(s->comm, local);
-        if (local == CKPT_OK && co)
-            local = ckpt__coop_run(s, co);
-        ckpt__coop_free(co);
-    }
-    free(cc.list);
-
-    /*
-     * Tensors every checkpoint holds (full, partitioned, replicated) are read straight into the
-     * registered buffers: a restore that succeeds, from this checkpoint or from an older one that
-     * the manager falls back to, overwrites every element of them. Per-rank values (replica
-     * components, registered savers' blobs) are staged instead and applied only once every rank
-     * has read and checked everything: an older checkpoint written by fewer ranks may lack this
-     * rank's, and then nothing of a rejected checkpoint may be left in them. Registered restores
-     * run last, after every tensor is in (TensorFlow runs registered restores after the default
-     * ones).
-     */
-    size_t nst = 0;
-    struct staged {
-        size_t reg;
-        uint8_t *bytes;
-        size_t len;
-    } *st = calloc(s->regs.n ? s->regs.n : 1, sizeof *st);
-    if (!st && local == CKPT_OK)
-        local = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-    for (size_t k = 0; k < s->regs.n && local == CKPT_OK; k++) {
-        const ckpt__reg *g = &s->regs.v[k];
-        int per_rank = g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB;
-        size_t ti;
-        int found = ckpt_reader_find(&ti, r, g->stored);
-        if (found != CKPT_OK) {
-            /* not strict: what the checkpoint lacks is left untouched (and listed) */
-            if ((per_rank && opts->skip_missing_per_rank) ||
-                (compare && (!opts->strict ||
-                             strncmp(g->stored, RESERVED, sizeof RESERVED - 1) == 0))) {
-                ckpt_error_clear(); /* kept: the lookup's own "no tensor" (local is CKPT_OK) */
-                continue;
-            }
-            local = ckpt__error(CKPT_ENOTFOUND,
-                                "rank %d: '%s' is not in checkpoint %s (written by %d ranks)%s",
-                                s->rank, g->stored, prefix, ckpt_reader_header(r)->world_size,
-                                per_rank ? "; per-rank data of a rank the writer did not have (set "
-                                           "skip_missing_per_rank to leave it untouched)"
-                                         : "");
-            ckpt__error_set_reason(local, CKPT_REASON_NO_TENSOR);
-            break;
-        }
-        ckpt_tensor_info t;
-        ckpt_reader_tensor(&t, r, ti);
-        ckpt_dtype dtype = g->kind == CKPT_KIND_BLOB ? CKPT_UINT8 : g->dtype;
-        if (g->kind == CKPT_KIND_BLOB ? (t.dtype != CKPT_UINT8 || t.shape.ndims != 1)
-                                      : (t.dtype != g->dtype || !ckpt_shape_equal(&t.shape, &g->shape))) {
-            char a[64] = "", b[64] = "";
-            for (int d = 0; d < t.shape.ndims; d++)
-                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                         (long long)t.shape.dims[d]);
-            for (int d = 0; d < g->shape.ndims; d++)
-                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                         (long long)g->shape.dims[d]);
-            if (g->kind == CKPT_KIND_BLOB)
-                local = ckpt__error(CKPT_EMISMATCH, "rank %d: '%s' is not a blob", s->rank,
-                                    g->stored);
-            else
-                local = ckpt__error(CKPT_EMISMATCH,
-                                    "rank %d: tensor '%s' is %s [%s] in %s, registered as %s [%s]",
-                                    s->rank, g->stored, ckpt_dtype_name(t.dtype), a, prefix,
-                                    ckpt_dtype_name(g->dtype), b);
-            break;
-        }
-        const ckpt_slice *want = g->kind == CKPT_KIND_BLOB ? NULL : &g->slice;
-        int64_t n;
-        if (want)
-            ckpt_slice_num_elements(&n, want);
-        else
-            n = t.shape.dims[0];
-        size_t nbytes = (size_t)n * ckpt_dtype_size(dtype);
-        void *dst = g->data;
-        if (per_rank) {
-            if (!(st[nst].bytes = malloc(nbytes ? nbytes : 1))) {
-                local = ckpt__error(CKPT_ENOMEM, "rank %d: cannot allocate %zu bytes for '%s'",
-                                    s->rank, nbytes, g->stored);
-                break;
-            }
-            st[nst].reg = k;
-            st[nst].len = nbytes;
-            dst = st[nst++].bytes;
-        }
-        local = ckpt_reader_read(r, g->stored, dtype, want, dst, nbytes);
-        if (local != CKPT_OK)
-            local = ckpt__error_wrap(local, "rank %d", s->rank);
-    }
-    /* every rank has read and checked everything it needs: only now are per-rank values applied
-     * (the agreement is a vote that also carries the slowest rank of each phase) */
-    double own[2] = { t1 - t0, ckpt__mono_seconds() - t1 }, phase[2];
-    int slowest[2] = { -1, -1 };
-    ckpt__summary_encode(phase, own, 2, s->rank);
-    local = ckpt__mpi_vote(s->comm, local, phase, 2);
-    if (local == CKPT_OK)
-        ckpt__summary_decode(phase, slowest, phase, 2);
-    for (size_t i = 0; i < nst && local == CKPT_OK; i++) /* replica components */
-        if (s->regs.v[st[i].reg].kind == CKPT_KIND_COMPONENT && st[i].len)
-            memcpy(s->regs.v[st[i].reg].data, st[i].bytes, st[i].len);
-    for (size_t i = 0; i < nst && local == CKPT_OK; i++) { /* then registered savers */
-        const ckpt__reg *g = &s->regs.v[st[i].reg];
-        if (g->kind != CKPT_KIND_BLOB)
-            continue;
-        int cb = g->cb.restore(st[i].bytes, st[i].len, g->payload);
-        if (cb != CKPT_OK)
-            local = ckpt__error(cb, "rank %d: registered saver '%s' failed to restore (%d)",
-                                s->rank, g->name, cb);
-    }
-    for (size_t i = 0; i < nst; i++)
-        free(st[i].bytes);
-    free(st);
-    rc = ckpt_mpi_agree(s->comm, local);
-    if (rc == CKPT_OK) {
-        const ckpt_header *h = ckpt_reader_header(r);
-        s->counter = h->save_counter;
-        if (info) {
-            info->save_counter = h->save_counter;
-            info->epoch = h->epoch;
-            info->step = h->step;
-            info->end_of_epoch = h->end_of_epoch;
-            info->world_size = h->world_size;
-            info->layout = h->layout;
-        }
-        ckpt__restore_log_summary(s, prefix, ckpt_bytes, h->world_size,
-                                  ckpt__mono_seconds() - t0, phase, slowest, own[0], own[1]);
-    }
-    ckpt_reader_free(r);
-    ckpt__cache_fetch_done(s, fetched);
-    if (compare && o.missing && lmiss)
-        *o.missing = lmiss;
-    else
-        ckpt_name_list_free(lmiss);
-    if (compare && o.unexpected && lunexp)
-        *o.unexpected = lunexp;
-    else
-        ckpt_name_list_free(lunexp);
+    if (x.mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
+        local = ckpt__names_mismatch_error(cache ? x.base : x.prefix, x.lmiss, x.lunexp);
+    x.t1 = ckpt__mono_seconds();
+    local = coop_phase(&x, local);
+    local = read_all(&x, local);
+    rc = apply_staged(&x, local);
+    if (rc == CKPT_OK)
+        restored(&x, info);
+    restore_done(&x, 1);
     return rc;
 }
-

@@ -286,8 +286,9 @@ typedef struct restore_run {
 } restore_run;
 
 /* The prefix, the chief's on every rank; the cache level: the name in this rank's node's cache
- * directory, then what a lost or wiped node lacks, copied back from the nodes that hold it.
- * Collective. */
+ * directory, as the node cache names a save (its storage target's `place`, save_levels.c: a
+ * plain file name, the directory of a wiped node made again), then what a lost or wiped node
+ * lacks, copied back from the nodes that hold it. Collective. */
 static int restore_name(restore_run *x, const char *prefix_arg)
 {
     ckpt_saver *s = x->s;
@@ -295,13 +296,10 @@ static int restore_name(restore_run *x, const char *prefix_arg)
     if (rc != CKPT_OK || !x->cache)
         return rc;
     int st = CKPT_OK;
-    if (!s->cache.on)
+    if (!s->cache.on) /* place's own message would name a save */
         st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
-    else if (!ckpt__safe_filename(x->prefix))
-        st = ckpt__error(CKPT_EINVAL, "checkpoint name '%s' is not a plain file name", x->prefix);
-    else if ((st = ckpt__path(x->base, sizeof x->base, "%s", x->prefix)) == CKPT_OK &&
-             (st = ckpt__cache_reopen(s)) == CKPT_OK) /* a wiped node's, made again */
-        st = ckpt__path(x->prefix, sizeof x->prefix, "%s/%s", s->cache.at, x->base);
+    else if ((st = ckpt__path(x->base, sizeof x->base, "%s", x->prefix)) == CKPT_OK)
+        st = ckpt__target_of(1)->place(s, x->prefix, sizeof x->prefix);
     if ((rc = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
         return rc;
     return ckpt__cache_rebuild(s, x->base);

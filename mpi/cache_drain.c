@@ -11,6 +11,12 @@
  * index is the same bytes as the cache's, so the two copies are the same checkpoint. No rank
  * opens another's in-flight directory, so each draws its own id (no broadcast). Collective over
  * `comm` (the caller's thread's communicator).
+ * A checkpoint of another shape (written by another count of ranks or nodes, or in another
+ * layout: a job restarted on another shape over the same caches) is not drained: each owner
+ * copies the file named for it in this job, which is not one of the writer's. The chief tells
+ * from its node's copy of the index before anything is made, and the first vote carries that to
+ * every rank (no collective of its own); an index it cannot read leaves the drain to fail on it
+ * as before.
  */
 #include "saver_internal.h"
 
@@ -59,13 +65,64 @@ static int copy_file(int from_fd, const char *from_shown, int to_fd, const char 
     return rc;
 }
 
-int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir)
+/* The data file `fname` of checkpoint `base`: its number and the count it is "of" (-1: not a data
+ * file name of that checkpoint). */
+static int file_number(const char *fname, const char *base, int *of)
+{
+    size_t n = strlen(base);
+    int a = -1, b = -1, used = 0;
+    if (strncmp(fname, base, n) != 0 ||
+        sscanf(fname + n, ".data-%5d-of-%5d%n", &a, &b, &used) != 2 || fname[n + (size_t)used])
+        return -1;
+    *of = b;
+    return a >= 0 && a < b ? a : -1;
+}
+
+/* The chief, before anything is made: whether checkpoint `base`, by the index in its node's cache,
+ * is of another shape than this job's. v[0] 1 when it is, v[1] the count of its data files, v[2]
+ * 1 when per-node; all 0 when it is this job's or its index cannot be read (the drain fails on it
+ * then, as it would have). Local. */
+static void writer_shape(ckpt_saver *s, int cachefd, const char *index_name, const char *base,
+                         double v[3])
+{
+    v[0] = v[1] = v[2] = 0;
+    ckpt__saved_error keep = ckpt__error_save();
+    uint8_t *buf = NULL;
+    const uint8_t *payload = NULL;
+    size_t plen = 0;
+    Mpickpt__Index *idx = NULL;
+    if (ckpt__index_read_at(&buf, &payload, &plen, cachefd, index_name, s->cache.dir) ==
+            CKPT_OK &&
+        ckpt__index_parse(&idx, payload, plen, index_name, NULL, 0) == CKPT_OK && idx->header) {
+        int per_node = idx->header->layout == MPICKPT__LAYOUT__LAYOUT_PER_NODE;
+        int job_per_node = s->layout == CKPT_LAYOUT_PER_NODE;
+        int job_of = job_per_node ? s->nnodes : s->size, of = 0, other = per_node != job_per_node;
+        for (size_t f = 0; f < idx->n_files; f++) {
+            int k = file_number(idx->files[f]->name, base, &of);
+            other |= k < 0 || of != job_of;
+        }
+        if (other) {
+            v[0] = 1;
+            v[1] = per_node ? (double)of : (double)idx->header->world_size;
+            v[2] = per_node;
+        }
+    }
+    if (idx)
+        mpickpt__index__free_unpacked(idx, NULL);
+    free(buf);
+    ckpt__error_restore(&keep); /* an index not read: the drain says so at its commit */
+}
+
+int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir,
+                      ckpt__drain_shape *shape)
 {
     int local = CKPT_OK, rc;
     ckpt__save_names n;
     int dirfd = -1, workfd = -1, tempfd = -1, cachefd = -1;
     char prefix[4400];
     int per_node = s->layout == CKPT_LAYOUT_PER_NODE;
+    if (shape)
+        memset(shape, 0, sizeof *shape);
     if (!s->cache.on)
         local = ckpt__error(CKPT_EINVAL, "a drain without a cache level");
     if (local == CKPT_OK)
@@ -80,11 +137,25 @@ int ckpt__cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char
         local = ckpt__cache_dirfd(s, &cachefd);
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "drain");
-    /* 1. the chief's in-flight directory, then everybody's */
+    /* 0. the chief: a checkpoint of another shape is not drained (nothing made) */
+    double v[3] = { 0, 0, 0 };
     if (local == CKPT_OK && s->rank == 0)
+        writer_shape(s, cachefd, n.index_name, name, v);
+    /* 1. the chief's in-flight directory, then everybody's */
+    if (local == CKPT_OK && s->rank == 0 && !v[0])
         local = ckpt__temp_fresh(&n, dirfd, &tempfd, 0);
-    if ((rc = ckpt_mpi_agree(comm, local)) != CKPT_OK)
+    if ((rc = ckpt__mpi_vote(comm, local, v, 3)) != CKPT_OK)
         goto out;
+    if (v[0]) {
+        if (shape) {
+            shape->other = 1;
+            shape->of = (int)v[1];
+            shape->per_node = (int)v[2];
+            shape->job_of = per_node ? s->nnodes : s->size;
+            shape->job_per_node = per_node;
+        }
+        goto out;
+    }
     int owner = !per_node || s->node_rank == 0;
     if (owner && s->rank != 0)
         local = ckpt__temp_open(&n, s->rank, dirfd, workfd, &tempfd);

@@ -208,12 +208,36 @@ int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t count
     return rc;
 }
 
+/* "4 ranks", "1 node", or "2 nodes (per-node layout)" when the layouts differ. */
+static void fmt_shape(char *out, size_t n, int of, int per_node, int layouts_differ)
+{
+    snprintf(out, n, "%d %s%s%s", of, per_node ? "node" : "rank", of == 1 ? "" : "s",
+             !layouts_differ ? "" : per_node ? " (per-node layout)" : " (per-rank layout)");
+}
+
 /* Drains checkpoint `name` (in the cache) to the persistent directory, then lists it there too.
  * A failed drain is reported (a warning) and tried again at the next save, while the cache
- * still holds it; the save that asked for it stands. Collective. */
+ * still holds it; the save that asked for it stands. A checkpoint of another shape (an earlier
+ * job's, restarted on other ranks or nodes over the same caches) cannot be drained by this job:
+ * said once, not tried again; the cache keeps it until its retention drops it. Collective. */
 int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name)
 {
-    int rc = ckpt__cache_drain(m->saver, comm, name, m->dir);
+    ckpt__drain_shape shape;
+    int rc = ckpt__cache_drain(m->saver, comm, name, m->dir, &shape);
+    if (rc == CKPT_OK && shape.other) {
+        if (m->rank == 0) {
+            char was[64], is[64];
+            int differ = shape.per_node != shape.job_per_node;
+            fmt_shape(was, sizeof was, shape.of, shape.per_node, differ);
+            fmt_shape(is, sizeof is, shape.job_of, shape.job_per_node, differ);
+            ckpt__log(CKPT_LOG_WARN, "%s in the node cache was written by %s; this job has %s: "
+                                     "not drained to %s, kept in the cache until its retention "
+                                     "drops it",
+                      name, was, is, m->dir);
+        }
+        m->drain_pending[0] = '\0';
+        return CKPT_OK;
+    }
     if (rc != CKPT_OK) {
         if (m->rank == 0)
             ckpt__log(CKPT_LOG_WARN, "the drain of %s to %s failed (tried again at the next "

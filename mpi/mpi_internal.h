@@ -80,9 +80,20 @@ struct ckpt_restore_info;
 int ckpt__saver_restore_cache(struct ckpt_saver *s, const char *name,
                               const struct ckpt_restore_options *opts,
                               struct ckpt_restore_info *info, int *unavailable);
+/* A checkpoint in the node cache of another shape than this job's, which ckpt__cache_drain does
+ * not drain: each rank (per-node: each node's leader) copies its own data file, named for this
+ * job, and the writer's files are not those. */
+typedef struct ckpt__drain_shape {
+    int other;              /* 1: of another shape, nothing done; 0: drained, or failed */
+    int of, per_node;       /* the writer's count of data files (ranks, or nodes) and layout */
+    int job_of, job_per_node; /* this job's */
+} ckpt__drain_shape;
 /* Copies checkpoint `name` from the cache level into directory `dir` and commits it there with
- * the cache's index (mpi/cache_drain.c). Collective over `comm`. */
-int ckpt__cache_drain(struct ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir);
+ * the cache's index (mpi/cache_drain.c); when the chief's copy of its index names files of
+ * another shape than this job's, nothing is done and *shape (may be NULL) says so on every rank:
+ * CKPT_OK. Collective over `comm`. */
+int ckpt__cache_drain(struct ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir,
+                      ckpt__drain_shape *shape);
 /* The node leaders remove what crashed or failed saves left in their node's cache directory
  * (ckpt__gc: temp directories, workertemp_<r>, data files of no index). Local; call it where
  * no save is in flight on any rank. */

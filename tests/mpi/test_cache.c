@@ -16,6 +16,14 @@
  *             (after the copies and the index copies were placed): the save fails on every rank
  *             and leaves nothing of it on any node; the previous checkpoint is intact
  *   none      redundancy none: each node holds only its own files and the index
+ *   manager   a manager with a cache level: levels, drains, restores, lost nodes
+ *   reshape   a job restarted on half the ranks over the same caches (2 ranks or more): the
+ *             whole job commits ckpt-1..4 to the cache, ckpt-4's drain failing
+ *             (MPICKPT_FAULT=0:drain); the half restores (ckpt-4 from the caches when its node
+ *             holds every file of it, else the persistent ckpt-2) and saves ckpt-5..7. The drain of the
+ *             caches' ckpt-4, of another shape, is skipped with one warning naming both shapes
+ *             and never tried ("No such file" nowhere); of the same shape (per-node, one node in
+ *             both jobs) it is restored and drained. Every value right, on every rank
  */
 #define _XOPEN_SOURCE 700
 #include "mpi_check.h"
@@ -26,6 +34,7 @@
 #include "mpi_internal.h"
 #include "mpickpt.h"
 #include "state_copy.h"
+#include "logcap.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -713,6 +722,125 @@ done:
     tm_free(&m);
 }
 
+/* The reshape case (see the top): the whole job's part. */
+static void reshape_first(const char *dir, const char *pat, const char *tag)
+{
+    char what[200];
+    ckpt_saver *s = new_saver();
+    tm_model m;
+    CHECK_OK(tm_init(&m, g_size, g_rank, g_size, 0));
+    register_or_die(&m, s);
+    ckpt_manager *mg = cache_manager(s, dir, pat);
+    for (int step = 1; mg && step <= 4; step++) {
+        tm_fill(&m, step * 10);
+        ckpt_manager_save_info info = { 0, step * 10, 0, 0 };
+        char out[4400];
+        if (step == 4) /* committed to the cache, not drained */
+            setenv("MPICKPT_FAULT", "0:drain", 1);
+        snprintf(what, sizeof what, "%s: the whole job's save %d", tag, step);
+        coll(ckpt_manager_save(mg, &info, out, sizeof out), CKPT_OK, what);
+        CHECK_OK(ckpt_saver_sync(s)); /* async: its commit and drain */
+        unsetenv("MPICKPT_FAULT");
+    }
+    ckpt_manager_free(mg);
+    ckpt_saver_free(s);
+    tm_free(&m);
+}
+
+/* How many captured warnings contain `word`. */
+static int logs_count(const char *word)
+{
+    int n = 0;
+    for (int i = 0; i < g_nlogs; i++)
+        n += contains_ci(g_logs[i], word);
+    return n;
+}
+
+static void run_reshape(const char *tag)
+{
+    char dir[4200], cache[4200], pat[4300], what[300];
+    snprintf(dir, sizeof dir, "%s/reshape-%s", g_out, tag);
+    snprintf(cache, sizeof cache, "%s/rcache-%s", g_out, tag);
+    snprintf(pat, sizeof pat, "%s/%%n", cache);
+    int half = g_size / 2, k_nodes = (half + g_k - 1) / g_k;
+    /* the caches' ckpt-4 on the half's shape: per-node with as many nodes only */
+    int other = g_layout == CKPT_LAYOUT_PER_RANK || k_nodes != g_nnodes;
+    begin_case("%s: %d ranks on %d nodes, then %d ranks on %d nodes", tag, g_size, g_nnodes, half,
+               k_nodes);
+    reshape_first(dir, pat, tag);
+    MPI_Comm sub = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank < half ? 0 : MPI_UNDEFINED, g_rank, &sub);
+    if (sub != MPI_COMM_NULL) {
+        ckpt_log_set(logcap_cb, CKPT_LOG_WARN, NULL);
+        g_nlogs = 0;
+        ckpt_saver *s = NULL;
+        tm_model m;
+        CHECK_OK(tm_init(&m, half, g_rank, g_size, 0)); /* the full tensors of the whole job */
+        ckpt_manager *mg = NULL;
+        ckpt_manager_options o = CKPT_MANAGER_OPTIONS_INIT;
+        o.cache_dir = pat;
+        o.redundancy = k_nodes >= 2 ? CKPT_REDUNDANCY_PARTNER : CKPT_REDUNDANCY_NONE;
+        o.persist_every = 2;
+        o.cache_max_to_keep = 2;
+        o.max_to_keep = 2;
+        snprintf(what, sizeof what, "%s: the half's manager", tag);
+        if (coll_on(sub, ckpt_saver_create(&s, sub, NULL), CKPT_OK, what) &&
+            coll_on(sub, tm_register(&m, s), CKPT_OK, what) &&
+            coll_on(sub, ckpt_manager_create(&mg, s, dir, &o), CKPT_OK, what)) {
+            ckpt_manager_restore_result res = CKPT_MANAGER_RESTORE_RESULT_INIT;
+            tm_zero(&m);
+            snprintf(what, sizeof what, "%s: the half's restore", tag);
+            /* ckpt-4 from the caches when this node holds all of it (partner copies), else
+             * the persistent ckpt-2 */
+            if (coll_on(sub, ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
+                CHECK_MSG(res.restored && (res.step == 40 || (other && res.step == 20)),
+                          "%s: restored %d step %lld skipped %d", what, res.restored,
+                          (long long)res.step, res.skipped);
+                check_model(&m, res.step, TM_RESTORED, what);
+            }
+            for (int step = 5; step <= 7; step++) {
+                tm_fill(&m, step * 10);
+                ckpt_manager_save_info info = { 0, step * 10, 0, 0 };
+                char out[4400];
+                snprintf(what, sizeof what, "%s: the half's save %d", tag, step);
+                coll_on(sub, ckpt_manager_save(mg, &info, out, sizeof out), CKPT_OK, what);
+            }
+            CHECK_OK(ckpt_saver_sync(s));
+            snprintf(what, sizeof what, "%s: the half's restore after its saves", tag);
+            tm_zero(&m);
+            if (coll_on(sub, ckpt_manager_restore_latest(&res, mg), CKPT_OK, what)) {
+                CHECK_MSG(res.restored && res.step == 70, "%s: restored %d step %lld", what,
+                          res.restored, (long long)res.step);
+                check_model(&m, 70, TM_RESTORED, what);
+            }
+            /* what was said (the chief says it), and what the persistent directory holds */
+            snprintf(what, sizeof what, "%s: the half's warnings", tag);
+            if (g_rank == 0) {
+                CHECK_MSG(logs_count("No such file") == 0 && logs_count("drain of ckpt-4") == 0,
+                          "%s: the drain of ckpt-4 was tried: %s", what,
+                          g_nlogs ? g_logs[g_nlogs - 1] : "");
+                int said = logs_count("not drained");
+                CHECK_MSG(said == other, "%s: %d warnings of ckpt-4 not drained, want %d", what,
+                          said, other);
+                const char *const words[] = { "ckpt-4", "written by", "this job has", NULL };
+                const char *w = logs_find(words);
+                CHECK_MSG(!other || w, "%s: no warning names both shapes", what);
+                if (w)
+                    printf("  %s: %s\n", what, w);
+                CHECK_MSG(has(dir, "ckpt-4.index") == !other && has(dir, "ckpt-6.index"),
+                          "%s: the persistent directory: ckpt-4 %d (want %d), ckpt-6 %d", what,
+                          has(dir, "ckpt-4.index"), !other, has(dir, "ckpt-6.index"));
+            }
+        }
+        ckpt_manager_free(mg);
+        ckpt_saver_free(s);
+        tm_free(&m);
+        ckpt_log_set(NULL, CKPT_LOG_WARN, NULL);
+        MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv)
 {
     if (!cache_test_start(&argc, &argv, "test_cache", &g_rank, &g_size, &g_out, &g_layout, &g_k,
@@ -726,5 +854,7 @@ int main(int argc, char **argv)
     }
     run(0, 0, "none");
     run_manager("manager");
+    if (g_size >= 2)
+        run_reshape("reshape");
     return check_mpi_done("test_cache");
 }

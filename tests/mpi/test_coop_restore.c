@@ -7,11 +7,12 @@
  * 2, 3 and `size` ranks (those <= size), with MPICKPT_RESTORE_COOPERATIVE on and off: every value
  * exactly back on every rank (an N->M reshard of 'part'), the blobs of the ranks the writer had
  * (skip_missing_per_rank for the others); the bytes read from storage (rchar of /proc/self/io less
- * what TCP sockets received, summed over the restoring ranks) at most 1.25x the checkpoint's data with cooperation on, and at
- * least (m - 0.5)x 'rep' with it off on m >= 2 ranks (every rank reads 'rep': what this replaces).
- * Then a byte of 'rep' flipped in its data file: the restore fails on every rank with the same
- * checksum-mismatch message (whichever rank read it), no hang, the blobs (staged) untouched and
- * the saver's counter unchanged; the byte put back, the restore succeeds again.
+ * what TCP sockets received, summed over the restoring ranks) at most 1.25x the checkpoint's data
+ * with cooperation on, and at least (m - 0.5)x 'rep' with it off on m >= 2 ranks (every rank reads
+ * 'rep': what this replaces). Then a byte of 'rep' flipped in its data file: the restore fails on
+ * every rank with the same checksum-mismatch message (whichever rank read it), no hang, the blobs
+ * (staged) untouched and the saver's counter unchanged; the byte put back, the restore succeeds
+ * again.
  *
  * Modes for real nodes (tests/cluster/test_cluster.sh, case coop), one step per job:
  *   test_coop_restore OUTDIR save LAYOUT             every rank writes, with 3 replicated tensors
@@ -48,8 +49,8 @@
 #define CCOLS 1024
 
 static int g_rank, g_size;
-static int g_nrep = 1;    /* replicated 4 MiB tensors: 'rep', then 'rep1', ... */
-static int g_hosts = 0;   /* print each rank's bytes read and host */
+static int g_nrep = 1;  /* replicated 4 MiB tensors: 'rep', then 'rep1', ... */
+static int g_hosts = 0; /* print each rank's bytes read and host */
 static ckpt_layout g_layout = CKPT_LAYOUT_UNKNOWN;
 #define MAX_REP 3
 
@@ -220,7 +221,7 @@ static void regs_free(regs *g)
 
 #define DATA_BYTES ((uint64_t)(g_nrep - 1) * REP_N * 4 + DATA_BYTES_1)
 static const uint64_t DATA_BYTES_1 = (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 +
-                                   (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
+                                     (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
 
 /* Restores `prefix` on the first m ranks with cooperation `coop`; checks values and bytes. */
 static void restore_on(const char *prefix, int writers, int m, int coop)

@@ -28,11 +28,11 @@
 #   drain_node_rest  the same death, then the relaunch on the 2 remaining nodes only (4 ranks):
 #                 the caches' ckpt-4 and ckpt-3 are of the 6-rank job on 3 nodes, so it restores
 #                 the persistent ckpt-2 exactly (the newest on a level that survived for it)
-#   coop          the cooperative restore (tests/mpi/test_coop_restore.c, PROG: the 5th argument):
+#   coop          the cooperative restore (tests/mpi/test_coop_restore.c, PROG: the 4th argument):
 #                 6 ranks on 3 nodes save 3 replicated tensors of 4 MiB, one split by rows and one
 #                 by columns (per-node layout); restored on the 6 ranks and on 4 ranks of 2 nodes
 #                 (an N->M reshard): every value exact on every rank (the program checks), the
-#                 bytes read (rchar summed over ranks) <= 1.25x the data (the program checks), and
+#                 bytes read (rchar less TCP received, summed) <= 1.25x the data (it checks), and
 #                 per node: the replicated tensors' readers spread over the nodes as the plan
 #                 says (the least loaded node first: each node reads floor(3/nodes) to
 #                 ceil(3/nodes) of them, plus at most its share of the rest), and each node

@@ -84,11 +84,68 @@ int ckpt__save_node_leaders(ckpt_saver *s)
     return local;
 }
 
+/* Every rank's node (s->node_of) for a layout that does not split nodes (per-rank, shared), at
+ * create: the cooperative restore's chief spreads its readers over them (restore_coop.c). Nodes
+ * of MPICKPT_RANKS_PER_NODE ranks: computed, no call. Every rank on one node (the default layout
+ * found so, or one rank): left NULL, which the restore reads as one node. Otherwise
+ * MPI_Comm_split_type (shared memory), its node's lowest rank (an allreduce on the node) and an
+ * allgather of those: 3 collective calls and an agreement, once per saver. Only a failed split
+ * fails the create; a later failure leaves node_of NULL (the readers then spread by rank only). */
+int ckpt__save_node_map(ckpt_saver *s)
+{
+    if (s->size < 2 || s->one_node)
+        return CKPT_OK;
+    int *node_of = malloc((size_t)s->size * sizeof *node_of);
+    if (s->ranks_per_node > 0) {
+        for (int r = 0; node_of && r < s->size; r++)
+            node_of[r] = (int)(r / s->ranks_per_node);
+        s->node_of = node_of;
+        return CKPT_OK;
+    }
+    MPI_Comm node = MPI_COMM_NULL;
+    int local = node_of ? CKPT_OK : ckpt__error(CKPT_ENOMEM, "out of memory");
+    int mrc = MPI_Comm_split_type(s->comm, MPI_COMM_TYPE_SHARED, s->rank, MPI_INFO_NULL, &node);
+    if (mrc != MPI_SUCCESS) {
+        node = MPI_COMM_NULL;
+        if (local == CKPT_OK)
+            local = ckpt__mpi_error(mrc, "MPI_Comm_split_type (the ranks' nodes)");
+    }
+    int rc = ckpt_mpi_agree(s->comm, local);
+    if (rc != CKPT_OK) {
+        if (node != MPI_COMM_NULL)
+            MPI_Comm_free(&node);
+        free(node_of);
+        return rc;
+    }
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    int leader = s->rank, ok = 1;
+    ok &= MPI_Allreduce(&s->rank, &leader, 1, MPI_INT, MPI_MIN, node) == MPI_SUCCESS;
+    MPI_Comm_free(&node);
+    ok &= MPI_Allgather(&leader, 1, MPI_INT, node_of, 1, MPI_INT, s->comm) == MPI_SUCCESS;
+    /* every rank's leader, in place: leaders in rank order are nodes 0, 1, ...; a rank's
+     * leader is at or before it (its entry already turned into its node) */
+    int n = 0;
+    for (int r = 0; ok && r < s->size; r++) {
+        int l = node_of[r];
+        if (l < 0 || l > r)
+            ok = 0;
+        else
+            node_of[r] = l == r ? n++ : node_of[l];
+    }
+    if (!ok || n < 2) { /* n == 1: one node, as NULL says */
+        free(node_of);
+        node_of = NULL;
+    }
+    s->node_of = node_of;
+    return CKPT_OK;
+}
+
 int ckpt__save_node_init(ckpt_saver *s)
 {
     s->node_comm = s->node_async_comm = MPI_COMM_NULL;
     s->leader_comm = s->leader_async_comm = MPI_COMM_NULL;
     s->hier_merge = s->leaders_made = 0;
+    free(s->node_of); /* ckpt__save_node_map's, when the cache level comes later */
     s->node_leaders = s->node_ranks = s->node_of = NULL;
     s->node_hdrs = NULL;
     int local = CKPT_OK, mrc, leader = s->rank;

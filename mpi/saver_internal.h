@@ -89,7 +89,9 @@ struct ckpt_saver {
     MPI_Comm node_comm, node_async_comm;
     int node, nnodes, node_rank, node_size;
     int *node_leaders;  /* [nnodes] */
-    int *node_of;       /* [size]: every rank's node index (the cooperative restore's plan) */
+    int *node_of;       /* [size]: every rank's node index (the cooperative restore's plan);
+                         * other layouts: ckpt__save_node_map, NULL when all share one node */
+    int one_node;       /* the default layout found every rank on one node */
     int *node_ranks;    /* leader: [node_size] */
     int64_t *node_hdrs; /* leader: the gather of its ranks' headers (save_node.c); also the
                          * scratch of the node's gather of fragments (HD_N >= 2 per rank) */
@@ -228,6 +230,7 @@ int ckpt__save_write_shared(ckpt_saver *s, save_ctx *c);
 /* save_node.c: the nodes (at create; freed at close) and the per-node layout's write, collective
  * over the node of c->comm */
 int ckpt__save_node_init(ckpt_saver *s);
+int ckpt__save_node_map(ckpt_saver *s);
 void ckpt__save_node_free(ckpt_saver *s);
 /* the leaders' communicator (and its async twin), when it does not exist yet; collective */
 int ckpt__save_node_leaders(ckpt_saver *s);

@@ -11,24 +11,56 @@
  * case and mode; with --json one JSON line each:
  *   {"scenario":"coop_restore","case","cooperative","ranks","writers","ckpt_bytes","bytes_read",
  *    "read_over_ckpt","disk_bytes","disk_over_ckpt","restore_s","reps"}
+ *    "net_bytes"
  * (disk_bytes: the sum of read_bytes, what the block layer read: on one host the page cache
  * already shares one rank's read with the others, so this stays near 1x without cooperation;
  * rchar is what each rank asks of storage, which on a parallel file system or several nodes is
- * what travels.)
+ * what travels. Between real nodes, tests/cluster/bench_cluster.sh, Open MPI's tcp BTL reads
+ * the forwarded bytes from sockets, which rchar counts too: bytes_read is rchar less what the
+ * rank's TCP sockets received (tcpi_bytes_received), net_bytes the sum of the latter.)
  * Values are checked after every restore. Collective. */
 #include "bench.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* rchar (bytes passed by read calls) and read_bytes (bytes the block layer read for this
- * process: 0 for pages another rank's read brought into this host's page cache) */
-static void io_now(uint64_t v[2])
+/* The payload bytes this process's TCP sockets received so far (tcpi_bytes_received of each) */
+static uint64_t tcp_received(void)
+{
+    uint64_t sum = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
+            !S_ISSOCK(st.st_mode))
+            continue;
+        memset(&ti, 0, sizeof ti);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+            len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+            sum += ti.tcpi_bytes_received;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+/* rchar (bytes passed by read calls) less what TCP sockets received, read_bytes (bytes the block
+ * layer read for this process: 0 for pages another rank's read brought into this host's page
+ * cache) and what TCP sockets received */
+static void io_now(uint64_t v[3])
 {
     FILE *f = fopen("/proc/self/io", "r");
     char line[256];
@@ -42,6 +74,8 @@ static void io_now(uint64_t v[2])
     }
     if (f)
         fclose(f);
+    v[2] = tcp_received();
+    v[0] -= v[2];
 }
 
 /* Rank 0: fsync and drop from the page cache every file of checkpoint `prefix` (those named
@@ -157,7 +191,7 @@ static void run_case(const opts *o, int replicated)
     float *buf = alloc_touched((size_t)(n * COLS) * sizeof(float));
     ckpt_saver *s = make(MPI_COMM_WORLD, replicated, buf, rows, g_size, g_rank, &r0, &n);
     double t[2][MAX_REPS];
-    uint64_t bytes_read[2][2] = {{0, 0}, {0, 0}}, ckpt_bytes = 0;
+    uint64_t bytes_read[2][3] = {{0, 0, 0}, {0, 0, 0}}, ckpt_bytes = 0;
     int reps = o->reps;
     for (int i = 0; i < reps; i++)
         for (int k = 0; k < 2; k++) {
@@ -166,7 +200,7 @@ static void run_case(const opts *o, int replicated)
             memset(buf, 0, (size_t)(n * COLS) * sizeof(float));
             ckpt_bytes = drop_ckpt_cache(prefix);
             MPI_Barrier(MPI_COMM_WORLD);
-            uint64_t before[2], after[2], mine[2], sum[2];
+            uint64_t before[3], after[3], mine[3], sum[3];
             io_now(before);
             double t0 = now();
             int rc = ckpt_saver_restore(s, prefix, NULL, NULL);
@@ -174,12 +208,14 @@ static void run_case(const opts *o, int replicated)
             io_now(after);
             mine[0] = after[0] - before[0];
             mine[1] = after[1] - before[1];
+            mine[2] = after[2] - before[2];
             if (rc != CKPT_OK)
                 die("ckpt_saver_restore", rc);
             t[coop][i] = max_all(dt);
-            MPI_Allreduce(mine, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(mine, sum, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
             bytes_read[coop][0] = sum[0]; /* the same every rep */
             bytes_read[coop][1] = sum[1];
+            bytes_read[coop][2] = sum[2];
             if (!check_linear(buf, (size_t)(n * COLS), replicated ? 0 : (uint64_t)(r0 * COLS))) {
                 fprintf(stderr, "mpickpt-bench: rank %d: coop_restore %s restored wrong values\n",
                         g_rank, name);
@@ -197,17 +233,19 @@ static void run_case(const opts *o, int replicated)
         double disk = (double)bytes_read[coop][1] / (double)ckpt_bytes;
         double med = median(t[coop], reps);
         printf("%-20s %-10s coop %-3s %d->%d ranks: read %.1f MiB of a %.1f MiB checkpoint "
-               "(%.2fx; from the disk %.2fx), restore %.4f s (cold)\n",
+               "(%.2fx; from the disk %.2fx; %.1f MiB over TCP), restore %.4f s (cold)\n",
                "coop_restore", name, coop ? "on" : "off", writers, g_size,
-               (double)bytes_read[coop][0] / MiB, (double)ckpt_bytes / MiB, ratio, disk, med);
+               (double)bytes_read[coop][0] / MiB, (double)ckpt_bytes / MiB, ratio, disk,
+               (double)bytes_read[coop][2] / MiB, med);
         if (o->json)
             printf("{\"scenario\":\"coop_restore\",\"case\":\"%s\",\"cooperative\":%d,"
                    "\"ranks\":%d,\"writers\":%d,\"ckpt_bytes\":%llu,\"bytes_read\":%llu,"
                    "\"read_over_ckpt\":%.4f,\"disk_bytes\":%llu,\"disk_over_ckpt\":%.4f,"
-                   "\"restore_s\":%.6f,\"reps\":%d}\n",
+                   "\"restore_s\":%.6f,\"reps\":%d,\"net_bytes\":%llu}\n",
                    name, coop, g_size, writers, (unsigned long long)ckpt_bytes,
                    (unsigned long long)bytes_read[coop][0], ratio,
-                   (unsigned long long)bytes_read[coop][1], disk, med, reps);
+                   (unsigned long long)bytes_read[coop][1], disk, med, reps,
+                   (unsigned long long)bytes_read[coop][2]);
     }
     fflush(stdout);
 }

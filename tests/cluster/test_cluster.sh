@@ -28,6 +28,21 @@
 #   drain_node_rest  the same death, then the relaunch on the 2 remaining nodes only (4 ranks):
 #                 the caches' ckpt-4 and ckpt-3 are of the 6-rank job on 3 nodes, so it restores
 #                 the persistent ckpt-2 exactly (the newest on a level that survived for it)
+#   coop          the cooperative restore (tests/mpi/test_coop_restore.c, PROG: the 4th argument):
+#                 6 ranks on 3 nodes save 3 replicated tensors of 4 MiB, one split by rows and one
+#                 by columns (per-node layout); restored on the 6 ranks and on 4 ranks of 2 nodes
+#                 (an N->M reshard): every value exact on every rank (the program checks), the
+#                 bytes read (rchar less TCP received, summed) <= 1.25x the data (it checks), and
+#                 per node: the replicated tensors' readers spread over the nodes as the plan
+#                 says (the least loaded node first: each node reads floor(3/nodes) to
+#                 ceil(3/nodes) of them, plus at most its share of the rest), and each node
+#                 reads less than the 12 MiB of replicated data it restored exactly: the rest was
+#                 forwarded to it from another node (Open MPI's tcp BTL between namespaces). The
+#                 same restore with the per-rank layout (its saver knows the nodes too). Then a
+#                 byte of 'rep' flipped in its file: the restore fails on every rank with the
+#                 checksum message, forwarded from its reader, no hang; put back, it succeeds.
+#
+#   test_cluster.sh coop BIN_DIR OUTDIR PROG
 #
 # Exit 77 (ctest: skipped) where namespaces are not permitted. The cluster is taken down at the
 # end, whatever happens (and by the cluster_cleanup fixture after a test that was killed).
@@ -44,7 +59,7 @@ C=$here/cluster.sh
 case $case_ in
   pernode) name=cpn ;; hier) name=chm ;; partner) name=cpa ;; partner_lost) name=cpl ;;
   drain_kill) name=cdk ;; drain_node) name=cdn ;; drain_node_rest) name=cdr ;;
-  drain_node_async) name=cda ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
+  drain_node_async) name=cda ;; coop) name=cco ;; *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
 name=$name${MPICKPT_CLUSTER_TAG:-}
 "$C" down "$name"
@@ -90,6 +105,57 @@ export MPICKPT_HIER_MERGE=0
 cache=(--cache-dir /dev/shm/mpkc/ck --redundancy partner --cache-keep 3)
 
 case $case_ in
+  coop)
+    prog=$(readlink -f "${4:?usage: test_cluster.sh coop BIN_DIR OUTDIR PROG}")
+    # runp HOSTS NP ARGS...: test_coop_restore across the cluster, its output in $log
+    runp() {
+      local hosts=$1 np=$2
+      shift 2
+      echo "+ mpirun --host $hosts -np $np test_coop_restore $*" >&2
+      timeout 120 "$C" mpirun "$name" "$hosts" -np "$np" "$prog" "$out" "$@" > "$log" 2>&1
+      local rc=$?
+      grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$log" && cat "$log" >> "$out/sanitizer.log"
+      return $rc
+    }
+    # spread NODES: the bytes each node read (its ranks' rchar, from the coop_reads lines);
+    # the 3 replicated tensors of 4 MiB each have one reader, on the least loaded node first:
+    # a node reads floor(3/NODES) to ceil(3/NODES) of them plus at most the 5 MiB of the rest,
+    # and less than the 12 MiB of them it restored (what it did not read came from another node)
+    spread() {
+      awk -v n="$1" -v rep=$((4 << 20)) -v rest=$((5 << 20)) '
+        $1 == "coop_reads:" { b[$5] += $7; k++ }
+        END {
+          lo = int(3 / n) * rep; hi = int((3 + n - 1) / n) * rep + rest; bad = 0; m = 0
+          for (h in b) {
+            m++
+            printf "node %s read %.2f MiB\n", h, b[h] / 1048576
+            if (b[h] < lo || b[h] > hi || b[h] >= 3 * rep) bad = 1
+          }
+          if (m != n) { print "want " n " nodes, got " m; bad = 1 }
+          if (bad) printf "want each node within %.0f..%.0f MiB and below 12 MiB\n", lo / 1048576, hi / 1048576
+          exit bad
+        }' "$log"
+    }
+    t0=$SECONDS
+    runp 0:2,1:2,2:2 6 save per-node || fail "the save on 6 ranks failed"
+    n=$(ls "$out" | grep -c '^coop\.data-')
+    [ "$n" = 3 ] || fail "the checkpoint has $n data files, want 3 (one per node)"
+    runp 0:2,1:2,2:2 6 restore per-node 6 || fail "the restore on 6 ranks of 3 nodes failed"
+    expect '^coop_restore: 6->6 ranks, cooperative on: ' "no restore on 6 ranks"
+    grep '^coop_restore:' "$log"
+    spread 3 || fail "the readers are not spread over the 3 nodes"
+    runp 0:2,1:2 4 restore per-node 6 || fail "the restore on 4 ranks of 2 nodes failed"
+    expect '^coop_restore: 6->4 ranks, cooperative on: ' "no restore on 4 ranks"
+    grep '^coop_restore:' "$log"
+    spread 2 || fail "the readers are not spread over the 2 nodes"
+    runp 0:2,1:2,2:2 6 restore per-rank 6 || fail "the per-rank saver's restore on 6 ranks failed"
+    grep '^coop_restore:' "$log"
+    spread 3 || fail "per-rank: the readers are not spread over the 3 nodes"
+    runp 0:2,1:2,2:2 6 corrupt per-node 6 || fail "the flipped byte: the test failed"
+    expect "checksum mismatch .*\(read for it by rank [0-9]+\)" "no forwarded checksum error"
+    grep 'corrupt restore' "$log"
+    echo "coop: $((SECONDS - t0)) s of MPI runs"
+    ;;
   pernode|hier)
     [ "$case_" = hier ] && export MPICKPT_HIER_MERGE=1
     run 0:2,1:2,2:2 6 --layout per-node --epochs 1 || fail "the 6-rank run failed"
@@ -210,4 +276,8 @@ PY
   *) echo "unknown case '$case_'" >&2; exit 2 ;;
 esac
 [ -e "$out/sanitizer.log" ] && { echo "FAIL ($case_): a sanitizer report:" >&2; head -40 "$out/sanitizer.log" >&2; exit 1; }
-echo "ok: $case_ (step $(resumed_step) restored exactly on real nodes)"
+if [ "$case_" = coop ]; then
+  echo "ok: coop (exact values, each byte read once, readers spread over real nodes)"
+else
+  echo "ok: $case_ (step $(resumed_step) restored exactly on real nodes)"
+fi

@@ -6,22 +6,40 @@
  * every row), 'small' (replicated, 12 bytes) and a blob per writer. Restored on
  * 2, 3 and `size` ranks (those <= size), with MPICKPT_RESTORE_COOPERATIVE on and off: every value
  * exactly back on every rank (an N->M reshard of 'part'), the blobs of the ranks the writer had
- * (skip_missing_per_rank for the others); the bytes read from storage (rchar of /proc/self/io,
- * summed over the restoring ranks) at most 1.25x the checkpoint's data with cooperation on, and at
- * least (m - 0.5)x 'rep' with it off on m >= 2 ranks (every rank reads 'rep': what this replaces).
- * Then a byte of 'rep' flipped in its data file: the restore fails on every rank with the same
- * checksum-mismatch message (whichever rank read it), no hang, the blobs (staged) untouched and
- * the saver's counter unchanged; the byte put back, the restore succeeds again.
+ * (skip_missing_per_rank for the others); the bytes read from storage (rchar of /proc/self/io less
+ * what TCP sockets received, summed over the restoring ranks) at most 1.25x the checkpoint's data
+ * with cooperation on, and at least (m - 0.5)x 'rep' with it off on m >= 2 ranks (every rank reads
+ * 'rep': what this replaces). Then a byte of 'rep' flipped in its data file: the restore fails on
+ * every rank with the same checksum-mismatch message (whichever rank read it), no hang, the blobs
+ * (staged) untouched and the saver's counter unchanged; the byte put back, the restore succeeds
+ * again.
+ *
+ * Modes for real nodes (tests/cluster/test_cluster.sh, case coop), one step per job:
+ *   test_coop_restore OUTDIR save LAYOUT             every rank writes, with 3 replicated tensors
+ *                                                    ('rep', 'rep1', 'rep2') instead of 1
+ *   test_coop_restore OUTDIR restore LAYOUT WRITERS  restored on every rank (cooperation as
+ *                                                    MPICKPT_RESTORE_COOPERATIVE says, on by
+ *                                                    default): the same checks, and one line per
+ *                                                    rank "coop_reads: rank R host H bytes B"
+ *   test_coop_restore OUTDIR corrupt LAYOUT WRITERS  the flipped byte of 'rep', then put back
+ * LAYOUT (per-node, per-rank, shared or default) is the restoring saver's: with per-node its
+ * nodes are known and the readers spread over them.
  */
 #include "mpi_check.h"
 #include "mpickpt.h"
 
 #include "coll.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define REP_N (1 << 20) /* float32: 4 MiB */
@@ -31,10 +49,20 @@
 #define CCOLS 1024
 
 static int g_rank, g_size;
+static int g_nrep = 1;  /* replicated 4 MiB tensors: 'rep', then 'rep1', ... */
+static int g_hosts = 0; /* print each rank's bytes read and host */
+static ckpt_layout g_layout = CKPT_LAYOUT_UNKNOWN;
+#define MAX_REP 3
 
 static float rep_val(int64_t i)
 {
     return (float)i * 0.5f + 1.0f;
+}
+
+/* replicated tensor k's values ('rep' is k = 0) */
+static float repk_val(int k, int64_t i)
+{
+    return rep_val(i) + (float)(k * 3);
 }
 
 static double part_val(int64_t i, int64_t j)
@@ -61,6 +89,33 @@ static int blob_restore(const void *data, size_t len, void *payload)
     return CKPT_OK;
 }
 
+/* The payload bytes this process's TCP sockets received (tcpi_bytes_received of each): between
+ * real nodes Open MPI's tcp BTL reads the forwarded pieces with readv, which rchar counts too. */
+static uint64_t tcp_received(void)
+{
+    uint64_t sum = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        struct tcp_info ti;
+        socklen_t len = sizeof ti;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
+            !S_ISSOCK(st.st_mode))
+            continue;
+        memset(&ti, 0, sizeof ti);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+            len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+            sum += ti.tcpi_bytes_received;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+/* The bytes this process read from storage: rchar of /proc/self/io (every byte passed by a read
+ * call) less what its TCP sockets received. */
 static uint64_t rchar(void)
 {
     FILE *f = fopen("/proc/self/io", "r");
@@ -71,7 +126,7 @@ static uint64_t rchar(void)
             break;
     if (f)
         fclose(f);
-    return (uint64_t)v;
+    return (uint64_t)v - tcp_received();
 }
 
 /* the rows [*r0, *r0 + *n) of `parts` equal parts that part k of ROWS holds */
@@ -83,7 +138,7 @@ static void rows_of(int k, int parts, int64_t *r0, int64_t *n)
 }
 
 typedef struct regs {
-    float *rep;
+    float *rep, *reps[MAX_REP]; /* rep == reps[0] */
     double *part;
     float *cols;
     int64_t c0, ncols;
@@ -98,7 +153,9 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     ckpt_saver *s = NULL;
-    CHECK_OK(ckpt_saver_create(&s, comm, NULL));
+    ckpt_saver_options so = CKPT_SAVER_OPTIONS_INIT;
+    so.layout = g_layout;
+    CHECK_OK(ckpt_saver_create(&s, comm, g_layout == CKPT_LAYOUT_UNKNOWN ? NULL : &so));
     int64_t dn = REP_N, d3 = 3, dp[2] = {ROWS, COLS};
     ckpt_shape srep, ssmall, spart;
     ckpt_shape_init(&srep, 1, &dn);
@@ -109,15 +166,18 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     g->c0 = rank * g->ncols;
     if (rank == size - 1)
         g->ncols = CCOLS - g->c0;
-    g->rep = calloc(REP_N, sizeof *g->rep);
+    for (int k = 0; k < g_nrep; k++)
+        CHECK((g->reps[k] = calloc(REP_N, sizeof *g->rep)) != NULL);
+    g->rep = g->reps[0];
     g->part = calloc((size_t)(g->nrows * COLS), sizeof *g->part);
     g->cols = calloc((size_t)(CROWS * g->ncols), sizeof *g->cols);
     CHECK(g->rep && g->part && g->cols);
     for (int64_t i = 0; write && i < CROWS; i++)
         for (int64_t j = 0; j < g->ncols; j++)
             g->cols[i * g->ncols + j] = cols_val(i, g->c0 + j);
-    for (int64_t i = 0; write && i < REP_N; i++)
-        g->rep[i] = rep_val(i);
+    for (int k = 0; k < g_nrep; k++)
+        for (int64_t i = 0; write && i < REP_N; i++)
+            g->reps[k][i] = repk_val(k, i);
     for (int64_t i = 0; write && i < g->nrows; i++)
         for (int64_t j = 0; j < COLS; j++)
             g->part[i * COLS + j] = part_val(g->r0 + i, j);
@@ -130,6 +190,12 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     sl.count[0] = g->nrows;
     CHECK_OK(
         ckpt_saver_add_replicated(s, "rep", CKPT_FLOAT32, &srep, g->rep, CKPT_REPLICA_PRIMARY));
+    for (int k = 1; k < g_nrep; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "rep%d", k);
+        CHECK_OK(ckpt_saver_add_replicated(s, name, CKPT_FLOAT32, &srep, g->reps[k],
+                                           CKPT_REPLICA_PRIMARY));
+    }
     CHECK_OK(
         ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small, CKPT_REPLICA_PRIMARY));
     CHECK_OK(ckpt_saver_add_slice(s, "part", CKPT_FLOAT64, &spart, &sl, g->part));
@@ -147,13 +213,15 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
 
 static void regs_free(regs *g)
 {
-    free(g->rep);
+    for (int k = 0; k < g_nrep; k++)
+        free(g->reps[k]);
     free(g->part);
     free(g->cols);
 }
 
-static const uint64_t DATA_BYTES = (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 +
-                                   (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
+#define DATA_BYTES ((uint64_t)(g_nrep - 1) * REP_N * 4 + DATA_BYTES_1)
+static const uint64_t DATA_BYTES_1 = (uint64_t)REP_N * 4 + (uint64_t)ROWS * COLS * 8 +
+                                     (uint64_t)CROWS * CCOLS * 4 + 12 + 4 * sizeof(int);
 
 /* Restores `prefix` on the first m ranks with cooperation `coop`; checks values and bytes. */
 static void restore_on(const char *prefix, int writers, int m, int coop)
@@ -175,8 +243,9 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         CHECK(coll_on(comm, rc, CKPT_OK, "restore"));
         MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
         int bad = 0;
-        for (int64_t i = 0; i < REP_N; i++)
-            bad += g.rep[i] != rep_val(i);
+        for (int k = 0; k < g_nrep; k++)
+            for (int64_t i = 0; i < REP_N; i++)
+                bad += g.reps[k][i] != repk_val(k, i);
         for (int64_t i = 0; i < g.nrows; i++)
             for (int64_t j = 0; j < COLS; j++)
                 bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
@@ -188,6 +257,18 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         int rank = comm_rank(comm);
         bad += g.blob != (rank < writers ? 100 + rank : -1);
         CHECK_MSG(bad == 0, "rank %d: %d values wrong", g_rank, bad);
+        if (g_hosts) { /* each rank's bytes read and host, in rank order */
+            char host[64] = "", *hosts = rank == 0 ? malloc((size_t)m * 64) : NULL;
+            uint64_t *each = rank == 0 ? malloc((size_t)m * sizeof *each) : NULL;
+            gethostname(host, sizeof host - 1);
+            MPI_Gather(host, 64, MPI_CHAR, hosts, 64, MPI_CHAR, 0, comm);
+            MPI_Gather(&mine, 1, MPI_UINT64_T, each, 1, MPI_UINT64_T, 0, comm);
+            for (int r = 0; rank == 0 && r < m; r++)
+                printf("coop_reads: rank %d host %s bytes %llu\n", r, hosts + (size_t)r * 64,
+                       (unsigned long long)each[r]);
+            free(hosts);
+            free(each);
+        }
         double ratio = (double)sum / (double)DATA_BYTES;
         if (rank == 0)
             printf("coop_restore: %d->%d ranks, cooperative %s: %llu bytes read, %.3fx the "
@@ -285,15 +366,45 @@ static void corrupt_case(const char *prefix, int writers)
 int main(int argc, char **argv)
 {
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
-    if (argc < 2) {
+    const char *mode = argc >= 3 ? argv[2] : "all";
+    int mwriters = argc >= 5 ? atoi(argv[4]) : g_size;
+    if (argc >= 4 && strcmp(argv[3], "default")) {
+        g_layout = !strcmp(argv[3], "per-node")   ? CKPT_LAYOUT_PER_NODE
+                   : !strcmp(argv[3], "per-rank") ? CKPT_LAYOUT_PER_RANK
+                   : !strcmp(argv[3], "shared")   ? CKPT_LAYOUT_SHARED
+                                                  : (ckpt_layout)-1;
+    }
+    if (argc < 2 || (strcmp(mode, "all") && argc < 4) || (int)g_layout == -1 ||
+        (strcmp(mode, "all") && strcmp(mode, "save") && strcmp(mode, "restore") &&
+         strcmp(mode, "corrupt")) ||
+        mwriters < 1) {
         if (g_rank == 0)
-            fprintf(stderr, "usage: test_coop_restore OUTDIR\n");
+            fprintf(stderr, "usage: test_coop_restore OUTDIR [save LAYOUT | restore LAYOUT "
+                            "WRITERS | corrupt LAYOUT WRITERS]\n");
         MPI_Finalize();
         return 2;
     }
     char prefix[3100];
     make_dir(argv[1]);
     snprintf(prefix, sizeof prefix, "%s/coop", argv[1]);
+    if (strcmp(mode, "all")) { /* one step of the cluster test */
+        g_nrep = MAX_REP;
+        g_hosts = 1;
+        if (!strcmp(mode, "save")) {
+            check_case(1, "write on %d ranks", g_size);
+            regs g;
+            ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 1);
+            CHECK(coll_on(MPI_COMM_WORLD, ckpt_saver_write(s, prefix, NULL), CKPT_OK, "write"));
+            ckpt_saver_free(s);
+            regs_free(&g);
+        } else if (!strcmp(mode, "restore")) {
+            const char *e = getenv("MPICKPT_RESTORE_COOPERATIVE");
+            restore_on(prefix, mwriters, g_size, !e || strcmp(e, "0"));
+        } else {
+            corrupt_case(prefix, mwriters);
+        }
+        return check_mpi_done("test_coop_restore");
+    }
     int writers = g_size < 4 ? g_size : 4;
     check_case(1, "write on %d ranks", writers);
     MPI_Comm wcomm;

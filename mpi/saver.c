@@ -278,18 +278,10 @@ int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_saver_options 
             return rc;
         }
     }
-    /* The per-node layout's nodes, once (and the writer thread's duplicate of its own). */
-    if (s->layout == CKPT_LAYOUT_PER_NODE && (rc = ckpt__save_node_init(s)) != CKPT_OK) {
-        if (s->async_comm != MPI_COMM_NULL)
-            MPI_Comm_free(&s->async_comm);
-        MPI_Comm_free(&s->comm);
-        pthread_mutex_destroy(&s->lock);
-        pthread_cond_destroy(&s->cond);
-        free(s);
-        return rc;
-    }
-    /* Other layouts: every rank's node all the same, for the cooperative restore's readers */
-    if (s->layout != CKPT_LAYOUT_PER_NODE && (rc = ckpt__save_node_map(s)) != CKPT_OK) {
+    /* The per-node layout's nodes, once (and the writer thread's duplicate of its own); other
+     * layouts: only every rank's node, for the cooperative restore's readers */
+    rc = s->layout == CKPT_LAYOUT_PER_NODE ? ckpt__save_node_init(s) : ckpt__save_node_map(s);
+    if (rc != CKPT_OK) {
         if (s->async_comm != MPI_COMM_NULL)
             MPI_Comm_free(&s->async_comm);
         MPI_Comm_free(&s->comm);

@@ -20,11 +20,9 @@
  * rank's TCP sockets received (tcpi_bytes_received), net_bytes the sum of the latter.)
  * Values are checked after every restore. Collective. */
 #include "bench.h"
+#include "tcp_received.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <linux/tcp.h>
-#include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,30 +30,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* The payload bytes this process's TCP sockets received so far (tcpi_bytes_received of each) */
-static uint64_t tcp_received(void)
-{
-    uint64_t sum = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name);
-        struct stat st;
-        struct tcp_info ti;
-        socklen_t len = sizeof ti;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
-            !S_ISSOCK(st.st_mode))
-            continue;
-        memset(&ti, 0, sizeof ti);
-        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-            len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-            sum += ti.tcpi_bytes_received;
-    }
-    if (d)
-        closedir(d);
-    return sum;
-}
 
 /* rchar (bytes passed by read calls) less what TCP sockets received, read_bytes (bytes the block
  * layer read for this process: 0 for pages another rank's read brought into this host's page
@@ -74,7 +48,7 @@ static void io_now(uint64_t v[3])
     }
     if (f)
         fclose(f);
-    v[2] = tcp_received();
+    v[2] = ckpt_bench_tcp_received();
     v[0] -= v[2];
 }
 

@@ -29,11 +29,9 @@
 #include "mpickpt.h"
 
 #include "coll.h"
+#include "tcp_received.h" /* mpi/bench/: the bench's own measure */
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <linux/tcp.h>
-#include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,31 +87,6 @@ static int blob_restore(const void *data, size_t len, void *payload)
     return CKPT_OK;
 }
 
-/* The payload bytes this process's TCP sockets received (tcpi_bytes_received of each): between
- * real nodes Open MPI's tcp BTL reads the forwarded pieces with readv, which rchar counts too. */
-static uint64_t tcp_received(void)
-{
-    uint64_t sum = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        int fd = atoi(e->d_name);
-        struct stat st;
-        struct tcp_info ti;
-        socklen_t len = sizeof ti;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
-            !S_ISSOCK(st.st_mode))
-            continue;
-        memset(&ti, 0, sizeof ti);
-        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-            len >= offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
-            sum += ti.tcpi_bytes_received;
-    }
-    if (d)
-        closedir(d);
-    return sum;
-}
-
 /* The bytes this process read from storage: rchar of /proc/self/io (every byte passed by a read
  * call) less what its TCP sockets received. */
 static uint64_t rchar(void)
@@ -126,7 +99,7 @@ static uint64_t rchar(void)
             break;
     if (f)
         fclose(f);
-    return (uint64_t)v - tcp_received();
+    return (uint64_t)v - ckpt_bench_tcp_received();
 }
 
 /* the rows [*r0, *r0 + *n) of `parts` equal parts that part k of ROWS holds */

@@ -601,3 +601,17 @@ void ckpt__h5_abandon(hid_t file)
         H5Fclose(file);
     H5Eclear2(H5E_DEFAULT);
 }
+
+int ckpt__h5_close_written(int rc, hid_t file, int rank, const char *name)
+{
+    if (rc != CKPT_OK)
+        ckpt__h5_detach_file(file);
+    errno = 0;
+    if (H5Fclose(file) < 0) {
+        if (rc == CKPT_OK)
+            rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
+                                rank, name);
+        ckpt__h5_abandon(file); /* else HDF5 keeps it and fails at exit */
+    }
+    return rc;
+}

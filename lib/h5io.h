@@ -108,4 +108,11 @@ int ckpt__h5_detach_file(hid_t file);
  * the close made again; HDF5's error stack is cleared. Call it after the error was reported. */
 void ckpt__h5_abandon(hid_t file);
 
+/* The close of a sec2 file this rank wrote, whose save is `rc` so far: after a failure HDF5's
+ * descriptor is moved off the disk first (ckpt__h5_detach_file), so that the close can neither
+ * fail nor leave HDF5 unable to exit; a close that fails after a success is CKPT_ENOSPC (full
+ * disk) or CKPT_EIO naming rank `rank` and `name`, and the file is abandoned (ckpt__h5_abandon).
+ * Returns the save's status. */
+int ckpt__h5_close_written(int rc, hid_t file, int rank, const char *name);
+
 #endif

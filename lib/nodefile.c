@@ -238,15 +238,7 @@ int ckpt__nodefile_create(ckpt__nodefile *out, Mpickpt__Fragment *const *lists, 
     /* The metadata flush at close gets the pad's room back; after a failure HDF5's descriptor is
      * moved off the disk first (as in ckpt__shard_write). */
     ckpt__pad_release(tempfd, n->pad_name, pad);
-    if (rc != CKPT_OK)
-        ckpt__h5_detach_file(file);
-    errno = 0;
-    if (H5Fclose(file) < 0) {
-        if (rc == CKPT_OK)
-            rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
-                                me, n->my_file);
-        ckpt__h5_abandon(file); /* else HDF5 keeps it and fails at exit */
-    }
+    rc = ckpt__h5_close_written(rc, file, me, n->my_file);
     struct stat st;
     if (rc == CKPT_OK && fstat(fd, &st) != 0)
         rc = ckpt__errno(errno, "stat", n->my_file);

@@ -261,15 +261,7 @@ int ckpt__shard_write(ckpt__record *rec, const ckpt__shard_input *in, ckpt__shar
     /* The flush at close gets the pad's room back; after a failure HDF5's descriptor is moved off
      * the disk first, so that the close can neither fail nor leave HDF5 unable to exit. */
     ckpt__pad_release(tempfd, n->pad_name, pad);
-    if (rc != CKPT_OK)
-        ckpt__h5_detach_file(file);
-    errno = 0;
-    if (H5Fclose(file) < 0) {
-        if (rc == CKPT_OK)
-            rc = ckpt__h5_error(errno == ENOSPC ? CKPT_ENOSPC : CKPT_EIO, "rank %d: close %s",
-                                in->rank, n->my_file);
-        ckpt__h5_abandon(file); /* else HDF5 keeps it and fails at exit */
-    }
+    rc = ckpt__h5_close_written(rc, file, in->rank, n->my_file);
     uint64_t size = 0;
     if (rc == CKPT_OK && !(rc = ckpt__fsync_fd(fd, n->my_file)) &&
         !(rc = ckpt__fd_size(&size, fd, n->my_file)))

@@ -1,6 +1,6 @@
 /*
- * The drain of a checkpoint from the cache level to the persistent directory (docs/levels.md;
- * the node cache target's `drain`, target.h), with the save protocol's commit: the chief makes its in-flight directory <name>.<id>_temp there
+ * The drain of a checkpoint from the cache level to the persistent directory (docs/levels.md),
+ * with the save protocol's commit: the chief makes its in-flight directory <name>.<id>_temp there
  * (a vote), every owner copies the data files it owns from its node's cache directory into its
  * own in-flight directory (per-rank: rank r its <name>.data-r-of-N in workertemp_<r>.<id>;
  * per-node: the node's leader its node's file) and fsyncs them, then moves them into place with
@@ -17,6 +17,7 @@
  * from its node's copy of the index before anything is made, and the first vote carries that to
  * every rank (no collective of its own); an index it cannot read leaves the drain to fail on it
  * as before.
+ * This is the node cache target's `drain` (target.h: ckpt__target_cache).
  */
 #include "saver_internal.h"
 

@@ -11,8 +11,8 @@
  * The save's operations do not agree: each returns this rank's status (or none), and the
  * protocol's votes carry a failure to every rank. An operation that moves bytes between ranks
  * (copies, fetch) takes part in every transfer whatever `local` says, so the messages always
- * match. The restore's `open_restore` and `fetch` agree where they are collective (the node cache), and
- * are no collective at all where they have nothing to do (the persistent directory).
+ * match. The restore's `open_restore` and `fetch` agree where they are collective (the node
+ * cache), and are no collective at all where they have nothing to do (the persistent directory).
  * An operation a target does not have is NULL (said at each).
  */
 #ifndef MPICKPT_TARGET_H
@@ -42,7 +42,7 @@ typedef struct ckpt__target_ops {
     const char *what;
     /* each rank's directory is its node's: a save is named by its checkpoint's name, not a path */
     int node_local;
-    /* open_restore, the restore's names: `prefix` (size bytes, the chief's, adopted by every rank) becomes this rank's prefix
+    /* names: `prefix` (size bytes, the chief's, adopted by every rank) becomes this rank's prefix
      * of the save. Local: this rank's status. */
     int (*place)(struct ckpt_saver *s, char *prefix, size_t size);
     /* reserve: whether the save's bytes are reserved up front (besides MPICKPT_RESERVE). Local. */

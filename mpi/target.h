@@ -1,8 +1,9 @@
 /*
  * Storage targets: where a save writes and a restore reads (docs/architecture.md "Storage
  * targets"). The save protocol (save_protocol.c) and the restore (restore.c) call these operations
- * and never ask which target they use; a target is chosen once when the save is prepared or the
- * restore starts (ckpt__target_of) and kept in the save's context or the restore's run.
+ * and never ask which target they use; a target is chosen once when the save is prepared
+ * (ckpt__target_of) or by the restore's entry point, and kept in the save's context or the
+ * restore's run.
  *   ckpt__target_persistent  the persistent directory (target_dir.c)
  *   ckpt__target_cache       the node cache: each rank's directory is its node's cache directory,
  *                            partner copies and index copies (save_levels.c, docs/levels.md); its

@@ -6,7 +6,8 @@
  *   ckpt__cache_lock         each node leader's lock of its node's cache directory
  *   ckpt__cache_reopen       a node's cache directory made again when it was wiped
  *   ckpt__cache_gc, ckpt__cache_sweep  the leftovers of failed saves, the checkpoints the cache
- *                            no longer keeps, removed by the node leaders (the manager calls them)
+ *                            no longer keeps, removed by the node leaders: the node cache
+ *                            target's gc and sweep (target.h; the manager calls them)
  *   ckpt__saver_has_cache, ckpt__saver_cache_dir, ckpt__saver_cache_shown, ckpt__cache_dirfd
  *                            the manager's and the restore's view of the directory
  */

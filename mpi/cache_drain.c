@@ -17,6 +17,7 @@
  * from its node's copy of the index before anything is made, and the first vote carries that to
  * every rank (no collective of its own); an index it cannot read leaves the drain to fail on it
  * as before.
+ * This is the node cache target's `drain` (target.h: ckpt__target_cache).
  */
 #include "saver_internal.h"
 

@@ -227,9 +227,9 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_c
                        s->rank, (unsigned long long)len);
 }
 
-/* The chief's own share (the cache level: its reads, like every rank's, decide what it fetches
- * from other nodes), replacing its reader of the whole index. */
-static int own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
+/* The chief's own share (the node cache's fetch, restore_cache.c: its reads, like every rank's,
+ * decide what it fetches from other nodes), replacing its reader of the whole index. */
+int ckpt__restore_own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r)
 {
     Mpickpt__Fragment w = MPICKPT__FRAGMENT__INIT;
     ckpt__share *sh = NULL;
@@ -266,11 +266,11 @@ typedef struct staged {
 /* One restore's state, from phase to phase. */
 typedef struct restore_run {
     ckpt_saver *s;
-    int cache;
+    const ckpt__target_ops *target; /* where the checkpoint is (target.h) */
     int compare;            /* names compared before any data is read (options version 2) */
     ckpt_restore_options o; /* the caller's, as of their version */
-    char prefix[4096];      /* the chief's (the cache level: in this rank's node's cache) */
-    char base[4096];        /* the cache level: the checkpoint's name */
+    char prefix[4096];      /* the chief's (the node cache: in this rank's node's cache) */
+    char name[4096];        /* what messages call it (the node cache: the checkpoint's name) */
     double t0, t1;          /* the summary line's phases (save_summary.c) */
     uint64_t ckpt_bytes;    /* the chief: the checkpoint's size */
     ckpt_reader *r;
@@ -278,31 +278,23 @@ typedef struct restore_run {
     ckpt__names nc; /* the chief's comparison of names */
     ckpt_name_list *lmiss, *lunexp;
     int mismatch;
-    int fetched; /* the cache level: pieces other nodes hold, fetched (restore_cache.c) */
+    int fetched; /* what the target's fetch holds, for its fetch_done */
     staged *st;
     size_t nst;
     double own[2], phase[2]; /* this rank's phases; the slowest rank's of each */
     int slowest[2];
 } restore_run;
 
-/* The prefix, the chief's on every rank; the cache level: the name in this rank's node's cache
- * directory, as the node cache names a save (its storage target's `place`, save_levels.c: a
- * plain file name, the directory of a wiped node made again), then what a lost or wiped node
- * lacks, copied back from the nodes that hold it. Collective. */
+/* The prefix, the chief's on every rank, then as the target names it (its open_restore: the node
+ * cache's, restore_cache.c, puts it in this rank's node's cache directory and rebuilds what a lost
+ * or wiped node lacks). Collective. */
 static int restore_name(restore_run *x, const char *prefix_arg)
 {
     ckpt_saver *s = x->s;
     int rc = ckpt__save_bcast_prefix(s, prefix_arg, x->prefix, sizeof x->prefix, NULL, NULL);
-    if (rc != CKPT_OK || !x->cache)
+    if (rc != CKPT_OK)
         return rc;
-    int st = CKPT_OK;
-    if (!s->cache.on) /* place's own message would name a save */
-        st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
-    else if ((st = ckpt__path(x->base, sizeof x->base, "%s", x->prefix)) == CKPT_OK)
-        st = ckpt__target_of(1)->place(s, x->prefix, sizeof x->prefix);
-    if ((rc = ckpt_mpi_agree(s->comm, st)) != CKPT_OK)
-        return rc;
-    return ckpt__cache_rebuild(s, x->base);
+    return x->target->open_restore(s, x->prefix, sizeof x->prefix, x->name, sizeof x->name);
 }
 
 /* The caller's options as of their version; the lists it asks for NULL until handed out. */
@@ -340,10 +332,11 @@ static int open_index(restore_run *x)
         ckpt__error_set_reason(ckpt__error(local, "no checkpoint at %s (%s does not exist)",
                                            x->prefix, ipath),
                                CKPT_REASON_NO_CHECKPOINT);
+    /* a node-local target's data files are on their nodes (its open_restore checked them) */
     if (local == CKPT_OK)
         local = ckpt__reader_open_payload(&x->r, x->prefix, payload, plen,
-                                          x->cache ? CKPT__READER_CHECK_INDEX
-                                                   : CKPT__READER_CHECK_ALL);
+                                          x->target->node_local ? CKPT__READER_CHECK_INDEX
+                                                                : CKPT__READER_CHECK_ALL);
     if (local == CKPT_OK)
         x->ckpt_bytes = ckpt__index_bytes(ckpt__reader_index(x->r));
     free(file);
@@ -372,7 +365,7 @@ static int pack_wants(const restore_run *x, uint8_t **wbuf, size_t *wlen)
 static int coop_decide(restore_run *x, int local, int **zeros)
 {
     ckpt_saver *s = x->s;
-    if (s->rank != 0 || x->cache || s->size <= 1 || local != CKPT_OK)
+    if (s->rank != 0 || x->target->node_local || s->size <= 1 || local != CKPT_OK)
         return local;
     int on = 1;
     local = ckpt__env_bool(&on, "MPICKPT_RESTORE_COOPERATIVE", 1);
@@ -434,17 +427,6 @@ static int exchange_shares(restore_run *x, int *local)
     free(all);
     free(offs);
     return CKPT_OK;
-}
-
-/* The cache level: the chief's own share (its reads, like every rank's, decide what it fetches),
- * then the pieces other nodes hold, fetched (restore_cache.c), and an agreement. Collective. */
-static int fetch_cached(restore_run *x, int local)
-{
-    ckpt_saver *s = x->s;
-    if (s->rank == 0 && local == CKPT_OK)
-        local = own_share(s, x->prefix, &x->r);
-    local = ckpt__cache_fetch(s, x->r, x->base, local, &x->fetched);
-    return ckpt_mpi_agree(s->comm, local); /* a holder's failure, in its own words */
 }
 
 /* The cooperative restore: the chief's reads go by its own share (without what it is
@@ -638,7 +620,7 @@ static void restored(restore_run *x, ckpt_restore_info *info)
 static void restore_done(restore_run *x, int hand)
 {
     ckpt_reader_free(x->r);
-    ckpt__cache_fetch_done(x->s, x->fetched);
+    x->target->fetch_done(x->s, x->fetched);
     if (hand && x->compare && x->o.missing && x->lmiss)
         *x->o.missing = x->lmiss;
     else
@@ -649,21 +631,22 @@ static void restore_done(restore_run *x, int hand)
         ckpt_name_list_free(x->lunexp);
 }
 
-static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__target_ops *target,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable);
 
 int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
                        ckpt_restore_info *info)
 {
-    return restore_impl(s, prefix_arg, 0, opts, info, NULL);
+    return restore_impl(s, prefix_arg, &ckpt__target_persistent, opts, info, NULL);
 }
 
 int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restore_options *opts,
                               ckpt_restore_info *info, int *unavailable)
 {
     int dummy;
-    return restore_impl(s, name, 1, opts, info, unavailable ? unavailable : &dummy);
+    return restore_impl(s, name, &ckpt__target_cache, opts, info,
+                        unavailable ? unavailable : &dummy);
 }
 
 /*
@@ -672,11 +655,12 @@ int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restor
  * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
  * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
  * the broadcast of the names' comparison (strict restores: its header, then the names).
- * `unavailable` (the cache level): set to 1 when the restore failed before reading what was
+ * `target` names, rebuilds and fetches (target.h; the node cache's add their collectives).
+ * `unavailable` (may be NULL): set to 1 when the restore failed before reading what was
  * registered (the copy could not be made whole, read or fetched), 0 otherwise — a registration
  * that does not match the checkpoint is then told apart from a cache that lost it.
  */
-static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__target_ops *target,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable)
 {
@@ -690,7 +674,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     restore_run x;
     memset(&x, 0, sizeof x);
     x.s = s;
-    x.cache = cache;
+    x.target = target;
     x.fetched = -1;
     x.t0 = ckpt__mono_seconds();
     int rc = restore_name(&x, prefix_arg);
@@ -705,15 +689,14 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, int cache,
     if (x.compare) /* the lists to every rank */
         local = ckpt__names_share(s, local, &x.nc, x.o.strict, &x.lmiss, &x.lunexp,
                                   &x.mismatch);
-    if (cache) {
-        if ((local = fetch_cached(&x, local)) != CKPT_OK) {
-            restore_done(&x, 0);
-            return local;
-        }
-        *unavailable = 0; /* from here on, the copy is whole: failures are the registration's */
+    if ((rc = target->fetch(s, &x.r, x.prefix, x.name, &local, &x.fetched)) != CKPT_OK) {
+        restore_done(&x, 0);
+        return rc;
     }
+    if (unavailable) /* from here on, the copy is whole: failures are the registration's */
+        *unavailable = 0;
     if (x.mismatch && local == CKPT_OK) /* before any data is read; every rank has the lists */
-        local = ckpt__names_mismatch_error(cache ? x.base : x.prefix, x.lmiss, x.lunexp);
+        local = ckpt__names_mismatch_error(x.name, x.lmiss, x.lunexp);
     x.t1 = ckpt__mono_seconds();
     local = coop_phase(&x, local);
     local = read_all(&x, local);

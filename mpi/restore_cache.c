@@ -13,9 +13,13 @@
  * every fetched byte as it checks a local read. Every rank takes part whatever its status, so the
  * messages match: each rank allocates and reads everything first, then every pair agrees (one
  * all-to-all of statuses) whether its bytes travel; a rank that failed sends and receives
- * nothing, its requesters write nothing, and the caller's agreement right after carries the
- * failing rank's own message. Memory: a rank holds the bytes it fetches and the bytes it was
- * asked for at once (docs/levels.md).
+ * nothing, its requesters write nothing, and the agreement right after carries the failing
+ * rank's own message. Memory: a rank holds the bytes it fetches and the bytes it was asked for at
+ * once (docs/levels.md).
+ * This is the node cache's restore side as a storage target (target.h, ckpt__target_cache):
+ * open_restore (ckpt__cache_restore_open: the checkpoint's name in the node's cache directory,
+ * then the rebuild, cache_rebuild.c), fetch (ckpt__cache_fetch: the chief's own share, the
+ * fetch, the agreement) and fetch_done (ckpt__cache_fetch_done).
  */
 #include "saver_internal.h"
 
@@ -68,7 +72,7 @@ static int holder(const ckpt_saver *s, int per_node, int k)
     return per_node ? s->node_leaders[k] : k;
 }
 
-/* One fetch (ckpt__cache_fetch): the arrays of `size` entries are per peer rank d. */
+/* One fetch (fetch_pieces): the arrays of `size` entries are per peer rank d. */
 typedef struct fetch {
     ckpt_saver *s;
     const char *base;
@@ -390,7 +394,9 @@ static int write_fetched(fetch *f, ckpt_reader *r, int local, int *scratch_fd)
     return local;
 }
 
-int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local, int *scratch_fd)
+/* The pieces of r's share that other nodes hold, fetched (above). This rank's status. */
+static int fetch_pieces(ckpt_saver *s, ckpt_reader *r, const char *base, int local,
+                        int *scratch_fd)
 {
     *scratch_fd = -1;
     const Mpickpt__Index *idx = local == CKPT_OK ? ckpt__reader_index(r) : NULL;
@@ -409,6 +415,19 @@ int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local
     return rc != CKPT_OK ? rc : local;
 }
 
+/* The node cache's fetch (target.h): the chief's own share (its reads, like every rank's, decide
+ * what it fetches from other nodes), then the pieces other nodes hold, fetched, and an
+ * agreement: a holder's failure, in its own words. */
+int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader **r, const char *prefix, const char *name,
+                      int *local, int *scratch_fd)
+{
+    int st = *local;
+    if (s->rank == 0 && st == CKPT_OK)
+        st = ckpt__restore_own_share(s, prefix, r);
+    st = fetch_pieces(s, *r, name, st, scratch_fd);
+    return *local = ckpt_mpi_agree(s->comm, st);
+}
+
 void ckpt__cache_fetch_done(const ckpt_saver *s, int dirfd)
 {
     if (dirfd < 0)
@@ -417,4 +436,21 @@ void ckpt__cache_fetch_done(const ckpt_saver *s, int dirfd)
     snprintf(scratch, sizeof scratch, "fetch_%d", s->rank);
     ckpt__rmtree_at(dirfd, scratch, s->cache.dir);
     ckpt__close(dirfd);
+}
+
+/* The node cache's names of a restore (target.h): the checkpoint's name in this rank's node's
+ * cache directory, as the node cache names a save (its `place`, save_levels.c: a plain file
+ * name, the directory of a wiped node made again), agreed; then what a lost or wiped node lacks,
+ * copied back from the nodes that hold it (cache_rebuild.c). Collective. */
+int ckpt__cache_restore_open(ckpt_saver *s, char *prefix, size_t size, char *name, size_t nsize)
+{
+    int st = CKPT_OK;
+    if (!s->cache.on) /* place's own message would name a save */
+        st = ckpt__error(CKPT_EINVAL, "a restore from the cache level without a cache");
+    else if ((st = ckpt__path(name, nsize, "%s", prefix)) == CKPT_OK)
+        st = ckpt__target_cache.place(s, prefix, size);
+    int rc = ckpt_mpi_agree(s->comm, st);
+    if (rc != CKPT_OK)
+        return rc;
+    return ckpt__cache_rebuild(s, name);
 }

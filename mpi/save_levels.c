@@ -17,6 +17,9 @@
  *   cache_undo     a save that is not committed: the partner copies and the index copy this rank
  *                  placed are removed
  *   cache_commit   the directory commit (target_dir.c) of the index the copies hold
+ * and, in other modules of the cache level: the restore's open_restore and fetch (restore_cache.c,
+ * with the rebuild of cache_rebuild.c), the gc and the sweep (cache_dir.c), the drain to the
+ * persistent directory (cache_drain.c).
  * None of these agrees: a failure stays in the failing rank's status and reaches every rank at the
  * save's pre-commit vote, and every rank takes part in every transfer whatever its status, so the
  * messages always match. ckpt__cache_recv_file is the rebuild's receive too (cache_rebuild.c).
@@ -383,4 +386,10 @@ const ckpt__target_ops ckpt__target_cache = {
     .undo = cache_undo,
     .commit = ckpt__target_commit_index, /* stamped by cache_copies */
     .metrics_open = cache_metrics_open,
+    .open_restore = ckpt__cache_restore_open, /* restore_cache.c, cache_rebuild.c */
+    .fetch = ckpt__cache_fetch,               /* restore_cache.c */
+    .fetch_done = ckpt__cache_fetch_done,
+    .gc = ckpt__cache_gc,       /* cache_dir.c */
+    .sweep = ckpt__cache_sweep, /* cache_dir.c */
+    .drain = ckpt__cache_drain, /* cache_drain.c */
 };

@@ -12,7 +12,8 @@
  *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting
  *   restore.c        the collective restore: the share exchange and the restore's phases;
  *                    restore_names.c strict restores' comparison of names, restore_coop.c the
- *                    cooperative restore, restore_cache.c the cache level's fetch
+ *                    cooperative restore, restore_cache.c the node cache's restore side
+ *                    (open_restore, fetch: target.h)
  * The MPI-free phases are in lib/: plan.c (registrations, sharding), shard.c (a rank's data
  * file, packing, reservation), nodefile.c (a node's data file), record.c (what was written, as a fragment), commit.c, paths.c.
  */
@@ -252,12 +253,18 @@ int ckpt__cache_recv_file(ckpt_saver *s, MPI_Comm comm, int src, int tag, int di
                           const char *name, uint64_t bytes, uint8_t *buf, uint64_t chunk,
                           int *local, const char *what);
 
-/* restore_cache.c: the pieces of this rank's share that other nodes hold, fetched into its scratch
- * directory for reader `r` (see there); *scratch_fd for ckpt__cache_fetch_done() to remove it.
- * Collective over s->comm whatever `local` says. */
-int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader *r, const char *base, int local,
-                      int *scratch_fd);
+/* restore_cache.c: the node cache's restore side (ckpt__target_cache's open_restore, fetch and
+ * fetch_done, target.h): the checkpoint named in this node's cache directory and rebuilt; the
+ * pieces of this rank's share that other nodes hold, fetched into its scratch directory for
+ * reader *r (see there); *scratch_fd for ckpt__cache_fetch_done() to remove it. Collective over
+ * s->comm whatever `local` says. */
+int ckpt__cache_restore_open(ckpt_saver *s, char *prefix, size_t size, char *name, size_t nsize);
+int ckpt__cache_fetch(ckpt_saver *s, ckpt_reader **r, const char *prefix, const char *name,
+                      int *local, int *scratch_fd);
 void ckpt__cache_fetch_done(const ckpt_saver *s, int dirfd);
+/* restore.c: the chief's own share of the index (its wants), replacing its reader *r of the
+ * whole index (opened on `prefix`). Local. */
+int ckpt__restore_own_share(ckpt_saver *s, const char *prefix, ckpt_reader **r);
 /* cache_rebuild.c: checkpoint `name` in the cache made whole again before a restore (see there).
  * Collective over s->comm. */
 int ckpt__cache_rebuild(ckpt_saver *s, const char *name);

@@ -7,6 +7,11 @@
  *   setup     the cache's refusals: partner redundancy on one node (or one failure group), a
  *             pattern without %n on simulated nodes, an unknown % sequence — each the same error
  *             on every rank
+ *   targets   the storage targets' operations (mpi/target.h): the node cache's restore, drain,
+ *             sweep and gc are its table's, the persistent directory has none of the upkeep; on
+ *             a saver without a cache level a restore from the cache and a drain are refused
+ *             with the same error on every rank (the restore "unavailable"), sweep and gc do
+ *             nothing
  *   partner   a save to the cache with partner copies: on every node the index (the same bytes on
  *             every node), its own data files, and its partner's copies of the files of the node it
  *             protects, byte for byte — nothing else; every file on exactly two nodes, in different
@@ -35,6 +40,7 @@
 #include "mpickpt.h"
 #include "state_copy.h"
 #include "logcap.h"
+#include "target.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -275,6 +281,41 @@ static void test_setup(void)
     snprintf(pat, sizeof pat, "%s/cache-setup/%%n-%%r", g_out);
     coll(ckpt__saver_cache_init(s, pat, CKPT__REDUNDANCY_NONE, NULL, CACHE_TEST_ID, NULL),
          CKPT_EINVAL, "an unknown % sequence");
+    ckpt_saver_free(s);
+}
+
+/* The two storage targets' tables, and the node cache's operations on a saver without a cache
+ * level (refused alike on every rank, or nothing done). */
+static void test_targets(void)
+{
+    begin_case("storage targets: the operations, and without a cache level");
+    const ckpt__target_ops *p = ckpt__target_of(0), *c = ckpt__target_of(1);
+    CHECK(p == &ckpt__target_persistent && c == &ckpt__target_cache);
+    CHECK(!p->node_local && c->node_local);
+    for (int i = 0; i < 2; i++) { /* the save's and the restore's: every target has them */
+        const ckpt__target_ops *t = i ? c : p;
+        CHECK(t->place && t->reserves && t->copies && t->undo && t->commit && t->metrics_open);
+        CHECK(t->open_restore && t->fetch && t->fetch_done);
+    }
+    CHECK(!p->gc && !p->sweep && !p->drain); /* the manager's, or the drain's destination */
+    CHECK(c->gc == ckpt__cache_gc && c->sweep == ckpt__cache_sweep &&
+          c->drain == ckpt__cache_drain);
+    ckpt_saver *s = new_saver();
+    int unavailable = -1;
+    if (coll(ckpt__saver_restore_cache(s, "ck-1", NULL, NULL, &unavailable), CKPT_EINVAL,
+             "a restore from the cache without a cache level"))
+        CHECK_MSG(strstr(g_msg, "a restore from the cache level without a cache") != NULL,
+                  "message: %s", g_msg);
+    CHECK_MSG(unavailable == 1, "unavailable %d, want 1", unavailable);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/targets-persistent", g_out);
+    ckpt__drain_shape shape = { .other = -1 };
+    if (coll(ckpt__cache_drain(s, MPI_COMM_WORLD, "ck-1", dir, &shape), CKPT_EINVAL,
+             "a drain without a cache level"))
+        CHECK_MSG(strstr(g_msg, "a drain without a cache level") != NULL, "message: %s", g_msg);
+    CHECK_MSG(shape.other == 0, "drain: shape.other %d, want 0", shape.other);
+    coll(c->sweep(s, MPI_COMM_WORLD, "ck", NULL, 0), CKPT_OK, "a sweep without a cache level");
+    coll(ckpt_mpi_agree(MPI_COMM_WORLD, c->gc(s)), CKPT_OK, "a gc without a cache level");
     ckpt_saver_free(s);
 }
 
@@ -848,6 +889,7 @@ int main(int argc, char **argv)
         return 2;
     make_dir(g_out);
     test_setup();
+    test_targets();
     if (g_nnodes >= 2) { /* one node: refused in test_setup */
         run(1, 0, "partner");
         run(1, 1, "racks");

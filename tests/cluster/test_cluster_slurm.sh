@@ -66,9 +66,8 @@ fail() {
   exit 1
 }
 # A process of the job that crashed: the stack of its crashing thread from its core, and the
-# kernel's line. Rank 0 of a requeued run died of SIGSEGV at address 0 right at its start, twice
-# in ~15 runs on a loaded machine; Open MPI's report of a call through a NULL pointer shows no
-# stack (it stops at the signal frame), gdb on the core does (docs/testing-faults.md).
+# kernel's line. Open MPI's own report of a call through a NULL pointer shows no stack (it stops
+# at the signal frame); gdb on the core does (docs/testing-faults.md, "A crash inside MPI_Init").
 crash_report() {
   local c exe found=0
   for c in "$out"/core*; do
@@ -226,8 +225,8 @@ if [ "$mode" = relaunch ]; then
   init_crashes
   k=$((2 + crashes))
   grep -q "^mpickpt-run: run $k of 4 (MPICKPT_RUN_ATTEMPT=$k): srun --mpi=pmix -n 6 -N 3 --exclude=${name}n1 " "$log" ||
-    fail "run 2 was not srun without node 1"
-  # the first run's newest checkpoint, and what run 2 resumed from (the cache, rebuilt)
+    fail "run $k was not srun without node 1"
+  # the newest checkpoint before run k, and what run k resumed from (the cache, rebuilt)
   step=$(sed "/MPICKPT_RUN_ATTEMPT=$k/q" "$log" |
          sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\1/p' | tail -1)
   grep -Eq "host ${name}n3\] info: node 2: [0-9]+ files of ckpt-[0-9]+ rebuilt" "$log" ||

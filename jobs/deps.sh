@@ -21,7 +21,8 @@ BUILD_PKGS=(libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools protobuf-c
 # PyTorch (CPU) for the Python examples, jobs/train_torch.py and the python tests
 PYTHON_PKGS=(python3-torch)
 TEST_PKGS=(python3-h5py clang libclang-rt-14-dev fio "${PYTHON_PKGS[@]}")
-SLURM_PKGS=(slurmctld slurmd slurm-client munge)
+# gdb: the stacks of crashed ranks' cores in the cluster Slurm test (tests/cluster/)
+SLURM_PKGS=(slurmctld slurmd slurm-client munge gdb)
 
 what=${1:-build}
 case "$what" in

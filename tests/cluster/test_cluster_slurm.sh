@@ -11,10 +11,14 @@
 # and its /dev/shm with it). Slurm marks the node down and requeues the job (NODE_FAIL); a
 # replacement node 1 joins (a fresh /dev/shm, a new slurmd); the job's second run (Slurm's
 # SLURM_RESTART_COUNT=1) resumes from the newest checkpoint, node 1's files rebuilt from its
-# partner's copies, checks every value and finishes: COMPLETED, exit code 0.
+# partner's copies, checks every value and finishes: COMPLETED, exit code 0. mpickpt-run may
+# relaunch a run once (--max-runs 2), and only after the one crash known here that is not the
+# project's: a rank killed by SIGSEGV inside MPI_Init (Open MPI's startup race, below); any other
+# crash, or a relaunch without that crash, fails the test.
 #
 # relaunch: 4 nodes, `sbatch --no-kill -N 4 -n 8 --ntasks-per-node 2` (the allocation survives a node's
-# loss), mpickpt-run --nodes 3 -n 6: the job runs on nodes 0-2, node 3 is a spare. Node 1 dies
+# loss), mpickpt-run --nodes 3 -n 6 --max-runs 4 (one run more for Open MPI's startup race, as
+# above): the job runs on nodes 0-2, node 3 is a spare. Node 1 dies
 # mid-job; the step fails; mpickpt-run finds node 1 down (sinfo) and relaunches inside the
 # allocation on nodes 0, 2 and 3 (srun -N 3 --exclude=<node 1>), no requeue, no replacement: the
 # cache's newest checkpoint is rebuilt (node 1's files from their partner copies onto the spare,
@@ -57,17 +61,68 @@ fail() {
   echo "FAIL: $*" >&2
   echo "--- job output ($log):" >&2; tail -40 "$log" >&2 2>/dev/null
   echo "--- slurmctld:" >&2; tail -15 "$sd/log/slurmctld.log" >&2 2>/dev/null
-  # a rank that crashed left a core in the job's directory (ulimit below): its stack
-  for c in "$out"/core*; do
-    [ -f "$c" ] && command -v gdb >/dev/null || continue
-    echo "--- backtrace of $c:" >&2
-    gdb -batch -nx -ex 'bt 30' "$bin/mpickpt-demo" "$c" 2>&1 | grep -v '^\[New LWP' | tail -40 >&2
-  done
+  echo "--- slurmd of ${name}n0:" >&2; tail -15 "$sd/log/slurmd-${name}n0.log" >&2 2>/dev/null
+  crash_report >&2
   exit 1
 }
-# Cores of crashed ranks (Slurm propagates the limit to the job's tasks) for fail()'s backtrace:
-# rank 0 of a requeued run died of SIGSEGV at address 0 right at its start, twice in ~15 runs on
-# a loaded machine, with no stack in Open MPI's report (docs/status.md).
+# A process of the job that crashed: the stack of its crashing thread from its core, and the
+# kernel's line. Open MPI's own report of a call through a NULL pointer shows no stack (it stops
+# at the signal frame); gdb on the core does (docs/testing-faults.md, "A crash inside MPI_Init").
+crash_report() {
+  local c exe found=0
+  for c in "$out"/core*; do
+    [ -f "$c" ] || continue
+    found=1
+    exe=$(file -b "$c" 2>/dev/null | sed -n "s/.*execfn: '\([^']*\)'.*/\1/p")
+    [ -x "$exe" ] || exe=$bin/mpickpt-demo
+    echo "--- core $c of $exe:"
+    command -v gdb >/dev/null || { echo "(gdb is not installed: no stack)"; continue; }
+    gdb -batch -nx -ex 'info threads' -ex 'bt 30' "$exe" "$c" 2>&1 |
+      grep -v '^\[New LWP\|^warning: \(Unexpected size\|Can.t open file\)\|^$' | tail -60
+    init_crash "$c" && echo "(Open MPI's startup race, not the project's: docs/testing-faults.md," \
+      "\"A crash inside MPI_Init\")"
+  done
+  if [ $found = 0 ] && grep -Eq 'Segmentation fault|signal 11|Process received signal' "$log" 2>/dev/null; then
+    echo "--- a process crashed but left no core in $out (core_pattern" \
+      "'$(cat /proc/sys/kernel/core_pattern 2>/dev/null)', ulimit -c $(ulimit -c))"
+  fi
+  # the kernel's "segfault at ADDR ip IP sp SP" lines since this test started (when readable)
+  dmesg 2>/dev/null | awk -v t0="$t0" '/segfault at|traps:/ { t = $0; sub(/^\[ */, "", t);
+    if (t + 0 >= t0) print "kernel: " $0 }'
+}
+# 0 when core $1 is the one crash known here that is not the project's (docs/testing-faults.md,
+# "A crash inside MPI_Init"): a call through a NULL pointer (frame 0 at address 0) made by Open
+# MPI's TCP BTL inside MPI_Init, no frame of the library's. Rank 0, still in MPI_Init's modex fence
+# (its PML had registered no receive callback yet), was handed an MPI message of a rank that had
+# already left MPI_Init; Open MPI 4.1.4, PMIx 4.2, Slurm 22.05 mpi/pmix_v4, on a loaded machine.
+init_crash() {
+  command -v gdb >/dev/null || return 1
+  gdb -batch -nx -ex 'bt 16' "$bin/mpickpt-demo" "$1" 2>/dev/null | awk '
+    /^#0 +0x0+ in \?\? \(\)/ { nil = 1 }
+    /^#1 .* from .*mca_btl_tcp\.so/ { tcp = 1 }
+    / in ompi_mpi_init \(/ { init = 1 }
+    / in ckpt_/ { ours = 1 }
+    END { exit !(nil && tcp && init && !ours) }'
+}
+# Runs that died of SIGSEGV (srun's status 139) and that mpickpt-run relaunched: each must have
+# died of that crash (every core left in $out has its stack); their number in $crashes. The test
+# goes on with every value still checked.
+init_crashes() {
+  local c
+  crashes=$(grep -c '^mpickpt-run: run [0-9]*: srun exited with status 139$' "$log")
+  if [ "$crashes" -gt 0 ]; then
+    ls "$out"/core* >/dev/null 2>&1 || fail "a run died of SIGSEGV and left no core to tell why"
+    for c in "$out"/core*; do
+      init_crash "$c" || fail "a run died of SIGSEGV, not of Open MPI's startup race"
+    done
+    echo "note: $crashes run(s) died inside MPI_Init (Open MPI's startup race," \
+      "docs/testing-faults.md) and mpickpt-run relaunched them"
+  fi
+}
+t0=$(cut -d' ' -f1 /proc/uptime)
+# Cores of crashed processes: the job runs in $out (sbatch --chdir below: nsenter into a node's
+# mount namespace starts in /), where the kernel's usual core_pattern `core` puts them, and Slurm
+# propagates the limit to the job's tasks, requeued runs included.
 ulimit -c unlimited 2>/dev/null || true
 on() { "$C" exec "$name" 0 "$@"; } # Slurm's commands, from node 0 (the controller's network)
 wait_for() { # TIMEOUT-S WHAT COMMAND...
@@ -136,11 +191,11 @@ wait_for 60 "$nodes idle nodes" all_idle
 dir=$out/ckpt
 export OMPI_MCA_mpi_yield_when_idle=1 MPICKPT_RUN=$bin/mpickpt-run
 if [ "$mode" = requeue ]; then
-  alloc=(-N 3 -n 6) runopts=()
+  alloc=(-N 3 -n 6) runopts=(--max-runs 2)
 else
-  alloc=(--no-kill -N 4 -n 8 --ntasks-per-node 2) runopts=(--nodes 3 -n 6 --max-runs 3)
+  alloc=(--no-kill -N 4 -n 8 --ntasks-per-node 2) runopts=(--nodes 3 -n 6 --max-runs 4)
 fi
-job=$(cd "$out" && on sbatch --parsable "${alloc[@]}" -o "$log" "$src/jobs/slurm/mpickpt-run.sbatch" \
+job=$(on sbatch --parsable --chdir "$out" "${alloc[@]}" -o "$log" "$src/jobs/slurm/mpickpt-run.sbatch" \
   --dir "$dir" "${runopts[@]}" -- "$bin/mpickpt-demo" --dir "$dir" --mb 1 --epochs 2 --steps-per-epoch 10 \
   --ckpt-every 2 --step-sleep 300 --cache-dir /dev/shm/mpkc/ck --redundancy partner \
   --persist-every 100 --cache-keep 3) || fail "sbatch"
@@ -166,10 +221,13 @@ if [ "$mode" = relaunch ]; then
   [ "$(job_field Restarts)" = 0 ] || fail "the job was requeued (Restarts=$(job_field Restarts))"
   grep -q "^mpickpt-run: node(s) ${name}n1 of the allocation down (${name}n1=[a-z_*+]*): relaunching on 3 of the 3 node(s) still up (srun -N 3 --exclude=${name}n1)\$" "$log" ||
     fail "mpickpt-run did not relaunch without node 1"
-  grep -q "^mpickpt-run: run 2 of 3 (MPICKPT_RUN_ATTEMPT=2): srun --mpi=pmix -n 6 -N 3 --exclude=${name}n1 " "$log" ||
-    fail "run 2 was not srun without node 1"
-  # the first run's newest checkpoint, and what run 2 resumed from (the cache, rebuilt)
-  step=$(sed '/MPICKPT_RUN_ATTEMPT=2/q' "$log" |
+  # run k excludes node 1: run 2, or 3 after a run that died inside MPI_Init (init_crashes)
+  init_crashes
+  k=$((2 + crashes))
+  grep -q "^mpickpt-run: run $k of 4 (MPICKPT_RUN_ATTEMPT=$k): srun --mpi=pmix -n 6 -N 3 --exclude=${name}n1 " "$log" ||
+    fail "run $k was not srun without node 1"
+  # the newest checkpoint before run k, and what run k resumed from (the cache, rebuilt)
+  step=$(sed "/MPICKPT_RUN_ATTEMPT=$k/q" "$log" |
          sed -n 's/^checkpoint prefix=.* epoch=[0-9]* step=\([0-9]*\) .*/\1/p' | tail -1)
   grep -Eq "host ${name}n3\] info: node 2: [0-9]+ files of ckpt-[0-9]+ rebuilt" "$log" ||
     fail "the spare node's cache (the job's node 2) not rebuilt"
@@ -210,4 +268,8 @@ grep -Eq "^verified every restored value at step $got: .* of ranks 0-5\$" "$log"
   fail "restored values not verified"
 step=$got
 grep -q '^done epoch=1 step=20$' "$log" || fail "the second run did not finish"
+# a relaunch (--max-runs 2) only after a run that died inside MPI_Init (init_crashes)
+init_crashes
+[ "$(grep -c '^mpickpt-run: run 2 of 2 ' "$log")" = "$crashes" ] ||
+  fail "mpickpt-run relaunched a run that did not die inside MPI_Init"
 echo "ok: node 1 lost under Slurm; requeued, resumed at step $step on a replacement node, exactly"

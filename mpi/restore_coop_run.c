@@ -109,6 +109,12 @@ static int parse_items(ckpt__coop *c, size_t nraw)
         it->chunk = chunk_of(it->bytes, it->rows);
         it->nchunks = (it->bytes + it->chunk - 1) / it->chunk;
         it->ti = it->j = (size_t)-1;
+        int has_reader = 0;
+        for (int m = 0; m < it->n; m++)
+            has_reader |= (int)it->members[COOP_MEMBER * m] == it->reader;
+        if (!has_reader)
+            return ckpt__error(CKPT_ECORRUPT, "the cooperative restore's list names a reader "
+                                              "outside its piece's ranks");
         if (it->chunk > c->buf_size)
             c->buf_size = it->chunk;
         if (it->n > c->maxn)

@@ -453,9 +453,11 @@ static int fetch_cached(restore_run *x, int local)
 
 /* The cooperative restore: the chief's reads go by its own share (without what it is
  * forwarded); the pieces several ranks read are read once and forwarded. Every rank with a list
- * takes part whatever its status (MPICKPT_FAULT "<rank>:coop" fails it as if the index of its
- * list could not be opened): no agreement before the transfers, the vote after the reads
- * carries every failure. Point-to-point only. */
+ * takes part whatever its status: one that failed before (or at MPICKPT_FAULT "<rank>:coop", as
+ * if the index of its list could not be opened) reads and copies nothing — as a plain restore's
+ * reads, which a failed rank skips — and sends its failure where it is a piece's reader. No
+ * agreement before the transfers: the vote after the reads carries every failure.
+ * Point-to-point only. */
 static int coop_phase(restore_run *x, int local)
 {
     ckpt_saver *s = x->s;
@@ -474,8 +476,9 @@ static int coop_phase(restore_run *x, int local)
     cc->own = NULL;
     if (cc->active && cc->list) {
         ckpt__coop *co = NULL;
+        /* a rank that failed opens no index: it reads and copies nothing, and passes on */
         int st = ckpt__coop_open(&co, x->prefix, cc->list, cc->list_len,
-                                 ckpt__fault(s->rank, "coop"));
+                                 local != CKPT_OK ? local : ckpt__fault(s->rank, "coop"));
         if (st != CKPT_OK && local == CKPT_OK)
             local = st;
         if (co && (st = ckpt__coop_run(s, co)) != CKPT_OK && local == CKPT_OK)

@@ -397,10 +397,9 @@ static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
     wait_sends(x, 1 - cur);
 }
 
-/* The status sent to this position's children (every one). */
+/* The status sent to this position's children (every one; their chunks' sends are done). */
 static void send_status(xfer *x, const coop_status *st)
 {
-    send_kids(x, 0, UINT64_MAX, NULL, 0); /* no chunk matches: clears half 0 */
     MPI_Request *rq = x->c->reqs;
     int nr = 0;
     for (int k = 0; k < x->nkids; k++)
@@ -419,13 +418,20 @@ static int run_reader(xfer *x)
     memset(&st, 0, sizeof st);
     uint64_t delivered = 0;
     void *bufs[2] = {c->buf[0], c->buf[1]};
+    /* a rank that failed (c->fail) sends its failure, its message unchanged */
+    int local = (int)c->fail.code;
     int rc = c->r ? ckpt__reader_piece_stream(c->r, it->ti, it->j, bufs, it->chunk, send_chunk, x,
                                               &delivered)
-                  : ckpt__error((int)c->fail.code, "%s", c->fail.msg);
+                  : local;
     wait_sends(x, 0);
     wait_sends(x, 1);
-    int local = CKPT_OK;
-    if (rc != CKPT_OK) {
+    if (!c->r) {
+        st = c->fail;
+        for (uint64_t q = 0; q < it->nchunks; q++) {
+            send_kids(x, 0, q, c->buf[0], chunk_len(it, q));
+            wait_sends(x, 0);
+        }
+    } else if (rc != CKPT_OK) {
         const ckpt_error *e = ckpt_error_last();
         st.code = rc;
         snprintf(st.msg, sizeof st.msg, "%s", e && e->message ? e->message : "");
@@ -451,7 +457,9 @@ static int run_receiver(xfer *x)
 {
     ckpt__coop *c = x->c;
     const coop_item *it = x->it;
-    int from = c->rank_at[c->parent[x->me]], local = CKPT_OK, rank = x->s->rank;
+    /* a rank that failed (c->fail) raises no error of its own: its message stays the one the
+     * vote reports */
+    int from = c->rank_at[c->parent[x->me]], local = (int)c->fail.code, rank = x->s->rank;
     uint64_t lo = c->qlo[x->me], hi = c->qhi[x->me];
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     if (lo < hi && MPI_Irecv(c->buf[lo % 2], (int)chunk_len(it, lo), MPI_BYTE, from, TAG_COOP,

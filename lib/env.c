@@ -125,10 +125,13 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
      * as a drain to the persistent directory starts (mpi/cache_drain.c); "fetch": a rank as
      * if its buffers for a cache restore's fetch could not be allocated (mpi/restore_cache.c);
      * "rebuild": a node leader as if it could not map the files it sends in a rebuild
-     * (mpi/cache_rebuild.c); no effect where they do not run */
-    static const char *const steps[] = { "plan", "write",      "agree",   "merge", "commit",
-                                         "node", "node-merge", "partner", "drain", "fetch",
-                                         "rebuild" };
+     * (mpi/cache_rebuild.c); "share": a restoring rank (not the chief) as if its share of the
+     * index could not be held, "coop": a rank as if the index of its list of forwarded pieces
+     * could not be opened (the cooperative restore, mpi/restore.c); no effect where they do not
+     * run */
+    static const char *const steps[] = { "plan",    "write", "agree",   "merge", "commit",
+                                         "node",    "node-merge", "partner", "drain", "fetch",
+                                         "rebuild", "share", "coop" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;
@@ -159,7 +162,7 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
         return ckpt__error(CKPT_EINVAL,
                            "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
                            "among plan, write, agree, merge, commit, node, node-merge, partner, drain, "
-                           "fetch, rebuild",
+                           "fetch, rebuild, share, coop",
                            spec);
     *target = (int)t;
     *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;

@@ -82,6 +82,7 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
     }
     if (local == CKPT_OK)
         local = ckpt__coop_plan(ckpt__reader_index(r), size, w, cc->node_of, &plan);
+    int planned = local;
     for (int dst = 1; dst < size; dst++) {
         int64_t head[4] = { local, 0, 0, 0 };
         if (local == CKPT_OK) {
@@ -104,10 +105,12 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
     if (local == CKPT_OK) { /* the chief's own, opened once the names are compared */
         cc->own = plan.share[0];
         cc->own_len = plan.share_len[0];
+        plan.share[0] = NULL;
+    }
+    if (planned == CKPT_OK) { /* its list: it takes part like every rank sent `active` */
         cc->list = plan.coop[0];
         cc->list_len = plan.coop_len[0];
         cc->active = plan.active;
-        plan.share[0] = NULL;
         plan.coop[0] = NULL;
     }
     ckpt__coop_shares_free(&plan);
@@ -189,7 +192,9 @@ static void recv_sink(ckpt_saver *s, uint64_t len)
 }
 
 /* A non-chief rank's side: its share of the index, opened as a reader (the chief validated the
- * whole index and checked its data files). */
+ * whole index and checked its data files), and its list of forwarded pieces: received whatever
+ * became of the share (MPICKPT_FAULT "<rank>:share" fails as if the share could not be held),
+ * for the rank takes part in the transfers all the same (restore_coop_run.c). */
 static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_ctx *cc)
 {
     int64_t head[4];
@@ -199,32 +204,31 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_c
     if (head[0] != CKPT_OK) /* the agreement after the reads carries the chief's message */
         return ckpt__error((int)head[0], "rank %d: the chief could not send its share of the "
                                          "index", s->rank);
-    uint64_t len = (uint64_t)head[1];
-    uint8_t *bytes = malloc(len ? (size_t)len : 1);
+    uint64_t len = (uint64_t)head[1], clen = (uint64_t)head[2];
     cc->active = head[3] != 0;
+    int rc = ckpt__fault(s->rank, "share");
+    uint8_t *bytes = rc == CKPT_OK ? malloc(len ? (size_t)len : 1) : NULL;
     if (bytes) {
-        int rc = recv_open(s, prefix, r, bytes, len);
-        /* the list of forwarded pieces: received even after a failure (the chief sends it) */
-        uint64_t clen = (uint64_t)head[2];
-        if (clen && !(cc->list = malloc((size_t)clen)))
-            rc = rc != CKPT_OK ? rc : ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
-        if (clen && cc->list) {
-            int rc2 = ckpt__recv_bytes(s->comm, 0, TAG_SHARE, cc->list, clen, s->chunk);
-            cc->list_len = (size_t)clen;
-            if (rc == CKPT_OK)
-                rc = rc2;
-        } else if (clen) {
-            recv_sink(s, clen);
-        }
-        return rc;
+        rc = recv_open(s, prefix, r, bytes, len);
+    } else {
+        /* Received even when it cannot be held (one chunk at a time into a sink): the chief's
+         * sends must complete for everybody to reach the vote that reports this. */
+        recv_sink(s, len);
+        if (rc == CKPT_OK)
+            rc = ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its share of the index (%llu "
+                                          "bytes)", s->rank, (unsigned long long)len);
     }
-    /* Received even when it cannot be held (one chunk at a time into a sink): the chief's sends
-     * must complete for everybody to reach the agreement that reports this. */
-    recv_sink(s, len);
-    if (head[2])
-        recv_sink(s, (uint64_t)head[2]);
-    return ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its share of the index (%llu bytes)",
-                       s->rank, (unsigned long long)len);
+    if (clen && (cc->list = malloc((size_t)clen))) {
+        int rc2 = ckpt__recv_bytes(s->comm, 0, TAG_SHARE, cc->list, clen, s->chunk);
+        cc->list_len = (size_t)clen;
+        if (rc == CKPT_OK)
+            rc = rc2;
+    } else if (clen) { /* this rank cannot take part: its peers would wait (the one hang left) */
+        recv_sink(s, clen);
+        if (rc == CKPT_OK)
+            rc = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+    }
+    return rc;
 }
 
 /* The chief's own share (the node cache's fetch, restore_cache.c: its reads, like every rank's,
@@ -430,9 +434,12 @@ static int exchange_shares(restore_run *x, int *local)
 }
 
 /* The cooperative restore: the chief's reads go by its own share (without what it is
- * forwarded); the pieces several ranks read are read once and forwarded, after an agreement
- * that every rank has its list (a rank without it could not take part). Collective when some
- * rank forwards a piece. */
+ * forwarded); the pieces several ranks read are read once and forwarded. Every rank with a list
+ * takes part whatever its status: one that failed before (or at MPICKPT_FAULT "<rank>:coop", as
+ * if the index of its list could not be opened) reads and copies nothing — as a plain restore's
+ * reads, which a failed rank skips — and sends its failure where it is a piece's reader. No
+ * agreement before the transfers: the vote after the reads carries every failure.
+ * Point-to-point only. */
 static int coop_phase(restore_run *x, int local)
 {
     ckpt_saver *s = x->s;
@@ -449,13 +456,15 @@ static int coop_phase(restore_run *x, int local)
     }
     free(cc->own);
     cc->own = NULL;
-    if (cc->active) {
+    if (cc->active && cc->list) {
         ckpt__coop *co = NULL;
-        if (local == CKPT_OK && cc->list)
-            local = ckpt__coop_open(&co, x->prefix, cc->list, cc->list_len);
-        local = ckpt_mpi_agree(s->comm, local);
-        if (local == CKPT_OK && co)
-            local = ckpt__coop_run(s, co);
+        /* a rank that failed opens no index: it reads and copies nothing, and passes on */
+        int st = ckpt__coop_open(&co, x->prefix, cc->list, cc->list_len,
+                                 local != CKPT_OK ? local : ckpt__fault(s->rank, "coop"));
+        if (st != CKPT_OK && local == CKPT_OK)
+            local = st;
+        if (co && (st = ckpt__coop_run(s, co)) != CKPT_OK && local == CKPT_OK)
+            local = st;
         ckpt__coop_free(co);
     }
     free(cc->list);

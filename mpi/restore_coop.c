@@ -10,18 +10,9 @@
  * only those pieces (the same wire format as a share) and per piece {id, reader, members...}.
  * MPICKPT_RESTORE_COOPERATIVE=0 turns it off (every rank reads all it needs, as before).
  *
- * Every rank (ckpt__coop_run) handles its pieces in increasing id, the same order everywhere, so
- * the piece with the smallest id not yet done always has all its ranks at it: no deadlock. The
- * reader reads a piece once, chunk by chunk (whole rows, about COOP_CHUNK bytes, into two buffers
- * in turn), with the CRC-32C of lib/reader.c running over it, copies each chunk into its own
- * registrations and sends it (MPI_Isend, tag TAG_COOP on the saver's communicator) to the ranks
- * whose rows it holds — or, for a group of COOP_TREE_MIN ranks or more, every chunk down a
- * binomial tree whose ranks pass it on while the next arrives; then a status (down the same
- * paths): the CRC's verdict or the read's error, with its message. A reader that fails still
- * sends every chunk (what its buffer holds) and the status, so a receiver never waits forever;
- * the receiver takes the reader's error as its own (the restore's agreement then fails on every
- * rank with it). A receiver copies each chunk into its registrations as it would have copied its
- * own read.
+ * The list's items: per piece COOP_ITEM_HEAD values {id, reader, members, bytes, rows} then per
+ * member COOP_MEMBER {rank, first row, end row, node} (restore_coop.h): a rank takes part in the
+ * transfers (restore_coop_run.c) from these alone, without the index that comes with them.
  */
 #include "saver_internal.h"
 
@@ -33,11 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TAG_COOP 0x6d73
-/* a piece wanted by this many ranks or more goes down a binomial tree (pipelined by chunk), every
- * chunk to every rank of the group; below, from its reader to each rank, the chunks it needs */
-#define COOP_TREE_MIN 8
-#define COOP_CHUNK ((uint64_t)8 << 20)
 /* a piece whose rows are longer than this is read by every rank that wants it */
 #define COOP_MAX_ROW ((uint64_t)256 << 20)
 
@@ -64,6 +50,7 @@ typedef struct plan_ctx {
     size_t npairs, cap;
     int32_t *group_of; /* [pieces] */
     group *groups;
+    const int *node_of;
     int rank;       /* the rank being listed or packed */
     int64_t *items; /* the items of the rank being packed */
     size_t nitems, icap;
@@ -166,12 +153,17 @@ static int coop_cb(void *arg, size_t ti, size_t j, int eligible, const ckpt_slic
     if (gi < 0 || !member(c, &c->groups[gi], c->rank))
         return 0;
     const group *g = &c->groups[gi];
-    if (c->rc == CKPT_OK && items_push(c, (int64_t)pid) == CKPT_OK &&
-        items_push(c, g->reader) == CKPT_OK && items_push(c, (int64_t)g->n) == CKPT_OK)
-        for (size_t k = 0; k < g->n && c->rc == CKPT_OK; k++)
-            if (items_push(c, c->pairs[g->first + k].rank) == CKPT_OK &&
-                items_push(c, c->pairs[g->first + k].lo) == CKPT_OK)
-                items_push(c, c->pairs[g->first + k].hi);
+    const Mpickpt__Piece *p = c->idx->tensors[ti]->pieces[j];
+    int64_t head[COOP_ITEM_HEAD] = {(int64_t)pid, g->reader, (int64_t)g->n, (int64_t)p->bytes,
+                                    p->count[0]};
+    for (int k = 0; k < COOP_ITEM_HEAD && c->rc == CKPT_OK; k++)
+        items_push(c, head[k]);
+    for (size_t k = 0; k < g->n && c->rc == CKPT_OK; k++) {
+        const pair *m = &c->pairs[g->first + k];
+        int64_t mem[COOP_MEMBER] = {m->rank, m->lo, m->hi, c->node_of[m->rank]};
+        for (int q = 0; q < COOP_MEMBER && c->rc == CKPT_OK; q++)
+            items_push(c, mem[q]);
+    }
     return 1;
 }
 
@@ -189,6 +181,7 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
     memset(out, 0, sizeof *out);
     plan_ctx c = {0};
     c.idx = idx;
+    c.node_of = node_of;
     c.rc = CKPT_OK;
     ckpt__share *sh = NULL;
     uint64_t *base = calloc(idx->n_tensors ? idx->n_tensors : 1, sizeof *base);
@@ -360,404 +353,3 @@ void ckpt__coop_shares_free(ckpt__coop_shares *o)
     memset(o, 0, sizeof *o);
 }
 
-/* ---- every rank's part --------------------------------------------------------------------- */
-
-typedef struct coop_item {
-    int64_t pid;
-    size_t ti, j; /* in the coop reader's index */
-    int reader;
-    int n;
-    const int64_t *members; /* n x {rank, first row, end row} (of the piece's rows) */
-} coop_item;
-
-struct ckpt__coop {
-    ckpt_reader *r;
-    coop_item *items;
-    size_t n;
-    int64_t *raw; /* the items' bytes (members point into it) */
-    uint8_t *buf[2];
-    uint64_t buf_size;
-};
-
-static int cmp_item(const void *a, const void *b)
-{
-    const coop_item *x = a, *y = b;
-    return (x->pid > y->pid) - (x->pid < y->pid);
-}
-
-/* The chunk of piece p: whole rows, about COOP_CHUNK bytes. */
-static uint64_t chunk_of(const Mpickpt__Piece *p)
-{
-    uint64_t row = p->bytes / (uint64_t)p->count[0];
-    if (row == 0)
-        return COOP_CHUNK;
-    uint64_t rows = COOP_CHUNK / row;
-    return (rows ? rows : 1) * row;
-}
-
-int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, size_t len)
-{
-    *out = NULL;
-    ckpt__coop *c = calloc(1, sizeof *c);
-    if (!c)
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
-    uint64_t clen = 0;
-    int rc = CKPT_OK;
-    if (len < 8 || (memcpy(&clen, bytes, 8), clen > len - 8) || (len - 8 - clen) % 8) {
-        rc = ckpt__error(CKPT_ECORRUPT, "the cooperative restore's list is cut short");
-        goto fail;
-    }
-    if ((rc = ckpt__reader_open_payload(&c->r, prefix, bytes + 8, (size_t)clen, 0)) != CKPT_OK)
-        goto fail;
-    size_t nraw = (len - 8 - (size_t)clen) / 8;
-    c->raw = malloc(nraw ? nraw * 8 : 1);
-    const Mpickpt__Index *idx = ckpt__reader_index(c->r);
-    size_t npieces = 0;
-    for (size_t i = 0; i < idx->n_tensors; i++)
-        npieces += idx->tensors[i]->n_pieces;
-    c->items = calloc(npieces ? npieces : 1, sizeof *c->items);
-    if (!c->raw || !c->items) {
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        goto fail;
-    }
-    memcpy(c->raw, bytes + 8 + clen, nraw * 8);
-    size_t k = 0;
-    for (size_t i = 0; i < idx->n_tensors; i++)
-        for (size_t j = 0; j < idx->tensors[i]->n_pieces; j++) {
-            if (k + 3 > nraw || c->raw[k + 2] < 1 || (uint64_t)c->raw[k + 2] > (nraw - k - 3) / 3) {
-                rc = ckpt__error(CKPT_ECORRUPT, "the cooperative restore's list is cut short");
-                goto fail;
-            }
-            coop_item *it = &c->items[c->n++];
-            it->pid = c->raw[k];
-            it->ti = i;
-            it->j = j;
-            it->reader = (int)c->raw[k + 1];
-            it->n = (int)c->raw[k + 2];
-            it->members = &c->raw[k + 3];
-            k += 3 + 3 * (size_t)it->n;
-            uint64_t ch = chunk_of(idx->tensors[i]->pieces[j]);
-            if (ch > c->buf_size)
-                c->buf_size = ch;
-        }
-    if (c->n > 1)
-        qsort(c->items, c->n, sizeof *c->items, cmp_item);
-    c->buf[0] = malloc(c->buf_size ? (size_t)c->buf_size : 1);
-    c->buf[1] = malloc(c->buf_size ? (size_t)c->buf_size : 1);
-    if (!c->buf[0] || !c->buf[1]) {
-        rc = ckpt__error(CKPT_ENOMEM, "cannot allocate %llu bytes for the cooperative restore",
-                         (unsigned long long)c->buf_size);
-        goto fail;
-    }
-    *out = c;
-    return CKPT_OK;
-fail:
-    ckpt__coop_free(c);
-    return rc;
-}
-
-void ckpt__coop_free(ckpt__coop *c)
-{
-    if (!c)
-        return;
-    ckpt_reader_free(c->r);
-    free(c->items);
-    free(c->raw);
-    free(c->buf[0]);
-    free(c->buf[1]);
-    free(c);
-}
-
-/* One piece's chunk, copied where this rank's registrations of its tensor want it. */
-typedef struct apply_ctx {
-    ckpt_saver *s;
-    const Mpickpt__Tensor *t;
-    const Mpickpt__Piece *p;
-    const coop_item *it;
-    int nd;
-    ckpt_slice ps;
-    uint64_t row;
-    uint64_t chunk; /* bytes, whole rows */
-    /* the reader's sends: two halves of `size` requests, one per buffer */
-    MPI_Request *reqs;
-    int nreq[2];
-    uint64_t chunks;
-    int rc;
-} apply_ctx;
-
-static void wait_sends(apply_ctx *a, int half)
-{
-    if (a->nreq[half] &&
-        MPI_Waitall(a->nreq[half], a->reqs + half * a->s->size, MPI_STATUSES_IGNORE) !=
-            MPI_SUCCESS &&
-        a->rc == CKPT_OK)
-        a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Waitall failed", a->s->rank);
-    a->nreq[half] = 0;
-}
-
-static void apply(apply_ctx *a, const void *bytes, uint64_t off, uint64_t len)
-{
-    ckpt_slice box = a->ps, region;
-    box.start[0] += (int64_t)(off / a->row);
-    box.count[0] = (int64_t)(len / a->row);
-    size_t esize = ckpt_dtype_size((ckpt_dtype)a->t->dtype);
-    ckpt_shape shape;
-    ckpt_shape_init(&shape, a->nd, a->t->shape);
-    for (size_t k = 0; k < a->s->regs.n; k++) {
-        const ckpt__reg *g = &a->s->regs.v[k];
-        /* a registration the restore refuses (its own message, in the reads' loop) is skipped */
-        if (g->kind == CKPT_KIND_COMPONENT || g->kind == CKPT_KIND_BLOB ||
-            strcmp(g->stored, a->t->name) != 0 || g->dtype != (ckpt_dtype)a->t->dtype ||
-            !ckpt_shape_equal(&g->shape, &shape))
-            continue;
-        if (ckpt_slice_intersect(&region, &box, &g->slice) == 1)
-            (void)ckpt_slice_copy(g->data, &g->slice, bytes, &box, &region, esize);
-    }
-}
-
-/* Whether member m of the item needs chunk q of `chunk` bytes (rows of `row` bytes). */
-static int needs(const coop_item *it, int m, uint64_t chunk, uint64_t row, uint64_t q)
-{
-    uint64_t cr = chunk / row;
-    int64_t lo = it->members[3 * m + 1], hi = it->members[3 * m + 2];
-    return lo < hi && (int64_t)(q * cr) < hi && (int64_t)((q + 1) * cr) > lo;
-}
-
-/* The tree of a group of n ranks: position 0 its reader, then the other members in their order;
- * position i's children are i + 2^k for 2^k > i, its parent i - (its highest bit). */
-static int tree_pos(const coop_item *it, int rank)
-{
-    if (rank == it->reader)
-        return 0;
-    for (int m = 0, pos = 1; m < it->n; m++) {
-        int r = (int)it->members[3 * m];
-        if (r == it->reader)
-            continue;
-        if (r == rank)
-            return pos;
-        pos++;
-    }
-    return -1;
-}
-
-static int tree_rank(const coop_item *it, int pos)
-{
-    if (pos == 0)
-        return it->reader;
-    for (int m = 0, p = 1; m < it->n; m++) {
-        int r = (int)it->members[3 * m];
-        if (r == it->reader)
-            continue;
-        if (p++ == pos)
-            return r;
-    }
-    return -1;
-}
-
-static int tree_parent(int pos)
-{
-    int b = 1;
-    while (b * 2 <= pos)
-        b *= 2;
-    return pos - b;
-}
-
-/* Sends `len` bytes to the tree children of position `pos` (requests into rq); their count. */
-static int tree_isend(apply_ctx *a, int pos, const void *bytes, uint64_t len, MPI_Request *rq)
-{
-    int nr = 0;
-    for (int b = 1; b < a->it->n; b *= 2) {
-        if (b <= pos || pos + b >= a->it->n)
-            continue;
-        int dst = tree_rank(a->it, pos + b);
-        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
-            MPI_SUCCESS) {
-            if (a->rc == CKPT_OK)
-                a->rc =
-                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank, dst);
-            continue;
-        }
-        nr++;
-    }
-    return nr;
-}
-
-/* The reader's chunk k: copied into its own registrations, sent to the others; then the sends
- * of chunk k - 1 (from the other buffer, which the next read overwrites) are waited for. */
-static void send_chunk(void *arg, const void *bytes, uint64_t off, uint64_t len)
-{
-    apply_ctx *a = arg;
-    apply(a, bytes, off, len);
-    int half = a->s->size, cur = a->chunks % 2;
-    MPI_Request *rq = a->reqs + cur * half;
-    int nr = 0;
-    if (a->it->n >= COOP_TREE_MIN) {
-        a->nreq[cur] = tree_isend(a, 0, bytes, len, rq);
-        a->chunks++;
-        wait_sends(a, 1 - cur);
-        return;
-    }
-    for (int m = 0; m < a->it->n; m++) {
-        int dst = (int)a->it->members[3 * m];
-        if (dst == a->s->rank || !needs(a->it, m, a->chunk, a->row, off / a->chunk))
-            continue;
-        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, a->s->comm, &rq[nr]) !=
-            MPI_SUCCESS) {
-            a->rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", a->s->rank, dst);
-            continue;
-        }
-        nr++;
-    }
-    a->nreq[cur] = nr;
-    a->chunks++;
-    wait_sends(a, 1 - cur);
-}
-
-/* {code, message}: a piece's verdict from its reader */
-typedef struct coop_status {
-    int64_t code;
-    char msg[1016];
-} coop_status;
-
-int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
-{
-    int local = CKPT_OK;
-    const Mpickpt__Index *idx = ckpt__reader_index(c->r);
-    MPI_Request *reqs = malloc(2 * (size_t)(s->size > 0 ? s->size : 1) * sizeof *reqs);
-    for (size_t k = 0; k < c->n; k++) {
-        const coop_item *it = &c->items[k];
-        apply_ctx a = {0};
-        a.s = s;
-        a.t = idx->tensors[it->ti];
-        a.p = a.t->pieces[it->j];
-        a.it = it;
-        a.nd = (int)a.t->n_shape;
-        a.row = a.p->bytes / (uint64_t)a.p->count[0];
-        a.reqs = reqs;
-        a.rc = CKPT_OK;
-        ckpt__piece_slice(&a.ps, a.p, a.nd);
-        uint64_t chunk = chunk_of(a.p);
-        uint64_t nchunks = (a.p->bytes + chunk - 1) / chunk;
-        a.chunk = chunk;
-        int tree = it->n >= COOP_TREE_MIN;
-        coop_status st;
-        memset(&st, 0, sizeof st);
-        if (it->reader == s->rank) {
-            uint64_t delivered = 0;
-            void *bufs[2] = {c->buf[0], c->buf[1]};
-            int rc = reqs ? ckpt__reader_piece_stream(c->r, it->ti, it->j, bufs, chunk, send_chunk,
-                                                      &a, &delivered)
-                          : ckpt__error(CKPT_ENOMEM, "out of memory");
-            wait_sends(&a, 0);
-            wait_sends(&a, 1);
-            if (rc != CKPT_OK) {
-                const ckpt_error *e = ckpt_error_last();
-                st.code = rc;
-                snprintf(st.msg, sizeof st.msg, "%s", e && e->message ? e->message : "");
-                if (local == CKPT_OK)
-                    local = ckpt__error_wrap(rc, "rank %d", s->rank);
-                /* the rest of the chunks, whatever the buffer holds: the receivers expect them */
-                for (uint64_t q = delivered; q < nchunks; q++) {
-                    uint64_t off = q * chunk,
-                             n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
-                    if (tree) {
-                        int nr = tree_isend(&a, 0, c->buf[0], n, reqs);
-                        MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
-                        continue;
-                    }
-                    for (int m = 0; m < it->n; m++)
-                        if ((int)it->members[3 * m] != s->rank && needs(it, m, chunk, a.row, q))
-                            MPI_Send(c->buf[0], (int)n, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
-                                     s->comm);
-                }
-            } else if (a.rc != CKPT_OK) {
-                st.code = a.rc;
-                snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s'", s->rank,
-                         a.t->name);
-                if (local == CKPT_OK)
-                    local = a.rc;
-            }
-            if (tree) {
-                int nr = tree_isend(&a, 0, &st, sizeof st, reqs);
-                MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
-            } else {
-                for (int m = 0; m < it->n; m++)
-                    if ((int)it->members[3 * m] != s->rank)
-                        MPI_Send(&st, (int)sizeof st, MPI_BYTE, (int)it->members[3 * m], TAG_COOP,
-                                 s->comm);
-            }
-        } else if (tree) {
-            /* from its parent, each chunk passed on to its children while the next arrives */
-            int pos = tree_pos(it, s->rank), from = tree_rank(it, tree_parent(pos));
-            for (uint64_t q = 0; q < nchunks; q++) {
-                uint64_t off = q * chunk, n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
-                wait_sends(&a, (int)(q % 2)); /* its buffer's sends of chunk q - 2 */
-                if (MPI_Recv(c->buf[q % 2], (int)n, MPI_BYTE, from, TAG_COOP, s->comm,
-                             MPI_STATUS_IGNORE) != MPI_SUCCESS &&
-                    local == CKPT_OK)
-                    local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank,
-                                        from);
-                a.nreq[q % 2] =
-                    tree_isend(&a, pos, c->buf[q % 2], n, reqs + (q % 2) * (uint64_t)s->size);
-                apply(&a, c->buf[q % 2], off, n);
-            }
-            wait_sends(&a, 0);
-            wait_sends(&a, 1);
-            if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, from, TAG_COOP, s->comm,
-                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                st.code =
-                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank, from);
-            int nr = tree_isend(&a, pos, &st, sizeof st, reqs);
-            MPI_Waitall(nr, reqs, MPI_STATUSES_IGNORE);
-            if (st.code != CKPT_OK && local == CKPT_OK)
-                local = ckpt__error((int)st.code, "rank %d: %.1000s (read for it by rank %d)",
-                                    s->rank, st.msg, it->reader);
-            if (a.rc != CKPT_OK && local == CKPT_OK)
-                local = a.rc;
-        } else {
-            /* the chunks holding its rows [qlo, qhi); chunk q + 1 is received into the other
-             * buffer while chunk q is copied */
-            uint64_t qlo = 0, qhi = 0;
-            for (int m = 0; m < it->n; m++)
-                if ((int)it->members[3 * m] == s->rank)
-                    for (uint64_t q = 0; q < nchunks; q++)
-                        if (needs(it, m, chunk, a.row, q)) {
-                            if (qhi == 0)
-                                qlo = q;
-                            qhi = q + 1;
-                        }
-            MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-            for (uint64_t q = qlo; q < qhi + 1 && qhi > 0; q++) {
-                if (q < qhi) {
-                    uint64_t off = q * chunk,
-                             n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
-                    if (MPI_Irecv(c->buf[q % 2], (int)n, MPI_BYTE, it->reader, TAG_COOP, s->comm,
-                                  &rq[q % 2]) != MPI_SUCCESS &&
-                        local == CKPT_OK)
-                        local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Irecv from rank %d failed",
-                                            s->rank, it->reader);
-                }
-                if (q == qlo)
-                    continue;
-                uint64_t p = q - 1, off = p * chunk,
-                         n = a.p->bytes - off < chunk ? a.p->bytes - off : chunk;
-                if (MPI_Wait(&rq[p % 2], MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-                    if (local == CKPT_OK)
-                        local = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed",
-                                            s->rank, it->reader);
-                    continue;
-                }
-                apply(&a, c->buf[p % 2], off, n);
-            }
-            if (MPI_Recv(&st, (int)sizeof st, MPI_BYTE, it->reader, TAG_COOP, s->comm,
-                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                st.code = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv from rank %d failed", s->rank,
-                                      it->reader);
-            else if (st.code != CKPT_OK && local == CKPT_OK)
-                local = ckpt__error((int)st.code, "rank %d: %.1000s (read for it by rank %d)",
-                                    s->rank, st.msg, it->reader);
-        }
-    }
-    free(reqs);
-    return local;
-}

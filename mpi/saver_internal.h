@@ -12,8 +12,8 @@
  *   save_async.c     sync and async saves: jobs, the writer thread, snapshots, waiting
  *   restore.c        the collective restore: the share exchange and the restore's phases;
  *                    restore_names.c strict restores' comparison of names, restore_coop.c the
- *                    cooperative restore, restore_cache.c the node cache's restore side
- *                    (open_restore, fetch: target.h)
+ *                    cooperative restore (its transfers: restore_coop_run.c), restore_cache.c
+ *                    the node cache's restore side (open_restore, fetch: target.h)
  * The MPI-free phases are in lib/: plan.c (registrations, sharding), shard.c (a rank's data
  * file, packing, reservation), nodefile.c (a node's data file), record.c (what was written, as a fragment), commit.c, paths.c.
  */

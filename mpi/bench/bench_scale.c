@@ -245,6 +245,52 @@ static int mgr_restore(void *arg)
     return ckpt_manager_restore_latest(&a->got, a->mg);
 }
 
+/* The manager's restore of a checkpoint with a replicated tensor (as large as the rest of a
+ * rank's data, saved once): on several ranks the cooperative restore reads it once and forwards
+ * it (mpi/restore_coop_run.c), with the same collective calls as a plain restore. Collective. */
+static void run_manager_rep(const opts *o, large_model *m, long *c, const char *dir,
+                            const ckpt_manager_options *mo)
+{
+    int64_t n = (int64_t)(m->bytes / sizeof(float));
+    float *rep = malloc((size_t)n * sizeof *rep);
+    if (!rep)
+        die_errno("malloc", "replicated tensor");
+    for (int64_t i = 0; i < n; i++)
+        rep[i] = (float)(i % 1000) + 0.25f;
+    ckpt_saver *s = make_saver(o, 0);
+    large_register(s, m, 0);
+    ckpt_shape sh;
+    ckpt_shape_init(&sh, 1, &n);
+    int rc = ckpt_saver_add_replicated(s, "rep", CKPT_FLOAT32, &sh, rep, CKPT_REPLICA_PRIMARY);
+    mgr_call a;
+    memset(&a, 0, sizeof a);
+    if (rc != CKPT_OK || (rc = ckpt_manager_create(&a.mg, s, dir, mo)) != CKPT_OK)
+        die("ckpt_manager_create (replicated)", rc);
+    a.si.step = 1;
+    if ((rc = ckpt_manager_save(a.mg, &a.si, NULL, 0)) != CKPT_OK)
+        die("ckpt_manager_save (replicated)", rc);
+    ckpt_manager_free(a.mg);
+    memset(m->arena, 0, m->bytes);
+    memset(rep, 0, (size_t)n * sizeof *rep);
+    if ((rc = ckpt_manager_create(&a.mg, s, dir, mo)) != CKPT_OK)
+        die("ckpt_manager_create (replicated)", rc);
+    count_window(o, c, mgr_restore, &a, "mgr_restore_rep", "ckpt_manager_restore_latest");
+    int bad = !a.got.restored || a.got.step != 1 || !large_check(m, 0);
+    for (int64_t i = 0; i < n && !bad; i++)
+        bad = rep[i] != (float)(i % 1000) + 0.25f;
+    if (bad) {
+        fprintf(stderr, "mpickpt-bench: collectives: rank %d: the manager's restore of a "
+                        "replicated tensor restored wrong values\n", g_rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ckpt_manager_free(a.mg);
+    ckpt_saver_free(s);
+    free(rep);
+    if (g_rank == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* The manager (sync saver, the layout's default options): a save with the plan cached (the
  * second; the first makes the plan) and ckpt_manager_restore_latest of it by a new
  * manager on the same directory (as a restarted job). Collective. */
@@ -288,6 +334,7 @@ static void run_manager_calls(const opts *o, large_model *m, long *c)
     if (g_rank == 0)
         remove_tree(dir);
     MPI_Barrier(MPI_COMM_WORLD);
+    run_manager_rep(o, m, c, dir, &mo);
 
     /* async: a save with the plan cached, to its ckpt_saver_sync */
     a.saver = make_saver(o, 1);

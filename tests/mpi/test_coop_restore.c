@@ -12,7 +12,14 @@
  * 'rep': what this replaces). Then a byte of 'rep' flipped in its data file: the restore fails on
  * every rank with the same checksum-mismatch message (whichever rank read it), no hang, the blobs
  * (staged) untouched and the saver's counter unchanged; the byte put back, the restore succeeds
- * again.
+ * again. Every forwarded byte that crosses nodes is counted (ckpt__coop_cross_node_bytes, the
+ * internal library's): restored on all `size` ranks, exactly one copy of each replicated tensor
+ * reaches each node other than its reader's (nodes of MPICKPT_RANKS_PER_NODE ranks, else one).
+ * Then failures on 2 ranks or more, every rank returning the same error, no hang, no blob
+ * restored: a receiver whose share failed (MPICKPT_FAULT "R:share", as if it could not be
+ * held), a rank that cannot open the index of its list ("R:coop") — rank 1 and the last
+ * (readers), rank 0 (a receiver) —, and a rank whose registration of a forwarded tensor does not
+ * match the checkpoint (its dtype).
  *
  * Modes for real nodes (tests/cluster/test_cluster.sh, case coop), one step per job:
  *   test_coop_restore OUTDIR save LAYOUT             every rank writes, with 3 replicated tensors
@@ -29,6 +36,7 @@
 #include "mpickpt.h"
 
 #include "coll.h"
+#include "restore_coop.h" /* ckpt__coop_cross_node_bytes */
 #include "tcp_received.h" /* mpi/bench/: the bench's own measure */
 
 #include <fcntl.h>
@@ -49,6 +57,7 @@
 static int g_rank, g_size;
 static int g_nrep = 1;  /* replicated 4 MiB tensors: 'rep', then 'rep1', ... */
 static int g_hosts = 0; /* print each rank's bytes read and host */
+static int g_bad_rank = -1; /* this rank registers 'small' as float32 (a mismatch) */
 static ckpt_layout g_layout = CKPT_LAYOUT_UNKNOWN;
 #define MAX_REP 3
 
@@ -169,8 +178,8 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
         CHECK_OK(ckpt_saver_add_replicated(s, name, CKPT_FLOAT32, &srep, g->reps[k],
                                            CKPT_REPLICA_PRIMARY));
     }
-    CHECK_OK(
-        ckpt_saver_add_replicated(s, "small", CKPT_INT32, &ssmall, g->small, CKPT_REPLICA_PRIMARY));
+    CHECK_OK(ckpt_saver_add_replicated(s, "small", rank == g_bad_rank ? CKPT_FLOAT32 : CKPT_INT32,
+                                       &ssmall, g->small, CKPT_REPLICA_PRIMARY));
     CHECK_OK(ckpt_saver_add_slice(s, "part", CKPT_FLOAT64, &spart, &sl, g->part));
     int64_t dc[2] = {CROWS, CCOLS};
     ckpt_shape scols;
@@ -210,11 +219,29 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         ckpt_restore_options o = {0};
         o.version = 1;
         o.skip_missing_per_rank = 1;
-        uint64_t before = rchar();
+        uint64_t before = rchar(), cross0 = ckpt__coop_cross_node_bytes;
         int rc = ckpt_saver_restore(s, prefix, &o, NULL);
         uint64_t mine = rchar() - before, sum = 0;
+        uint64_t cross = ckpt__coop_cross_node_bytes - cross0, cross_sum = 0;
         CHECK(coll_on(comm, rc, CKPT_OK, "restore"));
         MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+        MPI_Allreduce(&cross, &cross_sum, 1, MPI_UINT64_T, MPI_SUM, comm);
+        const char *rpn_env = getenv("MPICKPT_RANKS_PER_NODE");
+        int rpn = rpn_env ? atoi(rpn_env) : 0, nodes = rpn > 0 ? (m + rpn - 1) / rpn : 1;
+        if (g_hosts && comm_rank(comm) == 0)
+            printf("coop_cross_node: %d ranks, %llu bytes sent to other nodes\n", m,
+                   (unsigned long long)cross_sum);
+        /* all ranks: 'part' and 'cols' are forwarded within nodes only (or not at all), each
+         * replicated tensor once to every other node */
+        uint64_t rep_bytes = (uint64_t)g_nrep * REP_N * 4 + 12;
+        if (coop && m == g_size && !g_hosts)
+            CHECK_MSG(cross_sum == (uint64_t)(nodes - 1) * rep_bytes,
+                      "%llu bytes crossed nodes, expected %llu (%d nodes)",
+                      (unsigned long long)cross_sum,
+                      (unsigned long long)((uint64_t)(nodes - 1) * rep_bytes), nodes);
+        if (!coop)
+            CHECK_MSG(cross_sum == 0, "%llu bytes forwarded without cooperation",
+                      (unsigned long long)cross_sum);
         int bad = 0;
         for (int k = 0; k < g_nrep; k++)
             for (int64_t i = 0; i < REP_N; i++)
@@ -336,6 +363,53 @@ static void corrupt_case(const char *prefix, int writers)
     regs_free(&g);
 }
 
+/* A restore on every rank with MPICKPT_FAULT=`fault` (NULL: none) or g_bad_rank = `bad`: it
+ * fails with `expected` and a message holding `needle` on every rank, no hang, the blob
+ * (staged) untouched. */
+static void fail_case(const char *prefix, const char *fault, int bad, int expected,
+                      const char *needle)
+{
+    check_case(1, "a failure on %d ranks: %s", g_size, fault ? fault : "a bad registration");
+    if (fault)
+        setenv("MPICKPT_FAULT", fault, 1);
+    g_bad_rank = bad;
+    regs g;
+    ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
+    g.blob = -7;
+    ckpt_restore_options o = {0};
+    o.version = 1;
+    o.skip_missing_per_rank = 1;
+    int rc = ckpt_saver_restore(s, prefix, &o, NULL);
+    CHECK(coll_on(MPI_COMM_WORLD, rc, expected, fault ? fault : "bad registration"));
+    CHECK_MSG(strstr(g_msg, needle), "unexpected message (no \"%s\"): %s", needle, g_msg);
+    CHECK_MSG(g.blob == -7, "the blob was restored by a failed restore (%d)", g.blob);
+    unsetenv("MPICKPT_FAULT");
+    g_bad_rank = -1;
+    ckpt_saver_free(s);
+    regs_free(&g);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void fail_cases(const char *prefix)
+{
+    if (g_size < 2)
+        return;
+    char f[64], needle[96];
+    int last = g_size - 1;
+    snprintf(f, sizeof f, "%d:share", last);
+    snprintf(needle, sizeof needle, "injected fault at share on rank %d", last);
+    fail_case(prefix, f, -1, CKPT_EIO, needle);
+    int coop_ranks[3] = {1, 0, last};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2 && last == 1)
+            continue;
+        snprintf(f, sizeof f, "%d:coop", coop_ranks[k]);
+        snprintf(needle, sizeof needle, "injected fault at coop on rank %d", coop_ranks[k]);
+        fail_case(prefix, f, -1, CKPT_EIO, needle);
+    }
+    fail_case(prefix, NULL, last, CKPT_EMISMATCH, "'small' is int32 [3]");
+}
+
 int main(int argc, char **argv)
 {
     check_mpi_init(&argc, &argv, &g_rank, &g_size);
@@ -399,6 +473,7 @@ int main(int argc, char **argv)
         restore_on(prefix, writers, m, 1);
         restore_on(prefix, writers, m, 0);
     }
+    fail_cases(prefix);
     corrupt_case(prefix, writers);
     return check_mpi_done("test_coop_restore");
 }

@@ -7,7 +7,9 @@ Runs `mpickpt-bench --scenario collectives --json` (MPI calls counted through PM
 ranks) at each rank count and asserts counts, never times: the bare saver's save with a cached
 plan <= 8 and its restore <= 6; a sync ckpt_manager_save (default layout, plan cached, with and
 without retention deleting a checkpoint) <= 10, an async one to its ckpt_saver_sync <= 10 and
-ckpt_manager_restore_latest (op mgr_restore) <= 8 (issue 31). Fails when a count regresses past
+ckpt_manager_restore_latest (op mgr_restore) <= 8 (issue 31), and the same restore of a checkpoint
+with a replicated tensor, which the cooperative restore reads once and forwards (op
+mgr_restore_rep), <= 8 and exactly as many as mgr_restore. Fails when a count regresses past
 its bound.
 """
 import json
@@ -17,7 +19,7 @@ import subprocess
 import sys
 
 BOUNDS = {"save_cached": 8, "restore": 6, "mgr_save": 10, "mgr_save_ret": 10, "mgr_restore": 8,
-          "mgr_async": 10}
+          "mgr_restore_rep": 8, "mgr_async": 10}
 
 mpiexec, bench, top = sys.argv[1:4]
 nps = [int(n) for n in sys.argv[4:]]
@@ -53,6 +55,11 @@ for np_ in nps:
                        % (np_, op, n, bound, j.get("by_function")))
         else:
             print("np%d %s: %d collective calls (bound %d)" % (np_, op, n, bound))
+    plain, rep = rows.get("mgr_restore"), rows.get("mgr_restore_rep")
+    if plain and rep and plain.get("collective_max") != rep.get("collective_max"):
+        bad.append("np%d: a forwarding restore makes %r collective calls, a plain one %r (%s)"
+                   % (np_, rep.get("collective_max"), plain.get("collective_max"),
+                      rep.get("by_function")))
     shutil.rmtree(d, ignore_errors=True)
 if bad:
     sys.exit("collective count FAILED:\n  " + "\n  ".join(bad))

@@ -39,16 +39,6 @@ no_sanitizer_report() { # LOG WHAT
     fi
 }
 
-# Sanitizer builds: leaks are looked for in the runs on 2 and 3 ranks, the runs on 4 are checked
-# for memory errors only, as every MPI test's runs on 4 or more ranks (docs/building.md).
-asan_for() { # NP: ASAN_OPTIONS for a run on NP ranks
-    if [ "$1" -gt 3 ] && [[ ${ASAN_OPTIONS:-} == *detect_leaks=1* ]]; then
-        echo detect_leaks=0:strict_string_checks=1
-    else
-        echo "${ASAN_OPTIONS:-}"
-    fi
-}
-
 scenario() { # N VICTIM M
     local n=$1 victim=$2 m=$3
     local dir=$out/n${n}_v${victim}_m${m}
@@ -62,7 +52,7 @@ scenario() { # N VICTIM M
     # inner shell writes only when mpirun returned on its own (not by how long it took: a loaded
     # machine may take long without hanging, and timeout's own exit status can equal mpirun's).
     rm -f "$ended"
-    ASAN_OPTIONS=$(asan_for "$n") timeout -k 5 90 bash -c '"$@"; echo $? >"$0"' "$ended" \
+    timeout -k 5 90 bash -c '"$@"; echo $? >"$0"' "$ended" \
         "$MPIEXEC" -np "$n" "$MPICKPT_TEST_ASYNC" "$dir" kill_write "$layout" "$victim" \
         >"$log1" 2>&1
     local rc=$?
@@ -95,8 +85,7 @@ scenario() { # N VICTIM M
     fi
 
     local log2=$dir/kill_restore.log
-    ASAN_OPTIONS=$(asan_for "$m") timeout -k 5 90 "$MPIEXEC" -np "$m" "$MPICKPT_TEST_ASYNC" "$dir" \
-        kill_restore "$layout" "$n" \
+    timeout -k 5 90 "$MPIEXEC" -np "$m" "$MPICKPT_TEST_ASYNC" "$dir" kill_restore "$layout" "$n" \
         >"$log2" 2>&1
     rc=$?
     echo "   kill_restore: mpirun exit $rc"

@@ -208,8 +208,8 @@ def checkpoint_bytes(prefix):
 
 
 def cli_read(*args):
-    """cli(*args, rc=0)'s stdout (args end with the checkpoint's prefix, then perhaps a tensor
-    name), from an earlier run on the same bytes when there was one."""
+    """cli(*args, rc=0)'s stdout (args: inspect|dump, --json, the checkpoint's prefix, perhaps a
+    tensor name), from an earlier run on the same bytes when there was one."""
     prefix = args[2]
     key = (args, checkpoint_bytes(prefix))
     if key not in _READS:

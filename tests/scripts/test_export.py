@@ -28,6 +28,7 @@ byte (the tensor named), names HDF5 cannot hold (both tensors named), a tensor n
 no OUT and no temp file (*.tmp-*).
 """
 import glob
+import hashlib
 import json
 import os
 import re
@@ -187,8 +188,40 @@ def cli(*args, rc=None):
     return run_cli(CLI, *args, rc=rc)
 
 
+# `mpickpt inspect --json` and `dump --json` of a checkpoint, run once per content of its files:
+# every export is compared with them, and the same bytes give the same output (the sweeps of
+# full_disks compare ~30 exports of one checkpoint, ~600 runs of dump: most of this test's time,
+# and 5x more under the sanitizers). Keyed by the bytes, a checkpoint rewritten or damaged in
+# place is read afresh; a failed run is not kept.
+_READS = {}
+
+
+def checkpoint_bytes(prefix):
+    """A digest of the checkpoint's files (the regular files named PREFIX.*)."""
+    d, base = os.path.split(prefix)
+    h = hashlib.sha256()
+    for n in sorted(os.listdir(d or ".")):
+        path = os.path.join(d, n)
+        if n.startswith(base + ".") and stat.S_ISREG(os.lstat(path).st_mode):
+            h.update(n.encode() + b"\0" + file_bytes(path) + b"\0")
+    return h.digest()
+
+
+def cli_read(*args):
+    """cli(*args, rc=0)'s stdout (args: inspect|dump, --json, the checkpoint's prefix, perhaps a
+    tensor name), from an earlier run on the same bytes when there was one."""
+    prefix = args[2]
+    key = (args, checkpoint_bytes(prefix))
+    if key not in _READS:
+        code, so, se = cli(*args, rc=0)
+        if code != 0 or "Sanitizer" in se or "runtime error" in se:
+            return so
+        _READS[key] = so
+    return _READS[key]
+
+
 def inspect(prefix):
-    return json.loads(cli("inspect", "--json", prefix, rc=0)[1])
+    return json.loads(cli_read("inspect", "--json", prefix))
 
 
 def bits(a):
@@ -206,7 +239,7 @@ def as_float(a, dtype):
 
 def equals_dump(prefix, name, dtype, got, what):
     """`got` (a tensor read from an export) equals `mpickpt dump --json PREFIX NAME`."""
-    doc = json.loads(cli("dump", "--json", prefix, name, rc=0)[1])
+    doc = json.loads(cli_read("dump", "--json", prefix, name))
     vals = doc["values"]
     if not check(doc["dtype"] == dtype and tuple(doc["shape"]) == got.shape,
                  f"{what}: dump says {doc['dtype']}{doc['shape']}, the export {dtype}{got.shape}"):

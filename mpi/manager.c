@@ -108,15 +108,15 @@ static int cache_startup(ckpt_manager *m, ckpt_saver *saver)
     /* what committed before a crash kept the state from saying so: checkpoints committed to
      * the cache (kept by the sweep below), drains committed to the directory */
     int adopted = CKPT_OK;
-    if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt__saver_cache_dir(saver),
-                                                            ckpt__saver_cache_shown(saver),
+    if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt_saver_cache_held_path(saver),
+                                                            ckpt_saver_cache_dir(saver),
                                                             CKPT_LEVEL_CACHE)) == CKPT_OK)
         adopted = ckpt__mgr_adopt_drained(m);
     int rc = ckpt__mgr_share_state(m, m->comm, adopted);
     if (rc == CKPT_OK) /* what crashed saves left in the caches */
         rc = ckpt__mgr_sweep_cache(m, m->comm);
     if (rc == CKPT_OK) /* and their in-flight parts (no save runs yet) */
-        rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
+        rc = ckpt_mpi_agree(m->comm, ckpt_saver_cache_gc(saver));
     if (rc == CKPT_OK) /* a drain an earlier run did not finish: at the next save */
         for (size_t i = m->state->num_entries; i-- > 0;) {
             const ckpt_state_entry *e = &m->state->entries[i];
@@ -213,7 +213,7 @@ void ckpt_manager_free(ckpt_manager *m)
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
     if (m->saver && m->cache) /* its cache level: the held directories and their locks */
-        ckpt__saver_cache_free(m->saver);
+        ckpt_saver_cache_close(m->saver);
     ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
     ckpt_name_list_free(m->miss);
@@ -230,7 +230,7 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     const ckpt_state_entry *e = i < st->num_entries ? &st->entries[i] : NULL;
     int rc = !e ? ckpt__path(out, out_size, "%s", "")
              : ckpt__mgr_levels_of(e) == CKPT_LEVEL_CACHE
-                 ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), e->prefix)
+                 ? ckpt__path(out, out_size, "%s/%s", ckpt_saver_cache_dir(m->saver), e->prefix)
                  : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
     pthread_mutex_unlock(&mm->lock);
     return rc;
@@ -536,10 +536,10 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
 static int free_counter(ckpt_manager *m, int64_t *next)
 {
     int fds[2] = { -1, -1 };
-    const char *shown[2] = { m->dir, ckpt__saver_cache_shown(m->saver) };
+    const char *shown[2] = { m->dir, ckpt_saver_cache_dir(m->saver) };
     int rc = ckpt__ckptdir_open(&fds[0], NULL, m->dir, 0);
     if (rc == CKPT_OK && m->cache) /* the held directory, by descriptor */
-        rc = ckpt__dir_open(&fds[1], ckpt__saver_cache_dir(m->saver));
+        rc = ckpt__dir_open(&fds[1], ckpt_saver_cache_held_path(m->saver));
     if (rc == CKPT_OK)
         rc = ckpt__counter_free(next, fds, shown, m->cache ? 2 : 1, m->name);
     if (rc == CKPT_OK && *next > CKPT__COUNTER_MAX)
@@ -592,7 +592,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
                       m->dir);
     }
     if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
-        local = ckpt__cache_gc(m->saver);
+        local = ckpt_saver_cache_gc(m->saver);
     /* from here, a failure on any rank is agreed by the save's first collectives (its prefix's
      * broadcast for the chief's, its first vote for the others') */
 
@@ -633,9 +633,10 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
         hooks.committed = ckpt__mgr_cache_commit_hook;
         so.status = local;
-        rc = ckpt__saver_save_cache(m->saver, name, &si, &so);
+        so.level = CKPT_LEVEL_CACHE;
+        rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
         if (rc == CKPT_OK && out && out_size)
-            snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
+            snprintf(out, out_size, "%s/%s-%lld", ckpt_saver_cache_dir(m->saver), m->name,
                      (long long)counter);
         return rc;
     }

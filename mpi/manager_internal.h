@@ -13,9 +13,10 @@
 #include "mpickpt/manager.h"
 
 #include "dirlock.h"
-#include "mpi_internal.h"
+#include "internal.h"
 #include "reaper.h"
 #include "restart.h"
+#include "saver_borrow.h" /* the borrower lifetimes: the one saver internal left here */
 
 #include <pthread.h>
 #include <stddef.h>

@@ -445,7 +445,11 @@ void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counte
  * ranks make room for the entry, so that adding it cannot fail. The second half, after the vote:
  * every other rank makes the same update to its copy (the same entry, the same retention: the
  * same state, restart control and options everywhere), with no collective call. A failure of
- * the first half anywhere is the save's error, agreed by the saver.
+ * the first half anywhere is the save's error, agreed by the saver. A save to the cache level
+ * rides the same vote (its entry at level cache, its bytes from its index, the cache's retention
+ * before both levels'), then its second half sweeps the caches and drains every
+ * persist_every-th checkpoint, collective over the hook's communicator
+ * (manager_levels.c: ckpt__mgr_cache_committed).
  */
 enum { HV_TIME, HV_BYTES, HV_EPOCH = HV_BYTES + 2, HV_STEP = HV_EPOCH + 2, HV_EOE = HV_STEP + 2 };
 
@@ -468,11 +472,14 @@ static int commit_prep(const char *prefix, int64_t counter, ckpt_commit_vote *v,
     pthread_mutex_lock(&m->lock);
     if (m->rank == 0) {
         ckpt_state_entry e;
-        /* 0: the directory, as before levels */
-        ckpt__mgr_new_entry(&e, prefix, counter, &m->pending, 0);
-        local = ckpt_checkpoint_bytes(&e.bytes, prefix);
+        /* 0: the directory, as before levels; else the cache */
+        ckpt__mgr_new_entry(&e, prefix, counter, &m->pending, m->cache ? CKPT_LEVEL_CACHE : 0);
+        local = m->cache ? ckpt__mgr_cache_bytes(&e.bytes, prefix)
+                         : ckpt_checkpoint_bytes(&e.bytes, prefix);
         if (local == CKPT_OK)
             local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK && m->cache)
+            ckpt__mgr_cache_retention(m);
         if (local == CKPT_OK)
             local = ckpt__mgr_apply_retention(m);
         /* the chief's entry, exactly: every rank records what the chief's state file lists */
@@ -504,13 +511,12 @@ static int reserve_entry(ckpt_manager *m)
 static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
                        const ckpt_commit_vote *v, void *payload)
 {
-    (void)comm;
     ckpt_manager *m = payload;
     const ckpt_manager_save_info *info = &m->pending;
     /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
     if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
         ckpt_state_entry e;
-        ckpt__mgr_new_entry(&e, prefix, counter, info, 0);
+        ckpt__mgr_new_entry(&e, prefix, counter, info, m->cache ? CKPT_LEVEL_CACHE : 0);
         e.timestamp = v->vals[HV_TIME];
         e.bytes = (uint64_t)get64(&v->vals[HV_BYTES]);
         e.epoch = get64(&v->vals[HV_EPOCH]);
@@ -523,12 +529,15 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
         snprintf(st->latest, sizeof st->latest, "%s", e.prefix);
         if (e.save_counter > st->save_counter)
             st->save_counter = e.save_counter;
+        if (m->cache) /* the chief's retention of both levels, as commit_prep made it */
+            ckpt__mgr_cache_retention(m);
         retire(m, NULL, &nd);
         pthread_mutex_unlock(&m->lock);
     }
     m->have_last = 1;
     m->last_step = info->step;
-    return CKPT_OK;
+    /* the cache level: the sweep of the nodes' caches and the drain, collective over `comm` */
+    return m->cache ? ckpt__mgr_cache_committed(m, comm, prefix, counter) : CKPT_OK;
 }
 
 /* The chief: the first counter from *next whose names are free in the directory and, with a
@@ -627,11 +636,13 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     so.hooks = &hooks;
     so.counter_out = &counter; /* the chief's (free_counter may have passed taken names) */
     m->pending = *info;
+    if (local == CKPT_OK && m->rank != 0)
+        local = reserve_entry(m);
+    hooks.prepare = commit_prep;
+    hooks.committed = commit_hook;
     if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
         if (local == CKPT_OK)
             local = ckpt__path(name, sizeof name, "%s-%lld", m->name, (long long)next);
-        /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
-        hooks.committed = ckpt__mgr_cache_commit_hook;
         so.status = local;
         so.level = CKPT_LEVEL_CACHE;
         rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
@@ -642,10 +653,6 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     }
     if (local == CKPT_OK)
         local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
-    if (local == CKPT_OK && m->rank != 0)
-        local = reserve_entry(m);
-    hooks.prepare = commit_prep;
-    hooks.committed = commit_hook;
     so.status = local;
     rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
     if (rc == CKPT_OK && out && out_size)

@@ -1,7 +1,7 @@
 /*
  * The manager's cache level (docs/levels.md; mpi/manager_internal.h): rank 0's settings, the
- * sweep of the nodes' caches, the cache's retention, the commit hook of a save to the cache, and
- * the drain of every persist_every-th checkpoint to the persistent directory (tried again at the
+ * sweep of the nodes' caches, the cache's retention, what follows a save to the cache once its
+ * state update rode the commit vote (manager.c's hook: the sweep), and the drain of every persist_every-th checkpoint to the persistent directory (tried again at the
  * next save when it fails).
  */
 #include "manager_internal.h"
@@ -118,9 +118,10 @@ int ckpt__mgr_sweep_cache(ckpt_manager *m, MPI_Comm comm)
     return rc;
 }
 
-/* The chief: the cache keeps its newest cache_keep checkpoints; an older one leaves the cache
- * (and the state, unless the persistent directory has it too). */
-static void cache_retention(ckpt_manager *m)
+/* The cache keeps its newest cache_keep checkpoints; an older one leaves the cache (and the
+ * state, unless the persistent directory has it too). The state only: every rank makes the same
+ * update to its copy (manager.c's commit hook), the chief's retention deletes. */
+void ckpt__mgr_cache_retention(ckpt_manager *m)
 {
     ckpt_state *st = m->state;
     size_t in_cache = 0;
@@ -147,44 +148,29 @@ static void cache_retention(ckpt_manager *m)
     }
 }
 
-/* After a commit to the cache (the saver's hook, collective over `comm`): the chief lists it at
- * level cache (its size from the index: the files are on several nodes), applies both levels'
- * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
-int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
-                                const ckpt_commit_vote *v, void *payload)
+/* The chief: the bytes of the cache's checkpoint at `prefix`, from its index (its files are on
+ * several nodes). */
+int ckpt__mgr_cache_bytes(uint64_t *bytes, const char *prefix)
 {
-    (void)v; /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
-    ckpt_manager *m = payload;
-    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
-    const ckpt_manager_save_info *info = &m->pending;
-    int local = CKPT_OK;
-    if (m->rank == 0) {
-        ckpt_state_entry e;
-        ckpt__mgr_new_entry(&e, prefix, counter, info, CKPT_LEVEL_CACHE);
-        ckpt_reader *r = NULL;
-        local = ckpt_reader_open_index(&r, prefix);
-        if (local == CKPT_OK) {
-            const Mpickpt__Index *idx = ckpt__reader_index(r);
-            for (size_t f = 0; f < idx->n_files; f++)
-                e.bytes += idx->files[f]->bytes;
-        }
-        ckpt_reader_free(r);
-        pthread_mutex_lock(&m->lock);
-        if (local == CKPT_OK)
-            local = ckpt_state_append(m->state, &e);
-        if (local == CKPT_OK) {
-            cache_retention(m);
-            local = ckpt__mgr_apply_retention(m);
-        }
-        pthread_mutex_unlock(&m->lock);
-    }
-    int rc = ckpt__mgr_share_state(m, comm, local);
-    if (rc == CKPT_OK)
-        rc = ckpt__mgr_sweep_cache(m, comm);
+    ckpt_reader *r = NULL;
+    int rc = ckpt_reader_open_index(&r, prefix);
     if (rc == CKPT_OK) {
-        m->have_last = 1;
-        m->last_step = info->step;
+        const Mpickpt__Index *idx = ckpt__reader_index(r);
+        for (size_t f = 0; f < idx->n_files; f++)
+            *bytes += idx->files[f]->bytes;
     }
+    ckpt_reader_free(r);
+    return rc;
+}
+
+/* After a commit to the cache, once every rank's state lists it (the commit vote carried the
+ * chief's entry: manager.c's commit hook, collective over `comm`): the node leaders sweep their
+ * caches, and every persist_every-th is drained. */
+int ckpt__mgr_cache_committed(ckpt_manager *m, MPI_Comm comm, const char *prefix,
+                              int64_t counter)
+{
+    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
+    int rc = ckpt__mgr_sweep_cache(m, comm);
     /* every persist_every-th: the drain, on this thread (the writer thread of an async saver:
      * training does not wait for it) */
     const char *slash = strrchr(prefix, '/');

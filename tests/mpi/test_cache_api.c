@@ -19,6 +19,9 @@
  *              from there exactly; an out struct of an unknown version on one rank: CKPT_EINVAL
  *   sweep      stem "ck" keeping {1}: ck-2 and ck-3 gone from every node, ck-1 still restores
  *   gc         a data file no index names, planted in node 0's directory: removed by the gc
+ *   versions   a save level that is none on one rank: CKPT_EINVAL on every rank, nothing
+ *              cached; save options version 1 and restore options version 2 ignore what stands
+ *              past their end (a cache level): the persistent directory, exact values
  *   close      the directory "" afterwards; a cache save then fails on every rank; opened
  *              again (its lock was released), ck-1 restores once more
  */
@@ -173,6 +176,47 @@ static void sweep_gc(ckpt_saver *s, tm_model *m)
     CHECK_MSG(cached(s, "ck-1.index", 1), "%s: ck-1 gone", what);
 }
 
+/* Save options version 1 and restore options version 2 have no level: the persistent directory,
+ * whatever the field past their end holds; a save level that is none on one rank. */
+static void old_versions(ckpt_saver *s, tm_model *m)
+{
+    const char *what = "save level 7 on the last rank";
+    begin_case("%s", what);
+    tm_fill(m, 15);
+    ckpt_save_info info = { .epoch = 0, .step = 15 };
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.counter = 5;
+    so.level = g_rank == g_size - 1 ? 7u : CKPT_LEVEL_CACHE;
+    int rc = ckpt_saver_write_ex(s, "ck-5", &info, &so);
+    if (coll(rc == CKPT_OK ? ckpt_saver_sync(s) : rc, CKPT_EINVAL, what))
+        CHECK_MSG(strstr(g_msg, "level 7") != NULL, "%s: message: %s", what, g_msg);
+    CHECK_MSG(cached(s, "ck-5.index", 0), "%s: ck-5 in a cache", what);
+    what = "save options version 1 (level past its end: cache)";
+    begin_case("%s", what);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/v1-5", g_ckpt);
+    so.version = 1;
+    so.level = CKPT_LEVEL_CACHE;
+    rc = ckpt_saver_write_ex(s, p, &info, &so);
+    if (coll(rc == CKPT_OK ? ckpt_saver_sync(s) : rc, CKPT_OK, what)) {
+        char idx[4500];
+        snprintf(idx, sizeof idx, "%s.index", p);
+        CHECK_MSG(all_true(access(idx, F_OK) == 0), "%s: no %s", what, idx);
+        CHECK_MSG(cached(s, "v1-5.index", 0), "%s: v1-5 in a cache", what);
+    }
+    what = "restore options version 2 (level past its end: cache)";
+    begin_case("%s", what);
+    tm_zero(m);
+    int unavailable = -1;
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.version = 2;
+    ro.level = CKPT_LEVEL_CACHE;
+    ro.unavailable = &unavailable;
+    if (coll(ckpt_saver_restore(s, p, &ro, NULL), CKPT_OK, what))
+        check_values(m, 15, TM_RESTORED, what);
+    CHECK_MSG(unavailable == -1, "%s: unavailable set to %d", what, unavailable);
+}
+
 static void run(void)
 {
     ckpt_saver *s = cache_new_saver(g_layout);
@@ -221,6 +265,7 @@ static void run(void)
 
     drain(s, &m);
     sweep_gc(s, &m);
+    old_versions(s, &m);
 
     what = "close";
     begin_case("%s", what);

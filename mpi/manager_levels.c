@@ -196,7 +196,7 @@ static void fmt_shape(char *out, size_t n, int of, int per_node, int layouts_dif
 int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name)
 {
     ckpt_cache_drain_info shape = CKPT_CACHE_DRAIN_INFO_INIT;
-    int rc = ckpt_saver_cache_drain(m->saver, comm, name, m->dir, &shape);
+    int rc = ckpt_saver_cache_drain(&shape, m->saver, comm, name, m->dir);
     if (rc == CKPT_OK && shape.other_shape) {
         if (m->rank == 0) {
             char was[64], is[64];

@@ -120,8 +120,8 @@ const char *ckpt_saver_cache_held_path(const ckpt_saver *s)
     return s ? ckpt__saver_cache_dir(s) : "";
 }
 
-int ckpt_saver_cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name, const char *dir,
-                           ckpt_cache_drain_info *out)
+int ckpt_saver_cache_drain(ckpt_cache_drain_info *out, ckpt_saver *s, MPI_Comm comm,
+                           const char *name, const char *dir)
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");

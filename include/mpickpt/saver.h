@@ -559,8 +559,8 @@ typedef struct ckpt_cache_drain_info {
  * rank is CKPT_EINVAL on every rank. Collective over @p comm: MPI_COMM_NULL is the saver's
  * communicator (ckpt_saver_comm()); inside a commit hook's `committed` half, pass its `comm`.
  */
-CKPT_EXTERN int ckpt_saver_cache_drain(ckpt_saver *s, MPI_Comm comm, const char *name,
-                                       const char *dir, ckpt_cache_drain_info *out);
+CKPT_EXTERN int ckpt_saver_cache_drain(ckpt_cache_drain_info *out, ckpt_saver *s, MPI_Comm comm,
+                                       const char *name, const char *dir);
 
 /**
  * Each node's leader removes from its node's cache directory every checkpoint named

@@ -117,7 +117,7 @@ static void refusals(ckpt_saver *s)
         CHECK_MSG(strstr(g_msg, "persistent") != NULL, "%s: message: %s", what, g_msg);
     what = "a drain without a cache level";
     begin_case("%s", what);
-    coll(ckpt_saver_cache_drain(s, MPI_COMM_NULL, "ck-1", NULL, NULL), CKPT_EINVAL, what);
+    coll(ckpt_saver_cache_drain(NULL, s, MPI_COMM_NULL, "ck-1", NULL), CKPT_EINVAL, what);
 }
 
 /* ck-2 drained to the persistent directory, restored from there; an unknown out version. */
@@ -128,12 +128,12 @@ static void drain(ckpt_saver *s, tm_model *m)
     ckpt_cache_drain_info di = CKPT_CACHE_DRAIN_INFO_INIT;
     if (g_rank == 0)
         di.version = 7;
-    coll(ckpt_saver_cache_drain(s, MPI_COMM_NULL, "ck-2", NULL, &di), CKPT_EINVAL, what);
+    coll(ckpt_saver_cache_drain(&di, s, MPI_COMM_NULL, "ck-2", NULL), CKPT_EINVAL, what);
     what = "drain ck-2 to the persistent directory";
     begin_case("%s", what);
     ckpt_cache_drain_info d2 = CKPT_CACHE_DRAIN_INFO_INIT;
     d2.other_shape = -1;
-    if (coll(ckpt_saver_cache_drain(s, MPI_COMM_NULL, "ck-2", NULL, &d2), CKPT_OK, what)) {
+    if (coll(ckpt_saver_cache_drain(&d2, s, MPI_COMM_NULL, "ck-2", NULL), CKPT_OK, what)) {
         CHECK_MSG(d2.other_shape == 0, "%s: other_shape %d", what, d2.other_shape);
         char p[4400];
         snprintf(p, sizeof p, "%s/ck-2", g_ckpt);

@@ -68,6 +68,7 @@ int ckpt_saver_cache_open(ckpt_saver *s, const ckpt_cache_options *opts)
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
+    ckpt_saver_wait(s); /* a save in flight (async) may use the saver's cache fields */
     cache_msg msg;
     memset(&msg, 0, sizeof msg);
     int local = CKPT_OK;

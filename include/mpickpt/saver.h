@@ -507,7 +507,7 @@ typedef struct ckpt_cache_options {
  * ckpt_restore_options.level), and ckpt_saver_cache_drain(), _sweep() and _gc() apply. Needs the
  * per-rank or per-node layout. A saver has at most one cache level: CKPT_EINVAL when one is open.
  * An unknown options version or a bad option on any rank is CKPT_EINVAL on every rank.
- * Collective over the saver's communicator (no save in flight may be running).
+ * Collective over the saver's communicator; waits for a save in flight first (ckpt_saver_wait()).
  */
 CKPT_EXTERN int ckpt_saver_cache_open(ckpt_saver *s, const ckpt_cache_options *opts);
 

@@ -108,15 +108,15 @@ static int cache_startup(ckpt_manager *m, ckpt_saver *saver)
     /* what committed before a crash kept the state from saying so: checkpoints committed to
      * the cache (kept by the sweep below), drains committed to the directory */
     int adopted = CKPT_OK;
-    if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt__saver_cache_dir(saver),
-                                                            ckpt__saver_cache_shown(saver),
+    if (m->rank == 0 && (adopted = ckpt__mgr_adopt_unlisted(m, ckpt_saver_cache_held_path(saver),
+                                                            ckpt_saver_cache_dir(saver),
                                                             CKPT_LEVEL_CACHE)) == CKPT_OK)
         adopted = ckpt__mgr_adopt_drained(m);
     int rc = ckpt__mgr_share_state(m, m->comm, adopted);
     if (rc == CKPT_OK) /* what crashed saves left in the caches */
         rc = ckpt__mgr_sweep_cache(m, m->comm);
     if (rc == CKPT_OK) /* and their in-flight parts (no save runs yet) */
-        rc = ckpt_mpi_agree(m->comm, ckpt__cache_gc(saver));
+        rc = ckpt_mpi_agree(m->comm, ckpt_saver_cache_gc(saver));
     if (rc == CKPT_OK) /* a drain an earlier run did not finish: at the next save */
         for (size_t i = m->state->num_entries; i-- > 0;) {
             const ckpt_state_entry *e = &m->state->entries[i];
@@ -213,7 +213,7 @@ void ckpt_manager_free(ckpt_manager *m)
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
     if (m->saver && m->cache) /* its cache level: the held directories and their locks */
-        ckpt__saver_cache_free(m->saver);
+        ckpt_saver_cache_close(m->saver);
     ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
     ckpt_name_list_free(m->miss);
@@ -230,7 +230,7 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     const ckpt_state_entry *e = i < st->num_entries ? &st->entries[i] : NULL;
     int rc = !e ? ckpt__path(out, out_size, "%s", "")
              : ckpt__mgr_levels_of(e) == CKPT_LEVEL_CACHE
-                 ? ckpt__path(out, out_size, "%s/%s", ckpt__saver_cache_shown(m->saver), e->prefix)
+                 ? ckpt__path(out, out_size, "%s/%s", ckpt_saver_cache_dir(m->saver), e->prefix)
                  : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
     pthread_mutex_unlock(&mm->lock);
     return rc;
@@ -445,7 +445,11 @@ void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counte
  * ranks make room for the entry, so that adding it cannot fail. The second half, after the vote:
  * every other rank makes the same update to its copy (the same entry, the same retention: the
  * same state, restart control and options everywhere), with no collective call. A failure of
- * the first half anywhere is the save's error, agreed by the saver.
+ * the first half anywhere is the save's error, agreed by the saver. A save to the cache level
+ * rides the same vote (its entry at level cache, its bytes from its index, the cache's retention
+ * before both levels'), then its second half sweeps the caches and drains every
+ * persist_every-th checkpoint, collective over the hook's communicator
+ * (manager_levels.c: ckpt__mgr_cache_committed).
  */
 enum { HV_TIME, HV_BYTES, HV_EPOCH = HV_BYTES + 2, HV_STEP = HV_EPOCH + 2, HV_EOE = HV_STEP + 2 };
 
@@ -468,11 +472,14 @@ static int commit_prep(const char *prefix, int64_t counter, ckpt_commit_vote *v,
     pthread_mutex_lock(&m->lock);
     if (m->rank == 0) {
         ckpt_state_entry e;
-        /* 0: the directory, as before levels */
-        ckpt__mgr_new_entry(&e, prefix, counter, &m->pending, 0);
-        local = ckpt_checkpoint_bytes(&e.bytes, prefix);
+        /* 0: the directory, as before levels; else the cache */
+        ckpt__mgr_new_entry(&e, prefix, counter, &m->pending, m->cache ? CKPT_LEVEL_CACHE : 0);
+        local = m->cache ? ckpt__mgr_cache_bytes(&e.bytes, prefix)
+                         : ckpt_checkpoint_bytes(&e.bytes, prefix);
         if (local == CKPT_OK)
             local = ckpt_state_append(m->state, &e);
+        if (local == CKPT_OK && m->cache)
+            ckpt__mgr_cache_retention(m);
         if (local == CKPT_OK)
             local = ckpt__mgr_apply_retention(m);
         /* the chief's entry, exactly: every rank records what the chief's state file lists */
@@ -504,13 +511,12 @@ static int reserve_entry(ckpt_manager *m)
 static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
                        const ckpt_commit_vote *v, void *payload)
 {
-    (void)comm;
     ckpt_manager *m = payload;
     const ckpt_manager_save_info *info = &m->pending;
     /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
     if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
         ckpt_state_entry e;
-        ckpt__mgr_new_entry(&e, prefix, counter, info, 0);
+        ckpt__mgr_new_entry(&e, prefix, counter, info, m->cache ? CKPT_LEVEL_CACHE : 0);
         e.timestamp = v->vals[HV_TIME];
         e.bytes = (uint64_t)get64(&v->vals[HV_BYTES]);
         e.epoch = get64(&v->vals[HV_EPOCH]);
@@ -523,12 +529,15 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
         snprintf(st->latest, sizeof st->latest, "%s", e.prefix);
         if (e.save_counter > st->save_counter)
             st->save_counter = e.save_counter;
+        if (m->cache) /* the chief's retention of both levels, as commit_prep made it */
+            ckpt__mgr_cache_retention(m);
         retire(m, NULL, &nd);
         pthread_mutex_unlock(&m->lock);
     }
     m->have_last = 1;
     m->last_step = info->step;
-    return CKPT_OK;
+    /* the cache level: the sweep of the nodes' caches and the drain, collective over `comm` */
+    return m->cache ? ckpt__mgr_cache_committed(m, comm, prefix, counter) : CKPT_OK;
 }
 
 /* The chief: the first counter from *next whose names are free in the directory and, with a
@@ -536,10 +545,10 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
 static int free_counter(ckpt_manager *m, int64_t *next)
 {
     int fds[2] = { -1, -1 };
-    const char *shown[2] = { m->dir, ckpt__saver_cache_shown(m->saver) };
+    const char *shown[2] = { m->dir, ckpt_saver_cache_dir(m->saver) };
     int rc = ckpt__ckptdir_open(&fds[0], NULL, m->dir, 0);
     if (rc == CKPT_OK && m->cache) /* the held directory, by descriptor */
-        rc = ckpt__dir_open(&fds[1], ckpt__saver_cache_dir(m->saver));
+        rc = ckpt__dir_open(&fds[1], ckpt_saver_cache_held_path(m->saver));
     if (rc == CKPT_OK)
         rc = ckpt__counter_free(next, fds, shown, m->cache ? 2 : 1, m->name);
     if (rc == CKPT_OK && *next > CKPT__COUNTER_MAX)
@@ -592,7 +601,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
                       m->dir);
     }
     if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
-        local = ckpt__cache_gc(m->saver);
+        local = ckpt_saver_cache_gc(m->saver);
     /* from here, a failure on any rank is agreed by the save's first collectives (its prefix's
      * broadcast for the chief's, its first vote for the others') */
 
@@ -627,24 +636,23 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     so.hooks = &hooks;
     so.counter_out = &counter; /* the chief's (free_counter may have passed taken names) */
     m->pending = *info;
+    if (local == CKPT_OK && m->rank != 0)
+        local = reserve_entry(m);
+    hooks.prepare = commit_prep;
+    hooks.committed = commit_hook;
     if (m->cache) { /* to the nodes' caches; every persist_every-th also drained to `dir` */
         if (local == CKPT_OK)
             local = ckpt__path(name, sizeof name, "%s-%lld", m->name, (long long)next);
-        /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
-        hooks.committed = ckpt__mgr_cache_commit_hook;
         so.status = local;
-        rc = ckpt__saver_save_cache(m->saver, name, &si, &so);
+        so.level = CKPT_LEVEL_CACHE;
+        rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
         if (rc == CKPT_OK && out && out_size)
-            snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
+            snprintf(out, out_size, "%s/%s-%lld", ckpt_saver_cache_dir(m->saver), m->name,
                      (long long)counter);
         return rc;
     }
     if (local == CKPT_OK)
         local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
-    if (local == CKPT_OK && m->rank != 0)
-        local = reserve_entry(m);
-    hooks.prepare = commit_prep;
-    hooks.committed = commit_hook;
     so.status = local;
     rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
     if (rc == CKPT_OK && out && out_size)

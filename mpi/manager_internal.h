@@ -13,9 +13,10 @@
 #include "mpickpt/manager.h"
 
 #include "dirlock.h"
-#include "mpi_internal.h"
+#include "internal.h"
 #include "reaper.h"
 #include "restart.h"
+#include "saver_borrow.h" /* the borrower lifetimes: the one saver internal left here */
 
 #include <pthread.h>
 #include <stddef.h>
@@ -89,8 +90,10 @@ void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counte
 /* manager_levels.c */
 int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env);
 int ckpt__mgr_sweep_cache(ckpt_manager *m, MPI_Comm comm);
-int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
-                                const ckpt_commit_vote *v, void *payload);
+void ckpt__mgr_cache_retention(ckpt_manager *m);
+int ckpt__mgr_cache_bytes(uint64_t *bytes, const char *prefix);
+int ckpt__mgr_cache_committed(ckpt_manager *m, MPI_Comm comm, const char *prefix,
+                              int64_t counter);
 int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name);
 int ckpt__mgr_drain_pending(ckpt_manager *m);
 

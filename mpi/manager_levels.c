@@ -1,7 +1,7 @@
 /*
  * The manager's cache level (docs/levels.md; mpi/manager_internal.h): rank 0's settings, the
- * sweep of the nodes' caches, the cache's retention, the commit hook of a save to the cache, and
- * the drain of every persist_every-th checkpoint to the persistent directory (tried again at the
+ * sweep of the nodes' caches, the cache's retention, what follows a save to the cache once its
+ * state update rode the commit vote (manager.c's hook: the sweep), and the drain of every persist_every-th checkpoint to the persistent directory (tried again at the
  * next save when it fails).
  */
 #include "manager_internal.h"
@@ -24,10 +24,7 @@ int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env)
         int64_t status, on, partner, every, keep;
         int64_t max_to_keep; /* retention's options: every rank applies the chief's */
         double keep_hours;
-        /* for each node cache's lock: the directory lock's (ckpt__mgr_take_dirlock) */
-        double lock_wait;
         char pattern[4096];
-        char identity[CKPT__IDENTITY_HEX + 8];
     } msg;
     memset(&msg, 0, sizeof msg);
     int local = CKPT_OK;
@@ -60,24 +57,12 @@ int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env)
         msg.on = local == CKPT_OK && pat && *pat;
         /* a saver's cache level belongs to the manager that set it up (until it is freed):
          * a second one would take it over, and its saves would go into the other's caches */
-        if (msg.on && ckpt__saver_has_cache(m->saver))
+        if (msg.on && ckpt_saver_cache_dir(m->saver)[0])
             local = ckpt__error(CKPT_EINVAL,
                                 "%s: the saver already has a cache level (of another manager, "
                                 "in %s); give each manager with a cache level its own saver",
-                                m->dir, ckpt__saver_cache_shown(m->saver));
+                                m->dir, ckpt_saver_cache_dir(m->saver));
         msg.on = msg.on && local == CKPT_OK;
-        msg.lock_wait = m->opts.lock_wait_seconds;
-        if (msg.on && msg.lock_wait == 0)
-            local = ckpt__dirlock_env_wait(&msg.lock_wait);
-        msg.on = msg.on && local == CKPT_OK;
-        if (msg.on) { /* whose cache copies are this directory's (lib/identity.h) */
-            int dfd = -1;
-            local = ckpt__ckptdir_open(&dfd, NULL, m->dir, 0);
-            if (local == CKPT_OK)
-                local = ckpt__identity_get(msg.identity, dfd, m->dir, 1);
-            ckpt__close(dfd);
-            msg.on = local == CKPT_OK;
-        }
         msg.partner = red == CKPT_REDUNDANCY_PARTNER;
         msg.max_to_keep = m->opts.max_to_keep;
         msg.keep_hours = m->opts.keep_every_n_hours;
@@ -98,14 +83,16 @@ int ckpt__mgr_levels_setup(ckpt_manager *m, int from_env)
     const char *group = m->opts.failure_group;
     if (!group && from_env)
         group = getenv("MPICKPT_FAILURE_GROUP");
-    msg.identity[sizeof msg.identity - 1] = '\0';
-    rc = ckpt__saver_cache_init(m->saver, msg.pattern,
-                                msg.partner ? CKPT__REDUNDANCY_PARTNER : CKPT__REDUNDANCY_NONE,
-                                group && *group ? group : NULL, msg.identity, m->dir);
-    /* one job per node cache of this directory, as per directory (two directories can share an
-     * identity only when it was copied by hand without its inode: a job waits or is refused) */
-    if (rc == CKPT_OK && (rc = ckpt__cache_lock(m->saver, msg.lock_wait)) != CKPT_OK)
-        ckpt__saver_cache_free(m->saver);
+    /* the saver's cache level (saver.h): the directory's identity and the node caches' lock
+     * wait (for each node cache's lock: the directory lock's, ckpt__mgr_take_dirlock) are the
+     * chief's, decided there */
+    ckpt_cache_options co = CKPT_CACHE_OPTIONS_INIT;
+    co.dir = msg.pattern;
+    co.redundancy = msg.partner ? CKPT_REDUNDANCY_PARTNER : CKPT_REDUNDANCY_NONE;
+    co.failure_group = group;
+    co.persistent = m->dir;
+    co.lock_wait_seconds = m->opts.lock_wait_seconds;
+    rc = ckpt_saver_cache_open(m->saver, &co);
     if (rc == CKPT_OK) {
         m->cache = 1;
         m->persist_every = msg.every;
@@ -126,14 +113,15 @@ int ckpt__mgr_sweep_cache(ckpt_manager *m, MPI_Comm comm)
             keep[n++] = st->entries[i].save_counter;
     int rc = ckpt_mpi_agree(comm, local);
     if (rc == CKPT_OK)
-        rc = ckpt__cache_sweep(m->saver, comm, m->name, keep, n);
+        rc = ckpt_saver_cache_sweep(m->saver, comm, m->name, keep, n);
     free(keep);
     return rc;
 }
 
-/* The chief: the cache keeps its newest cache_keep checkpoints; an older one leaves the cache
- * (and the state, unless the persistent directory has it too). */
-static void cache_retention(ckpt_manager *m)
+/* The cache keeps its newest cache_keep checkpoints; an older one leaves the cache (and the
+ * state, unless the persistent directory has it too). The state only: every rank makes the same
+ * update to its copy (manager.c's commit hook), the chief's retention deletes. */
+void ckpt__mgr_cache_retention(ckpt_manager *m)
 {
     ckpt_state *st = m->state;
     size_t in_cache = 0;
@@ -160,44 +148,29 @@ static void cache_retention(ckpt_manager *m)
     }
 }
 
-/* After a commit to the cache (the saver's hook, collective over `comm`): the chief lists it at
- * level cache (its size from the index: the files are on several nodes), applies both levels'
- * retention and writes the state; every rank adopts it; the node leaders sweep their caches. */
-int ckpt__mgr_cache_commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
-                                const ckpt_commit_vote *v, void *payload)
+/* The chief: the bytes of the cache's checkpoint at `prefix`, from its index (its files are on
+ * several nodes). */
+int ckpt__mgr_cache_bytes(uint64_t *bytes, const char *prefix)
 {
-    (void)v; /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
-    ckpt_manager *m = payload;
-    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
-    const ckpt_manager_save_info *info = &m->pending;
-    int local = CKPT_OK;
-    if (m->rank == 0) {
-        ckpt_state_entry e;
-        ckpt__mgr_new_entry(&e, prefix, counter, info, CKPT_LEVEL_CACHE);
-        ckpt_reader *r = NULL;
-        local = ckpt_reader_open_index(&r, prefix);
-        if (local == CKPT_OK) {
-            const Mpickpt__Index *idx = ckpt__reader_index(r);
-            for (size_t f = 0; f < idx->n_files; f++)
-                e.bytes += idx->files[f]->bytes;
-        }
-        ckpt_reader_free(r);
-        pthread_mutex_lock(&m->lock);
-        if (local == CKPT_OK)
-            local = ckpt_state_append(m->state, &e);
-        if (local == CKPT_OK) {
-            cache_retention(m);
-            local = ckpt__mgr_apply_retention(m);
-        }
-        pthread_mutex_unlock(&m->lock);
-    }
-    int rc = ckpt__mgr_share_state(m, comm, local);
-    if (rc == CKPT_OK)
-        rc = ckpt__mgr_sweep_cache(m, comm);
+    ckpt_reader *r = NULL;
+    int rc = ckpt_reader_open_index(&r, prefix);
     if (rc == CKPT_OK) {
-        m->have_last = 1;
-        m->last_step = info->step;
+        const Mpickpt__Index *idx = ckpt__reader_index(r);
+        for (size_t f = 0; f < idx->n_files; f++)
+            *bytes += idx->files[f]->bytes;
     }
+    ckpt_reader_free(r);
+    return rc;
+}
+
+/* After a commit to the cache, once every rank's state lists it (the commit vote carried the
+ * chief's entry: manager.c's commit hook, collective over `comm`): the node leaders sweep their
+ * caches, and every persist_every-th is drained. */
+int ckpt__mgr_cache_committed(ckpt_manager *m, MPI_Comm comm, const char *prefix,
+                              int64_t counter)
+{
+    m->pending_persist = counter % m->persist_every == 0; /* the chief's counter, on every rank */
+    int rc = ckpt__mgr_sweep_cache(m, comm);
     /* every persist_every-th: the drain, on this thread (the writer thread of an async saver:
      * training does not wait for it) */
     const char *slash = strrchr(prefix, '/');
@@ -222,9 +195,9 @@ static void fmt_shape(char *out, size_t n, int of, int per_node, int layouts_dif
  * said once, not tried again; the cache keeps it until its retention drops it. Collective. */
 int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name)
 {
-    ckpt__drain_shape shape;
-    int rc = ckpt__cache_drain(m->saver, comm, name, m->dir, &shape);
-    if (rc == CKPT_OK && shape.other) {
+    ckpt_cache_drain_info shape = CKPT_CACHE_DRAIN_INFO_INIT;
+    int rc = ckpt_saver_cache_drain(&shape, m->saver, comm, name, m->dir);
+    if (rc == CKPT_OK && shape.other_shape) {
         if (m->rank == 0) {
             char was[64], is[64];
             int differ = shape.per_node != shape.job_per_node;

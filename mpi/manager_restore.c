@@ -50,7 +50,7 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
     ropts.strict = m->opts.strict_restore != 0;
     if (m->legacy_restore && !m->opts.strict_restore)
-        ropts.version = 1; /* as before strict restores */
+        ropts.strict = CKPT_RESTORE_NO_COMPARE; /* as before strict restores */
     ckpt_name_list_free(m->miss);
     ckpt_name_list_free(m->unexp);
     m->miss = m->unexp = NULL;
@@ -64,9 +64,13 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
      * persistent copy is next (or, for restore_or_initialize, an older checkpoint). */
     if (levels & CKPT_LEVEL_CACHE) {
         int unavailable = 1;
-        rc = ckpt__saver_restore_cache(m->saver, e->prefix, &ropts, &info, &unavailable);
+        ropts.level = CKPT_LEVEL_CACHE;
+        ropts.unavailable = &unavailable;
+        rc = ckpt_saver_restore(m->saver, e->prefix, &ropts, &info);
+        ropts.level = CKPT_LEVEL_PERSISTENT;
+        ropts.unavailable = NULL;
         if (rc == CKPT_OK) {
-            snprintf(prefix, sizeof prefix, "%s/%s", ckpt__saver_cache_shown(m->saver),
+            snprintf(prefix, sizeof prefix, "%s/%s", ckpt_saver_cache_dir(m->saver),
                      e->prefix);
             return restored(m, out, prefix, &info);
         }

@@ -256,7 +256,7 @@ int ckpt__mgr_adopt_unlisted(ckpt_manager *m, const char *dir, const char *shown
  */
 int ckpt__mgr_adopt_drained(ckpt_manager *m)
 {
-    const char *cdir = ckpt__saver_cache_dir(m->saver);
+    const char *cdir = ckpt_saver_cache_held_path(m->saver);
     for (size_t i = 0; i < m->state->num_entries; i++) {
         ckpt_state_entry *e = &m->state->entries[i];
         if (ckpt__mgr_levels_of(e) != CKPT_LEVEL_CACHE)

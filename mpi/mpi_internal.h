@@ -53,8 +53,9 @@ int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *bu
  * same error (the failing rank's message, through ckpt_mpi_agree). At most 16 values. */
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
-/* Saver internals the manager still needs: the cache level (until one storage-target interface
- * replaces it) and the borrower lifetimes (attach/detach). */
+/* The cache level's internals, for the library's own use (the public API over them is
+ * include/mpickpt/saver.h's ckpt_saver_cache_*, in saver_cache.c; the manager calls only that),
+ * and the borrower lifetimes (saver_borrow.h). */
 struct ckpt_saver;
 /* The cache level (docs/levels.md, mpi/cache_dir.c): nodes, this node's cache directory from
  * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
@@ -113,21 +114,14 @@ const char *ckpt__saver_cache_shown(const struct ckpt_saver *s);
 int ckpt__cache_sweep(struct ckpt_saver *s, MPI_Comm comm, const char *stem, const int64_t *keep,
                       size_t n);
 /* A save to the cache level (ckpt__saver_cache_init first): ckpt_saver_write_ex() with `name`
- * the checkpoint's name, which each rank puts in its node's cache directory. Internal because the
- * cache level is (its set-up above); the options, the hook included, are the public ones. */
+ * the checkpoint's name, which each rank puts in its node's cache directory, whatever the
+ * options' level (the public way: ckpt_save_options.level = CKPT_LEVEL_CACHE). */
 struct ckpt_save_info;
 struct ckpt_save_options;
 int ckpt__saver_save_cache(struct ckpt_saver *s, const char *name,
                            const struct ckpt_save_info *info, const struct ckpt_save_options *opts);
 
-/* A borrower of the saver (a manager): `gone(payload)` is called when the saver is freed, so the
- * borrower never touches it afterwards. */
-int ckpt__saver_attach(struct ckpt_saver *s, void (*gone)(void *payload), void *payload);
-
-/* The borrower `payload` is going away: a save in flight whose commit hook calls it is waited for
- * (ckpt_saver_wait: its failure kept for the next save, sync or close). Returns 1, having
- * withdrawn nothing, when the saver was closed with that save still running and its hook may
- * still call the borrower (the borrower must then stay allocated); else 0, detached. */
-int ckpt__saver_detach(struct ckpt_saver *s, void *payload);
+/* The borrowers (a manager): attach and detach. */
+#include "saver_borrow.h"
 
 #endif

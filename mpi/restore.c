@@ -12,6 +12,7 @@
 #include "share.h"
 #include "mpickpt/collective.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,9 +306,11 @@ static int restore_name(restore_run *x, const char *prefix_arg)
 static void restore_options(restore_run *x, const ckpt_restore_options *opts)
 {
     /* NULL options and version 1: the behaviour before strict restores */
-    ckpt_restore_options o = { 1, 0, 0, NULL, NULL };
-    if (opts && opts->version >= 2 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION)
+    ckpt_restore_options o = { 1, 0, 0, NULL, NULL, 0u, NULL };
+    if (opts && opts->version >= 3 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION)
         o = *opts;
+    else if (opts && opts->version == 2) /* a version 2 struct ends before the level */
+        memcpy(&o, opts, offsetof(ckpt_restore_options, level));
     else if (opts)
         o.skip_missing_per_rank = opts->skip_missing_per_rank;
     if (opts && opts->version >= 2) {
@@ -317,7 +320,10 @@ static void restore_options(restore_run *x, const ckpt_restore_options *opts)
             *opts->unexpected = NULL;
     }
     x->o = o;
-    x->compare = o.version >= 2;
+    /* version 3's CKPT_RESTORE_NO_COMPARE: version 1's behaviour at any level */
+    x->compare = o.version >= 2 && !(o.version >= 3 && o.strict == CKPT_RESTORE_NO_COMPARE);
+    if (!x->compare)
+        x->o.strict = 0;
 }
 
 /* The chief reads, validates and checks the checkpoint; its verdict travels with the gather of
@@ -644,10 +650,24 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__targe
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable);
 
+/* Options version 3: the level, and *unavailable of the cache level (restore_impl's). */
 int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore_options *opts,
                        ckpt_restore_info *info)
 {
-    return restore_impl(s, prefix_arg, &ckpt__target_persistent, opts, info, NULL);
+    int v3 = opts && opts->version >= 3 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION;
+    unsigned level = v3 ? opts->level : 0;
+    int unavailable = 0;
+    if (v3 && opts->unavailable)
+        *opts->unavailable = 0;
+    if (level != 0 && level != CKPT_LEVEL_PERSISTENT && level != CKPT_LEVEL_CACHE)
+        return ckpt__error(CKPT_EINVAL, "ckpt_restore_options.level %u is not a level", level);
+    int rc = restore_impl(s, prefix_arg,
+                          level == CKPT_LEVEL_CACHE ? &ckpt__target_cache
+                                                    : &ckpt__target_persistent,
+                          opts, info, &unavailable);
+    if (v3 && opts->unavailable && level == CKPT_LEVEL_CACHE)
+        *opts->unavailable = rc != CKPT_OK && unavailable;
+    return rc;
 }
 
 int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restore_options *opts,

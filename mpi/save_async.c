@@ -128,8 +128,8 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
     pthread_mutex_unlock(&s->lock);
     if (!done)
         return ckpt__error(CKPT_ETIMEDOUT, "the background save of %s%s is still running",
-                           s->job->cache ? s->job->c.n.base : s->job->c.n.prefix,
-                           s->job->cache ? " to the cache" : "");
+                           s->job->c.target->node_local ? s->job->c.n.base : s->job->c.n.prefix,
+                           s->job->c.target->what);
     pthread_join(s->thread, NULL);
     save_job *j = s->job;
     s->job = NULL;
@@ -139,7 +139,7 @@ int ckpt__save_wait(ckpt_saver *s, double timeout)
     if (rc != CKPT_OK) {
         /* a cache save's prefix is each node's own: its name says the same on every rank */
         ckpt__error(rc, "background save of %s%s failed: %s",
-                    j->cache ? j->c.n.base : j->c.n.prefix, j->cache ? " to the cache" : "",
+                    j->c.target->node_local ? j->c.n.base : j->c.n.prefix, j->c.target->what,
                     j->message);
         /* the same errno and reason as a sync save's error (the agreement carried them) */
         ckpt__error_set_errno(rc, j->sys_errno);
@@ -178,11 +178,12 @@ int ckpt__save_start(ckpt_saver *s, save_job *j)
     return CKPT_OK;
 }
 
-/* A whole save at `prefix` (to the cache level when `cache`) recording `counter`, with the
+/* A whole save at `prefix` to storage target `t` (target.h) recording `counter`, with the
  * commit hook's halves (either may be NULL). `local`: the caller's status on this rank, joined to
  * the save's first collectives. Collective. */
-static int save_level(ckpt_saver *s, const char *prefix, int cache, const ckpt_save_info *info,
-                      int64_t counter, int local, const ckpt_commit_hooks *h)
+static int save_level(ckpt_saver *s, const char *prefix, const ckpt__target_ops *t,
+                      const ckpt_save_info *info, int64_t counter, int local,
+                      const ckpt_commit_hooks *h)
 {
     double t_start = ckpt__mono_seconds();
     /* At most one save in flight: wait for the previous one; its failure is this call's error. */
@@ -192,7 +193,7 @@ static int save_level(ckpt_saver *s, const char *prefix, int cache, const ckpt_s
     if (rc != CKPT_OK)
         return rc;
     save_job *j;
-    if ((rc = ckpt__save_prepare(s, prefix, info, counter, cache, local, &j)) != CKPT_OK)
+    if ((rc = ckpt__save_prepare(s, prefix, info, counter, t, local, &j)) != CKPT_OK)
         return rc;
     j->t_start = t_start;
     if (h) {
@@ -203,8 +204,9 @@ static int save_level(ckpt_saver *s, const char *prefix, int cache, const ckpt_s
     return ckpt__save_start(s, j);
 }
 
-/* ckpt_saver_write_ex and the cache level's save: the options checked into this rank's status
- * (a bad one on any rank is agreed by the save's first collectives). */
+/* ckpt_saver_write_ex and the cache level's save (`cache`: whatever the options' level): the
+ * options checked into this rank's status (a bad one on any rank is agreed by the save's first
+ * collectives). Version 1 has no level: the persistent directory. */
 static int save_opts(ckpt_saver *s, const char *prefix, int cache, const ckpt_save_info *info,
                      const ckpt_save_options *o)
 {
@@ -213,9 +215,13 @@ static int save_opts(ckpt_saver *s, const char *prefix, int cache, const ckpt_sa
     int local = CKPT_OK;
     int64_t counter = 0;
     const ckpt_commit_hooks *h = NULL;
-    if (o && o->version != CKPT_SAVE_OPTIONS_VERSION)
-        local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options version %u, expected %d",
+    unsigned level = o && o->version >= 2 && o->version <= CKPT_SAVE_OPTIONS_VERSION ? o->level : 0;
+    if (o && (o->version < 1 || o->version > CKPT_SAVE_OPTIONS_VERSION))
+        local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options version %u, expected 1 to %d",
                             s->rank, o->version, CKPT_SAVE_OPTIONS_VERSION);
+    else if (level != 0 && level != CKPT_LEVEL_PERSISTENT && level != CKPT_LEVEL_CACHE)
+        local = ckpt__error(CKPT_EINVAL, "rank %d: ckpt_save_options.level %u is not a level",
+                            s->rank, level);
     else if (o) {
         counter = o->counter;
         h = o->hooks;
@@ -234,8 +240,9 @@ static int save_opts(ckpt_saver *s, const char *prefix, int cache, const ckpt_sa
         h = NULL;
         counter = 0;
     }
-    int rc = save_level(s, prefix ? prefix : "", cache, info, counter, local, h);
-    if (rc == CKPT_OK && o && o->version == CKPT_SAVE_OPTIONS_VERSION && o->counter_out)
+    cache |= level == CKPT_LEVEL_CACHE;
+    int rc = save_level(s, prefix ? prefix : "", ckpt__target_of(cache), info, counter, local, h);
+    if (rc == CKPT_OK && local == CKPT_OK && o && o->counter_out)
         *o->counter_out = s->prepared_counter; /* the chief's (ckpt__save_bcast_prefix) */
     return rc;
 }
@@ -256,7 +263,7 @@ int ckpt_saver_write(ckpt_saver *s, const char *prefix, const ckpt_save_info *in
 {
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
-    return save_level(s, prefix ? prefix : "", 0, info, 0, CKPT_OK, NULL);
+    return save_level(s, prefix ? prefix : "", ckpt__target_of(0), info, 0, CKPT_OK, NULL);
 }
 
 int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *info, char *out,
@@ -275,7 +282,8 @@ int ckpt_saver_save(ckpt_saver *s, const char *prefix, const ckpt_save_info *inf
     int local = ckpt__path(name, sizeof name, "%s-%lld", prefix ? prefix : "", (long long)n);
     if ((rc = ckpt_mpi_agree(s->comm, local)) != CKPT_OK)
         return rc;
-    if ((rc = save_level(s, name, 0, info, n, CKPT_OK, NULL)) == CKPT_OK && out && out_size)
+    if ((rc = save_level(s, name, ckpt__target_of(0), info, n, CKPT_OK, NULL)) == CKPT_OK && out &&
+        out_size)
         snprintf(out, out_size, "%s", name);
     return rc;
 }

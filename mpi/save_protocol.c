@@ -252,7 +252,8 @@ static int open_and_reserve(ckpt_saver *s, save_ctx *c, int *rfd)
  * On success *out is a job ready to run.
  */
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_info *info,
-                       int64_t counter, int cache, int caller_local, save_job **out)
+                       int64_t counter, const ckpt__target_ops *t, int caller_local,
+                       save_job **out)
 {
     *out = NULL;
     char prefix[4096];
@@ -266,15 +267,12 @@ int ckpt__save_prepare(ckpt_saver *s, const char *prefix_arg, const ckpt_save_in
         local = ckpt__error(CKPT_ENOMEM, "out of memory");
     if (j)
         j->c.dirfd = j->c.workfd = j->c.tempfd = -1; /* until init_ctx */
-    const ckpt__target_ops *t = ckpt__target_of(cache);
     if (local == CKPT_OK) /* the target's name of the save on this rank */
         local = t->place(s, prefix, sizeof prefix);
     if (local == CKPT_OK)
         local = init_ctx(s, &j->c, prefix, save_id);
-    if (j) {
+    if (j)
         j->c.target = t;
-        j->cache = t->node_local;
-    }
     if (local == CKPT_OK)
         local = ckpt__fault(s->rank, "plan");
     ckpt__replica_check chk; /* replica_check.c: folded into the second vote when due */

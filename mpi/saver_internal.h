@@ -103,7 +103,8 @@ struct ckpt_saver {
      * one-step merge at the chief), 1 (any nodes). */
     int hier_wanted, hier_merge, leaders_made;
     MPI_Comm leader_comm, leader_async_comm;
-    /* The cache level (cache_dir.c, save_levels.c; docs/levels.md), set up by a manager. */
+    /* The cache level (cache_dir.c, save_levels.c; docs/levels.md), opened with
+     * ckpt_saver_cache_open (saver_cache.c), by a manager or any caller. */
     struct {
         int on;
         int redundancy;  /* CKPT__REDUNDANCY_* */
@@ -165,7 +166,6 @@ struct save_job {
     int have_median;
     uint64_t bytes;          /* this rank's stored bytes */
     int opened;              /* in-flight directories opened and reservation agreed at prepare */
-    int cache;               /* c.target->node_local (save_async.c's messages name the save) */
     int result;
     char message[2048];      /* the writer thread's error message */
     int sys_errno, reason;   /* and its ckpt_error.sys_errno and .reason (the error is per thread) */
@@ -194,7 +194,7 @@ void ckpt__restore_log_summary(const ckpt_saver *s, const char *prefix, uint64_t
 int ckpt__save_bcast_prefix(ckpt_saver *s, const char *prefix, char *out, size_t size,
                             uint64_t *save_id, int64_t *counter);
 int ckpt__save_prepare(ckpt_saver *s, const char *prefix, const ckpt_save_info *info,
-                       int64_t counter, int cache, int local, save_job **out);
+                       int64_t counter, const ckpt__target_ops *t, int local, save_job **out);
 int ckpt__save_run(save_job *j);
 void ckpt__save_job_free(save_job *j);
 void ckpt__save_free_plan(ckpt_saver *s);

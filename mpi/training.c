@@ -146,7 +146,7 @@ int ckpt_training_delete_backup(ckpt_training *t)
     int local = t->m->rank == 0 ? ckpt__remove_backup_dir(t->dir) : CKPT_OK;
     rc = ckpt_mpi_agree(t->m->comm, local);
     if (rc == CKPT_OK && t->m->cache) /* its checkpoints in the nodes' caches too */
-        rc = ckpt__cache_sweep(t->m->saver, t->m->comm, t->m->name, NULL, 0);
+        rc = ckpt_saver_cache_sweep(t->m->saver, t->m->comm, t->m->name, NULL, 0);
     if (rc == CKPT_OK) {
         ckpt_state_free(t->m->state);
         t->m->state = NULL;

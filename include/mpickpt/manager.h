@@ -15,12 +15,7 @@ extern "C" {
 
 typedef struct ckpt_manager ckpt_manager;
 
-/** Redundancy of the cache level (docs/levels.md). */
-typedef enum ckpt_redundancy {
-    CKPT_REDUNDANCY_DEFAULT = 0, /**< MPICKPT_REDUNDANCY (none|partner), else none */
-    CKPT_REDUNDANCY_NONE = 1,    /**< each node's files on that node only */
-    CKPT_REDUNDANCY_PARTNER = 2  /**< each data file also on the partner node (another group) */
-} ckpt_redundancy;
+/* ckpt_redundancy, the cache level's redundancy: saver.h (ckpt_cache_options). */
 
 /** Options of ckpt_manager_create(). Initialize with CKPT_MANAGER_OPTIONS_INIT. */
 typedef struct ckpt_manager_options {

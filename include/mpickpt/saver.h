@@ -19,6 +19,7 @@
 #include "common.h"
 #include "dtype.h"
 #include "slice.h"
+#include "state.h" /* CKPT_LEVEL_PERSISTENT, CKPT_LEVEL_CACHE */
 
 #include "mpi_c.h"
 
@@ -288,10 +289,18 @@ typedef struct ckpt_save_options {
     /** Out, may be NULL: set on every rank when the call returns CKPT_OK to the counter the save
      *  records (the chief's; in async mode, before the save is complete). */
     int64_t *counter_out;
+    /* ---- version 2: the storage level (version 1 saves to the persistent directory) ---- */
+    /** Where the save goes, the same on every rank: CKPT_LEVEL_PERSISTENT (or 0), the prefix's
+     *  directory; CKPT_LEVEL_CACHE, the cache level opened with ckpt_saver_cache_open(): the
+     *  prefix is then the checkpoint's plain name (no '/'), which each rank's node's cache
+     *  directory holds (ckpt_saver_cache_dir()), and the metrics line goes to the cache's
+     *  persistent directory. Any other value is CKPT_EINVAL on every rank. */
+    unsigned int level;
 } ckpt_save_options;
 
-#define CKPT_SAVE_OPTIONS_VERSION 1
-#define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, 0, CKPT_OK, NULL, NULL }
+/** Version 1 (without `level`: the persistent directory) is still accepted. */
+#define CKPT_SAVE_OPTIONS_VERSION 2
+#define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, 0, CKPT_OK, NULL, NULL, 0u }
 
 /**
  * ckpt_saver_write() with options: a checkpoint at exactly @p prefix recording
@@ -393,17 +402,40 @@ typedef struct ckpt_restore_options {
      *  package compares itself) are neither; registered and absent, they are skipped as a
      *  per-rank entry is under skip_missing_per_rank. 1 (CKPT_RESTORE_OPTIONS_INIT):
      *  either list non-empty is CKPT_EMISMATCH on every rank, one message listing them all
-     *  (grouped by prefix when long). 0: what matches is restored, the rest left untouched. */
+     *  (grouped by prefix when long). 0: what matches is restored, the rest left untouched.
+     *  CKPT_RESTORE_NO_COMPARE (since version 3): no comparison, as with version 1 (a
+     *  registered name missing is CKPT_ENOTFOUND, entries nobody registered are ignored; the
+     *  lists below are set to NULL). */
     int strict;
     /** Out, may be NULL: set on every rank to the lists (the same everywhere; free them with
      *  ckpt_name_list_free()) when the comparison was made, a strict failure included; else to
      *  NULL. */
     ckpt_name_list **missing;
     ckpt_name_list **unexpected;
+    /* ---- version 3: the storage level (versions 1 and 2 restore from the prefix's directory) */
+    /** Where the checkpoint is read from, the same on every rank: CKPT_LEVEL_PERSISTENT (or 0),
+     *  the prefix's directory; CKPT_LEVEL_CACHE, the cache level opened with
+     *  ckpt_saver_cache_open(): the prefix is the checkpoint's plain name there, each rank reads
+     *  its node's cache directory, pieces other nodes hold are fetched over MPI and a node that
+     *  lost its files is rebuilt from its partners first (docs/levels.md). Any other value is
+     *  CKPT_EINVAL. */
+    unsigned int level;
+    /** Out, may be NULL; with CKPT_LEVEL_CACHE, set on every rank (the same everywhere) when the
+     *  restore returns: 1 when it failed before any registered value was read because the
+     *  cache's copy cannot be used here (it cannot be made whole: lost nodes without partner
+     *  copies, damage; or it is not of this job's shape), so that a caller can try another copy
+     *  (the persistent one) or an older checkpoint; 0 otherwise (restored, or the copy was whole
+     *  and what was registered did not match it or read well). The status and ckpt_error_last()
+     *  are the cause's, as they are at the persistent level. */
+    int *unavailable;
 } ckpt_restore_options;
 
-#define CKPT_RESTORE_OPTIONS_VERSION 2
-#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0, 1, NULL, NULL }
+/** ckpt_restore_options.strict (version 3): names not compared, as with options version 1. */
+#define CKPT_RESTORE_NO_COMPARE (-1)
+
+/** Versions 1 and 2 (without the level: the prefix's directory) are still accepted. */
+#define CKPT_RESTORE_OPTIONS_VERSION 3
+#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0, 1, NULL, NULL, 0u, NULL }
 
 /** What a restore found. */
 typedef struct ckpt_restore_info {
@@ -427,6 +459,126 @@ typedef struct ckpt_restore_info {
  */
 CKPT_EXTERN int ckpt_saver_restore(ckpt_saver *s, const char *prefix,
                                    const ckpt_restore_options *opts, ckpt_restore_info *info);
+
+/* ---- The cache level ------------------------------------------------------------------- */
+
+/** Redundancy of the cache level (docs/levels.md). */
+typedef enum ckpt_redundancy {
+    CKPT_REDUNDANCY_DEFAULT = 0, /**< the manager: MPICKPT_REDUNDANCY (none|partner), else none;
+                                  *   ckpt_saver_cache_open(): none */
+    CKPT_REDUNDANCY_NONE = 1,    /**< each node's files on that node only */
+    CKPT_REDUNDANCY_PARTNER = 2  /**< each data file also on the partner node (another group) */
+} ckpt_redundancy;
+
+/** Options of ckpt_saver_cache_open(). Initialize with CKPT_CACHE_OPTIONS_INIT. */
+typedef struct ckpt_cache_options {
+    unsigned int version; /**< CKPT_CACHE_OPTIONS_VERSION */
+    /** Each node's cache directory (node-local storage: /dev/shm, a local disk), `%n` standing
+     *  for the node (required when nodes are simulated with MPICKPT_RANKS_PER_NODE). The chief's
+     *  (rank 0's) is every rank's. Required. */
+    const char *dir;
+    /** A ckpt_redundancy: CKPT_REDUNDANCY_PARTNER needs two nodes (in two failure groups) or
+     *  more. The chief's is every rank's. */
+    int redundancy;
+    /** This node's failure group (a rack: partners are in another); NULL or "": every node its
+     *  own. The ranks of one node must name the same. */
+    const char *failure_group;
+    /** The checkpoint directory whose cache this is (it must exist), the chief's: its identity
+     *  (a file it keeps) names its part of each node's cache directory, so two checkpoint
+     *  directories never meet in one cache; the cache may be neither it nor inside or above it;
+     *  the metrics lines of cache saves go there. Required. */
+    const char *persistent;
+    /** How long each node's leader waits for the lock of its node's cache directory of this
+     *  checkpoint directory (held until ckpt_saver_cache_close(): one job per node cache) when
+     *  another job holds it; 0: MPICKPT_LOCK_WAIT (default 0: refused at once, CKPT_EBUSY naming
+     *  the holder). The chief's is every rank's. */
+    double lock_wait_seconds;
+} ckpt_cache_options;
+
+#define CKPT_CACHE_OPTIONS_VERSION 1
+#define CKPT_CACHE_OPTIONS_INIT                                                                    \
+    { CKPT_CACHE_OPTIONS_VERSION, NULL, CKPT_REDUNDANCY_DEFAULT, NULL, NULL, 0.0 }
+
+/**
+ * Opens the cache level of @p s (docs/levels.md): the nodes (MPI_COMM_TYPE_SHARED, or nodes of
+ * MPICKPT_RANKS_PER_NODE ranks), this node's cache directory (made private, checked and held
+ * open), partners when asked, and each node leader's lock of it. Then ckpt_saver_write_ex() and
+ * ckpt_saver_restore() take CKPT_LEVEL_CACHE (ckpt_save_options.level,
+ * ckpt_restore_options.level), and ckpt_saver_cache_drain(), _sweep() and _gc() apply. Needs the
+ * per-rank or per-node layout. A saver has at most one cache level: CKPT_EINVAL when one is open.
+ * An unknown options version or a bad option on any rank is CKPT_EINVAL on every rank.
+ * Collective over the saver's communicator; waits for a save in flight first (ckpt_saver_wait()).
+ */
+CKPT_EXTERN int ckpt_saver_cache_open(ckpt_saver *s, const ckpt_cache_options *opts);
+
+/**
+ * Closes the cache level of @p s: waits for a save in flight (ckpt_saver_wait()), then releases
+ * the held directory and its lock. The cache's files stay. A no-op without one (or NULL).
+ * Local. ckpt_saver_close() closes it too.
+ */
+CKPT_EXTERN void ckpt_saver_cache_close(ckpt_saver *s);
+
+/**
+ * This rank's node's cache directory of the cache's checkpoint directory, by its name (for
+ * messages and the paths a caller shows: `<it>/<name>` is a cached checkpoint's prefix); ""
+ * exactly when no cache level is open. Owned by the saver, valid until the cache is closed.
+ * Local.
+ */
+CKPT_EXTERN const char *ckpt_saver_cache_dir(const ckpt_saver *s);
+
+/**
+ * The same directory as a path that reaches the directory the saver holds open whatever happens
+ * to its name meanwhile (`/proc/self/fd/<n>`), for opening or listing what is in it on this rank
+ * (say, `<it>/<name>.index` with ckpt_reader_open_index()); never for messages. "" without a
+ * cache level. Owned by the saver, valid until the cache is closed. Local.
+ */
+CKPT_EXTERN const char *ckpt_saver_cache_held_path(const ckpt_saver *s);
+
+/** What ckpt_saver_cache_drain() found (CKPT_CACHE_DRAIN_INFO_INIT). */
+typedef struct ckpt_cache_drain_info {
+    unsigned int version; /**< in: CKPT_CACHE_DRAIN_INFO_VERSION */
+    /** 1: the checkpoint was written by another shape than this job's (another count of ranks or
+     *  nodes, another layout: a job restarted over the same caches), whose files this job cannot
+     *  drain: nothing was done. 0: drained (the call's status). */
+    int other_shape;
+    int of;        /**< the writer's count of data files (ranks, or nodes when per_node) */
+    int per_node;  /**< 1: the writer's layout was per-node */
+    int job_of;    /**< this job's count of data files */
+    int job_per_node; /**< 1: this job's layout is per-node */
+} ckpt_cache_drain_info;
+
+#define CKPT_CACHE_DRAIN_INFO_VERSION 1
+#define CKPT_CACHE_DRAIN_INFO_INIT { CKPT_CACHE_DRAIN_INFO_VERSION, 0, 0, 0, 0, 0 }
+
+/**
+ * Copies checkpoint @p name from the cache level into directory @p dir (NULL: the cache's
+ * persistent directory) and commits it there, with the save's protocol and the cache's index
+ * byte for byte (the two copies are the same checkpoint); a name taken there is CKPT_EEXISTS.
+ * When it is of another shape than this job's, nothing is done: CKPT_OK with
+ * @p out->other_shape set on every rank. @p out may be NULL; an unknown @p out->version on any
+ * rank is CKPT_EINVAL on every rank. Collective over @p comm: MPI_COMM_NULL is the saver's
+ * communicator (ckpt_saver_comm()); inside a commit hook's `committed` half, pass its `comm`.
+ */
+CKPT_EXTERN int ckpt_saver_cache_drain(ckpt_cache_drain_info *out, ckpt_saver *s, MPI_Comm comm,
+                                       const char *name, const char *dir);
+
+/**
+ * Each node's leader removes from its node's cache directory every checkpoint named
+ * `<stem>-<N>` whose N the sorted list @p keep (@p n counters; NULL with 0: none) lacks: index
+ * first, then its other files, and the in-flight directory of a crashed save. Collective over
+ * @p comm (MPI_COMM_NULL: the saver's; in a commit hook, its `comm`); the same status on every
+ * rank. A no-op (CKPT_OK) without a cache level.
+ */
+CKPT_EXTERN int ckpt_saver_cache_sweep(ckpt_saver *s, MPI_Comm comm, const char *stem,
+                                       const int64_t *keep, size_t n);
+
+/**
+ * Each node's leader removes what crashed or failed saves left in its node's cache directory
+ * (in-flight directories, workertemp_<r>, data files no index names). Local: this rank's status
+ * (agree it, ckpt_mpi_agree()); call it where no save is in flight on any rank. A no-op without
+ * a cache level.
+ */
+CKPT_EXTERN int ckpt_saver_cache_gc(ckpt_saver *s);
 
 #ifdef __cplusplus
 }

@@ -53,10 +53,11 @@ typedef struct {
  * received in place (no buffer, no pwrite: one copy less). The room is taken first (fallocate),
  * so that a full file system (a full tmpfs) is CKPT_ENOSPC here, in *local, and never a SIGBUS
  * while MPI writes into a page the file system cannot give. NULL where the file system has no
- * fallocate or the mapping fails: the caller then receives into its buffer and pwrites. On tmpfs
- * the pages are faulted in by the mmap (MAP_POPULATE: one call instead of a fault per page). */
-static uint8_t *map_new_file(const ckpt_saver *s, int fd, uint64_t bytes, int *local,
-                             const char *what, const char *name)
+ * fallocate or the mapping fails: the caller then receives into its buffer and pwrites. The
+ * pages are faulted in as the bytes arrive (MAP_POPULATE's fault-around cost more than it saved:
+ * docs/levels.md "Benchmarks"). */
+static uint8_t *map_new_file(int fd, uint64_t bytes, int *local, const char *what,
+                             const char *name)
 {
     if (bytes == 0 || bytes > (uint64_t)SIZE_MAX || bytes > (uint64_t)INT64_MAX)
         return NULL;
@@ -69,8 +70,7 @@ static uint8_t *map_new_file(const ckpt_saver *s, int fd, uint64_t bytes, int *l
             *local = ckpt__errno(errno, what, name);
         return NULL;
     }
-    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
-                   MAP_SHARED | (s->cache.tmpfs ? MAP_POPULATE : 0), fd, 0);
+    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -96,7 +96,7 @@ static int recv_into(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd, 
     uint8_t *map = NULL;
     if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, name)) == CKPT_OK &&
         (*local = ckpt__file_create(&fd, dirfd, tmp, O_RDWR, s->cache.dir)) == CKPT_OK)
-        map = map_new_file(s, fd, bytes, local, what, name);
+        map = map_new_file(fd, bytes, local, what, name);
     for (uint64_t off = 0; off < bytes && rc == CKPT_OK; off += chunk) {
         uint64_t n = bytes - off < chunk ? bytes - off : chunk;
         /* a failed rank still receives (into buf) and drops the bytes */

@@ -49,66 +49,25 @@ typedef struct {
 
 /* ---- partner copies ---------------------------------------------------------------------- */
 
-/* Room for `bytes` in the new file `fd`, and a writable shared mapping of it for the bytes to be
- * received in place (no buffer, no pwrite: one copy less). The room is taken first (fallocate),
- * so that a full file system (a full tmpfs) is CKPT_ENOSPC here, in *local, and never a SIGBUS
- * while MPI writes into a page the file system cannot give. NULL where the file system has no
- * fallocate or the mapping fails: the caller then receives into its buffer and pwrites. The
- * pages are faulted in as the bytes arrive (MAP_POPULATE's fault-around cost more than it saved:
- * docs/levels.md "Benchmarks"). */
-static uint8_t *map_new_file(int fd, uint64_t bytes, int *local, const char *what,
-                             const char *name)
-{
-    if (bytes == 0 || bytes > (uint64_t)SIZE_MAX || bytes > (uint64_t)INT64_MAX)
-        return NULL;
-    int r;
-    do
-        r = fallocate(fd, 0, 0, (off_t)bytes);
-    while (r != 0 && errno == EINTR);
-    if (r != 0) {
-        if (errno != EOPNOTSUPP && errno != ENOSYS)
-            *local = ckpt__errno(errno, what, name);
-        return NULL;
-    }
-    void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-/* The received bytes of a mapped file made durable as pwrite's are: msync, unmapped, then the
- * caller's fsync of the file. */
-static void unmap_new_file(uint8_t *map, uint64_t bytes, int *local, const char *name)
-{
-    if (*local == CKPT_OK && msync(map, (size_t)bytes, MS_SYNC) != 0)
-        *local = ckpt__errno(errno, "msync", name);
-    munmap(map, (size_t)bytes);
-}
-
 /* ckpt__cache_recv_file, whose final rename replaces what stands under `name` (`replace`: the
  * rebuild, which fills in a name its node lacks) or never does (a partner copy: a name taken is
- * not this save's, CKPT_EEXISTS naming it). The bytes land in a mapping of the new file
- * (map_new_file), else in `buf`, written out chunk by chunk. */
+ * not this save's, CKPT_EEXISTS naming it). */
 static int recv_into(ckpt_saver *s, MPI_Comm comm, int src, int tag, int dirfd, const char *name,
                      uint64_t bytes, uint8_t *buf, uint64_t chunk, int *local, const char *what,
                      int replace)
 {
     char tmp[400];
     int fd = -1, rc = CKPT_OK;
-    uint8_t *map = NULL;
-    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, name)) == CKPT_OK &&
-        (*local = ckpt__file_create(&fd, dirfd, tmp, O_RDWR, s->cache.dir)) == CKPT_OK)
-        map = map_new_file(fd, bytes, local, what, name);
+    if (*local == CKPT_OK && (*local = ckpt__temp_name(tmp, sizeof tmp, name)) == CKPT_OK)
+        *local = ckpt__file_create(&fd, dirfd, tmp, O_WRONLY, s->cache.dir);
     for (uint64_t off = 0; off < bytes && rc == CKPT_OK; off += chunk) {
         uint64_t n = bytes - off < chunk ? bytes - off : chunk;
-        /* a failed rank still receives (into buf) and drops the bytes */
-        uint8_t *to = map && *local == CKPT_OK ? map + off : buf;
-        if (MPI_Recv(to, (int)n, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        if (MPI_Recv(buf, (int)n, MPI_BYTE, src, tag, comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             rc = ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of a %s (%s) from rank %d failed",
                              s->rank, what, name, src);
-        if (rc == CKPT_OK && *local == CKPT_OK && !map)
+        if (rc == CKPT_OK && *local == CKPT_OK)
             *local = ckpt__pwrite_full(fd, buf, (size_t)n, off, what, name);
     }
-    if (map)
-        unmap_new_file(map, bytes, local, name);
     if (*local == CKPT_OK && rc == CKPT_OK)
         *local = ckpt__fsync_fd(fd, name);
     ckpt__close(fd);

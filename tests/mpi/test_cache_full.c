@@ -1,9 +1,10 @@
-/* A full node cache during the partner copy (docs/levels.md "Partners", issue 32): a partner copy
- * is received straight into a mapping of its new file (mpi/save_levels.c), whose room is taken
- * with fallocate first, so that a tmpfs that cannot hold it is a clear "no space left" error on
- * every rank, never a SIGBUS in the middle of MPI_Recv. Nodes simulated with
- * MPICKPT_RANKS_PER_NODE=K (ctest sets it); needs 2 nodes or more, and root (it mounts a small
- * tmpfs; otherwise it skips, exit 77).
+/* A full node cache during the partner copy (docs/levels.md "Benchmarks", issue 32): a tmpfs that
+ * cannot hold the partner copies is a clear "no space left" error on every rank, and nothing of
+ * the save stays. The receive writes each chunk from a buffer (mpi/save_levels.c); a receive
+ * straight into an mmap of the new file (tried for issue 32, not faster on tmpfs) must take the
+ * file's room with fallocate first: without it this test dies of SIGBUS in MPI_Recv (a tmpfs page
+ * that cannot be had). Nodes simulated with MPICKPT_RANKS_PER_NODE=K (ctest sets it); needs 2
+ * nodes or more, and root (it mounts a small tmpfs; otherwise it skips, exit 77).
  *
  *   test_cache_full OUTDIR per-rank|per-node
  *

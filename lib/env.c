@@ -125,10 +125,11 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
      * as a drain to the persistent directory starts (mpi/cache_drain.c); "fetch": a rank as
      * if its buffers for a cache restore's fetch could not be allocated (mpi/restore_cache.c);
      * "rebuild": a node leader as if it could not map the files it sends in a rebuild
-     * (mpi/cache_rebuild.c); no effect where they do not run */
-    static const char *const steps[] = { "plan", "write",      "agree",   "merge", "commit",
-                                         "node", "node-merge", "partner", "drain", "fetch",
-                                         "rebuild" };
+     * (mpi/cache_rebuild.c); "mgr-hook" (hold only): a manager's commit hook, held running
+     * until the manager is freed (mpi/manager.c); no effect where they do not run */
+    static const char *const steps[] = { "plan",  "write",   "agree",      "merge",
+                                         "commit", "node",   "node-merge", "partner",
+                                         "drain", "fetch",   "rebuild",    "mgr-hook" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;

@@ -56,6 +56,12 @@ struct ckpt_manager {
     int retention_inline;
     /* the last restore's prefix, where ckpt_manager_restore_result.prefix points */
     char restored_prefix[4400];
+    /* The saver's lifetime (manager.c, told by ckpt_saver_on_close): open; closed (`saver` is
+     * NULL); or closed with a save left running (its close timed out: `saver` stays allocated
+     * but unused, the save may still call the commit hooks through `guard`). */
+    enum { CKPT__SAVER_OPEN, CKPT__SAVER_CLOSED, CKPT__SAVER_LEFT_RUNNING } saver_state;
+    int on_close;                  /* the close callback is registered with the saver */
+    struct ckpt__mgr_guard *guard; /* the commit hooks' payload (manager.c) */
 };
 
 /* Why no restore may use an entry (ckpt__mgr_candidate() < 0). */
@@ -82,6 +88,9 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                      const ckpt_manager_options *opts, int levels_from_env);
 size_t ckpt__mgr_opts_size(unsigned version);
 int ckpt__mgr_take_dirlock(ckpt_manager *m, int dirfd);
+/* CKPT_OK while the saver is open; else CKPT_EINVAL naming `fn`: its saver was closed. Local
+ * (a close is collective: every rank gives the same answer). */
+int ckpt__mgr_saver_open(const ckpt_manager *m, const char *fn);
 int ckpt__mgr_apply_retention(ckpt_manager *m);
 void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counter,
                          const ckpt_manager_save_info *info, unsigned levels);

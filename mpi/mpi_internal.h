@@ -54,7 +54,7 @@ int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *bu
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
 /* Saver internals the manager still needs: the cache level (until one storage-target interface
- * replaces it) and the borrower lifetimes (attach/detach). */
+ * replaces it). */
 struct ckpt_saver;
 /* The cache level (docs/levels.md, mpi/cache_dir.c): nodes, this node's cache directory from
  * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
@@ -119,15 +119,5 @@ struct ckpt_save_info;
 struct ckpt_save_options;
 int ckpt__saver_save_cache(struct ckpt_saver *s, const char *name,
                            const struct ckpt_save_info *info, const struct ckpt_save_options *opts);
-
-/* A borrower of the saver (a manager): `gone(payload)` is called when the saver is freed, so the
- * borrower never touches it afterwards. */
-int ckpt__saver_attach(struct ckpt_saver *s, void (*gone)(void *payload), void *payload);
-
-/* The borrower `payload` is going away: a save in flight whose commit hook calls it is waited for
- * (ckpt_saver_wait: its failure kept for the next save, sync or close). Returns 1, having
- * withdrawn nothing, when the saver was closed with that save still running and its hook may
- * still call the borrower (the borrower must then stay allocated); else 0, detached. */
-int ckpt__saver_detach(struct ckpt_saver *s, void *payload);
 
 #endif

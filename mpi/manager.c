@@ -18,100 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The saver was closed first (ckpt_saver_on_close): nothing of it may be used afterwards. */
-static void saver_closed(int save_running, void *payload)
-{
-    ckpt_manager *m = payload;
-    m->on_close = 0;
-    m->saver_state = save_running ? CKPT__SAVER_LEFT_RUNNING : CKPT__SAVER_CLOSED;
-    if (!save_running) /* freed; else kept for the hooks of the save left running */
-        m->saver = NULL;
-}
-
-int ckpt__mgr_saver_open(const ckpt_manager *m, const char *fn)
-{
-    if (m->saver_state == CKPT__SAVER_OPEN)
-        return CKPT_OK;
-    return ckpt__error(CKPT_EINVAL, "%s: the saver of the manager of %s was closed (only "
-                                    "ckpt_manager_free() and the state's accessors remain)",
-                       fn, m->dir);
-}
-
-/*
- * The payload of a save's commit hooks: the manager's hooks run through it, so that a manager
- * freed while a save may still call them (its saver's close timed out and left the save running:
- * saver.h, ckpt_saver_close_fn) withdraws itself here, and a hook running at that moment
- * finishes the release when it returns. One save is in flight at a time: the manager's hooks of
- * that save are kept here.
- */
-struct ckpt__mgr_guard {
-    pthread_mutex_t lock;
-    ckpt_manager *m; /* NULL once withdrawn: the hooks do nothing */
-    int running;     /* a hook runs now */
-    int freed;       /* ckpt_manager_free came meanwhile: the hook's thread releases `m` */
-    atomic_int gone; /* the same, for MPICKPT_FAULT=<rank>:mgr-hook:hold (tests) */
-    int (*prep)(const char *, int64_t, ckpt_commit_vote *, void *);
-    int (*committed)(MPI_Comm, const char *, int64_t, const ckpt_commit_vote *, void *);
-};
-
-static void release(ckpt_manager *m);
-
-static ckpt_manager *guard_enter(struct ckpt__mgr_guard *g)
-{
-    pthread_mutex_lock(&g->lock);
-    ckpt_manager *m = g->m;
-    g->running = m != NULL;
-    pthread_mutex_unlock(&g->lock);
-    return m;
-}
-
-static void guard_leave(struct ckpt__mgr_guard *g)
-{
-    pthread_mutex_lock(&g->lock);
-    g->running = 0;
-    ckpt_manager *freed = g->freed ? g->m : NULL;
-    if (freed)
-        g->m = NULL;
-    pthread_mutex_unlock(&g->lock);
-    if (freed)
-        release(freed);
-}
-
-static int guarded_prep(const char *prefix, int64_t counter, ckpt_commit_vote *v, void *payload)
-{
-    struct ckpt__mgr_guard *g = payload;
-    ckpt_manager *m = guard_enter(g);
-    if (!m)
-        return CKPT_OK; /* withdrawn: no values, the others' second halves add nothing */
-    int rc = g->prep(prefix, counter, v, m);
-    /* tests (tests/mpi/test_close_order.c): held here, the hook running, until the free */
-    ckpt__fault_hold(m->rank, "mgr-hook", &g->gone);
-    guard_leave(g);
-    return rc;
-}
-
-static int guarded_committed(MPI_Comm comm, const char *prefix, int64_t counter,
-                             const ckpt_commit_vote *v, void *payload)
-{
-    struct ckpt__mgr_guard *g = payload;
-    ckpt_manager *m = guard_enter(g);
-    if (!m)
-        return CKPT_OK;
-    int rc = g->committed(comm, prefix, counter, v, m);
-    guard_leave(g);
-    return rc;
-}
-
-/* A save's hooks (their payload: the manager) through the guard. */
-static void guard_hooks(ckpt_manager *m, ckpt_commit_hooks *h)
-{
-    m->guard->prep = h->prepare;
-    m->guard->committed = h->committed;
-    h->prepare = h->prepare ? guarded_prep : NULL;
-    h->committed = h->committed ? guarded_committed : NULL;
-    h->payload = m->guard;
-}
-
 /* How much of a caller's options struct its version has (0: a version this library lacks). */
 size_t ckpt__mgr_opts_size(unsigned version)
 {
@@ -244,12 +150,6 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     m->saver = saver;
     m->comm = comm;
     pthread_mutex_init(&m->lock, NULL);
-    m->guard = calloc(1, sizeof *m->guard);
-    if (m->guard) {
-        pthread_mutex_init(&m->guard->lock, NULL);
-        atomic_init(&m->guard->gone, 0);
-        m->guard->m = m;
-    }
     MPI_Comm_rank(comm, &m->rank);
     ckpt_manager_options defaults = CKPT_MANAGER_OPTIONS_INIT;
     m->opts = defaults;
@@ -279,12 +179,8 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
     if (rc == CKPT_OK && m->cache)
         rc = cache_startup(m, saver);
-    if (rc == CKPT_OK) { /* told when the saver is closed first */
-        local = m->guard ? ckpt_saver_on_close(saver, saver_closed, m)
-                         : ckpt__error(CKPT_ENOMEM, "out of memory");
-        m->on_close = local == CKPT_OK;
-        rc = ckpt_mpi_agree(m->comm, local);
-    }
+    if (rc == CKPT_OK) /* told when the saver is closed first (manager_life.c) */
+        rc = ckpt_mpi_agree(m->comm, ckpt__mgr_watch_saver(m));
     if (rc != CKPT_OK) {
         ckpt_manager_free(m);
         return rc;
@@ -297,41 +193,13 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
 
 void ckpt_manager_free(ckpt_manager *m)
 {
-    if (!m)
-        return;
-    if (m->saver_state == CKPT__SAVER_OPEN) {
-        /* A background save started by this manager calls it back after its commit (the state
-         * file, retention): wait for it, so that the checkpoint is listed and nothing uses freed
-         * memory. */
-        ckpt_saver_wait(m->saver);
-        if (m->on_close)
-            (void)ckpt_saver_on_close_remove(m->saver, saver_closed, m);
-    } else if (m->saver_state == CKPT__SAVER_LEFT_RUNNING) {
-        /* the save left running may still call the hooks: withdrawn, unless one runs now (then
-         * it releases the manager when it returns); the guard stays with that save */
-        struct ckpt__mgr_guard *g = m->guard;
-        m->guard = NULL;
-        pthread_mutex_lock(&g->lock);
-        int running = g->running;
-        if (running) {
-            g->freed = 1;
-            atomic_store(&g->gone, 1);
-        } else
-            g->m = NULL;
-        pthread_mutex_unlock(&g->lock);
-        if (running) {
-            ckpt__log(CKPT_LOG_WARN, "the manager of %s is released when the commit hook of the "
-                                     "save its saver's close left running returns",
-                      m->dir);
-            return;
-        }
-    }
-    release(m);
+    /* no save calls the manager any more, unless one runs its hook now (then the hook's thread
+     * releases it when it returns: manager_life.c) */
+    if (m && !ckpt__mgr_unwatch_saver(m))
+        ckpt__mgr_release(m);
 }
 
-/* What ckpt_manager_free releases, once no save can call the manager any more (on the thread of
- * a commit hook that was running when the manager was freed: guard_leave). */
-static void release(ckpt_manager *m)
+void ckpt__mgr_release(ckpt_manager *m)
 {
     ckpt__reaper_wait(&m->reaper);
     ckpt_state_free(m->state);
@@ -342,10 +210,7 @@ static void release(ckpt_manager *m)
     pthread_mutex_destroy(&m->lock);
     ckpt_name_list_free(m->miss);
     ckpt_name_list_free(m->unexp);
-    if (m->guard) { /* no save refers to it any more */
-        pthread_mutex_destroy(&m->guard->lock);
-        free(m->guard);
-    }
+    ckpt__mgr_guard_free(m->guard);
     free(m);
 }
 
@@ -638,7 +503,7 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
     (void)comm;
     ckpt_manager *m = payload;
     const ckpt_manager_save_info *info = &m->pending;
-    /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
+    /* no values: the chief ran no first half (a manager that went away: manager_life.c) */
     if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
         ckpt_state_entry e;
         ckpt__mgr_new_entry(&e, prefix, counter, info, 0);
@@ -753,7 +618,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     /* the manager's state update rides the save's commit vote: its commit hook, the public
      * extension point any saver user has (saver.h, ckpt_commit_hooks) */
-    ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT; /* through the guard (guard_hooks) */
+    ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT; /* through the guard (manager_life.c) */
     ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
     int64_t counter = next;
     so.counter = next;
@@ -766,7 +631,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
         /* no first half: the state goes by broadcast (ckpt__mgr_share_state) */
         hooks.committed = ckpt__mgr_cache_commit_hook;
         so.status = local;
-        guard_hooks(m, &hooks);
+        ckpt__mgr_guard_hooks(m, &hooks);
         rc = ckpt__saver_save_cache(m->saver, name, &si, &so);
         if (rc == CKPT_OK && out && out_size)
             snprintf(out, out_size, "%s/%s-%lld", ckpt__saver_cache_shown(m->saver), m->name,
@@ -780,7 +645,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     hooks.prepare = commit_prep;
     hooks.committed = commit_hook;
     so.status = local;
-    guard_hooks(m, &hooks);
+    ckpt__mgr_guard_hooks(m, &hooks);
     rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
     if (rc == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name, (long long)counter);

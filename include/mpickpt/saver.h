@@ -119,8 +119,8 @@ CKPT_EXTERN int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_sa
  * from an earlier restore, and frees the saver and its communicators. If the save is still running
  * at the timeout, it logs a warning that the last checkpoint may be incomplete, makes sure it will
  * not commit (the previous checkpoint stays the latest) and returns CKPT_ETIMEDOUT without freeing
- * (the writer thread still uses the saver; the process is expected to exit). Collective.
- * NULL is a no-op.
+ * (the writer thread still uses the saver; the process is expected to exit). Either way it calls
+ * the close callbacks (ckpt_saver_on_close()) first. Collective. NULL is a no-op.
  */
 CKPT_EXTERN int ckpt_saver_close(ckpt_saver *s);
 

@@ -127,11 +127,12 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
      * "rebuild": a node leader as if it could not map the files it sends in a rebuild
      * (mpi/cache_rebuild.c); "share": a restoring rank (not the chief) as if its share of the
      * index could not be held, "coop": a rank as if the index of its list of forwarded pieces
-     * could not be opened (the cooperative restore, mpi/restore.c); no effect where they do not
-     * run */
+     * could not be opened (the cooperative restore, mpi/restore.c); "mgr-hook" (hold only): a
+     * manager's commit hook, held running until the manager is freed (mpi/manager_life.c); no
+     * effect where they do not run */
     static const char *const steps[] = { "plan",    "write", "agree",   "merge", "commit",
                                          "node",    "node-merge", "partner", "drain", "fetch",
-                                         "rebuild", "share", "coop" };
+                                         "rebuild", "share", "coop",    "mgr-hook" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;

@@ -18,12 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The saver went away first (ckpt_saver_free): nothing of it may be touched afterwards. */
-static void saver_gone(void *payload)
-{
-    ((ckpt_manager *)payload)->saver = NULL;
-}
-
 /* How much of a caller's options struct its version has (0: a version this library lacks). */
 size_t ckpt__mgr_opts_size(unsigned version)
 {
@@ -185,8 +179,8 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
     m->opts.cache_dir = m->opts.failure_group = NULL; /* borrowed for the call only */
     if (rc == CKPT_OK && m->cache)
         rc = cache_startup(m, saver);
-    if (rc == CKPT_OK)
-        rc = ckpt_mpi_agree(m->comm, ckpt__saver_attach(saver, saver_gone, m));
+    if (rc == CKPT_OK) /* told when the saver is closed first (manager_life.c) */
+        rc = ckpt_mpi_agree(m->comm, ckpt__mgr_watch_saver(m));
     if (rc != CKPT_OK) {
         ckpt_manager_free(m);
         return rc;
@@ -199,25 +193,24 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
 
 void ckpt_manager_free(ckpt_manager *m)
 {
-    if (!m)
-        return;
-    /* A background save started by this manager calls it back after its commit (the state file,
-     * retention): wait for it, so that the checkpoint is listed and nothing uses freed memory. */
-    if (m->saver && ckpt__saver_detach(m->saver, m) != 0) {
-        ckpt__log(CKPT_LOG_WARN, "a background save of %s is still running after its saver was "
-                                 "closed: the manager is left to the process's exit",
-                  m->dir);
-        return;
-    }
+    /* no save calls the manager any more, unless one runs its hook now (then the hook's thread
+     * releases it when it returns: manager_life.c) */
+    if (m && !ckpt__mgr_unwatch_saver(m))
+        ckpt__mgr_release(m);
+}
+
+void ckpt__mgr_release(ckpt_manager *m)
+{
     ckpt__reaper_wait(&m->reaper);
     ckpt_state_free(m->state);
     ckpt__restart_clear(&m->ctl);
-    if (m->saver && m->cache) /* its cache level: the held directories and their locks */
+    if (m->saver_state == CKPT__SAVER_OPEN && m->cache) /* the held directories and locks */
         ckpt_saver_cache_close(m->saver);
     ckpt__dirlock_release(m->dirlock); /* after the save in flight: it still wrote to `dir` */
     pthread_mutex_destroy(&m->lock);
     ckpt_name_list_free(m->miss);
     ckpt_name_list_free(m->unexp);
+    ckpt__mgr_guard_free(m->guard);
     free(m);
 }
 
@@ -228,10 +221,13 @@ int ckpt_manager_latest(const ckpt_manager *m, char *out, size_t out_size)
     const ckpt_state *st = m->state;
     size_t i = ckpt__mgr_start_of(m, st);
     const ckpt_state_entry *e = i < st->num_entries ? &st->entries[i] : NULL;
-    int rc = !e ? ckpt__path(out, out_size, "%s", "")
-             : ckpt__mgr_levels_of(e) == CKPT_LEVEL_CACHE
-                 ? ckpt__path(out, out_size, "%s/%s", ckpt_saver_cache_dir(m->saver), e->prefix)
-                 : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
+    int cached = e && ckpt__mgr_levels_of(e) == CKPT_LEVEL_CACHE; /* named by the saver */
+    int rc = cached ? ckpt__mgr_saver_open(m, "ckpt_manager_latest") : CKPT_OK;
+    if (rc == CKPT_OK)
+        rc = !e       ? ckpt__path(out, out_size, "%s", "")
+             : cached ? ckpt__path(out, out_size, "%s/%s", ckpt_saver_cache_dir(m->saver),
+                                   e->prefix)
+                      : ckpt__path(out, out_size, "%s/%s", m->dir, e->prefix);
     pthread_mutex_unlock(&mm->lock);
     return rc;
 }
@@ -513,7 +509,7 @@ static int commit_hook(MPI_Comm comm, const char *prefix, int64_t counter,
 {
     ckpt_manager *m = payload;
     const ckpt_manager_save_info *info = &m->pending;
-    /* no values: the chief ran no first half (a manager going away: ckpt__saver_detach) */
+    /* no values: the chief ran no first half (a manager that went away: manager_life.c) */
     if (m->rank != 0 && isfinite(v->vals[HV_TIME])) {
         ckpt_state_entry e;
         ckpt__mgr_new_entry(&e, prefix, counter, info, m->cache ? CKPT_LEVEL_CACHE : 0);
@@ -567,9 +563,12 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     ckpt_manager_save_info zero = { 0, 0, 0, 0 };
     if (!info)
         info = &zero;
+    int rc = ckpt__mgr_saver_open(m, "ckpt_manager_save");
+    if (rc != CKPT_OK)
+        return rc;
     /* The previous save (async) must be complete: its state update is what this one builds on,
      * and its failure is this call's error. */
-    int rc = ckpt_saver_sync(m->saver);
+    rc = ckpt_saver_sync(m->saver);
     if (rc != CKPT_OK)
         return rc;
     /* Skipping is decided from the shared state, so every rank decides the same. */
@@ -628,8 +627,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };
     /* the manager's state update rides the save's commit vote: its commit hook, the public
      * extension point any saver user has (saver.h, ckpt_commit_hooks) */
-    ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT;
-    hooks.payload = m;
+    ckpt_commit_hooks hooks = CKPT_COMMIT_HOOKS_INIT; /* through the guard (manager_life.c) */
     ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
     int64_t counter = next;
     so.counter = next;
@@ -645,6 +643,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
             local = ckpt__path(name, sizeof name, "%s-%lld", m->name, (long long)next);
         so.status = local;
         so.level = CKPT_LEVEL_CACHE;
+        ckpt__mgr_guard_hooks(m, &hooks);
         rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
         if (rc == CKPT_OK && out && out_size)
             snprintf(out, out_size, "%s/%s-%lld", ckpt_saver_cache_dir(m->saver), m->name,
@@ -654,6 +653,7 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
     if (local == CKPT_OK)
         local = ckpt__path(name, sizeof name, "%s/%s-%lld", m->dir, m->name, (long long)next);
     so.status = local;
+    ckpt__mgr_guard_hooks(m, &hooks);
     rc = ckpt_saver_write_ex(m->saver, name, &si, &so);
     if (rc == CKPT_OK && out && out_size)
         snprintf(out, out_size, "%s/%s-%lld", m->dir, m->name, (long long)counter);

@@ -16,7 +16,6 @@
 #include "internal.h"
 #include "reaper.h"
 #include "restart.h"
-#include "saver_borrow.h" /* the borrower lifetimes: the one saver internal left here */
 
 #include <pthread.h>
 #include <stddef.h>
@@ -57,6 +56,12 @@ struct ckpt_manager {
     int retention_inline;
     /* the last restore's prefix, where ckpt_manager_restore_result.prefix points */
     char restored_prefix[4400];
+    /* The saver's lifetime (manager.c, told by ckpt_saver_on_close): open; closed (`saver` is
+     * NULL); or closed with a save left running (its close timed out: `saver` stays allocated
+     * but unused, the save may still call the commit hooks through `guard`). */
+    enum { CKPT__SAVER_OPEN, CKPT__SAVER_CLOSED, CKPT__SAVER_LEFT_RUNNING } saver_state;
+    int on_close;                  /* the close callback is registered with the saver */
+    struct ckpt__mgr_guard *guard; /* the commit hooks' payload (manager.c) */
 };
 
 /* Why no restore may use an entry (ckpt__mgr_candidate() < 0). */
@@ -83,6 +88,8 @@ int ckpt__mgr_create(ckpt_manager **out, ckpt_saver *saver, const char *dir,
                      const ckpt_manager_options *opts, int levels_from_env);
 size_t ckpt__mgr_opts_size(unsigned version);
 int ckpt__mgr_take_dirlock(ckpt_manager *m, int dirfd);
+/* What ckpt_manager_free releases, once no save can call the manager any more. */
+void ckpt__mgr_release(ckpt_manager *m);
 int ckpt__mgr_apply_retention(ckpt_manager *m);
 void ckpt__mgr_new_entry(ckpt_state_entry *e, const char *prefix, int64_t counter,
                          const ckpt_manager_save_info *info, unsigned levels);
@@ -96,6 +103,19 @@ int ckpt__mgr_cache_committed(ckpt_manager *m, MPI_Comm comm, const char *prefix
                               int64_t counter);
 int ckpt__mgr_drain(ckpt_manager *m, MPI_Comm comm, const char *name);
 int ckpt__mgr_drain_pending(ckpt_manager *m);
+
+/* manager_life.c: the manager's lifetime over its saver (the saver's public close callbacks) */
+/* At create: the hooks' guard made, the close callback registered. Local status. */
+int ckpt__mgr_watch_saver(ckpt_manager *m);
+/* CKPT_OK while the saver is open; else CKPT_EINVAL naming `fn`: its saver was closed. Local
+ * (a close is collective: every rank gives the same answer). */
+int ckpt__mgr_saver_open(const ckpt_manager *m, const char *fn);
+/* At free: the save in flight waited for and the callback withdrawn, or, after a timed-out
+ * close, the hooks withdrawn. 1: a hook runs now and releases the manager when it returns. */
+int ckpt__mgr_unwatch_saver(ckpt_manager *m);
+/* A save's hooks (their payload: the manager) through the guard, before the save. */
+void ckpt__mgr_guard_hooks(ckpt_manager *m, ckpt_commit_hooks *h);
+void ckpt__mgr_guard_free(struct ckpt__mgr_guard *g);
 
 /* manager_restore.c */
 void ckpt__mgr_result_legacy(ckpt_manager_restored *out, const ckpt_manager_restore_result *r);

@@ -167,6 +167,9 @@ int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *
     int rc = result_start(out, m, "ckpt_manager_restore_latest");
     if (!m)
         return rc; /* no communicator to agree on: the caller's bug, on this rank */
+    int open = ckpt__mgr_saver_open(m, "ckpt_manager_restore_latest");
+    if (open != CKPT_OK)
+        return open; /* nor once the saver is closed (everywhere: its close is collective) */
     rc = ckpt_mpi_agree(m->comm, rc);
     if (rc != CKPT_OK)
         return rc;
@@ -276,6 +279,10 @@ static int restore_chosen(ckpt_manager_restore_result *out, ckpt_manager *m, int
     if (!m)
         return ckpt__error(CKPT_EINVAL, "ckpt_manager_restore_at_%s: NULL manager",
                            by_counter ? "counter" : "step");
+    int open = ckpt__mgr_saver_open(m, by_counter ? "ckpt_manager_restore_at_counter"
+                                                  : "ckpt_manager_restore_at_step");
+    if (open != CKPT_OK)
+        return open;
     /* an unknown version, on any rank, is CKPT_EINVAL on every rank (folded into the check) */
     int checked = result_start(out, m, by_counter ? "ckpt_manager_restore_at_counter"
                                                   : "ckpt_manager_restore_at_step");

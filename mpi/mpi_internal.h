@@ -54,8 +54,7 @@ int ckpt__gather_bytes_quiet(MPI_Comm comm, int root, int status, const void *bu
 int ckpt__mpi_vote(MPI_Comm comm, int local, double *vals, int n);
 
 /* The cache level's internals, for the library's own use (the public API over them is
- * include/mpickpt/saver.h's ckpt_saver_cache_*, in saver_cache.c; the manager calls only that),
- * and the borrower lifetimes (saver_borrow.h). */
+ * include/mpickpt/saver.h's ckpt_saver_cache_*, in saver_cache.c; the manager calls only that). */
 struct ckpt_saver;
 /* The cache level (docs/levels.md, mpi/cache_dir.c): nodes, this node's cache directory from
  * `pattern` (%n: the node), checked and held open (lib/privdir.h), and in it the subdirectory of
@@ -120,8 +119,5 @@ struct ckpt_save_info;
 struct ckpt_save_options;
 int ckpt__saver_save_cache(struct ckpt_saver *s, const char *name,
                            const struct ckpt_save_info *info, const struct ckpt_save_options *opts);
-
-/* The borrowers (a manager): attach and detach. */
-#include "saver_borrow.h"
 
 #endif

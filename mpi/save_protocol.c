@@ -454,43 +454,21 @@ static void record_metrics(save_job *j, double *mx, const int *slowest, double h
 }
 
 /* The commit hook's first half (the manager's chief: the new entry, retention, the state file),
- * before the commit vote, which carries *v to every rank; read under the lock like the hook. */
+ * before the commit vote, which carries *v to every rank. */
 static void run_prep(save_job *j, ckpt_commit_vote *v)
 {
-    ckpt_saver *s = j->s;
-    pthread_mutex_lock(&s->lock);
-    int (*prep)(const char *, int64_t, ckpt_commit_vote *, void *) = j->prep;
-    s->hook_running = prep != NULL;
-    pthread_mutex_unlock(&s->lock);
-    if (!prep)
+    if (!j->prep)
         return;
-    int rc = prep(j->c.n.prefix, j->counter, v, j->hook_payload);
+    int rc = j->prep(j->c.n.prefix, j->counter, v, j->hook_payload);
     if (v->status == CKPT_OK) /* returned or put in the vote: either fails the save */
         v->status = rc;
-    pthread_mutex_lock(&s->lock);
-    s->hook_running = 0;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
 }
 
-/* The commit hook (the manager's state file and retention), read under the lock: a borrower
- * that went away (ckpt__saver_detach) may have withdrawn it. `v`: what the commit vote carried
+/* The commit hook (the manager's state file and retention). `v`: what the commit vote carried
  * of its first half. */
 static int run_hook(save_job *j, const ckpt_commit_vote *v)
 {
-    ckpt_saver *s = j->s;
-    pthread_mutex_lock(&s->lock);
-    int (*hook)(MPI_Comm, const char *, int64_t, const ckpt_commit_vote *, void *) = j->hook;
-    s->hook_running = hook != NULL;
-    pthread_mutex_unlock(&s->lock);
-    if (!hook)
-        return CKPT_OK;
-    int rc = hook(j->c.comm, j->c.n.prefix, j->counter, v, j->hook_payload);
-    pthread_mutex_lock(&s->lock);
-    s->hook_running = 0;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
-    return rc;
+    return j->hook ? j->hook(j->c.comm, j->c.n.prefix, j->counter, v, j->hook_payload) : CKPT_OK;
 }
 
 /* ---- steps 2-5 ---------------------------------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
- * The collective saver: creation (the settings rank 0 decides), registration, close and the
- * borrowers that share it. The save protocol itself is in save_protocol.c, the shared-layout
+ * The collective saver: creation (the settings rank 0 decides), registration, close and its
+ * callbacks (ckpt_saver_on_close: how a borrower, the manager, learns the saver is gone). The save protocol itself is in save_protocol.c, the shared-layout
  * writer in save_shared.c, sync/async jobs in save_async.c, the restore in restore.c
  * (saver_internal.h maps them; docs/architecture.md maps every phase to its function).
  */
@@ -455,6 +455,17 @@ int ckpt_saver_add_blob(ckpt_saver *s, const char *name, const ckpt_blob_callbac
 
 /* ---- close ------------------------------------------------------------------------------------ */
 
+/* The close callbacks (ckpt_saver_on_close), newest first, each once. */
+static void tell_closed(ckpt_saver *s, int save_running)
+{
+    while (s->n_on_close > 0) {
+        struct ckpt__on_close c = s->on_close[--s->n_on_close];
+        c.fn(save_running, c.payload);
+    }
+    free(s->on_close);
+    s->on_close = NULL;
+}
+
 int ckpt_saver_close(ckpt_saver *s)
 {
     if (!s)
@@ -470,6 +481,7 @@ int ckpt_saver_close(ckpt_saver *s)
                   "(%s) may be incomplete; unless it was already committing, it will not be",
                   timeout, s->job ? s->job->c.n.prefix : "?");
         pthread_detach(s->thread);
+        tell_closed(s, 1);
         return ckpt__error(CKPT_ETIMEDOUT,
                            "background save still running at close after %g s; the last "
                            "checkpoint may be incomplete (the previous one stays the latest "
@@ -478,9 +490,7 @@ int ckpt_saver_close(ckpt_saver *s)
     }
     if (rc == CKPT_OK)
         rc = ckpt__save_take_pending(s);
-    for (size_t i = 0; i < s->nborrowers; i++)
-        s->borrowers[i].gone(s->borrowers[i].payload);
-    free(s->borrowers);
+    tell_closed(s, 0);
     ckpt__regs_free(&s->regs);
     ckpt__save_free_plan(s);
     ckpt__shard_bufs_free(&s->bufs);
@@ -496,44 +506,33 @@ int ckpt_saver_close(ckpt_saver *s)
     return rc;
 }
 
-int ckpt__saver_attach(ckpt_saver *s, void (*gone)(void *payload), void *payload)
+int ckpt_saver_on_close(ckpt_saver *s, ckpt_saver_close_fn fn, void *payload)
 {
-    struct borrower *nb = realloc(s->borrowers, (s->nborrowers + 1) * sizeof *nb);
-    if (!nb)
+    if (!s || !fn)
+        return ckpt__error(CKPT_EINVAL, "ckpt_saver_on_close: %s is NULL", s ? "fn" : "saver");
+    for (size_t i = 0; i < s->n_on_close; i++)
+        if (s->on_close[i].fn == fn && s->on_close[i].payload == payload)
+            return ckpt__error(CKPT_EINVAL, "ckpt_saver_on_close: already registered");
+    struct ckpt__on_close *n = realloc(s->on_close, (s->n_on_close + 1) * sizeof *n);
+    if (!n)
         return ckpt__error(CKPT_ENOMEM, "out of memory");
-    s->borrowers = nb;
-    s->borrowers[s->nborrowers].gone = gone;
-    s->borrowers[s->nborrowers].payload = payload;
-    s->nborrowers++;
+    s->on_close = n;
+    s->on_close[s->n_on_close].fn = fn;
+    s->on_close[s->n_on_close].payload = payload;
+    s->n_on_close++;
     return CKPT_OK;
 }
 
-int ckpt__saver_detach(ckpt_saver *s, void *payload)
+int ckpt_saver_on_close_remove(ckpt_saver *s, ckpt_saver_close_fn fn, void *payload)
 {
-    int busy = 0;
-    if (s->job && s->job->hook_payload == payload) {
-        if (!atomic_load(&s->abandon)) {
-            ckpt_saver_wait(s); /* its commit hook runs with the borrower still alive */
-        } else {
-            /* closed with the save still running: the saver is left to the process's exit, and
-             * so must the borrower be if the hook may still run */
-            pthread_mutex_lock(&s->lock);
-            if (!s->job_done && !s->hook_running) {
-                s->job->hook = NULL;
-                s->job->prep = NULL;
-            }
-            busy = s->hook_running || (s->job->hook != NULL && !s->job_done);
-            pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; s && i < s->n_on_close; i++)
+        if (s->on_close[i].fn == fn && s->on_close[i].payload == payload) {
+            memmove(&s->on_close[i], &s->on_close[i + 1],
+                    (s->n_on_close - i - 1) * sizeof s->on_close[0]);
+            s->n_on_close--;
+            return CKPT_OK;
         }
-    }
-    if (busy)
-        return 1;
-    for (size_t i = 0; i < s->nborrowers; i++)
-        if (s->borrowers[i].payload == payload) {
-            s->borrowers[i] = s->borrowers[--s->nborrowers];
-            break;
-        }
-    return 0;
+    return ckpt__error(CKPT_EINVAL, "ckpt_saver_on_close_remove: not registered");
 }
 
 void ckpt_saver_free(ckpt_saver *s)

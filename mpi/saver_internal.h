@@ -1,6 +1,6 @@
 /*
  * The collective saver's state, shared by its modules (not installed):
- *   saver.c          create (settings decided by rank 0), registration, close, borrowers
+ *   saver.c          create (settings decided by rank 0), registration, close and its callbacks
  *   save_protocol.c  the save protocol (docs/design.md §4): prefix, plan, write, agree, merge,
  *                    commit
  *   save_gather.c    its gathers of fragments: the plan's, every rank's record at the chief
@@ -72,14 +72,12 @@ struct ckpt_saver {
     ckpt__shard_bufs bufs; /* scratch and pack staging, kept across saves */
     int64_t counter;
     int64_t prepared_counter; /* the counter of the save prepared last (the chief's) */
-    /* Borrowers (managers) told when the saver is freed; hook_running is set (under lock) while
-     * a commit hook runs on the writer thread. */
-    struct borrower {
-        void (*gone)(void *payload);
+    /* The close callbacks (ckpt_saver_on_close), called by the close in reverse order. */
+    struct ckpt__on_close {
+        ckpt_saver_close_fn fn;
         void *payload;
-    } *borrowers;
-    size_t nborrowers;
-    int hook_running;
+    } *on_close;
+    size_t n_on_close;
     int reserve; /* the up-front space reservation (MPICKPT_RESERVE), decided by rank 0 */
     uint64_t chunk;          /* largest MPI transfer (MPICKPT_MPI_CHUNK_BYTES), decided by rank 0 */
     int64_t *gather_scratch; /* rank 0: 2 x size, for ckpt__gather_bytes */
@@ -153,8 +151,8 @@ struct save_job {
     save_ctx c;
     ckpt_save_info info;
     int64_t counter;
-    /* the commit hook (saver.h, ckpt_commit_hooks): its halves (each may be NULL; cleared by
-     * ckpt__saver_detach when a borrower went away) and their payload */
+    /* the commit hook (saver.h, ckpt_commit_hooks): its halves (each may be NULL) and their
+     * payload */
     int (*prep)(const char *prefix, int64_t counter, ckpt_commit_vote *v, void *payload);
     int (*hook)(MPI_Comm comm, const char *prefix, int64_t counter, const ckpt_commit_vote *v,
                 void *payload);

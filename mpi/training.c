@@ -135,9 +135,12 @@ int64_t ckpt_training_initial_step(const ckpt_training *t, int64_t initial)
 
 int ckpt_training_delete_backup(ckpt_training *t)
 {
+    int rc = ckpt__mgr_saver_open(t->m, "ckpt_training_delete_backup");
+    if (rc != CKPT_OK)
+        return rc;
     /* Everybody is done with the directory (including a save in flight) before the chief
      * removes it. */
-    int rc = ckpt_saver_sync(t->m->saver);
+    rc = ckpt_saver_sync(t->m->saver);
     rc = ckpt_mpi_agree(t->m->comm, rc);
     if (rc != CKPT_OK)
         return rc;

@@ -69,10 +69,11 @@ typedef struct ckpt_manager_save_info {
 
 /**
  * A manager of numbered checkpoints in @p dir (created if missing) using @p saver (borrowed; its
- * registrations are what gets saved). The chief takes the directory's lock (`DIR/lock`, flock;
- * held until ckpt_manager_free() or the process's end) before it reads the state file (or, when
- * it is missing or damaged, scans the directory) and broadcasts it, so every rank has the same
- * view. A directory another job (or another manager of this process) holds is CKPT_EBUSY on every
+ * registrations are what gets saved; closed first, every call that needs it returns CKPT_EINVAL
+ * saying so, and ckpt_manager_free() remains). The chief takes the directory's lock (`DIR/lock`,
+ * flock; held until ckpt_manager_free() or the process's end) before it reads the state file (or,
+ * when it is missing or damaged, scans the directory) and broadcasts it, so every rank has the
+ * same view. A directory another job (or another manager of this process) holds is CKPT_EBUSY on every
  * rank, naming the holder's host, pid and start, unless it is freed within
  * `lock_wait_seconds`. Collective over the saver's communicator.
  */
@@ -80,12 +81,13 @@ CKPT_EXTERN int ckpt_manager_create(ckpt_manager **out, ckpt_saver *saver, const
                                     const ckpt_manager_options *opts);
 
 /**
- * Frees the manager (not the saver) and releases the directory's lock. A save this manager
- * started that is still in flight (async mode) is waited for first, so that its commit is recorded
- * in the state file and retention runs; if the saver was already closed with that save still
- * running (ckpt_saver_close() timed out), the save's call back into the manager is withdrawn, or,
- * when it is already running, the manager is left allocated (a warning says so) for the process's
- * exit, and the directory stays locked until then. NULL is a no-op. Local.
+ * Frees the manager (not the saver) and releases the directory's lock. The saver may be closed
+ * before or after (the manager is told by ckpt_saver_on_close()). With the saver open, a save in
+ * flight (async mode) is waited for first, so that its commit is recorded in the state file and
+ * retention runs. If the saver was closed with this manager's save still running
+ * (ckpt_saver_close() timed out), the save's calls back into the manager are withdrawn; when one
+ * is running at that moment, this returns at once and the manager (with the directory's lock) is
+ * released by the save's thread when the call returns. NULL is a no-op. Local.
  */
 CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
 

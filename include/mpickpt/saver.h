@@ -120,13 +120,39 @@ CKPT_EXTERN int ckpt_saver_create(ckpt_saver **out, MPI_Comm comm, const ckpt_sa
  * from an earlier restore, and frees the saver and its communicators. If the save is still running
  * at the timeout, it logs a warning that the last checkpoint may be incomplete, makes sure it will
  * not commit (the previous checkpoint stays the latest) and returns CKPT_ETIMEDOUT without freeing
- * (the writer thread still uses the saver; the process is expected to exit). Collective.
- * NULL is a no-op.
+ * (the writer thread still uses the saver; the process is expected to exit). Either way it calls
+ * the close callbacks (ckpt_saver_on_close()) first. Collective. NULL is a no-op.
  */
 CKPT_EXTERN int ckpt_saver_close(ckpt_saver *s);
 
 /** ckpt_saver_close() without the status. Collective. NULL is a no-op. */
 CKPT_EXTERN void ckpt_saver_free(ckpt_saver *s);
+
+/**
+ * A close callback (ckpt_saver_on_close()). @p save_running 1: ckpt_saver_close() timed out
+ * (CKPT_ETIMEDOUT) with a save still running on the saver's writer thread; it will not commit
+ * unless it was already committing, its commit hooks (ckpt_commit_hooks) may still run until the
+ * process exits, and the saver stays allocated for it (nothing of it may be used, though).
+ * 0: no save runs any more, no commit hook will run again, and the saver's memory is released
+ * when the callbacks return.
+ */
+typedef void (*ckpt_saver_close_fn)(int save_running, void *payload);
+
+/**
+ * Registers @p fn to be called with @p payload once, when @p s is closed (ckpt_saver_close() or
+ * ckpt_saver_free()): on the closing thread, after the save in flight was waited for (or the wait
+ * timed out), before anything of the saver is released. An object that borrows the saver learns
+ * so that the saver is gone, whichever of the two is closed first (the manager, manager.h, is
+ * one). @p fn must not call any function on @p s. Callbacks run in the reverse order of their
+ * registration. A borrower that goes away before the saver withdraws its callback
+ * (ckpt_saver_on_close_remove()). CKPT_EINVAL when @p s or @p fn is NULL or the pair is already
+ * registered; CKPT_ENOMEM. Local.
+ */
+CKPT_EXTERN int ckpt_saver_on_close(ckpt_saver *s, ckpt_saver_close_fn fn, void *payload);
+
+/** Withdraws the close callback @p fn with @p payload (ckpt_saver_on_close()); CKPT_EINVAL when
+ *  that pair is not registered. Local. */
+CKPT_EXTERN int ckpt_saver_on_close_remove(ckpt_saver *s, ckpt_saver_close_fn fn, void *payload);
 
 /**
  * Waits for the save in flight (async mode) and returns its result: CKPT_OK when it committed,

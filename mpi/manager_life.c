@@ -9,6 +9,8 @@
  */
 #include "manager_internal.h"
 
+#include "fault.h"
+
 #include <stdlib.h>
 
 /*

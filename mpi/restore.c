@@ -271,7 +271,9 @@ typedef struct staged {
 /* One restore's state, from phase to phase. */
 typedef struct restore_run {
     ckpt_saver *s;
-    const ckpt__target_ops *target; /* where the checkpoint is (target.h) */
+    const ckpt__target_ops *target; /* where the checkpoint is (target.h): the chief's level */
+    unsigned level;                 /* this rank's level (options version 3; 0 before) */
+    int level_differs;              /* it is not the chief's: CKPT_EINVAL, agreed with the wants */
     int compare;            /* names compared before any data is read (options version 2) */
     ckpt_restore_options o; /* the caller's, as of their version */
     char prefix[4096];      /* the chief's (the node cache: in this rank's node's cache) */
@@ -290,15 +292,24 @@ typedef struct restore_run {
     int slowest[2];
 } restore_run;
 
-/* The prefix, the chief's on every rank, then as the target names it (its open_restore: the node
- * cache's, restore_cache.c, puts it in this rank's node's cache directory and rebuilds what a lost
- * or wiped node lacks). Collective. */
+/* The prefix and the level, the chief's on every rank (a level that is not one: the same
+ * CKPT_EINVAL everywhere; a rank whose own differs fails with the wants' gather, agreed), then the
+ * prefix as the level's target names it (its open_restore: the node cache's, restore_cache.c, puts
+ * it in this rank's node's cache directory and rebuilds what a lost or wiped node lacks).
+ * Collective. */
 static int restore_name(restore_run *x, const char *prefix_arg)
 {
     ckpt_saver *s = x->s;
-    int rc = ckpt__save_bcast_prefix(s, prefix_arg, x->prefix, sizeof x->prefix, NULL, NULL);
+    int64_t level = x->level; /* the chief's, after the broadcast */
+    int rc = ckpt__save_bcast_prefix(s, prefix_arg, x->prefix, sizeof x->prefix, NULL, &level);
     if (rc != CKPT_OK)
         return rc;
+    if (level != 0 && level != CKPT_LEVEL_PERSISTENT && level != CKPT_LEVEL_CACHE)
+        return ckpt__error(CKPT_EINVAL, "ckpt_restore_options.level %lld is not a level",
+                           (long long)level);
+    int cache = level == CKPT_LEVEL_CACHE;
+    x->target = cache ? &ckpt__target_cache : &ckpt__target_persistent;
+    x->level_differs = cache != (x->level == CKPT_LEVEL_CACHE);
     return x->target->open_restore(s, x->prefix, sizeof x->prefix, x->name, sizeof x->name);
 }
 
@@ -419,6 +430,11 @@ static int exchange_shares(restore_run *x, int *local)
     int mine = pack_wants(x, &wbuf, &wlen);
     if (*local == CKPT_OK)
         *local = mine;
+    if (*local == CKPT_OK && x->level_differs)
+        *local = ckpt__error(CKPT_EINVAL,
+                             "rank %d: ckpt_restore_options.level %u is not the chief's (it must "
+                             "be the same on every rank)",
+                             s->rank, x->level);
     int *zeros = NULL;
     *local = coop_decide(x, *local, &zeros);
     int rc = ckpt__gather_bytes(s->comm, 0, *local, wbuf, wlen, s->chunk, s->gather_scratch, &all,
@@ -646,7 +662,7 @@ static void restore_done(restore_run *x, int hand)
         ckpt_name_list_free(x->lunexp);
 }
 
-static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__target_ops *target,
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, unsigned level,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable);
 
@@ -655,17 +671,9 @@ int ckpt_saver_restore(ckpt_saver *s, const char *prefix_arg, const ckpt_restore
                        ckpt_restore_info *info)
 {
     int v3 = opts && opts->version >= 3 && opts->version <= CKPT_RESTORE_OPTIONS_VERSION;
-    unsigned level = v3 ? opts->level : 0;
     int unavailable = 0;
+    int rc = restore_impl(s, prefix_arg, v3 ? opts->level : 0, opts, info, &unavailable);
     if (v3 && opts->unavailable)
-        *opts->unavailable = 0;
-    if (level != 0 && level != CKPT_LEVEL_PERSISTENT && level != CKPT_LEVEL_CACHE)
-        return ckpt__error(CKPT_EINVAL, "ckpt_restore_options.level %u is not a level", level);
-    int rc = restore_impl(s, prefix_arg,
-                          level == CKPT_LEVEL_CACHE ? &ckpt__target_cache
-                                                    : &ckpt__target_persistent,
-                          opts, info, &unavailable);
-    if (v3 && opts->unavailable && level == CKPT_LEVEL_CACHE)
         *opts->unavailable = rc != CKPT_OK && unavailable;
     return rc;
 }
@@ -674,7 +682,7 @@ int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restor
                               ckpt_restore_info *info, int *unavailable)
 {
     int dummy;
-    return restore_impl(s, name, &ckpt__target_cache, opts, info,
+    return restore_impl(s, name, CKPT_LEVEL_CACHE, opts, info,
                         unavailable ? unavailable : &dummy);
 }
 
@@ -684,17 +692,18 @@ int ckpt__saver_restore_cache(ckpt_saver *s, const char *name, const ckpt_restor
  * it owns. Collective: the prefix's broadcast, the gather of the wants (a gather, the verdict's
  * broadcast, a gatherv), the chief's sends, and two agreements; with options version 2 also
  * the broadcast of the names' comparison (strict restores: its header, then the names).
- * `target` names, rebuilds and fetches (target.h; the node cache's add their collectives).
- * `unavailable` (may be NULL): set to 1 when the restore failed before reading what was
- * registered (the copy could not be made whole, read or fetched), 0 otherwise — a registration
- * that does not match the checkpoint is then told apart from a cache that lost it.
+ * `level` (CKPT_LEVEL_*, 0: persistent; the chief's is every rank's) chooses the target that
+ * names, rebuilds and fetches (target.h; the node cache's add their collectives).
+ * `unavailable` (may be NULL): set to 1 when a restore from the node cache failed before reading
+ * what was registered (the copy could not be made whole, read or fetched), 0 otherwise — a
+ * registration that does not match the checkpoint is then told apart from a cache that lost it.
  */
-static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__target_ops *target,
+static int restore_impl(ckpt_saver *s, const char *prefix_arg, unsigned level,
                         const ckpt_restore_options *opts, ckpt_restore_info *info,
                         int *unavailable)
 {
     if (unavailable)
-        *unavailable = 1;
+        *unavailable = 0;
     if (!s)
         return ckpt__error(CKPT_EINVAL, "saver is NULL");
     /* Restore waits for a save in flight; a failure of that save is kept for the next save, sync
@@ -703,10 +712,12 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, const ckpt__targe
     restore_run x;
     memset(&x, 0, sizeof x);
     x.s = s;
-    x.target = target;
+    x.level = level;
     x.fetched = -1;
     x.t0 = ckpt__mono_seconds();
     int rc = restore_name(&x, prefix_arg);
+    if (unavailable) /* until the node cache's copy is whole (its fetch) */
+        *unavailable = x.target == &ckpt__target_cache;
     if (rc != CKPT_OK)
         return rc;
     restore_options(&x, opts);

@@ -443,16 +443,19 @@ typedef struct ckpt_restore_options {
      *  the prefix's directory; CKPT_LEVEL_CACHE, the cache level opened with
      *  ckpt_saver_cache_open(): the prefix is the checkpoint's plain name there, each rank reads
      *  its node's cache directory, pieces other nodes hold are fetched over MPI and a node that
-     *  lost its files is rebuilt from its partners first (docs/levels.md). Any other value is
-     *  CKPT_EINVAL. */
+     *  lost its files is rebuilt from its partners first (docs/levels.md). The chief's (rank
+     *  0's) decides; any other value there is CKPT_EINVAL on every rank, and a rank whose level
+     *  is not the chief's fails the restore with CKPT_EINVAL on every rank before any data is
+     *  read. */
     unsigned int level;
-    /** Out, may be NULL; with CKPT_LEVEL_CACHE, set on every rank (the same everywhere) when the
+    /** Out, may be NULL (versions 3 and later): set on every rank (the same everywhere) when the
      *  restore returns: 1 when it failed before any registered value was read because the
      *  cache's copy cannot be used here (it cannot be made whole: lost nodes without partner
      *  copies, damage; or it is not of this job's shape), so that a caller can try another copy
      *  (the persistent one) or an older checkpoint; 0 otherwise (restored, or the copy was whole
      *  and what was registered did not match it or read well). The status and ckpt_error_last()
-     *  are the cause's, as they are at the persistent level. */
+     *  are the cause's, as they are at the persistent level. Always 0 at the persistent
+     *  level. */
     int *unavailable;
 } ckpt_restore_options;
 

@@ -14,7 +14,8 @@
  *              every node's directory (its index on every node), nothing in the persistent one
  *   restore    ckpt_saver_restore() with level CKPT_LEVEL_CACHE: the exact values of each, the
  *              counter and step; *unavailable 0; a name the cache lacks: an error and
- *              *unavailable 1 on every rank; an unknown level: CKPT_EINVAL
+ *              *unavailable 1 on every rank; an unknown level: CKPT_EINVAL; a level
+ *              that is not the chief's on the last rank: CKPT_EINVAL on every rank
  *   drain      ck-2 to the persistent directory (out struct: not of another shape), restored
  *              from there exactly; an out struct of an unknown version on one rank: CKPT_EINVAL
  *   sweep      stem "ck" keeping {1}: ck-2 and ck-3 gone from every node, ck-1 still restores
@@ -262,6 +263,17 @@ static void run(void)
     ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
     ro.level = 5;
     coll(ckpt_saver_restore(s, "ck-1", &ro, NULL), CKPT_EINVAL, what);
+    if (g_size > 1) { /* the chief's level decides; another rank's that differs is refused */
+        what = "restore level persistent on the last rank";
+        begin_case("%s", what);
+        int unav = -1;
+        ro.level = g_rank == g_size - 1 ? CKPT_LEVEL_PERSISTENT : CKPT_LEVEL_CACHE;
+        ro.unavailable = &unav;
+        if (coll(ckpt_saver_restore(s, "ck-1", &ro, NULL), CKPT_EINVAL, what))
+            CHECK_MSG(strstr(g_msg, "not the chief's") != NULL, "%s: message: %s", what, g_msg);
+        CHECK_MSG(all_true(unav == 1), "%s: unavailable %d", what, unav);
+        ro.unavailable = NULL;
+    }
 
     drain(s, &m);
     sweep_gc(s, &m);

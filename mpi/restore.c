@@ -729,7 +729,7 @@ static int restore_impl(ckpt_saver *s, const char *prefix_arg, unsigned level,
     if (x.compare) /* the lists to every rank */
         local = ckpt__names_share(s, local, &x.nc, x.o.strict, &x.lmiss, &x.lunexp,
                                   &x.mismatch);
-    if ((rc = target->fetch(s, &x.r, x.prefix, x.name, &local, &x.fetched)) != CKPT_OK) {
+    if ((rc = x.target->fetch(s, &x.r, x.prefix, x.name, &local, &x.fetched)) != CKPT_OK) {
         restore_done(&x, 0);
         return rc;
     }

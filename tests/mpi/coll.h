@@ -362,4 +362,26 @@ static inline void sleep_s(double s)
     }
 }
 
+#define MAX_THREADS 256
+
+/* Waits until the threads in `ids` have exited (each polled; a hang guard of about 120 s, not a
+ * measurement), so that nothing of an abandoned save runs or is inside MPI when the test goes on
+ * and finalizes. Collective (barrier after). */
+static inline void wait_threads_gone(const long *ids, int n, const char *what)
+{
+    int alive = 0;
+    for (int polls = 0; polls < 6000; polls++) {
+        long now[MAX_THREADS];
+        int k = thread_ids(now, MAX_THREADS);
+        alive = 0;
+        for (int i = 0; i < n; i++)
+            alive += has_id(now, k, ids[i]);
+        if (!alive)
+            break;
+        sleep_s(0.02);
+    }
+    CHECK_MSG(alive == 0, "%s: %d thread(s) the save started are still running", what, alive);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 #endif

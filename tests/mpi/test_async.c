@@ -459,7 +459,6 @@ static void case_enospc(int reserve)
 /* ======================================================================================== */
 /* 3. close with a save in flight                                                            */
 
-#define MAX_THREADS 256
 /* The threads an async save started (its writer thread): the ids that appeared during the call. */
 static long g_writer_ids[MAX_THREADS];
 static int g_nwriter_ids;

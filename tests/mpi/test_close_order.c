@@ -49,7 +49,6 @@ static ckpt_saver *g_leaked[4];
 static int g_nleaked;
 static tm_model g_leaked_model[2];
 
-#define MAX_THREADS 256
 
 static void model_init(tm_model *m, int64_t big_kib_per_rank)
 {
@@ -66,24 +65,6 @@ static ckpt_manager *new_manager(ckpt_saver *s, const char *dir)
     if (!coll(ckpt_manager_create(&mg, s, dir, &o), CKPT_OK, "ckpt_manager_create"))
         MPI_Abort(MPI_COMM_WORLD, 2);
     return mg;
-}
-
-/* Waits until the threads in `ids` have exited (polled, about 120 s at most). Collective. */
-static void wait_threads_gone(const long *ids, int n, const char *what)
-{
-    int alive = 0;
-    for (int polls = 0; polls < 6000; polls++) {
-        long now[MAX_THREADS];
-        int k = thread_ids(now, MAX_THREADS);
-        alive = 0;
-        for (int i = 0; i < n; i++)
-            alive += has_id(now, k, ids[i]);
-        if (!alive)
-            break;
-        sleep_s(0.02);
-    }
-    CHECK_MSG(alive == 0, "%s: %d thread(s) the save started are still running", what, alive);
-    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* A fresh synchronous saver and manager (it must get the directory's lock at once) restore the

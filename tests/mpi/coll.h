@@ -364,6 +364,18 @@ static inline void sleep_s(double s)
 
 #define MAX_THREADS 256
 
+/* The ids of this process's threads now that `before` (nbefore ids) lacks, into started[];
+ * returns how many: the threads a call started. */
+static inline int threads_started(long *started, const long *before, int nbefore)
+{
+    long now[MAX_THREADS];
+    int n = thread_ids(now, MAX_THREADS), k = 0;
+    for (int i = 0; i < n; i++)
+        if (!has_id(before, nbefore, now[i]))
+            started[k++] = now[i];
+    return k;
+}
+
 /* Waits until the threads in `ids` have exited (each polled; a hang guard of about 120 s, not a
  * measurement), so that nothing of an abandoned save runs or is inside MPI when the test goes on
  * and finalizes. Collective (barrier after). */

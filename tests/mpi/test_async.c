@@ -550,7 +550,7 @@ static void case_close(int partial)
     register_or_die(&m2, b);
     tm_fill(&m2, 7);
     info.step = 7;
-    long before[MAX_THREADS], after[MAX_THREADS];
+    long before[MAX_THREADS];
     int nbefore = thread_ids(before, MAX_THREADS);
     /* The last rank's writer is held before it writes until its saver gives up on the save
      * (MPICKPT_FAULT ...:hold), so the save is still running when close times out however fast
@@ -560,11 +560,7 @@ static void case_close(int partial)
     snprintf(hold, sizeof hold, "%d:write:hold", g_size - 1);
     setenv("MPICKPT_FAULT", hold, 1);
     int rc = ckpt_saver_write(b, q, &info);
-    int nafter = thread_ids(after, MAX_THREADS);
-    g_nwriter_ids = 0;
-    for (int i = 0; i < nafter; i++)
-        if (!has_id(before, nbefore, after[i]))
-            g_writer_ids[g_nwriter_ids++] = after[i];
+    g_nwriter_ids = threads_started(g_writer_ids, before, nbefore);
     coll(rc, CKPT_OK, "close (b): async write of 'abandoned'");
     CHECK_MSG(g_nwriter_ids == 1, "close (b): the async save started %d threads, expected its "
               "writer thread only", g_nwriter_ids);

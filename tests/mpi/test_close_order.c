@@ -151,13 +151,10 @@ static void case_callbacks(void)
     snprintf(prefix, sizeof prefix, "%s/callbacks", g_out);
     tm_fill(m, 1);
     setenv("MPICKPT_FAULT", "0:write:hold", 1); /* rank 0 waits until its close gives up */
-    long before[MAX_THREADS], after[MAX_THREADS], started[MAX_THREADS];
+    long before[MAX_THREADS], started[MAX_THREADS];
     int nbefore = thread_ids(before, MAX_THREADS);
     int rc = ckpt_saver_write(s, prefix, NULL);
-    int nafter = thread_ids(after, MAX_THREADS), nstarted = 0;
-    for (int i = 0; i < nafter; i++)
-        if (!has_id(before, nbefore, after[i]))
-            started[nstarted++] = after[i];
+    int nstarted = threads_started(started, before, nbefore);
     coll(rc, CKPT_OK, "the async save");
     g_ncalls = 0;
     rc = ckpt_saver_close(s);
@@ -292,13 +289,10 @@ static void case_hook_running(void)
     setenv("MPICKPT_FAULT", "0:mgr-hook:hold", 1);
     tm_fill(m, 2);
     info.epoch = info.step = 2;
-    long before[MAX_THREADS], after[MAX_THREADS], started[MAX_THREADS];
+    long before[MAX_THREADS], started[MAX_THREADS];
     int nbefore = thread_ids(before, MAX_THREADS);
     int rc = ckpt_manager_save(mg, &info, NULL, 0);
-    int nafter = thread_ids(after, MAX_THREADS), nstarted = 0;
-    for (int i = 0; i < nafter; i++)
-        if (!has_id(before, nbefore, after[i]))
-            started[nstarted++] = after[i];
+    int nstarted = threads_started(started, before, nbefore);
     coll(rc, CKPT_OK, "save 2 (async)");
     int listed = g_rank != 0 || wait_listed(dir, "ckpt-2");
     CHECK_MSG(all_true(listed), "rank 0's hook never wrote ckpt-2 into the state file");

@@ -437,13 +437,10 @@ static void case_async_lifetime(void)
         coll(ckpt_saver_sync(s), CKPT_OK, "(c) sync 1");
         tm_fill(m, 2);
         info.epoch = info.step = 2;
-        long before[MAX_THREADS], after[MAX_THREADS], started[MAX_THREADS];
+        long before[MAX_THREADS], started[MAX_THREADS];
         int nbefore = thread_ids(before, MAX_THREADS);
         int rc = ckpt_manager_save(mg, &info, NULL, 0);
-        int nafter = thread_ids(after, MAX_THREADS), nstarted = 0;
-        for (int i = 0; i < nafter; i++)
-            if (!has_id(before, nbefore, after[i]))
-                started[nstarted++] = after[i];
+        int nstarted = threads_started(started, before, nbefore);
         coll(rc, CKPT_OK, "(c) save 2 (async, 32 MiB per rank)");
         rc = ckpt_saver_close(s);
         if (rc == CKPT_ETIMEDOUT)

@@ -195,6 +195,7 @@ const char *ckpt_reason_name(int reason)
     case CKPT_REASON_NO_TENSOR: return "no tensor";
     case CKPT_REASON_PINNED: return "pinned";
     case CKPT_REASON_NO_METRICS: return "no metrics";
+    case CKPT_REASON_CHECK: return "check";
     default: return "unknown reason";
     }
 }

@@ -558,6 +558,46 @@ static int free_counter(ckpt_manager *m, int64_t *next)
 int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                       size_t out_size)
 {
+    return ckpt_manager_save_ex(out, out_size, m, info, NULL);
+}
+
+/* The caller's error on this rank (ckpt_manager_save_options.error) or its bad options, raised;
+ * CKPT_OK when neither. The save's first collectives agree it as any failure here. */
+static int caller_error(const ckpt_manager *m, const ckpt_manager_save_options *o)
+{
+    if (!o)
+        return CKPT_OK;
+    if (o->version != CKPT_MANAGER_SAVE_OPTIONS_VERSION)
+        return ckpt__error(CKPT_EINVAL, "rank %d: ckpt_manager_save_options version %u, "
+                                        "expected %d",
+                           m->rank, o->version, CKPT_MANAGER_SAVE_OPTIONS_VERSION);
+    const ckpt_error *e = o->error;
+    if (!e || e->code == CKPT_OK)
+        return CKPT_OK;
+    if (e->code > 0)
+        return ckpt__error(CKPT_EINVAL, "rank %d: ckpt_manager_save_options.error's code %d is "
+                                        "positive",
+                           m->rank, e->code);
+    int rc = ckpt__error(e->code, "%s", e->message && e->message[0] ? e->message
+                                                                   : ckpt_strerror(e->code));
+    ckpt__error_set_errno(rc, e->sys_errno);
+    return ckpt__error_set_reason(rc, e->reason);
+}
+
+/* This rank's part of the caller's vote (ckpt__mgr_vote_control): whether caller_error() fails
+ * here, and the check. */
+static void caller_vote(ckpt__mgr_caller_vote *v, const ckpt_manager_save_options *o)
+{
+    int ok = !o || (o->version == CKPT_MANAGER_SAVE_OPTIONS_VERSION &&
+                    (!o->error || o->error->code == CKPT_OK));
+    v->failed = !ok;
+    v->check = ok && o ? o->check : 0;
+    v->not_check = ~v->check;
+}
+
+int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,
+                         const ckpt_manager_save_info *info, const ckpt_manager_save_options *opts)
+{
     if (out && out_size)
         out[0] = '\0';
     ckpt_manager_save_info zero = { 0, 0, 0, 0 };
@@ -591,7 +631,18 @@ int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char 
      * the sweep must not race with. The collective that tells the chief so also brings every
      * rank the chief's restart control (drops and pins an operator made since: their retention
      * applies after this commit). */
-    int local = ckpt__mgr_vote_control(m);
+    ckpt__mgr_caller_vote vote;
+    caller_vote(&vote, opts);
+    int local = ckpt__mgr_vote_control(m, &vote);
+    if (local == CKPT_OK)
+        local = caller_error(m, opts);
+    if (local == CKPT_OK && !vote.failed && (vote.check & vote.not_check))
+        local = ckpt__error_set_reason(
+            ckpt__error(CKPT_EMISMATCH, "rank %d: the ranks passed different "
+                                        "ckpt_manager_save_options.check values (this rank's: "
+                                        "%016llx); nothing was saved",
+                        m->rank, (unsigned long long)(opts ? opts->check : 0)),
+            CKPT_REASON_CHECK);
     if (m->rank == 0 && local == CKPT_OK) {
         size_t removed = 0;
         local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);

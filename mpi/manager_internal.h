@@ -79,7 +79,12 @@ size_t ckpt__mgr_start_of(const ckpt_manager *m, const ckpt_state *st);
 int ckpt__mgr_bcast_bytes(ckpt_manager *m, MPI_Comm comm, uint8_t **buf, size_t *len, int local);
 int ckpt__mgr_share_state(ckpt_manager *m, MPI_Comm comm, int local);
 int ckpt__mgr_share_control(ckpt_manager *m);
-int ckpt__mgr_vote_control(ckpt_manager *m);
+/* what the caller of a save asks every rank to agree on (ckpt_manager_save_options), carried by
+ * the control's vote: in, this rank's; out, every rank's bitwise OR (not_check: of ~check) */
+typedef struct ckpt__mgr_caller_vote {
+    uint64_t failed, check, not_check;
+} ckpt__mgr_caller_vote;
+int ckpt__mgr_vote_control(ckpt_manager *m, ckpt__mgr_caller_vote *caller);
 int ckpt__mgr_adopt_unlisted(ckpt_manager *m, const char *dir, const char *shown, unsigned level);
 int ckpt__mgr_adopt_drained(ckpt_manager *m);
 

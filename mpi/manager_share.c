@@ -144,17 +144,26 @@ int ckpt__mgr_share_control(ckpt_manager *m)
 /*
  * Before a save: every rank joins one MPI_Allreduce (a bitwise OR of bytes the others leave zero)
  * that brings it the chief's reading of the restart control, the rest after it when it is long.
- * A control that cannot be read there is a warning: the one read before stays. Returns this rank's status, not agreed (the caller's save agrees it); on failure the
- * control read before stays on that rank. Needs no save in flight (its hook reads the control).
+ * A control that cannot be read there is a warning: the one read before stays. Returns this
+ * rank's status, not agreed (the caller's save agrees it); on failure the control read before
+ * stays on that rank. Needs no save in flight (its hook reads the control).
+ * The same allreduce carries the caller's vote (ckpt_manager_save_options): `caller` in, this
+ * rank's (failed: 1 when the caller gave an error here; check), out, every rank's OR of them and
+ * the OR of ~check (the checks are alike where `check & not_check` is 0). It is valid on return
+ * whatever the status, unless the allreduce itself failed (then left as it came in).
  */
-int ckpt__mgr_vote_control(ckpt_manager *m)
+int ckpt__mgr_vote_control(ckpt_manager *m, ckpt__mgr_caller_vote *caller)
 {
     struct {
         int64_t status;
         uint64_t len;
+        uint64_t failed, check, not_check;
         char text[2048];
     } msg;
     memset(&msg, 0, sizeof msg);
+    msg.failed = caller->failed;
+    msg.check = caller->check;
+    msg.not_check = ~caller->check;
     char *buf = NULL;
     size_t len = 0;
     int local = CKPT_OK;
@@ -181,6 +190,9 @@ int ckpt__mgr_vote_control(ckpt_manager *m)
         free(buf);
         return ckpt__error(CKPT_EMPI, "MPI_Allreduce of the restart control failed");
     }
+    caller->failed = msg.failed;
+    caller->check = msg.check;
+    caller->not_check = msg.not_check;
     if (msg.status != CKPT_OK) { /* the chief's failure: it reports it (its save's broadcast) */
         free(buf);
         return m->rank == 0 ? local : CKPT_OK;

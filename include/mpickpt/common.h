@@ -77,7 +77,8 @@ typedef struct ckpt_error {
     int reason;
 } ckpt_error;
 
-/** ckpt_error.reason: why a call returned CKPT_ENOTFOUND. The status stays CKPT_ENOTFOUND. */
+/** ckpt_error.reason: why a call returned CKPT_ENOTFOUND (or, CKPT_REASON_CHECK,
+ *  CKPT_EMISMATCH). The status stays the code. */
 typedef enum ckpt_notfound_reason {
     CKPT_REASON_NONE = 0,          /**< not given (another code, or another kind of "not found") */
     CKPT_REASON_NO_CHECKPOINT = 1, /**< no checkpoint where one was looked for: no index at the
@@ -91,7 +92,9 @@ typedef enum ckpt_notfound_reason {
                                     *   cannot be restored (nothing at or above the pin), or the one
                                     *   asked for is dropped or set aside by a pin (`mpickpt pin`,
                                     *   `mpickpt drop`) */
-    CKPT_REASON_NO_METRICS = 4     /**< no save has committed yet: no metrics to report */
+    CKPT_REASON_NO_METRICS = 4,    /**< no save has committed yet: no metrics to report */
+    CKPT_REASON_CHECK = 5          /**< with CKPT_EMISMATCH: the ranks passed different
+                                    *   ckpt_manager_save_options.check values (added in 0.2) */
 } ckpt_notfound_reason;
 
 /** Short constant name of a ckpt_notfound_reason ("no checkpoint", ...). Never NULL. */

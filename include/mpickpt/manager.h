@@ -101,6 +101,40 @@ CKPT_EXTERN void ckpt_manager_free(ckpt_manager *m);
 CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info *info, char *out,
                                   size_t out_size);
 
+/**
+ * Options of ckpt_manager_save_ex(): what a layer above the manager (a language binding, a
+ * framework) needs its ranks to agree on before a save, carried by the save's own first
+ * collective call instead of one of the caller's. Initialize with CKPT_MANAGER_SAVE_OPTIONS_INIT.
+ */
+typedef struct ckpt_manager_save_options {
+    unsigned int version; /**< CKPT_MANAGER_SAVE_OPTIONS_VERSION */
+    /** The caller's failure on this rank (NULL, or a code of CKPT_OK: none): its code (a
+     *  negative ckpt_status), message, errno and reason, as ckpt_error_last() would hold them.
+     *  When some rank gives one, nothing is written and every rank returns the code and message
+     *  of ckpt_mpi_agree() over those ranks' errors (the message prefixed with the rank). Copied
+     *  by the call. */
+    const ckpt_error *error;
+    /** A value every rank must pass alike: a digest of what the caller requires to be the same
+     *  everywhere (names, a layout). When no rank gives an error and two ranks' values differ,
+     *  nothing is written and every rank returns CKPT_EMISMATCH with ckpt_error.reason
+     *  CKPT_REASON_CHECK (so the caller can look into it). 0 on every rank: no check. */
+    uint64_t check;
+} ckpt_manager_save_options;
+
+#define CKPT_MANAGER_SAVE_OPTIONS_VERSION 1
+#define CKPT_MANAGER_SAVE_OPTIONS_INIT { CKPT_MANAGER_SAVE_OPTIONS_VERSION, NULL, 0 }
+
+/**
+ * ckpt_manager_save() with options (NULL: none), out-parameters first: the caller's error and
+ * check (ckpt_manager_save_options) ride the save's first collective call, so a layer above
+ * adds none of its own. A save skipped by min_step_interval makes no collective call and checks
+ * neither. An unknown options version on any rank is CKPT_EINVAL on every rank, nothing written.
+ * Collective.
+ */
+CKPT_EXTERN int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,
+                                     const ckpt_manager_save_info *info,
+                                     const ckpt_manager_save_options *opts);
+
 /** Full path of the latest checkpoint into @p out ("" when none): the newest a restore would start
  *  from (pins, drops and levels followed: ckpt_manager_restorable()'s `start`). Local
  *  (synchronized view). */

@@ -265,17 +265,22 @@ static void Manager_dealloc(ManagerObject *self)
 
 static PyObject *Manager_save(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "epoch", "step", "end_of_epoch", "force", NULL };
+    static char *names[] = { "epoch", "step", "end_of_epoch", "force", "error", "check", NULL };
     long long epoch = 0, step = 0;
     int eoe = 0, force = 0;
+    PyObject *error = Py_None, *check = Py_None;
+    ckpt_error err;
+    ckpt_manager_save_options so;
     if (manager_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "|LLpp:save", names, &epoch, &step, &eoe, &force))
+        !PyArg_ParseTupleAndKeywords(args, kw, "|LLpp$OO:save", names, &epoch, &step, &eoe,
+                                     &force, &error, &check) ||
+        pyckpt_save_options(error, check, &err, &so) < 0)
         return NULL;
     ckpt_manager_save_info si = { epoch, step, eoe, force };
     char out[4400] = "";
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_manager_save(self->m, &si, out, sizeof out);
+    rc = ckpt_manager_save_ex(out, sizeof out, self->m, &si, &so);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -387,7 +392,8 @@ static PyObject *Manager_close(ManagerObject *self, PyObject *noargs)
 
 static PyMethodDef Manager_methods[] = {
     { "save", (PyCFunction)(void (*)(void))Manager_save, METH_VARARGS | METH_KEYWORDS,
-      "save(epoch=0, step=0, end_of_epoch=False, force=False) -> path, or None when skipped" },
+      "save(epoch=0, step=0, end_of_epoch=False, force=False, *, error=None, check=None) -> "
+      "path, or None when skipped" },
     { "restore_or_initialize", (PyCFunction)(void (*)(void))Manager_restore_or_initialize,
       METH_VARARGS | METH_KEYWORDS,
       "restore_or_initialize(*, strict=True): restores the newest valid checkpoint -> info "
@@ -487,15 +493,22 @@ static void Training_dealloc(TrainingObject *self)
 
 static PyObject *Training_back_up(TrainingObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "epoch", "step", "end_of_epoch", NULL };
+    static char *names[] = { "epoch", "step", "end_of_epoch", "error", "check", NULL };
     long long epoch = 0, step = 0;
     int eoe = 1;
+    PyObject *error = Py_None, *check = Py_None;
+    ckpt_error err;
+    ckpt_manager_save_options so;
     if (training_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "L|Lp:back_up", names, &epoch, &step, &eoe))
+        !PyArg_ParseTupleAndKeywords(args, kw, "L|Lp$OO:back_up", names, &epoch, &step, &eoe,
+                                     &error, &check) ||
+        pyckpt_save_options(error, check, &err, &so) < 0)
         return NULL;
+    /* ckpt_training_back_up() with the options: its manager's save, forced */
+    ckpt_manager_save_info si = { epoch, step, eoe, 1 };
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_training_back_up(self->t, epoch, step, eoe);
+    rc = ckpt_manager_save_ex(NULL, 0, ckpt_training_manager(self->t), &si, &so);
     Py_END_ALLOW_THREADS
     return pyckpt_none_or_raise(rc);
 }
@@ -565,7 +578,7 @@ static PyObject *Training_close(TrainingObject *self, PyObject *noargs)
 
 static PyMethodDef Training_methods[] = {
     { "back_up", (PyCFunction)(void (*)(void))Training_back_up, METH_VARARGS | METH_KEYWORDS,
-      "back_up(epoch, step=0, end_of_epoch=True)" },
+      "back_up(epoch, step=0, end_of_epoch=True, *, error=None, check=None)" },
     { "restore", (PyCFunction)(void (*)(void))Training_restore, METH_VARARGS | METH_KEYWORDS,
       "restore(*, strict=True) -> info (restored False: none)" },
     { "initial_epoch", (PyCFunction)Training_initial_epoch, METH_VARARGS,

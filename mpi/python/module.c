@@ -41,6 +41,7 @@ static const char *reason_text(int reason)
     case CKPT_REASON_NO_TENSOR: return "no_tensor";
     case CKPT_REASON_PINNED: return "pinned";
     case CKPT_REASON_NO_METRICS: return "no_metrics";
+    case CKPT_REASON_CHECK: return "check";
     default: return NULL;
     }
 }
@@ -63,7 +64,8 @@ PyObject *pyckpt_raise(int code, const char *fallback)
     Py_XDECREF(text);
     if (!exc)
         return NULL;
-    const char *why = mine && code == CKPT_ENOTFOUND ? reason_text(e->reason) : NULL;
+    const char *why = mine && (code == CKPT_ENOTFOUND || code == CKPT_EMISMATCH)
+                          ? reason_text(e->reason) : NULL;
     if (why) { /* the class's `reason` (None) otherwise */
         PyObject *r = PyUnicode_FromString(why);
         int bad = !r || PyObject_SetAttrString(exc, "reason", r) < 0;
@@ -85,6 +87,33 @@ PyObject *pyckpt_raise(int code, const char *fallback)
     PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
     return NULL;
+}
+
+int pyckpt_save_options(PyObject *error, PyObject *check, ckpt_error *err,
+                        ckpt_manager_save_options *out)
+{
+    ckpt_manager_save_options init = CKPT_MANAGER_SAVE_OPTIONS_INIT;
+    *out = init;
+    memset(err, 0, sizeof *err);
+    if (check && check != Py_None) {
+        out->check = (uint64_t)PyLong_AsUnsignedLongLongMask(check);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (!error || error == Py_None)
+        return 0;
+    PyObject *why = Py_None;
+    if (!PyArg_ParseTuple(error, "isi|O:error", &err->code, &err->message, &err->sys_errno, &why))
+        return -1;
+    if (err->code >= 0) {
+        PyErr_SetString(PyExc_ValueError, "error: the code is not an mpickpt error code");
+        return -1;
+    }
+    for (int r = CKPT_REASON_NO_CHECKPOINT; why != Py_None && r <= CKPT_REASON_CHECK; r++)
+        if (PyUnicode_Check(why) && PyUnicode_CompareWithASCIIString(why, reason_text(r)) == 0)
+            err->reason = r;
+    out->error = err;
+    return 0;
 }
 
 PyObject *pyckpt_none_or_raise(int rc)
@@ -383,7 +412,18 @@ PyMODINIT_FUNC PyInit__mpickpt(void)
     SUB(g_corrupt, "CorruptError", (PyObject *)NULL, CKPT_ECORRUPT,
         "Data on disk is malformed, truncated or fails its checksum (CKPT_ECORRUPT).");
     SUB(g_mismatch, "MismatchError", PyExc_ValueError, CKPT_EMISMATCH,
-        "A dtype, shape, slice or registration disagrees with the checkpoint (CKPT_EMISMATCH).");
+        "A dtype, shape, slice or registration disagrees with the checkpoint (CKPT_EMISMATCH). "
+        "`reason` is 'check' when the ranks passed a save different check values "
+        "(ckpt_manager_save_options.check, MismatchError.CHECK), else None.");
+    {
+        PyObject *none = Py_NewRef(Py_None), *check = PyUnicode_FromString("check");
+        int bad = !check || PyObject_SetAttrString(g_mismatch, "reason", none) < 0 ||
+                  PyObject_SetAttrString(g_mismatch, "CHECK", check) < 0;
+        Py_DECREF(none);
+        Py_XDECREF(check);
+        if (bad)
+            goto fail;
+    }
     SUB(g_nospace, "NoSpaceError", PyExc_OSError, CKPT_ENOSPC,
         "No space left on the device (CKPT_ENOSPC); an OSError with errno ENOSPC (or EDQUOT).");
     SUB(g_fs, "FileSystemError", PyExc_OSError, CKPT_EIO,

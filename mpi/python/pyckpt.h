@@ -19,6 +19,13 @@ PyObject *pyckpt_raise(int code, const char *fallback);
 /* None for CKPT_OK, else pyckpt_raise(rc, NULL): the end of a method that returns nothing. */
 PyObject *pyckpt_none_or_raise(int rc);
 
+/* A save's options from the `error` and `check` keywords of Manager.save and Training.back_up
+ * (ckpt_manager_save_options): error None or (code, message, errno, reason) with reason a
+ * NotFoundError.reason name or None; check an int taken modulo 2**64. The message stays
+ * borrowed from `error`, which must live until the save returns. -1 with an exception set. */
+int pyckpt_save_options(PyObject *error, PyObject *check, ckpt_error *err,
+                        ckpt_manager_save_options *out);
+
 /* The MPI_Comm of an mpi4py communicator (None: MPI_COMM_WORLD); mpi4py is imported, and with it
  * MPI initialized, on first use. -1 with an exception set on failure. */
 int pyckpt_comm(PyObject *obj, MPI_Comm *out);

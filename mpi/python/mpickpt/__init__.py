@@ -22,7 +22,7 @@ from . import _mpickpt as _C
 from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, FileSystemError,
                        InvalidArgumentError, MismatchError, MPIError, NoSpaceError, NotFoundError,
                        PermissionDeniedError, TimeoutError, VersionError)
-from ._state import (Registered, mismatch_message, restore_finish, restore_prepare, save_prepare,
+from ._state import (Registered, restore_finish, restore_prepare, save_state,
                      uninterruptible)
 from ._tree import RESERVED, PerRank, Shard
 from . import preemption
@@ -160,14 +160,11 @@ class _Base:
         shared = {leaf.name for leaf in self._reg.leaves if leaf.alias is not None}
         tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
         extra = [n for n in info.get("unexpected", []) if n not in shared]
-        if strict and self._aliased:  # the same on every rank (_c_strict)
-            every = self._comm.allgather((tensors, extra))
-            t_miss = sorted(set().union(*(m for m, _ in every)))
-            t_extra = sorted(set().union(*(u for _, u in every)))
-            if t_miss or t_extra:
-                raise MismatchError(mismatch_message(info["prefix"], t_miss, t_extra, "arrays"))
+        # compared with every rank's by restore_finish when C did not (the same on every rank:
+        # _c_strict)
+        arrays = (tensors, extra) if strict and self._aliased else None
         miss, unexp = restore_finish(self._comm, self._reg, self._saver, self._skip,
-                                     info["prefix"], strict=strict)
+                                     info["prefix"], strict=strict, arrays=arrays)
         info["missing"] = sorted(set(tensors) | set(miss))
         info["unexpected"] = sorted(set(extra) | set(unexp))
         return info
@@ -265,9 +262,11 @@ class CheckpointManager(_Base):
         """Saves `state` as the next checkpoint; returns its path. Collective. With async_save
         it returns once the arrays are copied (the state may change at once); a failure of the
         background write is raised by the next call, on every rank."""
-        save_prepare(self._comm, self._reg, self._saver, state)
-        return self._mgr.save(epoch=int(epoch or 0), step=int(step),
-                              end_of_epoch=bool(end_of_epoch), force=bool(force))
+        return save_state(self._comm, self._reg, self._saver, state,
+                          lambda error, check: self._mgr.save(
+                              epoch=int(epoch or 0), step=int(step),
+                              end_of_epoch=bool(end_of_epoch), force=bool(force), error=error,
+                              check=check))
 
     def _candidate(self, step: Optional[int]) -> Optional[str]:
         """The checkpoint a restore reads unless it is damaged (the pinned or newest restorable
@@ -377,8 +376,9 @@ class TrainingState(_Base):
     @uninterruptible
     def back_up(self, epoch: int, step: Optional[int] = None) -> None:
         """Backs up the state: at the end of `epoch`, or inside it at `step`. Collective."""
-        save_prepare(self._comm, self._reg, self._saver, self._state)
-        self._t.back_up(int(epoch), int(step or 0), step is None)
+        save_state(self._comm, self._reg, self._saver, self._state,
+                   lambda error, check: self._t.back_up(int(epoch), int(step or 0), step is None,
+                                                        error=error, check=check))
 
     @uninterruptible
     def restore(self, strict: bool = True) -> Optional[Dict[str, Any]]:

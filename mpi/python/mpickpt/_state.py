@@ -2,7 +2,8 @@
 
 Every collective call is preceded by an agreement: a rank whose local preparation failed (a
 non-contiguous tensor, an unsupported leaf) makes every rank raise the same error, instead of the
-others entering a collective it will never join. For the same reason a KeyboardInterrupt is held
+others entering a collective it will never join (a save hands that status to the C manager's save,
+whose first collective carries it: save_state). For the same reason a KeyboardInterrupt is held
 back until a collective call is over (uninterruptible).
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import errno as _errno
 import functools
 import json
+import os
 import re
 import signal
 import threading
@@ -70,6 +72,38 @@ def uninterruptible(fn: Callable[..., T]) -> Callable[..., T]:
 _RANK_PREFIX = re.compile(r"rank \d+(?: \(host [^)]*\))?: ")
 
 
+def _error_kind(exc: BaseException) -> Tuple[str, Optional[int], Optional[str]]:
+    """The mpickpt error class name a local failure is raised as on every rank, its errno (an
+    OSError's: mpickpt's file-system errors are OSErrors) and its NotFoundError reason (which
+    kind of "not found": NotFoundError.NO_TENSOR, ...)."""
+    name = type(exc).__name__
+    errno = exc.errno if isinstance(exc, OSError) and isinstance(exc.errno, int) else None
+    if name not in _ERRORS:
+        if isinstance(exc, OSError):
+            name = ("NoSpaceError" if errno in (_errno.ENOSPC, _errno.EDQUOT) else
+                    "PermissionDeniedError"
+                    if errno in (_errno.EROFS, _errno.EACCES, _errno.EPERM) else
+                    "FileSystemError")
+        else:
+            name = "InvalidArgumentError" if isinstance(exc, (ValueError, TypeError)) else "Error"
+    reason = getattr(exc, "reason", None) if isinstance(exc, _C.NotFoundError) else None
+    return name, errno, reason
+
+
+def error_args(exc: Optional[BaseException],
+               rank: int) -> Optional[Tuple[int, str, int, Optional[str]]]:
+    """A local failure of this rank (`rank`) as the C library's caller error
+    (ckpt_manager_save_options.error: code, message, errno, reason), which the save's first
+    collective call agrees; None for none. The message is prefixed with the rank as agree's
+    (the C agreement adds no second prefix to it)."""
+    if exc is None:
+        return None
+    name, errno, reason = _error_kind(exc)
+    text = str(exc) or name
+    return (_ERRORS[name].code, text if _RANK_PREFIX.match(text) else f"rank {rank}: {text}",
+            errno or 0, reason)
+
+
 def agree(comm: Any, exc: Optional[BaseException]) -> None:
     """Collective over comm: returns when no rank failed; otherwise every rank raises the same
     mpickpt error, with the message of the lowest failing rank (prefixed with it, unless the
@@ -83,21 +117,8 @@ def agree(comm: Any, exc: Optional[BaseException]) -> None:
     lowest = comm.allreduce(comm.rank if exc is not None else comm.size, op=MPI.MIN)
     payload = None
     if comm.rank == lowest:
-        name = type(exc).__name__
-        # an OSError's errno reaches every rank (mpickpt's file-system errors are OSErrors)
-        errno = exc.errno if isinstance(exc, OSError) and isinstance(exc.errno, int) else None
-        if name not in _ERRORS:
-            if isinstance(exc, OSError):
-                name = ("NoSpaceError" if errno in (_errno.ENOSPC, _errno.EDQUOT) else
-                        "PermissionDeniedError"
-                        if errno in (_errno.EROFS, _errno.EACCES, _errno.EPERM) else
-                        "FileSystemError")
-            else:
-                name = ("InvalidArgumentError" if isinstance(exc, (ValueError, TypeError))
-                        else "Error")
+        name, errno, reason = _error_kind(exc)
         text = str(exc)
-        # a NotFoundError's reason too (which kind of "not found": NotFoundError.NO_TENSOR, ...)
-        reason = getattr(exc, "reason", None) if isinstance(exc, _C.NotFoundError) else None
         payload = (name, text if _RANK_PREFIX.match(text) else f"rank {lowest}: {text}", errno,
                    reason)
     name, msg, errno, reason = comm.bcast(payload, root=lowest)
@@ -148,6 +169,8 @@ class Registered:
         self.has_blob = False  # the record of plain values is registered
         # restore: the aliases the checkpoint was expected to have (names not registered)
         self.expected: Optional[Dict[str, dict]] = None
+        # restore: (prefix, rank 0's record there as peek_record read it, b"": none, or None)
+        self.peeked: Tuple[Optional[str], Optional[bytes]] = (None, None)
 
     def scan(self, state: Any) -> Dict[str, dict]:
         """Local: flattens `state` and finds its aliases; returns the replicated ones (which
@@ -293,10 +316,10 @@ def _ranks(ranks: List[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def replicated_names_mismatch(comm: Any, names: List[str]) -> None:
-    """Collective, after agree_local found the replicated plain values' names unlike: every
-    rank raises the same MismatchError naming one that some rank lacks."""
-    everyone = [set(n) for n in comm.allgather(names)]
+def replicated_names_mismatch(every: List[List[str]]) -> None:
+    """After the ranks' replicated plain values' names (`every`: each rank's) were found unlike:
+    raises the MismatchError naming one that some rank lacks, the same on every rank."""
+    everyone = [set(n) for n in every]
     name = min(set().union(*everyone) - set.intersection(*everyone))
     have = [r for r, n in enumerate(everyone) if name in n]
     lack = [r for r, n in enumerate(everyone) if name not in n]
@@ -305,14 +328,18 @@ def replicated_names_mismatch(comm: Any, names: List[str]) -> None:
         "values must have the same keys on every rank (wrap a rank's own in mpickpt.PerRank)")
 
 
-def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
-    """Collective: registers `state` and sets this rank's plain values for the next save.
+def save_state(comm: Any, reg: Registered, saver: Any, state: Any,
+               save: Callable[[Any, int], T]) -> T:
+    """Collective: registers `state`, sets this rank's plain values and saves them with `save`
+    (error, check) -> T, the C manager's save (ckpt_manager_save_options).
 
-    One allreduce when every rank prepared alike (docs/python.md, "Collective calls"): each rank
-    scans and registers its state first, then a single agreement carries its status and digests
-    of its replicated aliases and of its replicated plain values' names. Only when they differ
-    does more follow: the aliases some rank does not share are stored as tensors (registered
-    again and agreed), and unlike names are a MismatchError on every rank."""
+    No collective call of its own when every rank prepared alike (docs/python.md, "Collective
+    calls"): each rank scans and registers its state, then the save's first collective call
+    carries this rank's failure (error) and a digest of its replicated aliases and of its
+    replicated plain values' names (check). Only when the checks differ (a MismatchError whose
+    reason is CHECK, on every rank, nothing saved) does more follow, one allgather: unlike
+    names are a MismatchError naming one; aliases some rank does not share are stored as tensors
+    (registered again) and the save is made once more."""
     mine: Dict[str, dict] = {}
     names: List[str] = []
 
@@ -325,51 +352,73 @@ def save_prepare(comm: Any, reg: Registered, saver: Any, state: Any) -> None:
         names.extend(leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank)
         local()
 
+    def check() -> int:
+        return _digest(_alias_text(mine) + b"\0\1" + _names_text(names)) & ((1 << 64) - 1)
+
     err = attempt(first)
-    (aliases_alike, names_alike), _ = agree_local(comm, err, (_alias_text(mine),
-                                                         _names_text(names)))
-    if not aliases_alike:
-        unalias_disagreed(comm, reg, mine)
-        collective(comm, local)
-    if not names_alike:
-        replicated_names_mismatch(comm, names)
+    try:
+        return save(error_args(err, comm.rank), 0 if err is not None else check())
+    except _C.MismatchError as e:
+        if e.reason != _C.MismatchError.CHECK:
+            raise
+        # every rank has this error (agreed, no rank failed): every rank looks into it alike
+        everyone = comm.allgather((mine, names))
+        if any(sorted(n) != sorted(names) for _, n in everyone):
+            replicated_names_mismatch([n for _, n in everyone])
+        if all(a == mine for a, _ in everyone):
+            raise  # a digest's collision: cannot happen in practice
+    keep = {n for n, a in mine.items() if all(e.get(n) == a for e, _ in everyone)}
+    reg.unalias(set(mine) - keep)
+    for n in set(mine) - keep:
+        mine.pop(n)
+    err = attempt(local)
+    return save(error_args(err, comm.rank), 0 if err is not None else check())
 
 
-def peek_aliases(comm: Any, prefix: Optional[str],
-                 per_rank: bool) -> Tuple[Optional[Dict[str, dict]], bool]:
-    """Collective: the aliases of the checkpoint at `prefix` (rank 0's record, and this rank's
-    own when `per_rank`), read without MPI before a restore decides what to register, and
-    whether it has a record at all; (None, True) when there is no prefix or it cannot be read
-    (the restore then reports the problem)."""
-    def read(rank: int) -> Optional[Tuple[Dict[str, dict], bool]]:
+def peek_record(comm: Any, prefix: Optional[str], per_rank: bool) -> Tuple[
+        Optional[Dict[str, dict]], bool, Optional[bytes]]:
+    """Collective (one broadcast): the aliases of the checkpoint at `prefix` (rank 0's record,
+    and this rank's own when `per_rank`), read without MPI before a restore decides what to
+    register; whether it has a record at all; and rank 0's record as read (its bytes, b"" for
+    none: restore_finish's when the restore reads this checkpoint). (None, True, None) when there
+    is no prefix or it cannot be read (the restore then reports the problem)."""
+    def read(rank: int) -> Optional[bytes]:
+        """This rank's record's bytes; b"" when the checkpoint has none; None: unreadable."""
         try:
             r = _C.Reader(prefix)
             try:
                 info = next((t for t in r.tensors() if t["name"] == f"{JSON_BLOB}/rank_{rank}"),
                             None)
                 if info is None:
-                    return {}, False
+                    return b""
                 import numpy as np
 
                 raw = np.empty(info["shape"][0], dtype=np.uint8)
                 r.read(info["name"], raw, _C.UINT8)
             finally:
                 r.close()
-            return load_record(raw.tobytes(), prefix, rank).get("aliases", {}), True
+            return raw.tobytes()
+        except _C.Error:
+            return None
+
+    def aliases(raw: Optional[bytes], rank: int) -> Optional[Dict[str, dict]]:
+        try:
+            return None if raw is None else load_record(raw, prefix, rank).get("aliases", {})
         except _C.Error:
             return None
 
     if prefix is None:
-        return None, True
-    first = read(0) if comm.rank == 0 else None
-    first = comm.bcast(first, root=0)
-    if first is None:
-        return None, True
-    out = dict(first[0])
-    if per_rank and comm.rank != 0 and first[1]:
-        own = read(comm.rank)
-        out.update(own[0] if own else {})
-    return out, first[1]
+        return None, True, None
+    first = comm.bcast(read(0) if comm.rank == 0 else None, root=0)
+    if first == b"":  # no record (a C program's checkpoint)
+        return {}, False, b""
+    out = aliases(first, 0)  # parsed on every rank: the same bytes, the same outcome
+    if out is None:
+        return None, True, None
+    out = dict(out)
+    if per_rank and comm.rank != 0:
+        out.update(aliases(read(comm.rank), comm.rank) or {})
+    return out, True, first
 
 
 def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
@@ -379,15 +428,15 @@ def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
     `prefix`: the checkpoint the restore will most likely read: its aliases are not registered
     (restore_aliases gives them their values after the restore), and this state's contiguous
     aliases that it stored as tensors are (read in place; the others: restore_aliases).
-    Three collective calls: an allreduce (every rank scanned its state; the replicated aliases
-    are alike), the broadcast of rank 0's record of the checkpoint, an allreduce (registered;
-    aliases)."""
+    Two collective calls: the broadcast of rank 0's record of the checkpoint (peek_record: what
+    to register), then one allreduce: every rank scanned and registered its state, whether the
+    replicated aliases are alike, whether some rank has aliases. Only when the aliases are
+    unlike does more follow (unalias_disagreed, the registration again and its agreement)."""
     mine: Dict[str, dict] = {}
     err = attempt(lambda: mine.update(reg.scan(state)))
-    if not agree_local(comm, err, (_alias_text(mine),))[0][0]:  # one allreduce for both
-        unalias_disagreed(comm, reg, mine)
-    per_rank = any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
-    expected, has_record = peek_aliases(comm, prefix, per_rank)
+    per_rank = err is None and any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
+    expected, has_record, first = peek_record(comm, prefix, per_rank)
+    reg.peeked = (prefix, first)
 
     def local() -> None:
         skip: Any = ()
@@ -401,9 +450,22 @@ def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
         reg.prepare(saver, restore_rank=comm.rank, skip=skip, record=has_record)
         saver.reset_blobs()
 
-    # one allreduce: local's status, and whether the state has aliases on some rank
-    return agree_local(comm, attempt(local),
-                       flag=any(leaf.alias is not None for leaf in reg.leaves))[1]
+    if err is None:
+        err = attempt(local)
+    # one allreduce: the status, the replicated aliases' digest, whether some rank has aliases
+    (alike,), aliased = agree_local(comm, err, (_alias_text(mine),),
+                                    flag=any(leaf.alias is not None for leaf in reg.leaves))
+    if not alike:
+        unalias_disagreed(comm, reg, mine)
+        collective(comm, local)
+        aliased = comm.allreduce(any(leaf.alias is not None for leaf in reg.leaves), op=_lor())
+    return aliased
+
+
+def _lor() -> Any:
+    from mpi4py import MPI
+
+    return MPI.LOR
 
 
 def _contiguous_array(x: Any) -> bool:
@@ -645,19 +707,37 @@ def compare_plain(leaves: List[Leaf], replicated: Optional[Dict[str, Any]],
 
 
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
-                   where: str, strict: bool = True) -> Tuple[List[str], List[str]]:
+                   where: str, strict: bool = True,
+                   arrays: Optional[Tuple[List[str], List[str]]] = None
+                   ) -> Tuple[List[str], List[str]]:
     """Collective, after a successful C restore: puts the plain values back into the state
     (tuples rebuilt) and the values of aliases (see restore_aliases). Replicated values come from
     rank 0's record (every rank gets the same), per-rank ones from this rank's; a rank the writer
     did not have keeps its own when skip_missing_per_rank. The state's plain values are compared
     with the records (compare_plain): strict, any missing or unexpected one is a MismatchError on
     every rank listing them all, and nothing is put back; else what matches is put back. Returns
-    the (missing, unexpected) names of every rank. Two collective calls: rank 0's record
-    broadcast, an allgather of every rank's outcome and names."""
+    the (missing, unexpected) names of every rank. `arrays`: this rank's missing and unexpected
+    arrays when the arrays' names are compared here (a strict restore of a state with aliases),
+    a MismatchError listing every rank's before anything else.
+
+    One collective call: an allgather of every rank's outcome and names. Rank 0's record is the
+    one restore_prepare read (peek_record) when the restore read that checkpoint (rank 0 checks
+    that the restore read the same bytes, else it is an error on every rank: restore again);
+    else it is broadcast first, a second call."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
-    first = comm.bcast(mine if comm.rank == 0 else None, root=0)
+    peeked_at, peeked = reg.peeked
+    if peeked is not None and peeked_at is not None and \
+            os.path.normpath(peeked_at) == os.path.normpath(where):
+        first: Optional[bytes] = peeked or None
+        changed = comm.rank == 0 and mine is not None and mine != peeked
+    else:
+        first = comm.bcast(mine if comm.rank == 0 else None, root=0)
+        changed = False
 
     def local() -> Tuple[List[Tuple[Leaf, Any]], List[str], List[str]]:
+        if changed:
+            raise _C.MismatchError(f"{where}: its record of plain values changed while restoring; "
+                                   "restore again")
         leaves = list(iter_json(reg.leaves))
         unread = any(leaf.is_array and (leaf.alias is not None or leaf.name in (reg.expected or ()))
                      for leaf in reg.leaves)
@@ -694,10 +774,17 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
 
     out: List[Any] = []
     err = attempt(lambda: out.extend(local()))
-    # one allgather: every rank's names, or None from a rank whose local step failed
-    every = comm.allgather(None if err is not None else (out[1], out[2]))
-    if any(e is None for e in every):
+    # one allgather: every rank's arrays' names, and its plain values' (None when its local step
+    # failed)
+    every = comm.allgather((arrays, None if err is not None else (out[1], out[2])))
+    if arrays is not None:
+        t_miss = sorted(set().union(*(a[0] for a, _ in every)))
+        t_extra = sorted(set().union(*(a[1] for a, _ in every)))
+        if t_miss or t_extra:
+            raise _C.MismatchError(mismatch_message(where, t_miss, t_extra, "arrays"))
+    if any(e is None for _, e in every):
         agree(comm, err)
+    every = [e for _, e in every]
     updates = out[0]
     missing = sorted(set().union(*(m for m, _ in every)))
     unexpected = sorted(set().union(*(u for _, u in every)))

@@ -314,26 +314,14 @@ static int exchange_bytes(fetch *f, int local)
         f->holder_failed |= f->got_bytes[d] > 0 && !f->peer[2 * d];
     uint64_t chunk = s->chunk;
     size_t q = 0;
-    for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(f->sendable[2 * d + 1] && f->peer[2 * d]))
-            continue;
-        for (uint64_t off = 0; off < f->got_bytes[d]; off += chunk) {
-            uint64_t n = f->got_bytes[d] - off < chunk ? f->got_bytes[d] - off : chunk;
-            if (MPI_Irecv(f->got[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
-                          &f->req[q++]) != MPI_SUCCESS)
-                rc = ckpt__error(CKPT_EMPI, "MPI_Irecv of fetched bytes failed");
-        }
-    }
-    for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(f->sendable[2 * d] && f->peer[2 * d + 1]))
-            continue;
-        for (uint64_t off = 0; off < f->give_bytes[d]; off += chunk) {
-            uint64_t n = f->give_bytes[d] - off < chunk ? f->give_bytes[d] - off : chunk;
-            if (MPI_Isend(f->give[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
-                          &f->req[q++]) != MPI_SUCCESS)
-                rc = ckpt__error(CKPT_EMPI, "MPI_Isend of fetched bytes failed");
-        }
-    }
+    for (int d = 0; rc == CKPT_OK && d < size; d++)
+        if (f->sendable[2 * d + 1] && f->peer[2 * d])
+            rc = ckpt__irecv_bytes(s->comm, d, TAG_FETCH, f->got[d], f->got_bytes[d], chunk, f->req,
+                                   &q, "of fetched bytes");
+    for (int d = 0; rc == CKPT_OK && d < size; d++)
+        if (f->sendable[2 * d] && f->peer[2 * d + 1])
+            rc = ckpt__isend_bytes(s->comm, d, TAG_FETCH, f->give[d], f->give_bytes[d], chunk,
+                                   f->req, &q, "of fetched bytes");
     if (q && MPI_Waitall((int)q, f->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
         rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the fetch failed");
     return rc;

@@ -74,6 +74,17 @@ int ckpt__data_name_rank(const char *name, const char *base, int size)
     return n == (unsigned long long)size ? (int)r : -1; /* r < n: ckpt__data_file_base */
 }
 
+int ckpt__data_name_number(const char *name, const char *base, int *of)
+{
+    size_t n = strlen(base);
+    int a = -1, b = -1, used = 0;
+    if (strncmp(name, base, n) != 0 ||
+        sscanf(name + n, ".data-%5d-of-%5d%n", &a, &b, &used) != 2 || name[n + (size_t)used])
+        return -1;
+    *of = b;
+    return a >= 0 && a < b ? a : -1;
+}
+
 void ckpt__worker_temp_name(char *out, size_t size, int rank, const char *save_id)
 {
     snprintf(out, size, "workertemp_%d.%s", rank, save_id);

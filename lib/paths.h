@@ -102,6 +102,9 @@ int ckpt__data_file_base(char *out, size_t size, const char *name);
 /* Rank R of "<base>.data-RRRRR-of-NNNNN" when that is exactly `name` (ckpt__data_file_base) and
  * N == size, else -1. */
 int ckpt__data_name_rank(const char *name, const char *base, int size);
+/* File number K of "<base>.data-K-of-N" (K < N, at most five digits each) when that is exactly
+ * `name`, with N in *of; else -1: a node cache's data file, from a job of any shape. */
+int ckpt__data_name_number(const char *name, const char *base, int *of);
 
 /* "workertemp_<rank>.<save_id>" */
 void ckpt__worker_temp_name(char *out, size_t size, int rank, const char *save_id);

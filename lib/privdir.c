@@ -127,11 +127,9 @@ static int open_component(int *fd, struct stat *st, char *link, size_t lsize, in
     return CKPT_OK;
 }
 
-/* The next component of the path at *p (skipping "/" and "."), NUL-terminated in place, or NULL;
- * *last says whether any other follows. */
-static char *next_component(char **p, int *last)
+/* The first character of path `c` after any "/" and "." components. */
+static char *skip_separators(char *c)
 {
-    char *c = *p;
     for (;;) {
         while (*c == '/')
             c++;
@@ -139,22 +137,19 @@ static char *next_component(char **p, int *last)
             c++;
             continue;
         }
-        break;
+        return c;
     }
+}
+
+/* The next component of the path at *p (skipping "/" and "."), NUL-terminated in place, or NULL;
+ * *last says whether any other follows. */
+static char *next_component(char **p, int *last)
+{
+    char *c = skip_separators(*p);
     if (!*c)
         return NULL;
     char *end = c + strcspn(c, "/");
-    char *q = end;
-    for (;;) { /* does anything but "/" and "." follow? */
-        while (*q == '/')
-            q++;
-        if (q[0] == '.' && (q[1] == '/' || q[1] == '\0')) {
-            q++;
-            continue;
-        }
-        break;
-    }
-    *last = *q == '\0';
+    *last = *skip_separators(end) == '\0'; /* does anything but "/" and "." follow? */
     if (*end)
         *end++ = '\0';
     *p = end;

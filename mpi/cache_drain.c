@@ -66,19 +66,6 @@ static int copy_file(int from_fd, const char *from_shown, int to_fd, const char 
     return rc;
 }
 
-/* The data file `fname` of checkpoint `base`: its number and the count it is "of" (-1: not a data
- * file name of that checkpoint). */
-static int file_number(const char *fname, const char *base, int *of)
-{
-    size_t n = strlen(base);
-    int a = -1, b = -1, used = 0;
-    if (strncmp(fname, base, n) != 0 ||
-        sscanf(fname + n, ".data-%5d-of-%5d%n", &a, &b, &used) != 2 || fname[n + (size_t)used])
-        return -1;
-    *of = b;
-    return a >= 0 && a < b ? a : -1;
-}
-
 /* The chief, before anything is made: whether checkpoint `base`, by the index in its node's cache,
  * is of another shape than this job's. v[0] 1 when it is, v[1] the count of its data files, v[2]
  * 1 when per-node; all 0 when it is this job's or its index cannot be read (the drain fails on it
@@ -99,7 +86,7 @@ static void writer_shape(ckpt_saver *s, int cachefd, const char *index_name, con
         int job_per_node = s->layout == CKPT_LAYOUT_PER_NODE;
         int job_of = job_per_node ? s->nnodes : s->size, of = 0, other = per_node != job_per_node;
         for (size_t f = 0; f < idx->n_files; f++) {
-            int k = file_number(idx->files[f]->name, base, &of);
+            int k = ckpt__data_name_number(idx->files[f]->name, base, &of);
             other |= k < 0 || of != job_of;
         }
         if (other) {

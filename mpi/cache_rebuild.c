@@ -530,12 +530,8 @@ static int move_files(ckpt_saver *s, const Mpickpt__Index *idx, const rb_move *p
             uint64_t bytes = idx->files[f]->bytes;
             if (mv->from != me || mv->to[t] < 0)
                 continue;
-            for (uint64_t off = 0; off < bytes && rc == CKPT_OK; off += chunk) {
-                uint64_t c = bytes - off < chunk ? bytes - off : chunk;
-                if (MPI_Isend((uint8_t *)maps[f] + off, (int)c, MPI_BYTE, mv->to[t], TAG_RB, lc,
-                              &req[nreq++]) != MPI_SUCCESS)
-                    rc = ckpt__error(CKPT_EMPI, "MPI_Isend for the rebuild failed");
-            }
+            rc = ckpt__isend_bytes(lc, mv->to[t], TAG_RB, maps[f], bytes, chunk, req, &nreq,
+                                   "for the rebuild");
         }
     for (size_t f = 0; f < nf && rc == CKPT_OK; f++)
         for (int t = 0; t < 2 && rc == CKPT_OK; t++) {

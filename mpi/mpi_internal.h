@@ -20,6 +20,13 @@ int ckpt__bcast_bytes(MPI_Comm comm, int root, void *buf, uint64_t len, uint64_t
 int ckpt__send_bytes(MPI_Comm comm, int dest, int tag, const void *buf, uint64_t len,
                      uint64_t chunk);
 int ckpt__recv_bytes(MPI_Comm comm, int src, int tag, void *buf, uint64_t len, uint64_t chunk);
+/* The nonblocking sends (receives) of `len` bytes at `buf` to (from) rank `peer`, one per chunk:
+ * their requests go to reqs[*q], reqs[*q + 1], ..., *q advanced past each post. Stops at a post
+ * that fails (its slot counted): CKPT_EMPI, "MPI_Isend <what> failed" ("MPI_Irecv ..."). */
+int ckpt__isend_bytes(MPI_Comm comm, int peer, int tag, const void *buf, uint64_t len,
+                      uint64_t chunk, MPI_Request *reqs, size_t *q, const char *what);
+int ckpt__irecv_bytes(MPI_Comm comm, int peer, int tag, void *buf, uint64_t len, uint64_t chunk,
+                      MPI_Request *reqs, size_t *q, const char *what);
 /* Gathers every rank's `len` bytes of `buf` at `root`: on the root *all holds them end to end
  * and *offs (size + 1 entries) where rank r's start; free both. `local` is this rank's status
  * (a failed rank contributes nothing); `scratch` holds 2 x size int64 on the root (unused

@@ -53,19 +53,6 @@ static int all_can(const ckpt_saver *s, int ok, const char *what)
 /* One request: file number K (of the writer's `of`), the byte range. */
 enum { RQ_FILE, RQ_OFF, RQ_LEN, RQ_N };
 
-/* File `name` of checkpoint `base`: its number and the count it is "of"; -1 when not a data file
- * name of that checkpoint. */
-static int file_number(const char *name, const char *base, int *of)
-{
-    size_t n = strlen(base);
-    int a = -1, b = -1, used = 0;
-    if (strncmp(name, base, n) != 0 ||
-        sscanf(name + n, ".data-%5d-of-%5d%n", &a, &b, &used) != 2 || name[n + (size_t)used])
-        return -1;
-    *of = b;
-    return a >= 0 && a < b ? a : -1;
-}
-
 /* The rank that serves file number k. */
 static int holder(const ckpt_saver *s, int per_node, int k)
 {
@@ -152,7 +139,7 @@ static int want_pieces(fetch *f, const Mpickpt__Index *idx, int local)
             const Mpickpt__Piece *pc = tn->pieces[p];
             if (ckpt__exists_at(f->dirfd, pc->file))
                 continue;
-            int of = 0, k = file_number(pc->file, f->base, &of);
+            int of = 0, k = ckpt__data_name_number(pc->file, f->base, &of);
             if (k < 0 || of != f->of) {
                 local = ckpt__error(CKPT_EINVAL,
                                     "rank %d: %s is not on this node and was written by a job of "
@@ -327,26 +314,14 @@ static int exchange_bytes(fetch *f, int local)
         f->holder_failed |= f->got_bytes[d] > 0 && !f->peer[2 * d];
     uint64_t chunk = s->chunk;
     size_t q = 0;
-    for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(f->sendable[2 * d + 1] && f->peer[2 * d]))
-            continue;
-        for (uint64_t off = 0; off < f->got_bytes[d]; off += chunk) {
-            uint64_t n = f->got_bytes[d] - off < chunk ? f->got_bytes[d] - off : chunk;
-            if (MPI_Irecv(f->got[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
-                          &f->req[q++]) != MPI_SUCCESS)
-                rc = ckpt__error(CKPT_EMPI, "MPI_Irecv of fetched bytes failed");
-        }
-    }
-    for (int d = 0; rc == CKPT_OK && d < size; d++) {
-        if (!(f->sendable[2 * d] && f->peer[2 * d + 1]))
-            continue;
-        for (uint64_t off = 0; off < f->give_bytes[d]; off += chunk) {
-            uint64_t n = f->give_bytes[d] - off < chunk ? f->give_bytes[d] - off : chunk;
-            if (MPI_Isend(f->give[d] + off, (int)n, MPI_BYTE, d, TAG_FETCH, s->comm,
-                          &f->req[q++]) != MPI_SUCCESS)
-                rc = ckpt__error(CKPT_EMPI, "MPI_Isend of fetched bytes failed");
-        }
-    }
+    for (int d = 0; rc == CKPT_OK && d < size; d++)
+        if (f->sendable[2 * d + 1] && f->peer[2 * d])
+            rc = ckpt__irecv_bytes(s->comm, d, TAG_FETCH, f->got[d], f->got_bytes[d], chunk, f->req,
+                                   &q, "of fetched bytes");
+    for (int d = 0; rc == CKPT_OK && d < size; d++)
+        if (f->sendable[2 * d] && f->peer[2 * d + 1])
+            rc = ckpt__isend_bytes(s->comm, d, TAG_FETCH, f->give[d], f->give_bytes[d], chunk,
+                                   f->req, &q, "of fetched bytes");
     if (q && MPI_Waitall((int)q, f->req, MPI_STATUSES_IGNORE) != MPI_SUCCESS && rc == CKPT_OK)
         rc = ckpt__error(CKPT_EMPI, "MPI_Waitall of the fetch failed");
     return rc;

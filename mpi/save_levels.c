@@ -231,13 +231,9 @@ static int partner_copy(ckpt_saver *s, save_ctx *c, int local, char ***placed, s
             if (MPI_Isend(&hdrs[i], (int)sizeof hdrs[i], MPI_BYTE, s->cache.partner, TAG_CP_FILE,
                           c->comm, &req[q++]) != MPI_SUCCESS)
                 rc = ckpt__error(CKPT_EMPI, "MPI_Isend to the partner failed");
-            for (uint64_t off = 0; off < (uint64_t)hdrs[i].size && rc == CKPT_OK; off += chunk) {
-                uint64_t n = (uint64_t)hdrs[i].size - off < chunk ? (uint64_t)hdrs[i].size - off
-                                                                   : chunk;
-                if (MPI_Isend((uint8_t *)maps[i] + off, (int)n, MPI_BYTE, s->cache.partner,
-                              TAG_CP_DATA, c->comm, &req[q++]) != MPI_SUCCESS)
-                    rc = ckpt__error(CKPT_EMPI, "MPI_Isend to the partner failed");
-            }
+            if (rc == CKPT_OK)
+                rc = ckpt__isend_bytes(c->comm, s->cache.partner, TAG_CP_DATA, maps[i],
+                                       (uint64_t)hdrs[i].size, chunk, req, &q, "to the partner");
         }
     } else if (MPI_Send(head, 2, MPI_INT64_T, s->cache.partner, TAG_CP_HEAD, c->comm) !=
                MPI_SUCCESS) {

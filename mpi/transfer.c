@@ -60,6 +60,26 @@ int ckpt__recv_bytes(MPI_Comm comm, int src, int tag, void *buf, uint64_t len, u
     return CKPT_OK;
 }
 
+int ckpt__isend_bytes(MPI_Comm comm, int peer, int tag, const void *buf, uint64_t len,
+                      uint64_t chunk, MPI_Request *reqs, size_t *q, const char *what)
+{
+    for (uint64_t off = 0; off < len; off += chunk)
+        if (MPI_Isend((const uint8_t *)buf + off, chunk_count(len, chunk, off), MPI_BYTE, peer,
+                      tag, comm, &reqs[(*q)++]) != MPI_SUCCESS)
+            return ckpt__error(CKPT_EMPI, "MPI_Isend %s failed", what);
+    return CKPT_OK;
+}
+
+int ckpt__irecv_bytes(MPI_Comm comm, int peer, int tag, void *buf, uint64_t len, uint64_t chunk,
+                      MPI_Request *reqs, size_t *q, const char *what)
+{
+    for (uint64_t off = 0; off < len; off += chunk)
+        if (MPI_Irecv((uint8_t *)buf + off, chunk_count(len, chunk, off), MPI_BYTE, peer, tag,
+                      comm, &reqs[(*q)++]) != MPI_SUCCESS)
+            return ckpt__error(CKPT_EMPI, "MPI_Irecv %s failed", what);
+    return CKPT_OK;
+}
+
 /* The gather of both flavours: `failed` NULL agrees on a failure (ckpt__gather_bytes), else
  * sets *failed and returns this rank's own new error only (ckpt__gather_bytes_quiet). */
 static int gather_core(MPI_Comm comm, int root, int local, const void *buf, uint64_t len,

@@ -92,6 +92,11 @@ void cli_format_dims(char *buf, size_t size, int ndims, const int64_t *dims);
 /* The dimensions as a JSON array of integers. */
 void cli_json_dims(ckpt__json_writer *w, int ndims, const int64_t *dims);
 
+/* The files of the checkpoint or TensorFlow bundle `prefix` that has one data file, as JSON
+ * strings: its data file, then its index (written last: its commit). 0, or -1 when out of memory
+ * (nothing written). */
+int cli_json_prefix_files(ckpt__json_writer *w, const char *prefix);
+
 /* ---- growing arrays ---- */
 
 /* Room for element n of the array at *(T **)arr_ptr, which holds n elements of `size` bytes and

@@ -103,18 +103,10 @@ static int cmd_export(const cli_command *cmd, int argc, char **argv)
         ckpt__json_key(&w, "files");
         ckpt__json_array_begin(&w);
         if (eo.format == CKPT_EXPORT_TF) {
-            /* the data shard, then the index (written last: the bundle's commit) */
-            size_t len = strlen(out) + sizeof ".data-00000-of-00001";
-            char *path = malloc(len);
-            if (!path) {
+            if (cli_json_prefix_files(&w, out) != 0) {
                 free(prefix);
                 return cli_oom(cmd);
             }
-            snprintf(path, len, "%s.data-00000-of-00001", out);
-            ckpt__json_string(&w, path);
-            snprintf(path, len, "%s.index", out);
-            ckpt__json_string(&w, path);
-            free(path);
         } else {
             ckpt__json_string(&w, out);
         }

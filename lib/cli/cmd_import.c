@@ -125,15 +125,7 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         ckpt__json_kuint(&w, "bytes", totals.bytes);
         ckpt__json_key(&w, "files");
         ckpt__json_array_begin(&w);
-        size_t n = strlen(out) + 32;
-        char *p = malloc(n);
-        if (p) {
-            snprintf(p, n, "%s.data-00000-of-00001", out);
-            ckpt__json_string(&w, p);
-            snprintf(p, n, "%s.index", out);
-            ckpt__json_string(&w, p);
-            free(p);
-        }
+        int files_oom = cli_json_prefix_files(&w, out);
         ckpt__json_array_end(&w);
         ckpt__json_key(&w, "skipped");
         ckpt__json_array_begin(&w);
@@ -147,7 +139,7 @@ static int run_import(const cli_command *cmd, int argc, char **argv)
         ckpt__json_array_end(&w);
         ckpt__json_object_end(&w);
         fputc('\n', stdout);
-        rc = p ? EXIT_OK : cli_oom(cmd);
+        rc = files_oom ? cli_oom(cmd) : EXIT_OK;
     } else {
         printf("imported %zu tensors (%" PRIu64 " bytes", totals.tensors, totals.bytes);
         if (totals.skipped)

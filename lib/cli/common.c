@@ -119,6 +119,20 @@ void cli_json_dims(ckpt__json_writer *w, int ndims, const int64_t *dims)
     ckpt__json_array_end(w);
 }
 
+int cli_json_prefix_files(ckpt__json_writer *w, const char *prefix)
+{
+    size_t n = strlen(prefix) + sizeof ".data-00000-of-00001";
+    char *p = malloc(n);
+    if (!p)
+        return -1;
+    ckpt__data_name(p, n, prefix, 0, 1);
+    ckpt__json_string(w, p);
+    snprintf(p, n, "%s.index", prefix);
+    ckpt__json_string(w, p);
+    free(p);
+    return 0;
+}
+
 char *cli_path_join(const char *dir, const char *name)
 {
     size_t dl = strlen(dir), nl = strlen(name);

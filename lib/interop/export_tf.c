@@ -23,6 +23,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The serialized bytes of message `m` (malloc'd). */
+static int packed(uint8_t **out, size_t *len, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf)
+        return ckpt__error(CKPT_ENOMEM, "out of memory for the export");
+    protobuf_c_message_pack(m, buf);
+    *out = buf;
+    *len = n;
+    return CKPT_OK;
+}
+
 /* The serialized BundleEntryProto of one tensor. */
 static int entry_bytes(uint8_t **out, size_t *len, const ckpt_tensor_info *t, uint64_t offset,
                        uint64_t size, uint32_t crc)
@@ -44,14 +57,7 @@ static int entry_bytes(uint8_t **out, size_t *len, const ckpt_tensor_info *t, ui
     e.offset = (int64_t)offset;
     e.size = (int64_t)size;
     e.crc32c = ckpt_crc32c_mask(crc);
-    size_t n = tfbundle__bundle_entry_proto__get_packed_size(&e);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return ckpt__error(CKPT_ENOMEM, "out of memory for the export");
-    tfbundle__bundle_entry_proto__pack(&e, buf);
-    *out = buf;
-    *len = n;
-    return CKPT_OK;
+    return packed(out, len, &e.base);
 }
 
 static int header_bytes(uint8_t **out, size_t *len)
@@ -63,14 +69,7 @@ static int header_bytes(uint8_t **out, size_t *len)
     h.num_shards = 1;
     h.endianness = 0; /* LITTLE */
     h.version = &v;
-    size_t n = tfbundle__bundle_header_proto__get_packed_size(&h);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf)
-        return ckpt__error(CKPT_ENOMEM, "out of memory for the export");
-    tfbundle__bundle_header_proto__pack(&h, buf);
-    *out = buf;
-    *len = n;
-    return CKPT_OK;
+    return packed(out, len, &h.base);
 }
 
 int ckpt__export_tf(ckpt_reader *r, const ckpt__export_sel *sel, const char *out,

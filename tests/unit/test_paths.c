@@ -211,6 +211,20 @@ static void test_data_names(void)
         CHECK_EQ_INT(ckpt__data_file_base(out, sizeof out, name), 1);
         CHECK_STR(out, "m.data-x");
     }
+    /* a node cache's data file of a job of any shape: its number and its count */
+    int of = -7;
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.data-00003-of-00008", "ckpt", &of), 3);
+    CHECK_EQ_INT(of, 8);
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.data-00000-of-00001", "ckpt", &of), 0);
+    CHECK_EQ_INT(of, 1);
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.data-3-of-8", "ckpt", &of), 3);
+    CHECK_EQ_INT(of, 8);
+    of = -7;
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.data-00003-of-00008junk", "ckpt", &of), -1);
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt2.data-00003-of-00008", "ckpt", &of), -1);
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.index", "ckpt", &of), -1);
+    CHECK_EQ_INT(of, -7);
+    CHECK_EQ_INT(ckpt__data_name_number("ckpt.data-00008-of-00008", "ckpt", &of), -1);
 }
 
 static void test_temp_names(void)

@@ -15,28 +15,26 @@
  *
  * Exit status: the job's (128 + N when it was killed by signal N), 0 after a halt or a requeue,
  * 75 when preempted and not requeued, 127 when the command cannot be started, 2 on a usage error.
+ *
+ * Two files (run.h between them): this one the options, the checkpoint directory's progress and
+ * halt requests, the job's command line, the relaunch loop and main; run_job.c the job's process
+ * and the signals forwarded to it, and Slurm (the requeue, the allocation's nodes that are down).
  */
 #include "env.h"
 #include "halt.h"
 #include "index.h"
 #include "paths.h"
+#include "run.h"
 
 #include "mpickpt/state.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-
-#define EXIT_PREEMPTED 75 /* CKPT_EXIT_PREEMPTED, mpickpt/preempt.h (that header needs mpi.h) */
 
 static const char usage_text[] =
     "usage: mpickpt-run [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -98,25 +96,7 @@ static const char usage_text[] =
     "75 when preempted and not requeued; 127 when COMMAND cannot be started; 2 usage error.\n"
     "Messages start with 'mpickpt-run:' and go to standard error.\n";
 
-enum launcher { L_AUTO, L_MPIRUN, L_SRUN, L_NONE };
-enum requeue { RQ_AUTO, RQ_ALWAYS, RQ_NEVER };
-
-typedef struct options {
-    const char *dir;
-    enum launcher launcher;
-    long np; /* 0: the launcher's default */
-    char **largs;
-    int nlargs;
-    long max_runs;
-    enum requeue requeue;
-    long max_requeues;
-    int term_signal; /* 0: by the launcher */
-    long nodes;      /* srun -N; 0: srun's default */
-    long min_nodes;  /* 0: --nodes, else 1 */
-} options;
-
-static void say(const char *fmt, ...) CKPT_PRINTF(1, 2);
-static void say(const char *fmt, ...)
+void say(const char *fmt, ...)
 {
     char buf[8192];
     va_list ap;
@@ -147,7 +127,7 @@ static void log_sink(ckpt_log_level level, const char *message, void *payload)
 }
 
 /* The library's strict rule (lib/env.h), as for MPICKPT_RUNS: digits only, no blanks. */
-static int parse_long(long *out, const char *s, long lo, long hi)
+int parse_long(long *out, const char *s, long lo, long hi)
 {
     int64_t v;
     if (ckpt__parse_int64(&v, s, lo, hi) != 0)
@@ -162,7 +142,7 @@ static const struct {
 } g_signames[] = { { "USR1", SIGUSR1 }, { "TERM", SIGTERM }, { "INT", SIGINT },
                    { "USR2", SIGUSR2 }, { "HUP", SIGHUP } };
 
-static const char *sig_name(int sig)
+const char *sig_name(int sig)
 {
     for (size_t i = 0; i < sizeof g_signames / sizeof g_signames[0]; i++)
         if (g_signames[i].sig == sig)
@@ -268,139 +248,7 @@ static int halt_due(const char *dir, char *where, size_t size)
     return 0;
 }
 
-/* ---- running the job -------------------------------------------------------------------- */
-
-static sigset_t g_watched; /* forwarded signals + SIGCHLD: blocked, taken by sigwaitinfo */
-static sigset_t g_ignored; /* forwarded signals ignored when mpickpt-run started (nohup) */
-static const int g_forwarded[] = { SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP };
-
-/* Runs argv in its own process group and waits for it, forwarding signals; returns its status
- * as a shell would (128 + N for signal N), 127 with *exec_failed when it could not be started.
- * *signalled is set when a signal was forwarded, *killed_by to N when signal N killed it. */
-static int run_child(char **argv, int term_signal, int *signalled, int *exec_failed,
-                     int *killed_by)
-{
-    *exec_failed = 0;
-    *killed_by = 0;
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0) {
-        say("pipe: %s", strerror(errno));
-        *exec_failed = 1;
-        return 127;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        say("fork: %s", strerror(errno));
-        close(pfd[0]);
-        close(pfd[1]);
-        *exec_failed = 1;
-        return 127;
-    }
-    if (pid == 0) {
-        close(pfd[0]);
-        setpgid(0, 0);
-        /* the job goes when mpickpt-run is killed (mpirun and srun stop their ranks on TERM) */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(128 + SIGTERM);
-        for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++)
-            signal(g_forwarded[i], sigismember(&g_ignored, g_forwarded[i]) ? SIG_IGN : SIG_DFL);
-        signal(SIGCHLD, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(argv[0], argv);
-        int err = errno;
-        ssize_t w = write(pfd[1], &err, sizeof err);
-        (void)w;
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here: no signal may reach the old group in between */
-    close(pfd[1]);
-    int err = 0;
-    ssize_t got;
-    do
-        got = read(pfd[0], &err, sizeof err);
-    while (got < 0 && errno == EINTR);
-    close(pfd[0]);
-    int wstatus = 0;
-    if (got == (ssize_t)sizeof err) {
-        waitpid(pid, &wstatus, 0);
-        say("cannot run '%s': %s", argv[0], strerror(err));
-        *exec_failed = 1;
-        return 127;
-    }
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(&g_watched, &si);
-        if (sig < 0) {
-            if (errno == EINTR)
-                continue;
-            say("sigwaitinfo: %s", strerror(errno));
-            waitpid(pid, &wstatus, 0);
-            break;
-        }
-        if (sig == SIGCHLD) {
-            pid_t r = waitpid(pid, &wstatus, WNOHANG);
-            if (r == pid)
-                break;
-            continue;
-        }
-        int to = sig == SIGTERM ? term_signal : sig;
-        *signalled = 1;
-        if (to == sig)
-            say("got SIG%s: forwarding it to the job (process group %d)", sig_name(sig), (int)pid);
-        else
-            say("got SIG%s: forwarding SIG%s to the job (process group %d)", sig_name(sig),
-                sig_name(to), (int)pid);
-        if (kill(-pid, to) != 0)
-            kill(pid, to);
-    }
-    if (WIFSIGNALED(wstatus)) {
-        *killed_by = WTERMSIG(wstatus);
-        return 128 + WTERMSIG(wstatus);
-    }
-    return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 1;
-}
-
-/* Signals that arrived while no job ran: forwarded to nobody, but they stop the relaunches.
- * Returns the last one, or 0. */
-static int drain_signals(void)
-{
-    int any = 0;
-    struct timespec zero = { 0, 0 };
-    siginfo_t si;
-    int sig;
-    while ((sig = sigtimedwait(&g_watched, &si, &zero)) > 0) {
-        if (sig == SIGCHLD)
-            continue;
-        say("got SIG%s between runs", sig_name(sig));
-        any = sig;
-    }
-    return any;
-}
-
-/* scontrol requeue JOBID; 1 when it succeeded. */
-static int slurm_requeue(const char *jobid)
-{
-    pid_t pid = fork();
-    if (pid < 0)
-        return 0;
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execlp("scontrol", "scontrol", "requeue", jobid, (char *)NULL);
-        fprintf(stderr, "mpickpt-run: cannot run scontrol: %s\n", strerror(errno));
-        _exit(127);
-    }
-    int wstatus = 0;
-    pid_t r;
-    while ((r = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR)
-        ;
-    return r == pid && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-}
+/* ---- the job's command line (run_job.c runs it) ----------------------------------------- */
 
 static const char *base_name(const char *path)
 {
@@ -470,157 +318,6 @@ static void join_argv(char *buf, size_t size, char **v)
             break;
         used += (size_t)n;
     }
-}
-
-/* Exit 75: requeue under Slurm, or pass the 75 on. */
-static int preempted(const options *o)
-{
-    const char *jobid = getenv("SLURM_JOB_ID");
-    int slurm = jobid && *jobid;
-    int batch = slurm && !getenv("SLURM_STEP_ID");
-    int want = o->requeue == RQ_ALWAYS ? slurm : o->requeue == RQ_AUTO ? batch : 0;
-    if (!want) {
-        say("the job was preempted (exit 75) and checkpointed: run it again to resume%s",
-            o->requeue == RQ_NEVER ? " (--requeue never)" : slurm ? "" : " (not under Slurm)");
-        return EXIT_PREEMPTED;
-    }
-    long restarts = 0;
-    const char *rs = getenv("SLURM_RESTART_COUNT");
-    if (rs && *rs && parse_long(&restarts, rs, 0, 1000000000L) != 0)
-        restarts = 0;
-    if (restarts >= o->max_requeues) {
-        say("preempted (exit 75) after %ld restarts: not requeueing again (--max-requeues %ld)",
-            restarts, o->max_requeues);
-        return EXIT_PREEMPTED;
-    }
-    say("preempted (exit 75): scontrol requeue %s", jobid);
-    if (!slurm_requeue(jobid)) {
-        say("scontrol requeue %s failed: exit 75", jobid);
-        return EXIT_PREEMPTED;
-    }
-    return 0;
-}
-
-/* ---- Slurm: the allocation's nodes that are down ---------------------------------------- */
-
-/* Runs argv (no shell), its standard output into buf (NUL-terminated, cut at size - 1);
- * 0 when it exited 0. */
-static int capture(char *const argv[], char *buf, size_t size)
-{
-    buf[0] = '\0';
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        dup2(pfd[1], 1);
-        execvp(argv[0], argv);
-        fprintf(stderr, "mpickpt-run: cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(pfd[1]);
-    size_t used = 0;
-    for (;;) {
-        char tmp[4096];
-        ssize_t got = read(pfd[0], tmp, sizeof tmp);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            break;
-        size_t n = (size_t)got;
-        if (n > size - 1 - used)
-            n = size - 1 - used;
-        memcpy(buf + used, tmp, n);
-        used += n;
-    }
-    buf[used] = '\0';
-    close(pfd[0]);
-    int wstatus = 0;
-    pid_t r;
-    while ((r = waitpid(pid, &wstatus, 0)) < 0 && errno == EINTR)
-        ;
-    return r == pid && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -1;
-}
-
-/* 1 when a node in Slurm state `st` (sinfo %T: "allocated", "down*", "drained", ...) cannot run
- * a step: down, drained or draining, failing, not responding ('*'), powered down, unknown. */
-static int state_down(const char *st)
-{
-    static const char *const bad[] = { "down", "drain", "fail", "unk", "power", "future",
-                                       "maint", "inval", "no_resp", "not_resp" };
-    size_t len = strlen(st);
-    if (len && st[len - 1] == '*')
-        return 1;
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        if (!strncmp(st, bad[i], strlen(bad[i])))
-            return 1;
-    return 0;
-}
-
-/* 1 when `name` is an element of the comma-separated `list`. */
-static int in_list(const char *list, const char *name)
-{
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        const char *c = strchr(p, ',');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        if (len == n && !strncmp(p, name, n))
-            return 1;
-        p = c ? c + 1 : p + len;
-    }
-    return 0;
-}
-
-/* Adds to `exclude` (comma-separated, size bytes) the nodes of the allocation (SLURM_JOB_NODELIST)
- * that sinfo reports down; *up: the allocation's nodes not excluded; `newly`, `states`: what was
- * added now, with their states, for the log. -1 when Slurm could not be asked (nothing changed). */
-static int slurm_down_nodes(char *exclude, size_t size, int *up, char *newly, size_t nsize,
-                            char *states, size_t ssize)
-{
-    const char *list = getenv("SLURM_JOB_NODELIST");
-    if (!list || !*list)
-        list = getenv("SLURM_NODELIST");
-    newly[0] = states[0] = '\0';
-    *up = 0;
-    if (!list || !*list)
-        return -1;
-    char *argv[] = { "sinfo", "-h", "-N", "-n", (char *)list, "-o", "%N %T", NULL };
-    char out[65536];
-    if (capture(argv, out, sizeof out) != 0 || !out[0])
-        return -1;
-    char seen[65536] = "";
-    int total = 0;
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        char node[256], st[128];
-        if (sscanf(line, "%255s %127s", node, st) != 2)
-            continue;
-        if (in_list(seen, node)) /* one line per partition */
-            continue;
-        size_t sl = strlen(seen);
-        snprintf(seen + sl, sizeof seen - sl, "%s%s", sl ? "," : "", node);
-        total++;
-        if (in_list(exclude, node))
-            continue;
-        if (!state_down(st)) {
-            (*up)++;
-            continue;
-        }
-        size_t el = strlen(exclude), nl = strlen(newly), tl = strlen(states);
-        if (el + strlen(node) + 2 > size)
-            return -1;
-        snprintf(exclude + el, size - el, "%s%s", el ? "," : "", node);
-        snprintf(newly + nl, nsize - nl, "%s%s", nl ? "," : "", node);
-        snprintf(states + tl, ssize - tl, "%s%s=%s", tl ? " " : "", node, st);
-    }
-    return total > 0 ? 0 : -1;
 }
 
 static void describe_status(char *buf, size_t size, int status, int killed_by)
@@ -737,25 +434,6 @@ static int parse_options(options *o, int argc, char **argv)
     return 0;
 }
 
-/* A signal mpickpt-run was started with ignored (nohup: SIGHUP) stays ignored, for the job
- * too: it is neither taken nor forwarded. SIGCHLD must not be ignored: the kernel would then
- * reap the job itself and no SIGCHLD would ever end the wait. The watched signals are blocked. */
-static void watch_signals(void)
-{
-    sigemptyset(&g_watched);
-    sigemptyset(&g_ignored);
-    for (size_t i = 0; i < sizeof g_forwarded / sizeof g_forwarded[0]; i++) {
-        struct sigaction old;
-        if (sigaction(g_forwarded[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            sigaddset(&g_ignored, g_forwarded[i]);
-        else
-            sigaddset(&g_watched, g_forwarded[i]);
-    }
-    signal(SIGCHLD, SIG_DFL);
-    sigaddset(&g_watched, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &g_watched, NULL);
-}
-
 /* The job's command line in *jv and `line` (size 8192), srun's with `exclude` and `nodes`. */
 static int make_job(char ***jv, char *line, const options *o, enum launcher kind, char **cmd,
                     int ncmd, const char *exclude, long nodes)
@@ -767,6 +445,28 @@ static int make_job(char ***jv, char *line, const options *o, enum launcher kind
         return -1;
     }
     join_argv(line, 8192, *jv);
+    return 0;
+}
+
+/* Before run `run`: a signal that arrived between runs, or a due halt request, stops
+ * mpickpt-run; returns 1 then, with *status its exit status. */
+static int stop_before(const options *o, long run, int *status)
+{
+    char where[4200];
+    int pending = drain_signals();
+    if (pending) {
+        /* not a success: Slurm must not report the job COMPLETED */
+        say("not starting run %ld: SIG%s arrived (exit %d)", run, sig_name(pending), 128 + pending);
+        *status = 128 + pending;
+        return 1;
+    }
+    if (o->dir && halt_due(o->dir, where, sizeof where)) {
+        say("a halt request is due in %s: not starting the job (exit 0); remove it with "
+            "'mpickpt halt %s --clear'",
+            where, o->dir);
+        *status = 0;
+        return 1;
+    }
     return 0;
 }
 
@@ -784,21 +484,8 @@ static int run_loop(const options *o, enum launcher kind, char **cmd, int ncmd, 
     if (make_job(&jv, line, o, kind, cmd, ncmd, NULL, o->nodes) != 0)
         return 1;
     for (long run = 1;; run++) {
-        int pending = drain_signals();
-        if (pending) {
-            /* not a success: Slurm must not report the job COMPLETED */
-            say("not starting run %ld: SIG%s arrived (exit %d)", run, sig_name(pending),
-                128 + pending);
-            status = 128 + pending;
+        if (stop_before(o, run, &status))
             break;
-        }
-        if (o->dir && halt_due(o->dir, where, sizeof where)) {
-            say("a halt request is due in %s: not starting the job (exit 0); remove it with "
-                "'mpickpt halt %s --clear'",
-                where, o->dir);
-            status = 0;
-            break;
-        }
         newest before, after;
         memset(&before, 0, sizeof before);
         memset(&after, 0, sizeof after);
@@ -860,27 +547,13 @@ static int run_loop(const options *o, enum launcher kind, char **cmd, int ncmd, 
         }
         if (in_alloc) {
             /* nodes lost: the relaunch leaves out the allocation's nodes Slurm reports down */
-            int up = 0;
-            char newly[4096], states[8192];
-            if (slurm_down_nodes(exclude, sizeof exclude, &up, newly, sizeof newly, states,
-                                 sizeof states) != 0) {
-                say("warning: cannot list the allocation's nodes (sinfo); relaunching on the "
-                    "same nodes");
-            } else if (newly[0]) {
-                if (up < min_nodes) {
-                    say("node(s) %s of the allocation down (%s): %d node(s) still up, fewer "
-                        "than %ld (--min-nodes): not relaunching",
-                        newly, states, up, min_nodes);
-                    break;
-                }
-                long n = o->nodes && o->nodes <= up ? o->nodes : up;
-                say("node(s) %s of the allocation down (%s): relaunching on %ld of the %d "
-                    "node(s) still up (srun -N %ld --exclude=%s)",
-                    newly, states, n, up, n, exclude);
-                if (make_job(&jv, line, o, kind, cmd, ncmd, exclude, n) != 0) {
-                    status = 1;
-                    break;
-                }
+            long n = 0;
+            int changed = 0;
+            if (nodes_lost(exclude, sizeof exclude, o->nodes, min_nodes, &n, &changed) != 0)
+                break;
+            if (changed && make_job(&jv, line, o, kind, cmd, ncmd, exclude, n) != 0) {
+                status = 1;
+                break;
             }
         }
         if (o->dir)

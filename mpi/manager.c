@@ -571,17 +571,7 @@ static int caller_error(const ckpt_manager *m, const ckpt_manager_save_options *
         return ckpt__error(CKPT_EINVAL, "rank %d: ckpt_manager_save_options version %u, "
                                         "expected %d",
                            m->rank, o->version, CKPT_MANAGER_SAVE_OPTIONS_VERSION);
-    const ckpt_error *e = o->error;
-    if (!e || e->code == CKPT_OK)
-        return CKPT_OK;
-    if (e->code > 0)
-        return ckpt__error(CKPT_EINVAL, "rank %d: ckpt_manager_save_options.error's code %d is "
-                                        "positive",
-                           m->rank, e->code);
-    int rc = ckpt__error(e->code, "%s", e->message && e->message[0] ? e->message
-                                                                   : ckpt_strerror(e->code));
-    ckpt__error_set_errno(rc, e->sys_errno);
-    return ckpt__error_set_reason(rc, e->reason);
+    return ckpt__mgr_caller_error(m, o->error, "ckpt_manager_save_options");
 }
 
 /* This rank's part of the caller's vote (ckpt__mgr_vote_control): whether caller_error() fails

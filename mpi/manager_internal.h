@@ -49,6 +49,7 @@ struct ckpt_manager {
     /* the last restore's comparison of names (strict restores), or NULL */
     ckpt_name_list *miss, *unexp;
     int legacy_restore; /* NULL options or version < 4: not strict means restore options v1 */
+    int lenient;        /* this restore is not strict (ckpt_manager_restore_options.lenient) */
     /* rank 0: the blocks of retention's deleted files, freed in the background (lib/reaper.h)
      * unless MPICKPT_RETENTION=inline; waited for by the next batch, the next save's sweep, a
      * removal of the directory and the free */
@@ -85,6 +86,10 @@ typedef struct ckpt__mgr_caller_vote {
     uint64_t failed, check, not_check;
 } ckpt__mgr_caller_vote;
 int ckpt__mgr_vote_control(ckpt_manager *m, ckpt__mgr_caller_vote *caller);
+/* A caller's error on this rank (ckpt_manager_save_options.error, _restore_options.error; `what`
+ * names the struct) raised as this rank's error (its code, message, errno, reason); CKPT_OK for
+ * none (NULL or CKPT_OK), CKPT_EINVAL for a positive code. Local. */
+int ckpt__mgr_caller_error(const ckpt_manager *m, const ckpt_error *e, const char *what);
 int ckpt__mgr_adopt_unlisted(ckpt_manager *m, const char *dir, const char *shown, unsigned level);
 int ckpt__mgr_adopt_drained(ckpt_manager *m);
 
@@ -124,5 +129,9 @@ void ckpt__mgr_guard_free(struct ckpt__mgr_guard *g);
 
 /* manager_restore.c */
 void ckpt__mgr_result_legacy(ckpt_manager_restored *out, const ckpt_manager_restore_result *r);
+/* ckpt_manager_restore_ex() named `fn` in its errors; latest_only: `which` other than
+ * CKPT_MANAGER_RESTORE_LATEST is CKPT_EINVAL on every rank (a training state's restore). */
+int ckpt__mgr_restore_ex(ckpt_manager_restore_result *out, ckpt_manager *m,
+                         const ckpt_manager_restore_options *o, const char *fn, int latest_only);
 
 #endif

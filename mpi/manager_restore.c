@@ -48,8 +48,9 @@ static int restore_entry(ckpt_manager *m, const ckpt_state_entry *e, unsigned le
 {
     ckpt_restore_options ropts = CKPT_RESTORE_OPTIONS_INIT;
     ropts.skip_missing_per_rank = m->opts.skip_missing_per_rank;
-    ropts.strict = m->opts.strict_restore != 0;
-    if (m->legacy_restore && !m->opts.strict_restore)
+    int strict = m->opts.strict_restore && !m->lenient; /* lenient: restore_vote */
+    ropts.strict = strict;
+    if (m->legacy_restore && !strict)
         ropts.strict = CKPT_RESTORE_NO_COMPARE; /* as before strict restores */
     ckpt_name_list_free(m->miss);
     ckpt_name_list_free(m->unexp);
@@ -159,20 +160,10 @@ void ckpt__mgr_result_legacy(ckpt_manager_restored *out, const ckpt_manager_rest
     out->skipped = r->skipped;
 }
 
-int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
+/* The newest restorable checkpoint, after restore_vote (ckpt_manager_restore_latest). */
+static int restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
 {
-    /* Agreed before anything else: a version (or NULL result) refused on some ranks only would
-     * otherwise leave the others in the restore's collectives for good. The one collective the
-     * manager adds to the saver's restore (docs/scaling.md); the restore makes none before it. */
-    int rc = result_start(out, m, "ckpt_manager_restore_latest");
-    if (!m)
-        return rc; /* no communicator to agree on: the caller's bug, on this rank */
-    int open = ckpt__mgr_saver_open(m, "ckpt_manager_restore_latest");
-    if (open != CKPT_OK)
-        return open; /* nor once the saver is closed (everywhere: its close is collective) */
-    rc = ckpt_mpi_agree(m->comm, rc);
-    if (rc != CKPT_OK)
-        return rc;
+    int rc;
     /* A save in flight first: its commit may be the newest checkpoint (its failure, if any, is
      * reported by the next save, sync or close). */
     ckpt_saver_wait(m->saver);
@@ -271,34 +262,14 @@ static int not_found(const ckpt_manager *m, int by_counter, int64_t value)
         CKPT_REASON_NO_CHECKPOINT);
 }
 
-/* ckpt_manager_restore_step/_counter: the newest entry with that step (save counter) that a
- * restore may use, else an error naming why; never another checkpoint. Collective. */
+/* ckpt_manager_restore_at_step/_counter, after restore_vote (every rank asked for the same
+ * `value`): the newest entry with that step (save counter) that a restore may use, else an error
+ * naming why; never another checkpoint. Collective. */
 static int restore_chosen(ckpt_manager_restore_result *out, ckpt_manager *m, int by_counter,
                           int64_t value)
 {
-    if (!m)
-        return ckpt__error(CKPT_EINVAL, "ckpt_manager_restore_at_%s: NULL manager",
-                           by_counter ? "counter" : "step");
-    int open = ckpt__mgr_saver_open(m, by_counter ? "ckpt_manager_restore_at_counter"
-                                                  : "ckpt_manager_restore_at_step");
-    if (open != CKPT_OK)
-        return open;
-    /* an unknown version, on any rank, is CKPT_EINVAL on every rank (folded into the check) */
-    int checked = result_start(out, m, by_counter ? "ckpt_manager_restore_at_counter"
-                                                  : "ckpt_manager_restore_at_step");
+    int rc;
     ckpt_saver_wait(m->saver); /* a save in flight may commit the one asked for */
-    /* every rank must choose the same checkpoint: rank 0's value, checked */
-    int64_t first = value;
-    int local = MPI_Bcast(&first, 1, MPI_INT64_T, 0, m->comm) == MPI_SUCCESS
-                    ? checked
-                    : ckpt__error(CKPT_EMPI, "MPI_Bcast failed");
-    if (local == CKPT_OK && first != value)
-        local = ckpt__error(CKPT_EINVAL, "rank %d asked to restore %s %lld, rank 0 %lld", m->rank,
-                            by_counter ? "save counter" : "step", (long long)value,
-                            (long long)first);
-    int rc = ckpt_mpi_agree(m->comm, local);
-    if (rc != CKPT_OK)
-        return rc;
     /* decided from the shared state and control: the same on every rank */
     const ckpt_state *st = m->state;
     const ckpt_state_entry *e = NULL, *refused = NULL;
@@ -329,15 +300,118 @@ static int restore_chosen(ckpt_manager_restore_result *out, ckpt_manager *m, int
     return rc;
 }
 
+/* The restore's first agreement, with the caller's options: one MPI_Allreduce (the minimum of
+ * int64s) of this rank's status, whether it asks for leniency, and each value every rank must
+ * pass alike with its complement (which, value, the check's halves: alike where the minimum of
+ * the complements is the complement of the minimum). A failed status is agreed (ckpt_mpi_agree:
+ * a second call only then); values that differ are an error made alike on every rank. Sets
+ * m->lenient on every rank. Collective. */
+static int restore_vote(ckpt_manager *m, int local, const ckpt_manager_restore_options *o)
+{
+    int64_t which = o ? o->which : CKPT_MANAGER_RESTORE_LATEST;
+    int64_t value = o && which != CKPT_MANAGER_RESTORE_LATEST ? o->value : 0;
+    uint64_t check = o ? o->check : 0;
+    int64_t hi = (int64_t)(check >> 32), lo = (int64_t)(check & 0xffffffffu);
+    int64_t v[10] = { local, o && o->lenient ? -1 : 0, which, ~which, value, ~value, hi, ~hi,
+                      lo, ~lo };
+    int64_t r[10];
+    m->lenient = 0;
+    if (MPI_Allreduce(v, r, 10, MPI_INT64_T, MPI_MIN, m->comm) != MPI_SUCCESS)
+        return ckpt_mpi_agree(m->comm,
+                              ckpt__error(CKPT_EMPI, "MPI_Allreduce of the restore's vote failed"));
+    if (r[0] != CKPT_OK)
+        return ckpt_mpi_agree(m->comm, local);
+    int rc = CKPT_OK;
+    if (r[2] != ~r[3])
+        rc = ckpt__error(CKPT_EINVAL, "the ranks asked for different restores "
+                                      "(ckpt_manager_restore_options.which from %lld to %lld)",
+                         (long long)r[2], (long long)~r[3]);
+    else if (r[4] != ~r[5])
+        rc = ckpt__error(CKPT_EINVAL, "the ranks asked to restore different %s (from %lld to "
+                                      "%lld)",
+                         which == CKPT_MANAGER_RESTORE_COUNTER ? "save counters" : "steps",
+                         (long long)r[4], (long long)~r[5]);
+    else if (r[6] != ~r[7] || r[8] != ~r[9])
+        rc = ckpt__error_set_reason(
+            ckpt__error(CKPT_EMISMATCH, "the ranks passed different "
+                                        "ckpt_manager_restore_options.check values; nothing was "
+                                        "restored"),
+            CKPT_REASON_CHECK);
+    if (rc != CKPT_OK) {
+        ckpt__error_mark_agreed(); /* the same message on every rank: no rank prefix */
+        return rc;
+    }
+    m->lenient = r[1] < 0;
+    return CKPT_OK;
+}
+
+int ckpt__mgr_restore_ex(ckpt_manager_restore_result *out, ckpt_manager *m,
+                         const ckpt_manager_restore_options *o, const char *fn, int latest_only)
+{
+    /* Agreed before anything else (restore_vote): a version (or NULL result) refused on some
+     * ranks only would otherwise leave the others in the restore's collectives for good. The one
+     * collective the manager adds to the saver's restore (docs/scaling.md). */
+    int rc = result_start(out, m, fn);
+    if (!m)
+        return rc; /* no communicator to agree on: the caller's bug, on this rank */
+    int open = ckpt__mgr_saver_open(m, fn);
+    if (open != CKPT_OK)
+        return open; /* nor once the saver is closed (everywhere: its close is collective) */
+    int which = o ? o->which : CKPT_MANAGER_RESTORE_LATEST;
+    int top = latest_only ? CKPT_MANAGER_RESTORE_LATEST : CKPT_MANAGER_RESTORE_COUNTER;
+    if (rc == CKPT_OK && o && o->version != CKPT_MANAGER_RESTORE_OPTIONS_VERSION)
+        rc = ckpt__error(CKPT_EINVAL, "rank %d: %s: ckpt_manager_restore_options version %u, "
+                                      "expected %d",
+                         m->rank, fn, o->version, CKPT_MANAGER_RESTORE_OPTIONS_VERSION);
+    else if (rc == CKPT_OK && (which < CKPT_MANAGER_RESTORE_LATEST || which > top))
+        rc = ckpt__error(CKPT_EINVAL, "rank %d: %s: ckpt_manager_restore_options.which %d is not "
+                                      "a restore it makes",
+                         m->rank, fn, which);
+    else if (rc == CKPT_OK && o)
+        rc = ckpt__mgr_caller_error(m, o->error, "ckpt_manager_restore_options");
+    rc = restore_vote(m, rc, rc == CKPT_OK ? o : NULL);
+    if (rc != CKPT_OK)
+        return rc;
+    if (which == CKPT_MANAGER_RESTORE_LATEST)
+        rc = restore_latest(out, m);
+    else
+        rc = restore_chosen(out, m, which == CKPT_MANAGER_RESTORE_COUNTER, o->value);
+    m->lenient = 0;
+    return rc;
+}
+
+int ckpt_manager_restore_ex(ckpt_manager_restore_result *out, ckpt_manager *m,
+                            const ckpt_manager_restore_options *opts)
+{
+    return ckpt__mgr_restore_ex(out, m, opts, "ckpt_manager_restore_ex", 0);
+}
+
+int ckpt_manager_restore_latest(ckpt_manager_restore_result *out, ckpt_manager *m)
+{
+    return ckpt__mgr_restore_ex(out, m, NULL, "ckpt_manager_restore_latest", 0);
+}
+
+static int restore_at(ckpt_manager_restore_result *out, ckpt_manager *m, int by_counter,
+                      int64_t value)
+{
+    ckpt_manager_restore_options o = CKPT_MANAGER_RESTORE_OPTIONS_INIT;
+    o.which = by_counter ? CKPT_MANAGER_RESTORE_COUNTER : CKPT_MANAGER_RESTORE_STEP;
+    o.value = value;
+    return ckpt__mgr_restore_ex(out, m, &o,
+                                by_counter ? "ckpt_manager_restore_at_counter"
+                                           : "ckpt_manager_restore_at_step",
+                                0);
+}
+
 int ckpt_manager_restore_at_step(ckpt_manager_restore_result *out, ckpt_manager *m, int64_t step)
 {
-    return restore_chosen(out, m, 0, step);
+    return restore_at(out, m, 0, step);
 }
 
 int ckpt_manager_restore_at_counter(ckpt_manager_restore_result *out, ckpt_manager *m,
                                     int64_t save_counter)
 {
-    return restore_chosen(out, m, 1, save_counter);
+    return restore_at(out, m, 1, save_counter);
 }
 
 /* Deprecated wrappers (docs/api.md "Deprecated"): ckpt_manager_restore_at_step(), _at_counter() */

@@ -141,6 +141,19 @@ int ckpt__mgr_share_control(ckpt_manager *m)
     return CKPT_OK;
 }
 
+int ckpt__mgr_caller_error(const ckpt_manager *m, const ckpt_error *e, const char *what)
+{
+    if (!e || e->code == CKPT_OK)
+        return CKPT_OK;
+    if (e->code > 0)
+        return ckpt__error(CKPT_EINVAL, "rank %d: %s.error's code %d is positive", m->rank, what,
+                           e->code);
+    int rc = ckpt__error(e->code, "%s", e->message && e->message[0] ? e->message
+                                                                   : ckpt_strerror(e->code));
+    ckpt__error_set_errno(rc, e->sys_errno);
+    return ckpt__error_set_reason(rc, e->reason);
+}
+
 /*
  * Before a save: every rank joins one MPI_Allreduce (a bitwise OR of bytes the others leave zero)
  * that brings it the chief's reading of the restart control, the rest after it when it is long.

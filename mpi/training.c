@@ -103,9 +103,15 @@ int ckpt_training_back_up(ckpt_training *t, int64_t epoch, int64_t step, int end
 
 int ckpt_training_restore(ckpt_training *t, int *restored)
 {
+    return ckpt_training_restore_ex(restored, t, NULL);
+}
+
+int ckpt_training_restore_ex(int *restored, ckpt_training *t,
+                             const ckpt_manager_restore_options *opts)
+{
     /* Epoch and step come from the index the chief read and broadcast, identical everywhere. */
     ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
-    int rc = ckpt_manager_restore_latest(&r, t->m);
+    int rc = ckpt__mgr_restore_ex(&r, t->m, opts, "ckpt_training_restore_ex", 1);
     snprintf(t->prefix, sizeof t->prefix, "%s", r.prefix ? r.prefix : "");
     t->restored = r;
     t->restored.prefix = t->prefix;

@@ -70,7 +70,8 @@ typedef struct ckpt_error {
      *  library of that version or later. */
     int sys_errno;
     /** Which of CKPT_ENOTFOUND's meanings the error is (a ckpt_notfound_reason), so that a
-     *  caller need not parse the message; CKPT_REASON_NONE for every other code and for a
+     *  caller need not parse the message (and CKPT_REASON_CHECK for one CKPT_EMISMATCH: the
+     *  ranks' check values differ); CKPT_REASON_NONE for every other code and for a
      *  CKPT_ENOTFOUND of another kind (a file the caller named, a halt request, ...). An error
      *  agreed across ranks (ckpt_mpi_agree()) carries the failing rank's reason to every rank.
      *  Added in 0.2 (issue 31): read it only from a library of that version or later. */

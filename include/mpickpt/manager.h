@@ -109,10 +109,11 @@ CKPT_EXTERN int ckpt_manager_save(ckpt_manager *m, const ckpt_manager_save_info 
 typedef struct ckpt_manager_save_options {
     unsigned int version; /**< CKPT_MANAGER_SAVE_OPTIONS_VERSION */
     /** The caller's failure on this rank (NULL, or a code of CKPT_OK: none): its code (a
-     *  negative ckpt_status), message, errno and reason, as ckpt_error_last() would hold them.
-     *  When some rank gives one, nothing is written and every rank returns the code and message
-     *  of ckpt_mpi_agree() over those ranks' errors (the message prefixed with the rank). Copied
-     *  by the call. */
+     *  negative ckpt_status), message, errno and reason, as ckpt_error_last() would hold them
+     *  (version 1 reads those four fields only). When some rank gives one, nothing is written
+     *  and every rank returns the code and message ckpt_mpi_agree() chooses among those ranks'
+     *  errors (the most negative code, then the lowest rank; the message prefixed with it).
+     *  Copied by the call. */
     const ckpt_error *error;
     /** A value every rank must pass alike: a digest of what the caller requires to be the same
      *  everywhere (names, a layout). When no rank gives an error and two ranks' values differ,
@@ -127,8 +128,8 @@ typedef struct ckpt_manager_save_options {
 /**
  * ckpt_manager_save() with options (NULL: none), out-parameters first: the caller's error and
  * check (ckpt_manager_save_options) ride the save's first collective call, so a layer above
- * adds none of its own. A save skipped by min_step_interval makes no collective call and checks
- * neither. An unknown options version on any rank is CKPT_EINVAL on every rank, nothing written.
+ * adds none of its own. A save skipped by min_step_interval makes no collective call: it checks
+ * neither and drops a caller's error (CKPT_OK on every rank). An unknown options version on any rank is CKPT_EINVAL on every rank, nothing written.
  * Collective.
  */
 CKPT_EXTERN int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,
@@ -297,6 +298,51 @@ CKPT_EXTERN int ckpt_manager_restore_counter(ckpt_manager_restored *out, ckpt_ma
                                              int64_t save_counter)
     CKPT_DEPRECATED("use ckpt_manager_restore_at_counter()");
 
+/** Which checkpoint ckpt_manager_restore_ex() restores. */
+typedef enum ckpt_manager_restore_which {
+    CKPT_MANAGER_RESTORE_LATEST = 0,  /**< restore-or-initialize: ckpt_manager_restore_latest() */
+    CKPT_MANAGER_RESTORE_STEP = 1,    /**< ckpt_manager_restore_at_step(`value`) */
+    CKPT_MANAGER_RESTORE_COUNTER = 2  /**< ckpt_manager_restore_at_counter(`value`) */
+} ckpt_manager_restore_which;
+
+/**
+ * Options of ckpt_manager_restore_ex(): which checkpoint, and what a layer above the manager
+ * needs its ranks to agree on before the restore reads anything, carried by the restore's first
+ * collective call. Initialize with CKPT_MANAGER_RESTORE_OPTIONS_INIT.
+ */
+typedef struct ckpt_manager_restore_options {
+    unsigned int version; /**< CKPT_MANAGER_RESTORE_OPTIONS_VERSION */
+    int which;            /**< a ckpt_manager_restore_which, the same on every rank */
+    /** The step or save counter (`which` STEP, COUNTER), the same on every rank. */
+    int64_t value;
+    /** The caller's failure on this rank, as ckpt_manager_save_options.error: when some rank
+     *  gives one, nothing is read and every rank returns it (agreed). Copied by the call. */
+    const ckpt_error *error;
+    /** As ckpt_manager_save_options.check: values that differ across ranks (no rank giving an
+     *  error) are CKPT_EMISMATCH with reason CKPT_REASON_CHECK on every rank, nothing read. */
+    uint64_t check;
+    /** 1 on some rank: this restore is not strict on any rank (as ckpt_manager_set_strict(m, 0)
+     *  for this call): what matches is restored and the names are listed
+     *  (ckpt_manager_restore_names()) for a caller that compares them itself. 0 everywhere: the
+     *  manager's setting. */
+    int lenient;
+} ckpt_manager_restore_options;
+
+#define CKPT_MANAGER_RESTORE_OPTIONS_VERSION 1
+#define CKPT_MANAGER_RESTORE_OPTIONS_INIT                                                          \
+    { CKPT_MANAGER_RESTORE_OPTIONS_VERSION, CKPT_MANAGER_RESTORE_LATEST, 0, NULL, 0, 0 }
+
+/**
+ * The manager's restore with options (NULL: ckpt_manager_restore_latest()): `which` chooses
+ * ckpt_manager_restore_latest(), _at_step() or _at_counter() (each restores as documented there),
+ * and the caller's error, check and leniency ride the restore's first collective call (one
+ * MPI_Allreduce that also compares `which` and `value` across ranks: ranks that differ are
+ * CKPT_EINVAL on every rank), so a layer above adds none of its own. An unknown options version or
+ * `which` on any rank is CKPT_EINVAL on every rank, nothing read. Collective.
+ */
+CKPT_EXTERN int ckpt_manager_restore_ex(ckpt_manager_restore_result *out, ckpt_manager *m,
+                                        const ckpt_manager_restore_options *opts);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Worker training state (TensorFlow's BackupAndRestore)                                       */
 
@@ -344,6 +390,12 @@ CKPT_EXTERN int ckpt_training_restore_result(ckpt_manager_restore_result *out,
 /** Deprecated (removed after 0.3): ckpt_training_restore_result(). Local. */
 CKPT_EXTERN const ckpt_manager_restored *ckpt_training_restored(const ckpt_training *t)
     CKPT_DEPRECATED("use ckpt_training_restore_result()");
+
+/** ckpt_training_restore() with options (NULL: none), out-parameters first: the caller's error,
+ *  check and leniency as in ckpt_manager_restore_ex(), whose `which` must be
+ *  CKPT_MANAGER_RESTORE_LATEST (else CKPT_EINVAL on every rank). Collective. */
+CKPT_EXTERN int ckpt_training_restore_ex(int *restored, ckpt_training *t,
+                                         const ckpt_manager_restore_options *opts);
 
 /** The manager behind the training state (for latest/state/list). */
 CKPT_EXTERN ckpt_manager *ckpt_training_manager(ckpt_training *t);

@@ -289,19 +289,34 @@ static PyObject *Manager_save(ManagerObject *self, PyObject *args, PyObject *kw)
     return PyUnicode_DecodeFSDefault(out);
 }
 
+/* The caller's error, check and leniency of a restore (error=, check=, lenient=) into `o`. */
+static int restore_options(PyObject *error, PyObject *check, int lenient, ckpt_error *err,
+                           ckpt_manager_restore_options *o)
+{
+    ckpt_manager_restore_options init = CKPT_MANAGER_RESTORE_OPTIONS_INIT;
+    *o = init;
+    o->lenient = lenient;
+    return pyckpt_caller(error, check, err, &o->error, &o->check);
+}
+
 static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *args,
                                                PyObject *kw)
 {
-    static char *names[] = { "strict", NULL };
-    int strict = 1;
+    static char *names[] = { "strict", "error", "check", "lenient", NULL };
+    int strict = 1, lenient = 0;
+    PyObject *error = Py_None, *check = Py_None;
+    ckpt_error err;
+    ckpt_manager_restore_options o;
     if (manager_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "|$p:restore_or_initialize", names, &strict))
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$pOOp:restore_or_initialize", names, &strict,
+                                     &error, &check, &lenient) ||
+        restore_options(error, check, lenient, &err, &o) < 0)
         return NULL;
     ckpt_manager_set_strict(self->m, strict);
     ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_manager_restore_latest(&r, self->m);
+    rc = ckpt_manager_restore_ex(&r, self->m, &o);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -311,11 +326,15 @@ static PyObject *Manager_restore_or_initialize(ManagerObject *self, PyObject *ar
 /* restore(step=None, save_counter=None): exactly one of them; the manager's rules, no fallback. */
 static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "step", "save_counter", "strict", NULL };
-    PyObject *step = Py_None, *counter = Py_None;
-    int strict = 1;
+    static char *names[] = { "step", "save_counter", "strict", "error", "check", "lenient", NULL };
+    PyObject *step = Py_None, *counter = Py_None, *error = Py_None, *check = Py_None;
+    int strict = 1, lenient = 0;
+    ckpt_error err;
+    ckpt_manager_restore_options o;
     if (manager_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "|$OOp:restore", names, &step, &counter, &strict))
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$OOpOOp:restore", names, &step, &counter,
+                                     &strict, &error, &check, &lenient) ||
+        restore_options(error, check, lenient, &err, &o) < 0)
         return NULL;
     if ((step == Py_None) == (counter == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "restore() takes exactly one of step, save_counter");
@@ -326,10 +345,11 @@ static PyObject *Manager_restore(ManagerObject *self, PyObject *args, PyObject *
         return NULL;
     ckpt_manager_set_strict(self->m, strict);
     ckpt_manager_restore_result r = CKPT_MANAGER_RESTORE_RESULT_INIT;
+    o.which = step != Py_None ? CKPT_MANAGER_RESTORE_STEP : CKPT_MANAGER_RESTORE_COUNTER;
+    o.value = v;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = step != Py_None ? ckpt_manager_restore_at_step(&r, self->m, v)
-                         : ckpt_manager_restore_at_counter(&r, self->m, v);
+    rc = ckpt_manager_restore_ex(&r, self->m, &o);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -396,10 +416,11 @@ static PyMethodDef Manager_methods[] = {
       "path, or None when skipped" },
     { "restore_or_initialize", (PyCFunction)(void (*)(void))Manager_restore_or_initialize,
       METH_VARARGS | METH_KEYWORDS,
-      "restore_or_initialize(*, strict=True): restores the newest valid checkpoint -> info "
-      "(restored False: none; 'missing' and 'unexpected' names)" },
+      "restore_or_initialize(*, strict=True, error=None, check=None, lenient=False): the newest "
+      "valid checkpoint -> info (restored False: none; 'missing' and 'unexpected' names)" },
     { "restore", (PyCFunction)(void (*)(void))Manager_restore, METH_VARARGS | METH_KEYWORDS,
-      "restore(*, step=None, save_counter=None, strict=True) -> info: that checkpoint under the "
+      "restore(*, step=None, save_counter=None, strict=True, error=None, check=None, "
+      "lenient=False) -> info: that checkpoint under the "
       "manager's rules (pin, drop, levels), never another" },
     { "restorable", (PyCFunction)Manager_restorable, METH_NOARGS,
       "the checkpoints a restore may use, oldest first: {'entries': [...], 'start': index of the "
@@ -515,15 +536,20 @@ static PyObject *Training_back_up(TrainingObject *self, PyObject *args, PyObject
 
 static PyObject *Training_restore(TrainingObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = { "strict", NULL };
-    int strict = 1;
+    static char *names[] = { "strict", "error", "check", "lenient", NULL };
+    int strict = 1, lenient = 0;
+    PyObject *error = Py_None, *check = Py_None;
+    ckpt_error err;
+    ckpt_manager_restore_options o;
     if (training_ready(self) < 0 ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "|$p:restore", names, &strict))
+        !PyArg_ParseTupleAndKeywords(args, kw, "|$pOOp:restore", names, &strict, &error, &check,
+                                     &lenient) ||
+        restore_options(error, check, lenient, &err, &o) < 0)
         return NULL;
     ckpt_manager_set_strict(ckpt_training_manager(self->t), strict);
     int restored = 0, rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ckpt_training_restore(self->t, &restored);
+    rc = ckpt_training_restore_ex(&restored, self->t, &o);
     Py_END_ALLOW_THREADS
     if (rc != CKPT_OK)
         return pyckpt_raise(rc, NULL);
@@ -580,7 +606,8 @@ static PyMethodDef Training_methods[] = {
     { "back_up", (PyCFunction)(void (*)(void))Training_back_up, METH_VARARGS | METH_KEYWORDS,
       "back_up(epoch, step=0, end_of_epoch=True, *, error=None, check=None)" },
     { "restore", (PyCFunction)(void (*)(void))Training_restore, METH_VARARGS | METH_KEYWORDS,
-      "restore(*, strict=True) -> info (restored False: none)" },
+      "restore(*, strict=True, error=None, check=None, lenient=False) -> info (restored False: "
+      "none)" },
     { "initial_epoch", (PyCFunction)Training_initial_epoch, METH_VARARGS,
       "initial_epoch(initial=0)" },
     { "initial_step", (PyCFunction)Training_initial_step, METH_VARARGS,

@@ -94,17 +94,32 @@ int pyckpt_save_options(PyObject *error, PyObject *check, ckpt_error *err,
 {
     ckpt_manager_save_options init = CKPT_MANAGER_SAVE_OPTIONS_INIT;
     *out = init;
+    return pyckpt_caller(error, check, err, &out->error, &out->check);
+}
+
+int pyckpt_caller(PyObject *error, PyObject *check, ckpt_error *err, const ckpt_error **out,
+                  uint64_t *check_out)
+{
     memset(err, 0, sizeof *err);
+    *out = NULL;
+    *check_out = 0;
     if (check && check != Py_None) {
-        out->check = (uint64_t)PyLong_AsUnsignedLongLongMask(check);
+        *check_out = (uint64_t)PyLong_AsUnsignedLongLongMask(check);
         if (PyErr_Occurred())
             return -1;
     }
     if (!error || error == Py_None)
         return 0;
-    PyObject *why = Py_None;
-    if (!PyArg_ParseTuple(error, "isi|O:error", &err->code, &err->message, &err->sys_errno, &why))
+    PyObject *why = Py_None, *text = NULL;
+    if (!PyArg_ParseTuple(error, "iOi|O:error", &err->code, &text, &err->sys_errno, &why))
         return -1;
+    /* a message that is not UTF-8 (a lone surrogate) must not fail here, on this rank alone:
+     * the others would wait in the call's collective */
+    err->message = PyUnicode_Check(text) ? PyUnicode_AsUTF8(text) : NULL;
+    if (!err->message) {
+        PyErr_Clear();
+        err->message = "(a failure whose message is not UTF-8 text)";
+    }
     if (err->code >= 0) {
         PyErr_SetString(PyExc_ValueError, "error: the code is not an mpickpt error code");
         return -1;
@@ -112,7 +127,7 @@ int pyckpt_save_options(PyObject *error, PyObject *check, ckpt_error *err,
     for (int r = CKPT_REASON_NO_CHECKPOINT; why != Py_None && r <= CKPT_REASON_CHECK; r++)
         if (PyUnicode_Check(why) && PyUnicode_CompareWithASCIIString(why, reason_text(r)) == 0)
             err->reason = r;
-    out->error = err;
+    *out = err;
     return 0;
 }
 

@@ -25,6 +25,9 @@ PyObject *pyckpt_none_or_raise(int rc);
  * borrowed from `error`, which must live until the save returns. -1 with an exception set. */
 int pyckpt_save_options(PyObject *error, PyObject *check, ckpt_error *err,
                         ckpt_manager_save_options *out);
+/* The same for any options struct: *out the error (NULL for None), *check_out the check. */
+int pyckpt_caller(PyObject *error, PyObject *check, ckpt_error *err, const ckpt_error **out,
+                  uint64_t *check_out);
 
 /* The MPI_Comm of an mpi4py communicator (None: MPI_COMM_WORLD); mpi4py is imported, and with it
  * MPI initialized, on first use. -1 with an exception set on failure. */

@@ -405,25 +405,19 @@ static PyObject *Saver_sync(SaverObject *self, PyObject *noargs)
 }
 
 /* Removes every registration, once a save in flight is done (it reads them). Its failure, if
- * any, is raised after the registrations are gone. */
+ * any, stays pending (ckpt_saver_wait): the next save, sync or close reports it on every rank.
+ * Raised here, on the ranks whose registrations changed only, it would leave the others' next
+ * save in a collective these ranks no longer join. */
 static PyObject *Saver_clear(SaverObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (check_open(self) < 0)
         return NULL;
-    int rc = sync_released(self);
-    /* the exception is made now, before anything else can replace the library's message */
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    if (rc != CKPT_OK) {
-        pyckpt_raise(rc, NULL);
-        PyErr_Fetch(&t, &v, &tb);
-    }
+    Py_BEGIN_ALLOW_THREADS
+    ckpt_saver_wait(self->s);
+    Py_END_ALLOW_THREADS
     ckpt_saver_clear(self->s);
     release_all(self);
-    if (rc != CKPT_OK) {
-        PyErr_Restore(t, v, tb);
-        return NULL;
-    }
     Py_RETURN_NONE;
 }
 

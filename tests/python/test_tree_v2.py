@@ -369,8 +369,8 @@ def open_dir_and_v1():
     dup = comm.Dup()
     s = C.Saver(dup)
     reg = mpickpt._state.Registered()
-    mpickpt._state.restore_prepare(dup, reg, s, target)
-    s.restore(prefix, strict=False)
+    mpickpt._state.restore_state(dup, reg, s, target, None,
+                                 lambda e, c, l: s.restore(prefix, strict=False))
     mpickpt._state.restore_finish(dup, reg, s, False, prefix)
     s.close()
     dup.Free()
@@ -379,8 +379,9 @@ def open_dir_and_v1():
     dup = comm.Dup()
     s = C.Saver(dup)
     reg = mpickpt._state.Registered()
-    mpickpt._state.restore_prepare(dup, reg, s, tied)  # no prefix: aliases not looked up first
-    s.restore(prefix, strict=False)
+    # no prefix: aliases not looked up first
+    mpickpt._state.restore_state(dup, reg, s, tied, None,
+                                 lambda e, c, l: s.restore(prefix, strict=False))
     mpickpt._state.restore_finish(dup, reg, s, False, prefix, strict=False)
     s.close()
     dup.Free()
@@ -397,8 +398,8 @@ def open_dir_and_v1():
     c_state = {"t1": c_w, "t2": c_w.view(2, 4).view(8)}
     s = C.Saver(dup)
     reg = mpickpt._state.Registered()
-    mpickpt._state.restore_prepare(dup, reg, s, c_state, craw)
-    s.restore(craw, strict=False)
+    mpickpt._state.restore_state(dup, reg, s, c_state, craw,
+                                 lambda e, c, l: s.restore(craw, strict=False))
     mpickpt._state.restore_finish(dup, reg, s, False, craw, strict=False)
     s.close()
     dup.Free()

@@ -22,7 +22,7 @@ from . import _mpickpt as _C
 from ._mpickpt import (BusyError, CorruptError, Error, ExistsError, FileSystemError,
                        InvalidArgumentError, MismatchError, MPIError, NoSpaceError, NotFoundError,
                        PermissionDeniedError, TimeoutError, VersionError)
-from ._state import (Registered, restore_finish, restore_prepare, save_state,
+from ._state import (Registered, restore_finish, restore_state, save_state,
                      uninterruptible)
 from ._tree import RESERVED, PerRank, Shard
 from . import preemption
@@ -115,7 +115,7 @@ class _Base:
         self._wait = _lock_wait(lock_wait)  # the C option lock_wait_seconds
         self._saver = None
         self._reg = Registered()
-        self._aliased = False  # the state of the last restore has aliases (on some rank)
+        self._aliased = False  # this rank's state of the last restore has aliases (restore_state)
         self._skip = bool(skip_missing_per_rank)
         code = _layout(layout)
         if check_replicas not in (None, "first", "every", "off"):
@@ -156,26 +156,17 @@ class _Base:
         the record of plain values left out) and the plain values'."""
         # the state's aliases are not registered: C calls them unexpected where the checkpoint
         # stored them as tensors (restore_finish reads them apart); C compared the names itself
-        # unless the state has aliases (_c_strict), then the comparison is made here
+        # unless some rank's state has aliases (restore_state: lenient), then restore_finish
+        # compares them with every rank's
         shared = {leaf.name for leaf in self._reg.leaves if leaf.alias is not None}
         tensors = [n for n in info.get("missing", []) if not n.startswith(RESERVED + "/")]
         extra = [n for n in info.get("unexpected", []) if n not in shared]
-        # compared with every rank's by restore_finish when C did not (the same on every rank:
-        # _c_strict)
-        arrays = (tensors, extra) if strict and self._aliased else None
+        arrays = (tensors, extra, self._aliased) if strict else None
         miss, unexp = restore_finish(self._comm, self._reg, self._saver, self._skip,
                                      info["prefix"], strict=strict, arrays=arrays)
         info["missing"] = sorted(set(tensors) | set(miss))
         info["unexpected"] = sorted(set(extra) | set(unexp))
         return info
-
-    def _c_strict(self, strict: bool) -> bool:
-        """Whether C compares the names before reading: not when the state has aliases (leaves
-        sharing another's memory, not registered), which C would call unexpected where the
-        checkpoint stored them as tensors; _finish compares them then. self._aliased: agreed by
-        restore_prepare (PerRank aliases may differ by rank, and every rank must take the same
-        path)."""
-        return bool(strict) and not self._aliased
 
     def _close(self, inner: Any) -> None:
         if self._saver is None:
@@ -270,7 +261,7 @@ class CheckpointManager(_Base):
 
     def _candidate(self, step: Optional[int]) -> Optional[str]:
         """The checkpoint a restore reads unless it is damaged (the pinned or newest restorable
-        one, or the newest of `step`), for restore_prepare to read its aliases; None when there
+        one, or the newest of `step`), for restore_state to read its aliases; None when there
         is none here (restore then says so) or it is only in the nodes' caches."""
         try:
             r = self._mgr.restorable()
@@ -317,12 +308,16 @@ class CheckpointManager(_Base):
         were read: one error lists the tensors' mismatches, or else the plain values'. With
         strict=False what matches is restored, the rest left as it is, and info lists the
         'missing' and 'unexpected' names. Collective."""
-        self._aliased = restore_prepare(self._comm, self._reg, self._saver, state,
-                                        self._candidate(step))
-        if step is not None:
-            info = self._mgr.restore(step=int(step), strict=self._c_strict(strict))
-        else:
-            info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
+        def call(error: Any, check: int, lenient: bool) -> Dict[str, Any]:
+            if step is not None:
+                return self._mgr.restore(step=int(step), strict=bool(strict), error=error,
+                                         check=check, lenient=lenient)
+            return self._mgr.restore_or_initialize(strict=bool(strict), error=error, check=check,
+                                                   lenient=lenient)
+
+        info, self._aliased = restore_state(self._comm, self._reg, self._saver, state,
+                                            self._candidate(step), call)
+        if step is None:
             if not info["restored"]:
                 err = NotFoundError(f"no valid checkpoint in {self._dir} ({info['skipped']} "
                                     "damaged)")
@@ -336,9 +331,10 @@ class CheckpointManager(_Base):
         """restore(state, strict=strict), or None when there is nothing to restore: the caller
         initializes (every array of the state: a damaged checkpoint may have left values in
         them)."""
-        self._aliased = restore_prepare(self._comm, self._reg, self._saver, state,
-                                        self._candidate(None))
-        info = self._mgr.restore_or_initialize(strict=self._c_strict(strict))
+        info, self._aliased = restore_state(
+            self._comm, self._reg, self._saver, state, self._candidate(None),
+            lambda error, check, lenient: self._mgr.restore_or_initialize(
+                strict=bool(strict), error=error, check=check, lenient=lenient))
         if not info["restored"]:
             return None
         return self._finish(info, bool(strict))
@@ -384,16 +380,17 @@ class TrainingState(_Base):
     def restore(self, strict: bool = True) -> Optional[Dict[str, Any]]:
         """Restores the backup into the state in place; None when there is none. strict: as
         CheckpointManager.restore's. Collective."""
-        self._aliased = restore_prepare(self._comm, self._reg, self._saver, self._state,
-                                        self._candidate())
-        info = self._t.restore(strict=self._c_strict(strict))
+        info, self._aliased = restore_state(
+            self._comm, self._reg, self._saver, self._state, self._candidate(),
+            lambda error, check, lenient: self._t.restore(strict=bool(strict), error=error,
+                                                          check=check, lenient=lenient))
         if not info["restored"]:
             return None
         return self._finish(info, bool(strict))
 
     def _candidate(self) -> Optional[str]:
         """The backup a restore reads (the newest kept one, in <directory>/chief), for
-        restore_prepare to read its aliases as CheckpointManager's restore does; None when there
+        restore_state to read its aliases as CheckpointManager's restore does; None when there
         is none (the restore says so)."""
         try:
             entries = self._t.state()["entries"]

@@ -99,7 +99,8 @@ def error_args(exc: Optional[BaseException],
     if exc is None:
         return None
     name, errno, reason = _error_kind(exc)
-    text = str(exc) or name
+    # any text a rank can hand over: a NUL or a lone surrogate (a key from os.fsdecode) shown
+    text = (str(exc) or name).encode("utf-8", "backslashreplace").decode().replace("\0", "\\0")
     return (_ERRORS[name].code, text if _RANK_PREFIX.match(text) else f"rank {rank}: {text}",
             errno or 0, reason)
 
@@ -174,7 +175,7 @@ class Registered:
 
     def scan(self, state: Any) -> Dict[str, dict]:
         """Local: flattens `state` and finds its aliases; returns the replicated ones (which
-        every rank must decide alike: agree_local)."""
+        every rank must decide alike: save_state, restore_state)."""
         self.flat = flatten_tree(state)
         self.leaves = self.flat.leaves
         self.aliases = find_aliases(self.leaves)
@@ -269,7 +270,7 @@ class Registered:
 
 
 def _digest(text: bytes) -> int:
-    """An int64 digest of `text` whose negation fits in an int64 (for a MIN allreduce)."""
+    """A 63-bit digest of `text` (an int64 whose negation fits in one)."""
     import hashlib
 
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little",
@@ -281,35 +282,18 @@ def _alias_text(mine: Dict[str, dict]) -> bytes:
 
 
 def _names_text(names: List[str]) -> bytes:
-    return "\0".join(sorted(names)).encode()
-
-
-def agree_local(comm: Any, exc: Optional[BaseException], texts: Tuple[bytes, ...] = (),
-                flag: bool = False) -> Tuple[List[bool], bool]:
-    """Collective, one allreduce: this rank's status, a digest of each text and a flag. Every rank
-    raises the same error when some rank failed (agree); else returns, for each text, whether
-    every rank has the same, and whether some rank's flag is set."""
-    import numpy as np
-    from mpi4py import MPI
-
-    v = np.zeros(2 + 2 * len(texts), dtype=np.int64)
-    v[0] = 0 if exc is None else -1
-    v[1] = -1 if flag else 0
-    for i, text in enumerate(texts):
-        h = _digest(text)
-        v[2 + 2 * i], v[3 + 2 * i] = h, -h
-    comm.Allreduce(MPI.IN_PLACE, v, op=MPI.MIN)
-    if v[0] < 0:
-        agree(comm, exc)  # every rank saw a failure: every rank raises it
-    return [bool(v[2 + 2 * i] == -v[3 + 2 * i]) for i in range(len(texts))], bool(v[1] < 0)
+    return "\0".join(sorted(names)).encode("utf-8", "surrogatepass")
 
 
 def unalias_disagreed(comm: Any, reg: Registered, mine: Dict[str, dict]) -> None:
-    """Collective: the replicated aliases some rank does not have alike are stored as tensors
-    everywhere (they decide which names are stored). After agree_local found them unlike."""
+    """Collective (one allgather): the replicated aliases some rank does not have alike are
+    registered as tensors everywhere (they decide which names are read) and leave `mine`. After a
+    restore found their digests unlike (restore_state)."""
     everyone = comm.allgather(mine)
     keep = {n for n, a in mine.items() if all(e.get(n) == a for e in everyone)}
     reg.unalias(set(mine) - keep)
+    for n in set(mine) - keep:
+        mine.pop(n)
 
 
 def _ranks(ranks: List[int]) -> str:
@@ -342,22 +326,21 @@ def save_state(comm: Any, reg: Registered, saver: Any, state: Any,
     (registered again) and the save is made once more."""
     mine: Dict[str, dict] = {}
     names: List[str] = []
+    digest = [0]
 
     def local() -> None:
         reg.prepare(saver)
         saver.set_blob(JSON_BLOB, reg.json_bytes())
+        digest[0] = _digest(_alias_text(mine) + b"\0\1" + _names_text(names)) & ((1 << 64) - 1)
 
     def first() -> None:
         mine.update(reg.scan(state))
         names.extend(leaf.name for leaf in iter_json(reg.leaves) if not leaf.per_rank)
         local()
 
-    def check() -> int:
-        return _digest(_alias_text(mine) + b"\0\1" + _names_text(names)) & ((1 << 64) - 1)
-
     err = attempt(first)
     try:
-        return save(error_args(err, comm.rank), 0 if err is not None else check())
+        return save(error_args(err, comm.rank), 0 if err is not None else digest[0])
     except _C.MismatchError as e:
         if e.reason != _C.MismatchError.CHECK:
             raise
@@ -372,7 +355,7 @@ def save_state(comm: Any, reg: Registered, saver: Any, state: Any,
     for n in set(mine) - keep:
         mine.pop(n)
     err = attempt(local)
-    return save(error_args(err, comm.rank), 0 if err is not None else check())
+    return save(error_args(err, comm.rank), 0 if err is not None else digest[0])
 
 
 def peek_record(comm: Any, prefix: Optional[str], per_rank: bool) -> Tuple[
@@ -421,17 +404,23 @@ def peek_record(comm: Any, prefix: Optional[str], per_rank: bool) -> Tuple[
     return out, True, first
 
 
-def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
-                    prefix: Optional[str] = None) -> bool:
-    """Collective: registers `state` (restore writes into its arrays) and forgets old blobs;
-    returns whether the state has aliases (leaves sharing another's memory) on some rank.
-    `prefix`: the checkpoint the restore will most likely read: its aliases are not registered
-    (restore_aliases gives them their values after the restore), and this state's contiguous
-    aliases that it stored as tensors are (read in place; the others: restore_aliases).
-    Two collective calls: the broadcast of rank 0's record of the checkpoint (peek_record: what
-    to register), then one allreduce: every rank scanned and registered its state, whether the
-    replicated aliases are alike, whether some rank has aliases. Only when the aliases are
-    unlike does more follow (unalias_disagreed, the registration again and its agreement)."""
+def restore_state(comm: Any, reg: Registered, saver: Any, state: Any, prefix: Optional[str],
+                  restore: Callable[[Any, int, bool], T]) -> Tuple[T, bool]:
+    """Collective: registers `state` (restore writes into its arrays), forgets old blobs and
+    restores with `restore` (error, check, lenient) -> info, the C manager's restore
+    (ckpt_manager_restore_options); returns (info, whether this rank's state has aliases: leaves
+    sharing another's memory, not registered, whose names C did not compare when some rank had
+    them: restore_finish does). `prefix`: the checkpoint the restore will most likely read: its
+    aliases are not registered (restore_aliases gives them their values after the restore), and
+    this state's contiguous aliases that it stored as tensors are (read in place; the others:
+    restore_aliases).
+
+    One collective call of its own: the broadcast of rank 0's record of the checkpoint
+    (peek_record: what to register). This rank's failure (error), a digest of its replicated
+    aliases (check) and whether it has aliases (lenient: C then compares no names) ride the C
+    restore's first collective. Only when the digests differ (a MismatchError whose reason is
+    CHECK on every rank, nothing read) does more follow: the aliases some rank does not share are
+    registered as tensors (unalias_disagreed, one allgather) and the restore made again."""
     mine: Dict[str, dict] = {}
     err = attempt(lambda: mine.update(reg.scan(state)))
     per_rank = err is None and any(leaf.per_rank and leaf.is_array for leaf in reg.leaves)
@@ -450,22 +439,21 @@ def restore_prepare(comm: Any, reg: Registered, saver: Any, state: Any,
         reg.prepare(saver, restore_rank=comm.rank, skip=skip, record=has_record)
         saver.reset_blobs()
 
+    def call(err: Optional[BaseException]) -> Tuple[T, bool]:
+        aliased = err is None and any(leaf.alias is not None for leaf in reg.leaves)
+        check = 0 if err is not None else _digest(_alias_text(mine)) & ((1 << 64) - 1)
+        return restore(error_args(err, comm.rank), check, aliased), aliased
+
     if err is None:
         err = attempt(local)
-    # one allreduce: the status, the replicated aliases' digest, whether some rank has aliases
-    (alike,), aliased = agree_local(comm, err, (_alias_text(mine),),
-                                    flag=any(leaf.alias is not None for leaf in reg.leaves))
-    if not alike:
-        unalias_disagreed(comm, reg, mine)
-        collective(comm, local)
-        aliased = comm.allreduce(any(leaf.alias is not None for leaf in reg.leaves), op=_lor())
-    return aliased
-
-
-def _lor() -> Any:
-    from mpi4py import MPI
-
-    return MPI.LOR
+    try:
+        return call(err)
+    except _C.MismatchError as e:
+        if e.reason != _C.MismatchError.CHECK:
+            raise
+    # every rank has this error (no rank failed): every rank looks into it alike
+    unalias_disagreed(comm, reg, mine)
+    return call(attempt(local))
 
 
 def _contiguous_array(x: Any) -> bool:
@@ -708,7 +696,7 @@ def compare_plain(leaves: List[Leaf], replicated: Optional[Dict[str, Any]],
 
 def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank: bool,
                    where: str, strict: bool = True,
-                   arrays: Optional[Tuple[List[str], List[str]]] = None
+                   arrays: Optional[Tuple[List[str], List[str], bool]] = None
                    ) -> Tuple[List[str], List[str]]:
     """Collective, after a successful C restore: puts the plain values back into the state
     (tuples rebuilt) and the values of aliases (see restore_aliases). Replicated values come from
@@ -716,16 +704,18 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
     did not have keeps its own when skip_missing_per_rank. The state's plain values are compared
     with the records (compare_plain): strict, any missing or unexpected one is a MismatchError on
     every rank listing them all, and nothing is put back; else what matches is put back. Returns
-    the (missing, unexpected) names of every rank. `arrays`: this rank's missing and unexpected
-    arrays when the arrays' names are compared here (a strict restore of a state with aliases),
-    a MismatchError listing every rank's before anything else.
+    the (missing, unexpected) names of every rank. `arrays` (a strict restore): this rank's
+    missing and unexpected arrays and whether its state has aliases; when some rank's has, C
+    compared no names (restore_state) and they are compared here: a MismatchError listing every
+    rank's before anything else.
 
     One collective call: an allgather of every rank's outcome and names. Rank 0's record is the
-    one restore_prepare read (peek_record) when the restore read that checkpoint (rank 0 checks
+    one restore_state read (peek_record) when the restore read that checkpoint (rank 0 checks
     that the restore read the same bytes, else it is an error on every rank: restore again);
     else it is broadcast first, a second call."""
     mine = saver.get_blob(JSON_BLOB) if reg.has_blob else None
     peeked_at, peeked = reg.peeked
+    reg.peeked = (None, None)  # one restore's (the record may be large)
     if peeked is not None and peeked_at is not None and \
             os.path.normpath(peeked_at) == os.path.normpath(where):
         first: Optional[bytes] = peeked or None
@@ -777,7 +767,7 @@ def restore_finish(comm: Any, reg: Registered, saver: Any, skip_missing_per_rank
     # one allgather: every rank's arrays' names, and its plain values' (None when its local step
     # failed)
     every = comm.allgather((arrays, None if err is not None else (out[1], out[2])))
-    if arrays is not None:
+    if arrays is not None and any(a[2] for a, _ in every):
         t_miss = sorted(set().union(*(a[0] for a, _ in every)))
         t_extra = sorted(set().union(*(a[1] for a, _ in every)))
         if t_miss or t_extra:

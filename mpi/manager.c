@@ -585,6 +585,63 @@ static void caller_vote(ckpt__mgr_caller_vote *v, const ckpt_manager_save_option
     v->not_check = ~v->check;
 }
 
+/* The save's first collective and what follows it before the saver's save: this rank's status.
+ * The chief sweeps what crashed or failed saves left before writing anew, once every rank is
+ * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which the
+ * sweep must not race with. The collective that tells the chief so (ckpt__mgr_vote_control) also
+ * brings every rank the chief's restart control (drops and pins an operator made since: their
+ * retention applies after this commit) and the caller's vote (`opts`: an error on some rank, the
+ * checks alike). */
+static int save_vote(ckpt_manager *m, const ckpt_manager_save_options *opts)
+{
+    ckpt__mgr_caller_vote vote;
+    caller_vote(&vote, opts);
+    int local = ckpt__mgr_vote_control(m, &vote);
+    if (local == CKPT_OK)
+        local = caller_error(m, opts);
+    if (local == CKPT_OK && !vote.failed && (vote.check & vote.not_check))
+        local = ckpt__error_set_reason(
+            ckpt__error(CKPT_EMISMATCH, "rank %d: the ranks passed different "
+                                        "ckpt_manager_save_options.check values (this rank's: "
+                                        "%016llx); nothing was saved",
+                        m->rank, (unsigned long long)(opts ? opts->check : 0)),
+            CKPT_REASON_CHECK);
+    if (m->rank == 0 && local == CKPT_OK) {
+        size_t removed = 0;
+        local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
+        if (local == CKPT_OK && removed)
+            ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
+                      m->dir);
+    }
+    if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
+        local = ckpt_saver_cache_gc(m->saver);
+    return local;
+}
+
+/* The next save's counter into *next: past every checkpoint ever committed here, whatever was
+ * restored. Returns `local`, or this rank's failure when `local` is CKPT_OK. */
+static int next_counter(ckpt_manager *m, const ckpt_state *st, int local, int64_t *next)
+{
+    int64_t n = st->save_counter;
+    for (size_t i = 0; i < st->num_entries; i++)
+        if (st->entries[i].save_counter > n)
+            n = st->entries[i].save_counter;
+    if (ckpt_saver_counter(m->saver) > n)
+        n = ckpt_saver_counter(m->saver);
+    /* every counter is checked on the way in (state file, indexes): this cannot overflow */
+    if (n >= CKPT__COUNTER_MAX && local == CKPT_OK)
+        local = ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new "
+                                         "directory",
+                            m->dir, (long long)n);
+    *next = ++n;
+    /* A counter whose names are taken (planted, another job's) is passed, with a warning, instead
+     * of failing every save from now on; every rank adopts the chief's choice with the save's
+     * prefix (ckpt__save_bcast_prefix), and learns it back from the saver. */
+    if (m->rank == 0 && local == CKPT_OK)
+        local = free_counter(m, next);
+    return local;
+}
+
 int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,
                          const ckpt_manager_save_info *info, const ckpt_manager_save_options *opts)
 {
@@ -616,53 +673,11 @@ int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,
         return rc;
     st = m->state;
 
-    /* The chief sweeps what crashed or failed saves left before writing anew, once every rank is
-     * here: each has then finished its previous save's clean-up (its own workertemp_<r>), which
-     * the sweep must not race with. The collective that tells the chief so also brings every
-     * rank the chief's restart control (drops and pins an operator made since: their retention
-     * applies after this commit). */
-    ckpt__mgr_caller_vote vote;
-    caller_vote(&vote, opts);
-    int local = ckpt__mgr_vote_control(m, &vote);
-    if (local == CKPT_OK)
-        local = caller_error(m, opts);
-    if (local == CKPT_OK && !vote.failed && (vote.check & vote.not_check))
-        local = ckpt__error_set_reason(
-            ckpt__error(CKPT_EMISMATCH, "rank %d: the ranks passed different "
-                                        "ckpt_manager_save_options.check values (this rank's: "
-                                        "%016llx); nothing was saved",
-                        m->rank, (unsigned long long)(opts ? opts->check : 0)),
-            CKPT_REASON_CHECK);
-    if (m->rank == 0 && local == CKPT_OK) {
-        size_t removed = 0;
-        local = ckpt__gc(m->dir, 0, NULL, NULL, &removed, 0);
-        if (local == CKPT_OK && removed)
-            ckpt__log(CKPT_LOG_INFO, "removed %zu leftover(s) of unfinished saves in %s", removed,
-                      m->dir);
-    }
-    if (local == CKPT_OK && m->cache) /* the node leaders, in their caches */
-        local = ckpt_saver_cache_gc(m->saver);
+    int local = save_vote(m, opts);
     /* from here, a failure on any rank is agreed by the save's first collectives (its prefix's
      * broadcast for the chief's, its first vote for the others') */
-
-    /* Number past every checkpoint ever committed here, whatever was restored. */
-    int64_t next = st->save_counter;
-    for (size_t i = 0; i < st->num_entries; i++)
-        if (st->entries[i].save_counter > next)
-            next = st->entries[i].save_counter;
-    if (ckpt_saver_counter(m->saver) > next)
-        next = ckpt_saver_counter(m->saver);
-    /* every counter is checked on the way in (state file, indexes): this cannot overflow */
-    if (next >= CKPT__COUNTER_MAX && local == CKPT_OK)
-        local = ckpt__error(CKPT_EINVAL, "%s: the save counter reached %lld; start a new "
-                                         "directory",
-                            m->dir, (long long)next);
-    next++;
-    /* A counter whose names are taken (planted, another job's) is passed, with a warning, instead
-     * of failing every save from now on; every rank adopts the chief's choice with the save's
-     * prefix (ckpt__save_bcast_prefix), and learns it back from the saver. */
-    if (m->rank == 0 && local == CKPT_OK)
-        local = free_counter(m, &next);
+    int64_t next = 0;
+    local = next_counter(m, st, local, &next);
 
     char name[4400] = "";
     ckpt_save_info si = { info->epoch, info->step, info->end_of_epoch != 0 };

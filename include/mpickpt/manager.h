@@ -129,7 +129,8 @@ typedef struct ckpt_manager_save_options {
  * ckpt_manager_save() with options (NULL: none), out-parameters first: the caller's error and
  * check (ckpt_manager_save_options) ride the save's first collective call, so a layer above
  * adds none of its own. A save skipped by min_step_interval makes no collective call: it checks
- * neither and drops a caller's error (CKPT_OK on every rank). An unknown options version on any rank is CKPT_EINVAL on every rank, nothing written.
+ * neither and drops a caller's error (CKPT_OK on every rank). An unknown options version on any
+ * rank is CKPT_EINVAL on every rank, nothing written.
  * Collective.
  */
 CKPT_EXTERN int ckpt_manager_save_ex(char *out, size_t out_size, ckpt_manager *m,

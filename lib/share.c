@@ -240,6 +240,33 @@ int ckpt__share_pack(ckpt__share *sh, const Mpickpt__Fragment *wants, uint8_t **
     return ckpt__share_pack_filtered(sh, wants, NULL, NULL, 0, out, len);
 }
 
+/* The data files of the first `np` selected pieces (sh->pieces), in the index's order, into
+ * files[0..*nf). CKPT_ECORRUPT when a piece names a file the index does not list. */
+static int used_files(ckpt__share *sh, size_t np, Mpickpt__DataFile **files, size_t *nf)
+{
+    const Mpickpt__Index *idx = sh->idx;
+    int rc = CKPT_OK;
+    sort_idx = idx;
+    for (size_t k = 0; k < np; k++) {
+        const uint32_t *slot = bsearch(sh->pieces[k]->file, sh->files_by_name, idx->n_files,
+                                       sizeof *sh->files_by_name, cmp_file_name);
+        if (!slot) {
+            rc = ckpt__error(CKPT_ECORRUPT, "piece names data file '%s' that the index does not "
+                                            "list", sh->pieces[k]->file);
+            break;
+        }
+        sh->used[*slot] = 1;
+    }
+    sort_idx = NULL;
+    *nf = 0;
+    for (size_t i = 0; i < idx->n_files; i++)
+        if (sh->used[i]) {
+            files[(*nf)++] = idx->files[i];
+            sh->used[i] = 0;
+        }
+    return rc;
+}
+
 int ckpt__share_pack_filtered(ckpt__share *sh, const Mpickpt__Fragment *wants,
                               ckpt__share_filter keep, void *keep_arg, int drop_empty,
                               uint8_t **out, size_t *len)
@@ -308,26 +335,8 @@ int ckpt__share_pack_filtered(ckpt__share *sh, const Mpickpt__Fragment *wants,
         sub[k].pieces = (Mpickpt__Piece **)(sh->pieces + first[k]);
         sub[k].n_pieces = end - first[k];
     }
-    /* the data files of the selected pieces, in the index's order */
-    sort_idx = idx;
-    for (size_t k = 0; k < np; k++) {
-        const uint32_t *slot = bsearch(sh->pieces[k]->file, sh->files_by_name, idx->n_files,
-                                       sizeof *sh->files_by_name, cmp_file_name);
-        if (!slot) {
-            rc = ckpt__error(CKPT_ECORRUPT, "piece names data file '%s' that the index does not "
-                                            "list", sh->pieces[k]->file);
-            break;
-        }
-        sh->used[*slot] = 1;
-    }
-    sort_idx = NULL;
     size_t nf = 0;
-    for (size_t i = 0; i < idx->n_files; i++)
-        if (sh->used[i]) {
-            files[nf++] = idx->files[i];
-            sh->used[i] = 0;
-        }
-    if (rc != CKPT_OK)
+    if ((rc = used_files(sh, np, files, &nf)) != CKPT_OK)
         goto done;
     Mpickpt__Index share = MPICKPT__INDEX__INIT;
     share.header = idx->header;

@@ -8,7 +8,8 @@ manager wait for the last save (a fresh reader finds it complete and verify() pa
 
 fault (run with MPICKPT_FAULT=<rank>:write): the background write of every save fails on that
 rank; the failure is raised, the same on every rank, by the next call: wait_until_finished(), the
-next save (which then saves nothing), close(); nothing is ever committed.
+next save (which then saves nothing; also when one rank's registrations changed meanwhile),
+close(); nothing is ever committed.
 
 Usage: mpirun -np N python3 test_async.py OUTDIR ok|fault"""
 import glob
@@ -134,6 +135,15 @@ def fault():
     # the next save reports the previous one's failure and saves nothing
     mgr.save(20, state)
     expect_error(mpickpt.FileSystemError, lambda: mgr.save(30, state), *needles)
+    check(mgr.all_steps() == [], f"steps {mgr.all_steps()}")
+    # a failure pending while the last rank alone changed its registrations (its array rebound):
+    # its registration waits for the failed save without taking its failure, so every rank's
+    # next save reports it (before, that rank's took it alone and the others waited for it in
+    # the save's collectives)
+    mgr.save(35, state)
+    if rank == size - 1:
+        state["small"] = np.zeros(7, np.int32)
+    expect_error(mpickpt.FileSystemError, lambda: mgr.save(36, state), *needles)
     check(mgr.all_steps() == [], f"steps {mgr.all_steps()}")
     # close() reports a failure still pending
     mgr.save(40, state)

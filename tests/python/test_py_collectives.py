@@ -83,6 +83,27 @@ def main():
         check(np.array_equal(got["b"], np.arange(8, dtype=np.float32) + 3), "b")
         check(got["w_view"] is got["b"], "alias kept")
 
+        # the record read before the C restore differs from the one it read (rewritten in
+        # between): every rank raises, no plain value put back; the next restore is exact
+        real = mpickpt._state.peek_record
+
+        def rewritten(comm, prefix, per_rank):
+            aliases, has_record, first = real(comm, prefix, per_rank)
+            return aliases, has_record, first.replace(b'"lr": 1.5', b'"lr": 9.5')
+
+        mpickpt._state.peek_record = rewritten
+        try:
+            got = state_of(0)
+            expect_error(MismatchError, lambda: mgr.restore(got), "changed while restoring")
+        finally:
+            mpickpt._state.peek_record = real
+        check(got["lr"] == 0.0 and got["note"] == {"step": 0}, f"plain values put back: {got}")
+        counting.total()
+        got = state_of(0)
+        mgr.restore(got)
+        check(got["lr"] == 1.5 and got["note"] == {"step": 3}, f"plain values {got}")
+        counting.total()
+
         # a bad leaf on the last rank only: every rank raises the same error, nothing saved
         bad = state_of(4)
         if rank == size - 1:

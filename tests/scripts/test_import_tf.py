@@ -57,11 +57,14 @@ TIMEOUT = 120  # per command: far above need; only a hang (a FIFO blocked on) re
 def cli_env():
     """The tool's environment: in the sanitizer build the interpreter runs with libasan preloaded
     and leak checks off (ckpt_add_python_test); the tool is instrumented itself, so it gets
-    neither the preload nor the interpreter's exemption."""
+    neither the preload nor the interpreter's exemption; it unwinds at malloc the fast way, as
+    everywhere in that build (ckpt_asan_fast_unwind, tests/cmake/MpickptTesting.cmake)."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     if "ASAN_OPTIONS" in env:
-        env["ASAN_OPTIONS"] = "detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1"
+        opts = os.path.join(env.get("MPICKPT_BINARY_DIR", ""), "asan-options", "%b")
+        env["ASAN_OPTIONS"] = ("detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:"
+                               "include_if_exists=" + opts)
     return env
 
 

@@ -335,6 +335,7 @@ typedef struct xfer {
     int nreq[2];
     uint64_t chunks; /* the reader's, delivered */
     int rc;
+    char why[512]; /* x->rc's message (a failed send) */
 } xfer;
 
 static void wait_sends(xfer *x, int half)
@@ -348,6 +349,25 @@ static void wait_sends(xfer *x, int half)
 }
 
 /* Chunk q (len bytes) sent to this position's children that need it, into half `half`. */
+/* One send to `dst`: a failed one is tried once more, for the receiver waits for it (posted: 1),
+ * and the failure kept in x->rc (its message too, for a reader's status). MPICKPT_FAULT
+ * "<rank>:coop-send": the first try fails. */
+static int isend(xfer *x, const void *bytes, int len, int dst, MPI_Request *rq)
+{
+    int f = ckpt__fault(x->s->rank, "coop-send");
+    if (f == CKPT_OK && MPI_Isend(bytes, len, MPI_BYTE, dst, TAG_COOP, x->s->comm, rq) ==
+                            MPI_SUCCESS)
+        return 1;
+    if (x->rc == CKPT_OK) {
+        x->rc = f != CKPT_OK ? f
+                             : ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed",
+                                           x->s->rank, dst);
+        const ckpt_error *e = ckpt_error_last();
+        snprintf(x->why, sizeof x->why, "%s", e && e->message ? e->message : "");
+    }
+    return MPI_Isend(bytes, len, MPI_BYTE, dst, TAG_COOP, x->s->comm, rq) == MPI_SUCCESS;
+}
+
 static void send_kids(xfer *x, int half, uint64_t q, const void *bytes, uint64_t len)
 {
     ckpt__coop *c = x->c;
@@ -357,13 +377,8 @@ static void send_kids(xfer *x, int half, uint64_t q, const void *bytes, uint64_t
         int kp = c->kids[k], dst = c->rank_at[kp];
         if (q < c->qlo[kp] || q >= c->qhi[kp])
             continue;
-        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, x->s->comm, &rq[nr]) !=
-            MPI_SUCCESS) {
-            if (x->rc == CKPT_OK)
-                x->rc =
-                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", x->s->rank, dst);
+        if (!isend(x, bytes, (int)len, dst, &rq[nr]))
             continue;
-        }
         if (c->node_at[kp] != c->node_at[x->me])
             ckpt__coop_cross_node_bytes += len;
         nr++;
@@ -419,9 +434,7 @@ static void send_status(xfer *x, const coop_status *st)
     MPI_Request *rq = x->c->reqs;
     int nr = 0;
     for (int k = 0; k < x->nkids; k++)
-        if (MPI_Isend(st, (int)sizeof *st, MPI_BYTE, x->c->rank_at[x->c->kids[k]], TAG_COOP,
-                      x->s->comm, &rq[nr]) == MPI_SUCCESS)
-            nr++;
+        nr += isend(x, st, (int)sizeof *st, x->c->rank_at[x->c->kids[k]], &rq[nr]);
     MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE);
 }
 
@@ -459,11 +472,13 @@ static int run_reader(xfer *x)
         }
     } else if (x->rc != CKPT_OK) {
         st.code = x->rc;
-        snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s'", x->s->rank,
-                 x->t ? x->t->name : "?");
+        snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s': %s", x->s->rank,
+                 x->t ? x->t->name : "?", x->why);
         local = x->rc;
     }
     send_status(x, &st);
+    if (x->rc != CKPT_OK && local == CKPT_OK) /* its status could not be sent */
+        local = x->rc;
     return local;
 }
 

@@ -20,9 +20,10 @@
  * held), a rank that cannot open the index of its list ("R:coop") — rank 1 and the last
  * (readers), rank 0 (a receiver) —, and a rank whose registration of a forwarded tensor does not
  * match the checkpoint (its dtype). Then a rank that cannot allocate its list ("R:coop-list") or
- * its chunk buffers ("R:coop-buf"), rank 1, rank 0 and the last, and the chief's send of rank R's
- * share failing ("R:share-send", rank 1 and the last): the same error on every rank, no hang,
- * and the next restore brings every value back exactly.
+ * its chunk buffers ("R:coop-buf"), rank 1, rank 0 and the last, the chief's send of rank R's
+ * share failing ("R:share-send", rank 1 and the last), and a reader's sends of chunks failing at
+ * the first try ("R:coop-send", rank 1, and the last from 8 ranks): the same error on every rank,
+ * no hang, and the next restore brings every value back exactly.
  *
  * Modes for real nodes (tests/cluster/test_cluster.sh, case coop), one step per job:
  *   test_coop_restore OUTDIR save LAYOUT             every rank writes, with 3 replicated tensors
@@ -443,13 +444,16 @@ static void fail_cases(const char *prefix, int writers)
         fail_case(prefix, f, -1, CKPT_EIO, needle);
     }
     fail_case(prefix, NULL, last, CKPT_EMISMATCH, "'small' is int32 [3]");
-    /* a rank that cannot hold its list or its chunk buffers, and the chief's send of a rank's
-     * share failing (after it went; not to itself): the same error everywhere, no hang, and the
-     * next restore exact */
-    const char *steps[3] = {"coop-list", "coop-buf", "share-send"};
-    for (int q = 0; q < 3; q++)
+    /* a rank that cannot hold its list or its chunk buffers, the chief's send of a rank's share
+     * failing (after it went; not to itself), a reader's sends failing at the first try: the
+     * same error everywhere, no hang, and the next restore exact */
+    const char *steps[4] = {"coop-list", "coop-buf", "share-send", "coop-send"};
+    for (int q = 0; q < 4; q++)
         for (int k = 0; k < 3; k++) {
-            if ((k == 2 && last == 1) || (q == 2 && coop_ranks[k] == 0))
+            /* coop-send: rank 1, and the last from 8 ranks (a reader there; at 4 it sends
+             * nothing) */
+            if ((k == 2 && last == 1) || (q >= 2 && coop_ranks[k] == 0) ||
+                (q == 3 && k == 2 && g_size < 8))
                 continue;
             snprintf(f, sizeof f, "%d:%s", coop_ranks[k], steps[q]);
             snprintf(needle, sizeof needle, "injected fault at %s on rank %d", steps[q],

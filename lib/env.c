@@ -127,12 +127,17 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
      * "rebuild": a node leader as if it could not map the files it sends in a rebuild
      * (mpi/cache_rebuild.c); "share": a restoring rank (not the chief) as if its share of the
      * index could not be held, "coop": a rank as if the index of its list of forwarded pieces
-     * could not be opened (the cooperative restore, mpi/restore.c); "mgr-hook" (hold only): a
+     * could not be opened, "coop-list" and "coop-buf": a rank as if its list, or its chunk
+     * buffers, could not be allocated, "coop-send": a rank's sends of forwarded chunks fail at
+     * the first try, "share-send": the chief's send of that rank's share fails after it went
+     * (the cooperative restore, mpi/restore.c); "mgr-hook" (hold only): a
      * manager's commit hook, held running until the manager is freed (mpi/manager_life.c); no
      * effect where they do not run */
     static const char *const steps[] = { "plan",    "write", "agree",   "merge", "commit",
                                          "node",    "node-merge", "partner", "drain", "fetch",
-                                         "rebuild", "share", "coop",    "mgr-hook" };
+                                         "rebuild", "share", "coop",    "coop-list",
+                                         "coop-buf", "coop-send", "share-send",
+                                         "mgr-hook" };
     const char *spec = getenv("MPICKPT_FAULT");
     *target = -1;
     *mode = 0;
@@ -163,7 +168,8 @@ int ckpt__fault_spec(int *target, char *step, size_t step_size, int *mode)
         return ckpt__error(CKPT_EINVAL,
                            "MPICKPT_FAULT='%.100s' is not <rank>:<step>[:kill|:hold] with a step "
                            "among plan, write, agree, merge, commit, node, node-merge, partner, drain, "
-                           "fetch, rebuild, share, coop",
+                           "fetch, rebuild, share, coop, coop-list, coop-buf, coop-send, "
+                           "share-send",
                            spec);
     *target = (int)t;
     *mode = !how ? 0 : strcmp(how, "kill") == 0 ? 1 : 2;

@@ -51,12 +51,16 @@ typedef struct coop_ctx {
     size_t own_len;
     uint8_t *list; /* this rank's list of forwarded pieces, or NULL */
     size_t list_len;
+    int held;       /* whether it can take part: its list held, the chief's sends done */
+    ckpt__coop *co; /* its list, held (ckpt__coop_new), until the transfers */
 } coop_ctx;
 
 /* The chief's side with the cooperative restore (restore_coop.c): every rank's wants first (its
  * own too), then the plan, then every rank's share and list of forwarded pieces, sent as {status,
- * share length, list length, active} then the bytes. Any failure is sent to every rank (nobody
- * then forwards anything). The chief's own share and list are kept in `cc`. */
+ * share length, list length, active} then the bytes. A failed plan is sent to every rank (nobody
+ * then forwards anything); a failed send is not (every rank is sent what the plan says, and the
+ * settle, ckpt__coop_settle, stops the transfers: MPICKPT_FAULT "<rank>:share-send" fails the
+ * send of that rank's share after it went). The chief's own share and list are kept in `cc`. */
 static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *all,
                             const uint64_t *offs, ckpt__names *nc, coop_ctx *cc)
 {
@@ -85,23 +89,25 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
         local = ckpt__coop_plan(ckpt__reader_index(r), size, w, cc->node_of, &plan);
     int planned = local;
     for (int dst = 1; dst < size; dst++) {
-        int64_t head[4] = { local, 0, 0, 0 };
-        if (local == CKPT_OK) {
+        int64_t head[4] = { planned, 0, 0, 0 };
+        if (planned == CKPT_OK) {
             head[1] = (int64_t)plan.share_len[dst];
             head[2] = (int64_t)plan.coop_len[dst];
             head[3] = plan.active;
         }
-        int rc = MPI_Send(head, 4, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
-                     ? CKPT_OK
-                     : ckpt__error(CKPT_EMPI, "MPI_Send to rank %d failed", dst);
-        if (rc == CKPT_OK && local == CKPT_OK)
-            rc = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.share[dst], plan.share_len[dst],
-                                  s->chunk);
-        if (rc == CKPT_OK && local == CKPT_OK && plan.coop_len[dst])
-            rc = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.coop[dst], plan.coop_len[dst],
-                                  s->chunk);
-        if (rc != CKPT_OK && local == CKPT_OK)
-            local = rc;
+        int rc[3] = { MPI_Send(head, 4, MPI_INT64_T, dst, TAG_SHARE, s->comm) == MPI_SUCCESS
+                          ? ckpt__fault(dst, "share-send")
+                          : ckpt__error(CKPT_EMPI, "MPI_Send to rank %d failed", dst),
+                      CKPT_OK, CKPT_OK };
+        /* after a failed send the rest goes all the same: the rank waits for it */
+        if (planned == CKPT_OK)
+            rc[1] = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.share[dst],
+                                     plan.share_len[dst], s->chunk);
+        if (planned == CKPT_OK && plan.coop_len[dst])
+            rc[2] = ckpt__send_bytes(s->comm, dst, TAG_SHARE, plan.coop[dst], plan.coop_len[dst],
+                                     s->chunk);
+        for (int k = 0; k < 3 && local == CKPT_OK; k++)
+            local = rc[k];
     }
     if (local == CKPT_OK) { /* the chief's own, opened once the names are compared */
         cc->own = plan.share[0];
@@ -113,6 +119,10 @@ static int send_coop_shares(ckpt_saver *s, const ckpt_reader *r, const uint8_t *
         cc->list_len = plan.coop_len[0];
         cc->active = plan.active;
         plan.coop[0] = NULL;
+        /* a failed send, or its list as if it could not be held ("0:coop-list"): the settle */
+        cc->held = local != CKPT_OK ? local
+                   : cc->list       ? ckpt__fault(0, "coop-list")
+                                    : CKPT_OK;
     }
     ckpt__coop_shares_free(&plan);
     ckpt__fragment_free_built(&own);
@@ -219,16 +229,22 @@ static int recv_share(ckpt_saver *s, const char *prefix, ckpt_reader **r, coop_c
             rc = ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its share of the index (%llu "
                                           "bytes)", s->rank, (unsigned long long)len);
     }
-    if (clen && (cc->list = malloc((size_t)clen))) {
+    /* MPICKPT_FAULT "<rank>:coop-list": as if the list could not be held */
+    int held = clen ? ckpt__fault(s->rank, "coop-list") : CKPT_OK;
+    if (clen && held == CKPT_OK && (cc->list = malloc((size_t)clen))) {
         int rc2 = ckpt__recv_bytes(s->comm, 0, TAG_SHARE, cc->list, clen, s->chunk);
         cc->list_len = (size_t)clen;
         if (rc == CKPT_OK)
             rc = rc2;
-    } else if (clen) { /* this rank cannot take part: its peers would wait (the one hang left) */
+    } else if (clen) { /* this rank cannot take part: the settle stops the transfers */
         recv_sink(s, clen);
+        if (held == CKPT_OK)
+            held = ckpt__error(CKPT_ENOMEM, "rank %d: no memory for its list of forwarded pieces "
+                                            "(%llu bytes)", s->rank, (unsigned long long)clen);
         if (rc == CKPT_OK)
-            rc = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", s->rank);
+            rc = held;
     }
+    cc->held = held;
     return rc;
 }
 
@@ -417,6 +433,26 @@ static void names_begin(restore_run *x, int local)
     ckpt__fragment_free_built(&own);
 }
 
+/* Whether every rank can take part in the cooperative restore's transfers: its list and buffers
+ * held (ckpt__coop_new), the chief's sends done. A rank that cannot, or a failed send, stops the
+ * transfers on every rank with its failure (point-to-point through the chief, before any
+ * transfer: the restore's count of collectives is unchanged). */
+static void coop_settle(restore_run *x, int *local)
+{
+    coop_ctx *cc = &x->cc;
+    if (!cc->active)
+        return;
+    int held = cc->held;
+    if (held == CKPT_OK && cc->list)
+        held = ckpt__coop_new(&cc->co, cc->list, cc->list_len, x->s->rank);
+    int v = ckpt__coop_settle(x->s, held);
+    if (v == CKPT_OK)
+        return;
+    cc->active = 0;
+    if (*local == CKPT_OK || *local == v) /* the same text on every rank (the vote's) */
+        *local = v;
+}
+
 /* Every rank's wants gathered at the chief with its verdict, then each rank's share of the index
  * sent to it (the chief compares the names meanwhile; with the cooperative restore its own share
  * and list are kept in x->cc). Returns the gather's failure (agreed: the restore ends there),
@@ -450,6 +486,7 @@ static int exchange_shares(restore_run *x, int *local)
                  : recv_share(s, x->prefix, &x->r, &x->cc);
     x->cc.node_of = NULL;
     free(zeros);
+    coop_settle(x, local);
     free(all);
     free(offs);
     return CKPT_OK;
@@ -478,17 +515,17 @@ static int coop_phase(restore_run *x, int local)
     }
     free(cc->own);
     cc->own = NULL;
-    if (cc->active && cc->list) {
-        ckpt__coop *co = NULL;
+    if (cc->active && cc->co) {
         /* a rank that failed opens no index: it reads and copies nothing, and passes on */
-        int st = ckpt__coop_open(&co, x->prefix, cc->list, cc->list_len,
-                                 local != CKPT_OK ? local : ckpt__fault(s->rank, "coop"));
+        int st = ckpt__coop_index(cc->co, x->prefix, cc->list,
+                                  local != CKPT_OK ? local : ckpt__fault(s->rank, "coop"));
         if (st != CKPT_OK && local == CKPT_OK)
             local = st;
-        if (co && (st = ckpt__coop_run(s, co)) != CKPT_OK && local == CKPT_OK)
+        if ((st = ckpt__coop_run(s, cc->co)) != CKPT_OK && local == CKPT_OK)
             local = st;
-        ckpt__coop_free(co);
     }
+    ckpt__coop_free(cc->co);
+    cc->co = NULL;
     free(cc->list);
     cc->list = NULL;
     return local;
@@ -651,6 +688,8 @@ static void restored(restore_run *x, ckpt_restore_info *info)
 static void restore_done(restore_run *x, int hand)
 {
     ckpt_reader_free(x->r);
+    ckpt__coop_free(x->cc.co);
+    free(x->cc.list);
     x->target->fetch_done(x->s, x->fetched);
     if (hand && x->compare && x->o.missing && x->lmiss)
         *x->o.missing = x->lmiss;

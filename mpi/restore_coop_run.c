@@ -20,6 +20,11 @@
  * early, so the restore needs no agreement before them; the vote after the reads
  * (restore.c apply_staged) carries every failure. A receiver copies each chunk into its
  * registrations as it would have copied its own read.
+ *
+ * Only a rank that cannot take part at all (its items, trees or chunk buffers not allocated:
+ * ckpt__coop_new; its list not held, or a failed send of the chief's shares: restore.c) would
+ * leave its peers waiting: that is settled first (ckpt__coop_settle, point-to-point through the
+ * chief, no collective), and then no rank runs its list.
  */
 #include "saver_internal.h"
 
@@ -29,8 +34,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG_COOP 0x6d73
+#define TAG_SETTLE 0x6d74
 /* a level of a piece's tree with this many ranks or more is a binomial tree (pipelined by
  * chunk); below, a star from its root */
 #define COOP_TREE_MIN 8
@@ -148,13 +155,12 @@ static int open_index(ckpt__coop *c, const char *prefix, const uint8_t *bytes, s
     return CKPT_OK;
 }
 
-int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, size_t len,
-                    int no_index)
+int ckpt__coop_new(ckpt__coop **out, const uint8_t *bytes, size_t len, int rank)
 {
     *out = NULL;
     ckpt__coop *c = calloc(1, sizeof *c);
     if (!c)
-        return ckpt__error(CKPT_ENOMEM, "out of memory");
+        return ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", rank);
     uint64_t clen = 0;
     int rc = CKPT_OK;
     if (len < 8 || (memcpy(&clen, bytes, 8), clen > len - 8) || (len - 8 - clen) % 8) {
@@ -163,7 +169,7 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
     }
     size_t nraw = (len - 8 - (size_t)clen) / 8;
     if (!(c->raw = malloc(nraw ? nraw * 8 : 1))) {
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        rc = ckpt__error(CKPT_ENOMEM, "rank %d: out of memory", rank);
         goto fail;
     }
     memcpy(c->raw, bytes + 8 + clen, nraw * 8);
@@ -178,17 +184,31 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
     c->qhi = malloc(m * sizeof *c->qhi);
     c->sorted = malloc(m * sizeof *c->sorted);
     c->reqs = malloc(2 * m * sizeof *c->reqs);
-    /* zeroed: a reader that cannot read sends what they hold */
-    c->buf[0] = calloc(1, c->buf_size ? (size_t)c->buf_size : 1);
-    c->buf[1] = calloc(1, c->buf_size ? (size_t)c->buf_size : 1);
-    if (!c->rank_at || !c->node_at || !c->parent || !c->kids || !c->qlo || !c->qhi ||
-        !c->sorted || !c->reqs || !c->buf[0] || !c->buf[1]) {
-        rc = ckpt__error(CKPT_ENOMEM, "cannot allocate %llu bytes for the cooperative restore",
-                         (unsigned long long)c->buf_size);
-        goto fail;
+    /* zeroed: a reader that cannot read sends what they hold; MPICKPT_FAULT "<rank>:coop-buf":
+     * as if they could not be had */
+    if ((rc = ckpt__fault(rank, "coop-buf")) == CKPT_OK) {
+        c->buf[0] = calloc(1, c->buf_size ? (size_t)c->buf_size : 1);
+        c->buf[1] = calloc(1, c->buf_size ? (size_t)c->buf_size : 1);
     }
-    /* from here on the rank can take part: its items and buffers are held */
-    rc = no_index != CKPT_OK ? no_index : open_index(c, prefix, bytes + 8, (size_t)clen);
+    if (rc == CKPT_OK && (!c->rank_at || !c->node_at || !c->parent || !c->kids || !c->qlo ||
+                          !c->qhi || !c->sorted || !c->reqs || !c->buf[0] || !c->buf[1]))
+        rc = ckpt__error(CKPT_ENOMEM,
+                         "rank %d: cannot allocate %llu bytes for the cooperative restore", rank,
+                         (unsigned long long)c->buf_size);
+    if (rc != CKPT_OK)
+        goto fail;
+    *out = c;
+    return CKPT_OK;
+fail:
+    ckpt__coop_free(c);
+    return rc;
+}
+
+int ckpt__coop_index(ckpt__coop *c, const char *prefix, const uint8_t *bytes, int no_index)
+{
+    uint64_t clen = 0;
+    memcpy(&clen, bytes, 8); /* checked by ckpt__coop_new */
+    int rc = no_index != CKPT_OK ? no_index : open_index(c, prefix, bytes + 8, (size_t)clen);
     if (rc != CKPT_OK) {
         const ckpt_error *e = ckpt_error_last();
         c->fail.code = rc;
@@ -199,10 +219,6 @@ int ckpt__coop_open(ckpt__coop **out, const char *prefix, const uint8_t *bytes, 
     }
     if (c->n > 1) /* after open_index, which pairs items and pieces in the list's order */
         qsort(c->items, c->n, sizeof *c->items, cmp_item);
-    *out = c;
-    return rc;
-fail:
-    ckpt__coop_free(c);
     return rc;
 }
 
@@ -319,6 +335,7 @@ typedef struct xfer {
     int nreq[2];
     uint64_t chunks; /* the reader's, delivered */
     int rc;
+    char why[512]; /* x->rc's message (a failed send) */
 } xfer;
 
 static void wait_sends(xfer *x, int half)
@@ -332,6 +349,25 @@ static void wait_sends(xfer *x, int half)
 }
 
 /* Chunk q (len bytes) sent to this position's children that need it, into half `half`. */
+/* One send to `dst`: a failed one is tried once more, for the receiver waits for it (posted: 1),
+ * and the failure kept in x->rc (its message too, for a reader's status). MPICKPT_FAULT
+ * "<rank>:coop-send": the first try fails. */
+static int isend(xfer *x, const void *bytes, int len, int dst, MPI_Request *rq)
+{
+    int f = ckpt__fault(x->s->rank, "coop-send");
+    if (f == CKPT_OK && MPI_Isend(bytes, len, MPI_BYTE, dst, TAG_COOP, x->s->comm, rq) ==
+                            MPI_SUCCESS)
+        return 1;
+    if (x->rc == CKPT_OK) {
+        x->rc = f != CKPT_OK ? f
+                             : ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed",
+                                           x->s->rank, dst);
+        const ckpt_error *e = ckpt_error_last();
+        snprintf(x->why, sizeof x->why, "%s", e && e->message ? e->message : "");
+    }
+    return MPI_Isend(bytes, len, MPI_BYTE, dst, TAG_COOP, x->s->comm, rq) == MPI_SUCCESS;
+}
+
 static void send_kids(xfer *x, int half, uint64_t q, const void *bytes, uint64_t len)
 {
     ckpt__coop *c = x->c;
@@ -341,13 +377,8 @@ static void send_kids(xfer *x, int half, uint64_t q, const void *bytes, uint64_t
         int kp = c->kids[k], dst = c->rank_at[kp];
         if (q < c->qlo[kp] || q >= c->qhi[kp])
             continue;
-        if (MPI_Isend(bytes, (int)len, MPI_BYTE, dst, TAG_COOP, x->s->comm, &rq[nr]) !=
-            MPI_SUCCESS) {
-            if (x->rc == CKPT_OK)
-                x->rc =
-                    ckpt__error(CKPT_EMPI, "rank %d: MPI_Isend to rank %d failed", x->s->rank, dst);
+        if (!isend(x, bytes, (int)len, dst, &rq[nr]))
             continue;
-        }
         if (c->node_at[kp] != c->node_at[x->me])
             ckpt__coop_cross_node_bytes += len;
         nr++;
@@ -403,9 +434,7 @@ static void send_status(xfer *x, const coop_status *st)
     MPI_Request *rq = x->c->reqs;
     int nr = 0;
     for (int k = 0; k < x->nkids; k++)
-        if (MPI_Isend(st, (int)sizeof *st, MPI_BYTE, x->c->rank_at[x->c->kids[k]], TAG_COOP,
-                      x->s->comm, &rq[nr]) == MPI_SUCCESS)
-            nr++;
+        nr += isend(x, st, (int)sizeof *st, x->c->rank_at[x->c->kids[k]], &rq[nr]);
     MPI_Waitall(nr, rq, MPI_STATUSES_IGNORE);
 }
 
@@ -443,11 +472,13 @@ static int run_reader(xfer *x)
         }
     } else if (x->rc != CKPT_OK) {
         st.code = x->rc;
-        snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s'", x->s->rank,
-                 x->t ? x->t->name : "?");
+        snprintf(st.msg, sizeof st.msg, "rank %d could not send a piece of '%s': %s", x->s->rank,
+                 x->t ? x->t->name : "?", x->why);
         local = x->rc;
     }
     send_status(x, &st);
+    if (x->rc != CKPT_OK && local == CKPT_OK) /* its status could not be sent */
+        local = x->rc;
     return local;
 }
 
@@ -528,4 +559,61 @@ int ckpt__coop_run(ckpt_saver *s, ckpt__coop *c)
             local = rc;
     }
     return local;
+}
+
+/* ---- whether every rank can take part ------------------------------------------------------ */
+
+/* This rank's status as sent in the settle: a failure's message prefixed the way an agreed one
+ * is ("rank R (host H): ", mpi/agree.c), so that it reads the same whichever rank's agreement
+ * reports it. Returns the bytes to send: the code alone when it is CKPT_OK. */
+static int settle_status(coop_status *st, int mine, int rank)
+{
+    memset(st, 0, sizeof *st);
+    st->code = mine;
+    if (mine == CKPT_OK)
+        return (int)sizeof st->code;
+    const ckpt_error *e = ckpt_error_last();
+    const char *m = e && e->code == mine && e->message ? e->message : ckpt_strerror(mine);
+    char own[32], host[64] = "?";
+    int n = snprintf(own, sizeof own, "rank %d: ", rank);
+    if (n > 0 && strncmp(m, own, (size_t)n) == 0)
+        m += n; /* the rank is named once */
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    snprintf(st->msg, sizeof st->msg, "rank %d (host %s): %.900s", rank, host, m);
+    return (int)sizeof *st;
+}
+
+int ckpt__coop_settle(ckpt_saver *s, int mine)
+{
+    coop_status st, got;
+    int n = settle_status(&st, mine, s->rank);
+    memset(&got, 0, sizeof got);
+    if (s->rank != 0) {
+        /* a rank whose status cannot be sent still waits for the verdict: the chief's receive
+         * failed too, and it sends that failure */
+        (void)MPI_Send(&st, n, MPI_BYTE, 0, TAG_SETTLE, s->comm);
+        if (MPI_Recv(&got, (int)sizeof got, MPI_BYTE, 0, TAG_SETTLE, s->comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return ckpt__error(CKPT_EMPI, "rank %d: MPI_Recv of the cooperative restore's "
+                                          "verdict failed", s->rank);
+    } else {
+        got = st; /* the chief's own first, then the lowest rank that cannot take part */
+        for (int r = 1; r < s->size; r++) {
+            coop_status a;
+            memset(&a, 0, sizeof a);
+            if (MPI_Recv(&a, (int)sizeof a, MPI_BYTE, r, TAG_SETTLE, s->comm,
+                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                settle_status(&a, ckpt__error(CKPT_EMPI, "MPI_Recv from rank %d failed", r), 0);
+            if (got.code == CKPT_OK && a.code != CKPT_OK)
+                got = a;
+        }
+        int len = got.code == CKPT_OK ? (int)sizeof got.code : (int)sizeof got;
+        for (int r = 1; r < s->size; r++)
+            (void)MPI_Send(&got, len, MPI_BYTE, r, TAG_SETTLE, s->comm);
+    }
+    if (got.code == CKPT_OK)
+        return CKPT_OK;
+    got.msg[sizeof got.msg - 1] = '\0';
+    return ckpt__error((int)got.code, "%s", got.msg);
 }

@@ -19,7 +19,11 @@
  * restored: a receiver whose share failed (MPICKPT_FAULT "R:share", as if it could not be
  * held), a rank that cannot open the index of its list ("R:coop") — rank 1 and the last
  * (readers), rank 0 (a receiver) —, and a rank whose registration of a forwarded tensor does not
- * match the checkpoint (its dtype).
+ * match the checkpoint (its dtype). Then a rank that cannot allocate its list ("R:coop-list") or
+ * its chunk buffers ("R:coop-buf"), rank 1, rank 0 and the last, the chief's send of rank R's
+ * share failing ("R:share-send", rank 1 and the last), and a reader's sends of chunks failing at
+ * the first try ("R:coop-send", rank 1, and the last from 8 ranks): the same error on every rank,
+ * no hang, and the next restore brings every value back exactly.
  *
  * Modes for real nodes (tests/cluster/test_cluster.sh, case coop), one step per job:
  *   test_coop_restore OUTDIR save LAYOUT             every rank writes, with 3 replicated tensors
@@ -390,7 +394,39 @@ static void fail_case(const char *prefix, const char *fault, int bad, int expect
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void fail_cases(const char *prefix)
+/* fail_case(), then the same restore without the fault: every value exactly back. */
+static void fail_then_restore(const char *prefix, int writers, const char *fault,
+                              const char *needle)
+{
+    fail_case(prefix, fault, -1, CKPT_EIO, needle);
+    check_case(1, "the restore after %s on %d ranks", fault, g_size);
+    regs g;
+    ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
+    g.blob = -7;
+    ckpt_restore_options o = {0};
+    o.version = 1;
+    o.skip_missing_per_rank = 1;
+    CHECK(coll_on(MPI_COMM_WORLD, ckpt_saver_restore(s, prefix, &o, NULL), CKPT_OK,
+                  "restore after a failure"));
+    int bad = 0;
+    for (int64_t i = 0; i < REP_N; i++)
+        bad += g.rep[i] != rep_val(i);
+    for (int64_t i = 0; i < g.nrows; i++)
+        for (int64_t j = 0; j < COLS; j++)
+            bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
+    for (int64_t i = 0; i < CROWS; i++)
+        for (int64_t j = 0; j < g.ncols; j++)
+            bad += g.cols[i * g.ncols + j] != cols_val(i, g.c0 + j);
+    for (int i = 0; i < 3; i++)
+        bad += g.small[i] != 7 * (i + 1);
+    bad += g.blob != (g_rank < writers ? 100 + g_rank : -7);
+    CHECK_MSG(bad == 0, "rank %d: %d values wrong after %s", g_rank, bad, fault);
+    ckpt_saver_free(s);
+    regs_free(&g);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void fail_cases(const char *prefix, int writers)
 {
     if (g_size < 2)
         return;
@@ -408,6 +444,22 @@ static void fail_cases(const char *prefix)
         fail_case(prefix, f, -1, CKPT_EIO, needle);
     }
     fail_case(prefix, NULL, last, CKPT_EMISMATCH, "'small' is int32 [3]");
+    /* a rank that cannot hold its list or its chunk buffers, the chief's send of a rank's share
+     * failing (after it went; not to itself), a reader's sends failing at the first try: the
+     * same error everywhere, no hang, and the next restore exact */
+    const char *steps[4] = {"coop-list", "coop-buf", "share-send", "coop-send"};
+    for (int q = 0; q < 4; q++)
+        for (int k = 0; k < 3; k++) {
+            /* coop-send: rank 1, and the last from 8 ranks (a reader there; at 4 it sends
+             * nothing) */
+            if ((k == 2 && last == 1) || (q >= 2 && coop_ranks[k] == 0) ||
+                (q == 3 && k == 2 && g_size < 8))
+                continue;
+            snprintf(f, sizeof f, "%d:%s", coop_ranks[k], steps[q]);
+            snprintf(needle, sizeof needle, "injected fault at %s on rank %d", steps[q],
+                     coop_ranks[k]);
+            fail_then_restore(prefix, writers, f, needle);
+        }
 }
 
 int main(int argc, char **argv)
@@ -473,7 +525,7 @@ int main(int argc, char **argv)
         restore_on(prefix, writers, m, 1);
         restore_on(prefix, writers, m, 0);
     }
-    fail_cases(prefix);
+    fail_cases(prefix, writers);
     corrupt_case(prefix, writers);
     return check_mpi_done("test_coop_restore");
 }

@@ -327,10 +327,12 @@ static int restore_vote(ckpt_manager *m, int local, const ckpt_manager_restore_o
                                       "(ckpt_manager_restore_options.which from %lld to %lld)",
                          (long long)r[2], (long long)~r[3]);
     else if (r[4] != ~r[5])
-        rc = ckpt__error(CKPT_EINVAL, "the ranks asked to restore different %s (from %lld to "
-                                      "%lld)",
-                         which == CKPT_MANAGER_RESTORE_COUNTER ? "save counters" : "steps",
-                         (long long)r[4], (long long)~r[5]);
+        rc = ckpt__error(CKPT_EINVAL, "the ranks asked to restore different checkpoints, from "
+                                      "%s %lld to %s %lld",
+                         which == CKPT_MANAGER_RESTORE_COUNTER ? "save counter" : "step",
+                         (long long)r[4],
+                         which == CKPT_MANAGER_RESTORE_COUNTER ? "save counter" : "step",
+                         (long long)~r[5]);
     else if (r[6] != ~r[7] || r[8] != ~r[9])
         rc = ckpt__error_set_reason(
             ckpt__error(CKPT_EMISMATCH, "the ranks passed different "

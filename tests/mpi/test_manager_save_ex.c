@@ -148,7 +148,7 @@ static void restores(ckpt_manager *m, ckpt_error *e)
         o.which = CKPT_MANAGER_RESTORE_STEP;
         o.value = g_rank == 0 ? 6 : 8;
         restore_ex(m, &o, CKPT_EINVAL, "restore_ex, steps unlike", &r);
-        CHECK(strstr(g_msg, "different steps (from 6 to 8)") != NULL);
+        CHECK(strstr(g_msg, "from step 6 to step 8") != NULL);
     }
     o.which = g_rank == g_size - 1 ? 7 : CKPT_MANAGER_RESTORE_LATEST;
     restore_ex(m, &o, CKPT_EINVAL, "restore_ex, which 7", &r);

@@ -141,6 +141,17 @@ int ckpt__mgr_share_control(ckpt_manager *m)
     return CKPT_OK;
 }
 
+/* 1 when `msg` starts by naming a rank ("rank R: ", "rank R (host H): "). */
+static int names_rank(const char *msg)
+{
+    if (strncmp(msg, "rank ", 5) != 0)
+        return 0;
+    const char *p = msg + 5, *d = p;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    return p > d && (strncmp(p, ": ", 2) == 0 || strncmp(p, " (host ", 7) == 0);
+}
+
 int ckpt__mgr_caller_error(const ckpt_manager *m, const ckpt_error *e, const char *what)
 {
     if (!e || e->code == CKPT_OK)
@@ -148,10 +159,13 @@ int ckpt__mgr_caller_error(const ckpt_manager *m, const ckpt_error *e, const cha
     if (e->code > 0)
         return ckpt__error(CKPT_EINVAL, "rank %d: %s.error's code %d is positive", m->rank, what,
                            e->code);
-    int rc = ckpt__error(e->code, "%s", e->message && e->message[0] ? e->message
-                                                                   : ckpt_strerror(e->code));
+    const char *msg = e->message && e->message[0] ? e->message : ckpt_strerror(e->code);
+    int rc = ckpt__error(e->code, "%s", msg);
     ckpt__error_set_errno(rc, e->sys_errno);
-    return ckpt__error_set_reason(rc, e->reason);
+    ckpt__error_set_reason(rc, e->reason);
+    if (names_rank(msg)) /* the caller named its rank: the agreement passes it on as it is */
+        ckpt__error_mark_agreed();
+    return rc;
 }
 
 /*

@@ -112,8 +112,9 @@ typedef struct ckpt_manager_save_options {
      *  negative ckpt_status), message, errno and reason, as ckpt_error_last() would hold them
      *  (version 1 reads those four fields only). When some rank gives one, nothing is written
      *  and every rank returns the code and message ckpt_mpi_agree() chooses among those ranks'
-     *  errors (the most negative code, then the lowest rank; the message prefixed with it).
-     *  Copied by the call. */
+     *  errors (the most negative code, then the lowest rank; the message prefixed with
+     *  "rank R (host H): ", unless it starts by naming a rank: "rank R: ..." is passed on as it
+     *  is). Copied by the call. */
     const ckpt_error *error;
     /** A value every rank must pass alike: a digest of what the caller requires to be the same
      *  everywhere (names, a layout). When no rank gives an error and two ranks' values differ,

@@ -142,7 +142,7 @@ def fault():
     # the save's collectives)
     mgr.save(35, state)
     if rank == size - 1:
-        state["small"] = np.zeros(7, np.int32)
+        state["small"] = state["small"].copy()  # the same values, another buffer
     expect_error(mpickpt.FileSystemError, lambda: mgr.save(36, state), *needles)
     check(mgr.all_steps() == [], f"steps {mgr.all_steps()}")
     # close() reports a failure still pending

@@ -239,12 +239,10 @@ def bad_leaves():
         expect_error(InvalidArgumentError, lambda: mgr.save(1, [ok]), "a state is a dict")
         check(mgr.all_steps() == [], f"a failed save left {mgr.all_steps()}")
         # one rank alone with a bad leaf: every rank raises its error, prefixed with the rank
-        # (and its host: the C manager's save agrees it, ckpt_manager_save_options.error)
         if size > 1:
             state = {"ok": ok, "x": {1, 2} if rank == size - 1 else 1}
-            err = expect_error(InvalidArgumentError, lambda: mgr.save(1, state),
-                               f"rank {size - 1} (host ", "): 'x'", "set")
-            check(str(err).count("rank ") == 1, f"the rank named once: {err}")
+            expect_error(InvalidArgumentError, lambda: mgr.save(1, state),
+                         f"rank {size - 1}: 'x'", "set")
         # after all that the manager still works
         check(mgr.save(2, {"ok": ok}).endswith("ckpt-1"), "a save after the errors")
     pc.say("bad leaves ok")

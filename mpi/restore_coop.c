@@ -175,6 +175,110 @@ static int cmp_group_bytes(const void *a, const void *b)
     return (x->first > y->first) - (x->first < y->first);
 }
 
+/* The pieces worth forwarding, from every rank's selections (c->pairs): sorted by piece, a
+ * rank's selections of one piece merged, a group of two or more ranks per piece whose separate
+ * reads would exceed 1.125x it (c->groups, c->group_of; *ngroups of them). */
+static int make_groups(plan_ctx *c, uint64_t npieces, size_t *ngroups)
+{
+    if (c->npairs > 1)
+        qsort(c->pairs, c->npairs, sizeof *c->pairs, cmp_pair);
+    c->group_of = malloc((npieces ? npieces : 1) * sizeof *c->group_of);
+    c->groups = malloc((c->npairs / 2 + 1) * sizeof *c->groups);
+    if (!c->group_of || !c->groups)
+        return ckpt__error(CKPT_ENOMEM, "out of memory");
+    for (uint64_t i = 0; i < npieces; i++)
+        c->group_of[i] = -1;
+    *ngroups = 0;
+    for (size_t k = 0; k < c->npairs;) {
+        size_t e = k + 1;
+        while (e < c->npairs && c->pairs[e].pid == c->pairs[k].pid)
+            e++;
+        /* a rank selecting a piece twice counts once (the rows of both) */
+        size_t w = k + 1;
+        uint64_t own = c->pairs[k].own;
+        for (size_t q = k + 1; q < e; q++) {
+            pair *last = &c->pairs[w - 1];
+            if (c->pairs[q].rank != last->rank) {
+                c->pairs[w++] = c->pairs[q];
+                own += c->pairs[q].own;
+                continue;
+            }
+            last->lo = c->pairs[q].lo < last->lo ? c->pairs[q].lo : last->lo;
+            last->hi = c->pairs[q].hi > last->hi ? c->pairs[q].hi : last->hi;
+        }
+        for (size_t q = w; q < e; q++)
+            c->pairs[q].rank = -1; /* after the group's range: never looked at */
+        /* forwarded when the ranks reading it by themselves would read more than 1.125x it
+         * (a replicated tensor: n times; an N->M reshard's ranks reading disjoint rows of a
+         * piece with block checksums: about once, and then each reads its own) */
+        if (w - k >= 2 && own > c->pairs[k].bytes + c->pairs[k].bytes / 8) {
+            group *g = &c->groups[*ngroups];
+            g->first = k;
+            g->n = w - k;
+            g->reader = -1;
+            g->bytes = c->pairs[k].bytes;
+            c->group_of[c->pairs[k].pid] = (int32_t)(*ngroups)++;
+        }
+        k = e;
+    }
+    return CKPT_OK;
+}
+
+/* Each group's reader: the largest pieces first, each to its least loaded node, then rank
+ * (`order`: room for every group; the loads start as the caller set them). */
+static void choose_readers(plan_ctx *c, size_t ngroups, group **order, uint64_t *rank_load,
+                           uint64_t *node_load)
+{
+    const int *node_of = c->node_of;
+    for (size_t gi = 0; gi < ngroups; gi++)
+        order[gi] = &c->groups[gi];
+    if (ngroups > 1)
+        qsort(order, ngroups, sizeof *order, cmp_group_bytes);
+    for (size_t k = 0; k < ngroups; k++) {
+        group *g = order[k];
+        int best = -1;
+        for (size_t q = g->first; q < g->first + g->n; q++) {
+            int r = c->pairs[q].rank;
+            if (best < 0 || node_load[node_of[r]] < node_load[node_of[best]] ||
+                (node_load[node_of[r]] == node_load[node_of[best]] &&
+                 rank_load[r] < rank_load[best]))
+                best = r;
+        }
+        g->reader = best;
+        node_load[node_of[best]] += g->bytes;
+        rank_load[best] += g->bytes;
+    }
+}
+
+/* Rank c->rank's list of the pieces it takes part in forwarding, into *out (NULL, 0: none):
+ * [u64 index length][the index of those pieces][int64 items]. */
+static int pack_list(plan_ctx *c, ckpt__share *sh, const Mpickpt__Fragment *want, uint8_t **out,
+                     size_t *out_len)
+{
+    uint8_t *cidx = NULL;
+    size_t clen = 0;
+    c->nitems = 0;
+    int rc = ckpt__share_pack_filtered(sh, want, coop_cb, c, 1, &cidx, &clen);
+    if (rc == CKPT_OK)
+        rc = c->rc;
+    if (rc == CKPT_OK && c->nitems) {
+        size_t n = 8 + clen + c->nitems * 8;
+        uint8_t *b = malloc(n);
+        if (!b) {
+            rc = ckpt__error(CKPT_ENOMEM, "out of memory");
+        } else {
+            uint64_t l = clen;
+            memcpy(b, &l, 8);
+            memcpy(b + 8, cidx, clen);
+            memcpy(b + 8 + clen, c->items, c->nitems * 8);
+            *out = b;
+            *out_len = n;
+        }
+    }
+    free(cidx);
+    return rc;
+}
+
 int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *const *wants,
                     const int *node_of, ckpt__coop_shares *out)
 {
@@ -219,51 +323,9 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
         if (rc == CKPT_OK)
             rc = c.rc;
     }
-    if (rc != CKPT_OK)
-        goto done;
-    if (c.npairs > 1)
-        qsort(c.pairs, c.npairs, sizeof *c.pairs, cmp_pair);
-    c.group_of = malloc((npieces ? npieces : 1) * sizeof *c.group_of);
-    c.groups = malloc((c.npairs / 2 + 1) * sizeof *c.groups);
-    if (!c.group_of || !c.groups) {
-        rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (uint64_t i = 0; i < npieces; i++)
-        c.group_of[i] = -1;
     size_t ngroups = 0;
-    for (size_t k = 0; k < c.npairs;) {
-        size_t e = k + 1;
-        while (e < c.npairs && c.pairs[e].pid == c.pairs[k].pid)
-            e++;
-        /* a rank selecting a piece twice counts once (the rows of both) */
-        size_t w = k + 1;
-        uint64_t own = c.pairs[k].own;
-        for (size_t q = k + 1; q < e; q++) {
-            pair *last = &c.pairs[w - 1];
-            if (c.pairs[q].rank != last->rank) {
-                c.pairs[w++] = c.pairs[q];
-                own += c.pairs[q].own;
-                continue;
-            }
-            last->lo = c.pairs[q].lo < last->lo ? c.pairs[q].lo : last->lo;
-            last->hi = c.pairs[q].hi > last->hi ? c.pairs[q].hi : last->hi;
-        }
-        for (size_t q = w; q < e; q++)
-            c.pairs[q].rank = -1; /* after the group's range: never looked at */
-        /* forwarded when the ranks reading it by themselves would read more than 1.125x it
-         * (a replicated tensor: n times; an N->M reshard's ranks reading disjoint rows of a
-         * piece with block checksums: about once, and then each reads its own) */
-        if (w - k >= 2 && own > c.pairs[k].bytes + c.pairs[k].bytes / 8) {
-            group *g = &c.groups[ngroups];
-            g->first = k;
-            g->n = w - k;
-            g->reader = -1;
-            g->bytes = c.pairs[k].bytes;
-            c.group_of[c.pairs[k].pid] = (int32_t)ngroups++;
-        }
-        k = e;
-    }
+    if (rc != CKPT_OK || (rc = make_groups(&c, npieces, &ngroups)) != CKPT_OK)
+        goto done;
     /* readers: the largest pieces first, each to the least loaded node, then rank; the chief
      * (which read the index and planned all this) last among equals */
     if (size > 1)
@@ -272,54 +334,15 @@ int ckpt__coop_plan(const Mpickpt__Index *idx, int size, Mpickpt__Fragment *cons
         rc = ckpt__error(CKPT_ENOMEM, "out of memory");
         goto done;
     }
-    for (size_t gi = 0; gi < ngroups; gi++)
-        order[gi] = &c.groups[gi];
-    if (ngroups > 1)
-        qsort(order, ngroups, sizeof *order, cmp_group_bytes);
-    for (size_t k = 0; k < ngroups; k++) {
-        group *g = order[k];
-        int best = -1;
-        for (size_t q = g->first; q < g->first + g->n; q++) {
-            int r = c.pairs[q].rank;
-            if (best < 0 || node_load[node_of[r]] < node_load[node_of[best]] ||
-                (node_load[node_of[r]] == node_load[node_of[best]] &&
-                 rank_load[r] < rank_load[best]))
-                best = r;
-        }
-        g->reader = best;
-        node_load[node_of[best]] += g->bytes;
-        rank_load[best] += g->bytes;
-    }
+    choose_readers(&c, ngroups, order, rank_load, node_load);
     out->active = ngroups > 0;
     /* every rank's share without the pieces it gets from a reader, and the list of those */
     for (int r = 0; r < size && rc == CKPT_OK; r++) {
         c.rank = r;
         rc = ckpt__share_pack_filtered(sh, wants[r], solo_cb, &c, 0, &out->share[r],
                                        &out->share_len[r]);
-        if (rc != CKPT_OK || !ngroups)
-            continue;
-        uint8_t *cidx = NULL;
-        size_t clen = 0;
-        c.nitems = 0;
-        rc = ckpt__share_pack_filtered(sh, wants[r], coop_cb, &c, 1, &cidx, &clen);
-        if (rc == CKPT_OK)
-            rc = c.rc;
-        if (rc == CKPT_OK && c.nitems) {
-            /* [u64 index length][the index][int64 items] */
-            size_t n = 8 + clen + c.nitems * 8;
-            uint8_t *b = malloc(n);
-            if (!b) {
-                rc = ckpt__error(CKPT_ENOMEM, "out of memory");
-            } else {
-                uint64_t l = clen;
-                memcpy(b, &l, 8);
-                memcpy(b + 8, cidx, clen);
-                memcpy(b + 8 + clen, c.items, c.nitems * 8);
-                out->coop[r] = b;
-                out->coop_len[r] = n;
-            }
-        }
-        free(cidx);
+        if (rc == CKPT_OK && ngroups)
+            rc = pack_list(&c, sh, wants[r], &out->coop[r], &out->coop_len[r]);
     }
 done:
     if (rc == CKPT_OK)

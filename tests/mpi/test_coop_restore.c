@@ -197,6 +197,21 @@ static ckpt_saver *make_saver(MPI_Comm comm, regs *g, int write)
     return s;
 }
 
+/* How many of this rank's rows, columns and small values differ from the checkpoint's. */
+static int bad_resharded(const regs *g)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < g->nrows; i++)
+        for (int64_t j = 0; j < COLS; j++)
+            bad += g->part[i * COLS + j] != part_val(g->r0 + i, j);
+    for (int64_t i = 0; i < CROWS; i++)
+        for (int64_t j = 0; j < g->ncols; j++)
+            bad += g->cols[i * g->ncols + j] != cols_val(i, g->c0 + j);
+    for (int i = 0; i < 3; i++)
+        bad += g->small[i] != 7 * (i + 1);
+    return bad;
+}
+
 static void regs_free(regs *g)
 {
     for (int k = 0; k < g_nrep; k++)
@@ -250,14 +265,7 @@ static void restore_on(const char *prefix, int writers, int m, int coop)
         for (int k = 0; k < g_nrep; k++)
             for (int64_t i = 0; i < REP_N; i++)
                 bad += g.reps[k][i] != repk_val(k, i);
-        for (int64_t i = 0; i < g.nrows; i++)
-            for (int64_t j = 0; j < COLS; j++)
-                bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
-        for (int64_t i = 0; i < CROWS; i++)
-            for (int64_t j = 0; j < g.ncols; j++)
-                bad += g.cols[i * g.ncols + j] != cols_val(i, g.c0 + j);
-        for (int i = 0; i < 3; i++)
-            bad += g.small[i] != 7 * (i + 1);
+        bad += bad_resharded(&g);
         int rank = comm_rank(comm);
         bad += g.blob != (rank < writers ? 100 + rank : -1);
         CHECK_MSG(bad == 0, "rank %d: %d values wrong", g_rank, bad);
@@ -411,14 +419,7 @@ static void fail_then_restore(const char *prefix, int writers, const char *fault
     int bad = 0;
     for (int64_t i = 0; i < REP_N; i++)
         bad += g.rep[i] != rep_val(i);
-    for (int64_t i = 0; i < g.nrows; i++)
-        for (int64_t j = 0; j < COLS; j++)
-            bad += g.part[i * COLS + j] != part_val(g.r0 + i, j);
-    for (int64_t i = 0; i < CROWS; i++)
-        for (int64_t j = 0; j < g.ncols; j++)
-            bad += g.cols[i * g.ncols + j] != cols_val(i, g.c0 + j);
-    for (int i = 0; i < 3; i++)
-        bad += g.small[i] != 7 * (i + 1);
+    bad += bad_resharded(&g);
     bad += g.blob != (g_rank < writers ? 100 + g_rank : -7);
     CHECK_MSG(bad == 0, "rank %d: %d values wrong after %s", g_rank, bad, fault);
     ckpt_saver_free(s);

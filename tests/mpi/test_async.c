@@ -463,10 +463,11 @@ static void case_enospc(int reserve)
 static long g_writer_ids[MAX_THREADS];
 static int g_nwriter_ids;
 
-/* Waits (hang guard: 60 s) until the writer thread of the save at `prefix` is done on every rank:
- * its temp files are gone (the chief's <prefix>_temp, a worker's file in workertemp_<r>), and the
- * threads the save started (g_writer_ids) have exited, so that nothing of the abandoned save runs
- * (or is inside MPI) when the test goes on and finalizes. */
+/* Waits (hang guards: 60 s, then wait_threads_gone's) until the writer thread of the save at
+ * `prefix` is done on every rank: its temp files are gone (the chief's <prefix>_temp, a worker's
+ * file in workertemp_<r>), and the threads the save started (g_writer_ids) have exited
+ * (wait_threads_gone, coll.h), so that nothing of the abandoned save runs (or is inside MPI) when
+ * the test goes on and finalizes. */
 static void wait_writer_done(const char *dir, const char *prefix, const char *what)
 {
     char chief_temp[2600], mine[2800];
@@ -492,19 +493,7 @@ static void wait_writer_done(const char *dir, const char *prefix, const char *wh
     }
     CHECK_MSG(gone, "%s: the writer thread's temp files are still there after 60 s (%s%s%s)", what,
               chief_temp, mine[0] ? ", " : "", mine);
-    long now_ids[MAX_THREADS];
-    int alive = 0;
-    while (now_s() - t0 < 60) {
-        int n = thread_ids(now_ids, MAX_THREADS);
-        alive = 0;
-        for (int i = 0; i < g_nwriter_ids; i++)
-            alive += has_id(now_ids, n, g_writer_ids[i]);
-        if (!alive)
-            break;
-        sleep_s(0.02);
-    }
-    CHECK_MSG(alive == 0, "%s: %d thread(s) the save started still run after 60 s", what, alive);
-    MPI_Barrier(MPI_COMM_WORLD);
+    wait_threads_gone(g_writer_ids, g_nwriter_ids, what);
     if (g_rank == 0)
         printf("  writer finished about %.2f s after close returned\n", now_s() - t0);
 }

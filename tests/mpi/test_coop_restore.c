@@ -375,6 +375,19 @@ static void corrupt_case(const char *prefix, int writers)
     regs_free(&g);
 }
 
+/* A fresh saver of `g` (its blob -7) restoring `prefix` (options version 1, missing per-rank
+ * values skipped); the restore's status in *rc. */
+static ckpt_saver *restore_fresh(const char *prefix, regs *g, int *rc)
+{
+    ckpt_saver *s = make_saver(MPI_COMM_WORLD, g, 0);
+    g->blob = -7;
+    ckpt_restore_options o = {0};
+    o.version = 1;
+    o.skip_missing_per_rank = 1;
+    *rc = ckpt_saver_restore(s, prefix, &o, NULL);
+    return s;
+}
+
 /* A restore on every rank with MPICKPT_FAULT=`fault` (NULL: none) or g_bad_rank = `bad`: it
  * fails with `expected` and a message holding `needle` on every rank, no hang, the blob
  * (staged) untouched. */
@@ -386,12 +399,8 @@ static void fail_case(const char *prefix, const char *fault, int bad, int expect
         setenv("MPICKPT_FAULT", fault, 1);
     g_bad_rank = bad;
     regs g;
-    ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
-    g.blob = -7;
-    ckpt_restore_options o = {0};
-    o.version = 1;
-    o.skip_missing_per_rank = 1;
-    int rc = ckpt_saver_restore(s, prefix, &o, NULL);
+    int rc;
+    ckpt_saver *s = restore_fresh(prefix, &g, &rc);
     CHECK(coll_on(MPI_COMM_WORLD, rc, expected, fault ? fault : "bad registration"));
     CHECK_MSG(strstr(g_msg, needle), "unexpected message (no \"%s\"): %s", needle, g_msg);
     CHECK_MSG(g.blob == -7, "the blob was restored by a failed restore (%d)", g.blob);
@@ -409,13 +418,9 @@ static void fail_then_restore(const char *prefix, int writers, const char *fault
     fail_case(prefix, fault, -1, CKPT_EIO, needle);
     check_case(1, "the restore after %s on %d ranks", fault, g_size);
     regs g;
-    ckpt_saver *s = make_saver(MPI_COMM_WORLD, &g, 0);
-    g.blob = -7;
-    ckpt_restore_options o = {0};
-    o.version = 1;
-    o.skip_missing_per_rank = 1;
-    CHECK(coll_on(MPI_COMM_WORLD, ckpt_saver_restore(s, prefix, &o, NULL), CKPT_OK,
-                  "restore after a failure"));
+    int rc;
+    ckpt_saver *s = restore_fresh(prefix, &g, &rc);
+    CHECK(coll_on(MPI_COMM_WORLD, rc, CKPT_OK, "restore after a failure"));
     int bad = 0;
     for (int64_t i = 0; i < REP_N; i++)
         bad += g.rep[i] != rep_val(i);
